@@ -1,0 +1,203 @@
+// Package canonical turns JSON into its RFC 8785 (JCS) canonical form and
+// computes revision digests over it. Canonical bytes are the identity of a
+// document: equal values give equal bytes, whatever their key order,
+// whitespace or escaping.
+//
+// RFC 8785 reads numbers as IEEE 754 doubles, so an integer beyond ±2^53
+// would silently change; Transform refuses such input (see SafeNumbers) rather
+// than store a different value.
+package canonical
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/gowebpki/jcs"
+)
+
+// DigestPrefix starts every revision digest.
+const DigestPrefix = "sha256:"
+
+// MaxSafeInteger is 2^53, the largest magnitude at which every integer is
+// exact as an IEEE 754 double.
+const MaxSafeInteger = 1 << 53
+
+// ErrUnsafeNumber reports a number that canonicalisation would change.
+var ErrUnsafeNumber = errors.New("canonical: number cannot be represented exactly")
+
+// Transform returns the canonical form of the JSON value in data. It fails on
+// invalid JSON, duplicate object keys, lone surrogates, and on numbers that
+// canonicalisation would change (integers beyond ±2^53, out-of-range values).
+func Transform(data []byte) ([]byte, error) {
+	if err := SafeNumbers(data); err != nil {
+		return nil, err
+	}
+	out, err := jcs.Transform(data)
+	if err != nil {
+		return nil, fmt.Errorf("canonical: %w", err)
+	}
+	return out, nil
+}
+
+// Digest returns "sha256:" + 64 lowercase hex digits of the SHA-256 of the
+// canonical form of data.
+func Digest(data []byte) (string, error) {
+	c, err := Transform(data)
+	if err != nil {
+		return "", err
+	}
+	return DigestCanonical(c), nil
+}
+
+// DigestCanonical returns the digest of bytes that are already canonical.
+func DigestCanonical(c []byte) string {
+	sum := sha256.Sum256(c)
+	return DigestPrefix + hex.EncodeToString(sum[:])
+}
+
+// UnsafeNumber describes the first number in a document that canonical JSON
+// would not preserve, with the JSON Pointer of where it stands.
+type UnsafeNumber struct {
+	Path   string
+	Reason string
+}
+
+func (u *UnsafeNumber) Error() string {
+	return fmt.Sprintf("canonical: number at %s %s", u.Path, u.Reason)
+}
+
+func (u *UnsafeNumber) Unwrap() error { return ErrUnsafeNumber }
+
+// SafeNumbers checks every number of the JSON value in data and returns an
+// *UnsafeNumber for the first one that is an integer beyond ±2^53 or does not
+// fit a double. Invalid JSON is reported as a plain error.
+func SafeNumbers(data []byte) error {
+	issues, err := UnsafeNumbers(data, 1)
+	if err != nil {
+		return err
+	}
+	if len(issues) > 0 {
+		return &issues[0]
+	}
+	return nil
+}
+
+// UnsafeNumbers returns up to limit numbers of data (all when limit <= 0) that
+// canonicalisation would change.
+func UnsafeNumbers(data []byte, limit int) ([]UnsafeNumber, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var out []UnsafeNumber
+	type frame struct {
+		object bool
+		index  int
+		key    string
+		want   bool // object: next token is a key
+	}
+	var stack []frame
+	path := func() string {
+		var b []byte
+		for _, f := range stack {
+			b = append(b, '/')
+			if f.object {
+				b = append(b, escapePointer(f.key)...)
+			} else {
+				b = strconv.AppendInt(b, int64(f.index), 10)
+			}
+		}
+		if len(b) == 0 {
+			return ""
+		}
+		return string(b)
+	}
+	afterValue := func() {
+		if n := len(stack); n > 0 {
+			if stack[n-1].object {
+				stack[n-1].want = true
+			} else {
+				stack[n-1].index++
+			}
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("canonical: %w", err)
+		}
+		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].want {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:n-1]
+				afterValue()
+				continue
+			}
+			stack[n-1].key, _ = tok.(string)
+			stack[n-1].want = false
+			continue
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{':
+				stack = append(stack, frame{object: true, want: true})
+			case '[':
+				stack = append(stack, frame{})
+			default:
+				stack = stack[:len(stack)-1]
+				afterValue()
+			}
+			continue
+		case json.Number:
+			if reason := numberProblem(string(v)); reason != "" {
+				out = append(out, UnsafeNumber{Path: path(), Reason: reason})
+				if limit > 0 && len(out) >= limit {
+					return out, nil
+				}
+			}
+		}
+		afterValue()
+	}
+	return out, nil
+}
+
+func numberProblem(s string) string {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) {
+		return "is out of the range of a double"
+	}
+	isInt := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '.' || c == 'e' || c == 'E' {
+			isInt = false
+			break
+		}
+	}
+	if isInt && math.Abs(f) > MaxSafeInteger {
+		return "is an integer beyond ±2^53; send it as a string"
+	}
+	return ""
+}
+
+func escapePointer(s string) string {
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '~':
+			b = append(b, '~', '0')
+		case '/':
+			b = append(b, '~', '1')
+		default:
+			b = append(b, s[i])
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,139 @@
+package varplane
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable machine-readable error code. Codes are part of the API:
+// they appear on the wire as the "code" field of every error body, and clients
+// branch on them. They never change meaning.
+type Code string
+
+// The error codes of the API.
+const (
+	CodeBadRequest        Code = "bad-request"
+	CodeNoHead            Code = "no-head"
+	CodeNotFound          Code = "not-found"
+	CodeRevisionInvalid   Code = "revision-invalid"
+	CodeRevisionConflict  Code = "revision-conflict"
+	CodePayloadTooLarge   Code = "payload-too-large"
+	CodeStoreUnsupported  Code = "store-unsupported"
+	CodeStoreUnavailable  Code = "store-unavailable"
+	CodeForbidden         Code = "forbidden"
+	CodeUnauthorized      Code = "unauthorized"
+	CodeIdempotencyReused Code = "idempotency-key-reused"
+	CodeTooManyRequests   Code = "too-many-subscribers"
+	CodeInternal          Code = "internal"
+)
+
+// Error is the one error type of the domain. Its Code decides the HTTP status
+// and gRPC code (mapped in one place per transport); Message is safe to show to
+// a client; the optional fields carry details for specific codes.
+type Error struct {
+	Code    Code
+	Message string
+
+	// Scope, Expected and Current are set for revision-conflict.
+	Scope    Scope
+	Expected *Generation
+	Current  *Generation
+
+	// Issues is set for revision-invalid.
+	Issues []Issue
+
+	// Err is the underlying cause, kept for logs and errors.Is; it is never
+	// sent to a client.
+	Err error
+}
+
+// Error returns the message, prefixed by the code.
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Unwrap returns the underlying cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *Error with the same code, so that
+// errors.Is(err, ErrConflict) holds for every conflict whatever its details.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Message == ""
+}
+
+// Sentinels to branch on with errors.Is. They carry only a code.
+var (
+	ErrBadRequest       = &Error{Code: CodeBadRequest}
+	ErrNoHead           = &Error{Code: CodeNoHead}
+	ErrNotFound         = &Error{Code: CodeNotFound}
+	ErrInvalid          = &Error{Code: CodeRevisionInvalid}
+	ErrConflict         = &Error{Code: CodeRevisionConflict}
+	ErrUnsupported      = &Error{Code: CodeStoreUnsupported}
+	ErrUnavailable      = &Error{Code: CodeStoreUnavailable}
+	ErrForbidden        = &Error{Code: CodeForbidden}
+	ErrIdempotencyReuse = &Error{Code: CodeIdempotencyReused}
+)
+
+// Store-level sentinels: conditions a Store reports to the Engine, which turns
+// them into results or API errors.
+var (
+	// ErrRevisionExists is returned by Store.Append for a revision-created
+	// event whose (scope, revision) is already stored. Nothing is appended.
+	ErrRevisionExists = errors.New("varplane: revision already exists")
+	// ErrDuplicateIdempotencyKey is returned by Store.Append when the event's
+	// idempotency key is already recorded. Nothing is appended.
+	ErrDuplicateIdempotencyKey = errors.New("varplane: idempotency key already recorded")
+	// ErrClosed is returned by a Store after Close.
+	ErrClosed = &Error{Code: CodeStoreUnavailable, Message: "store is closed"}
+)
+
+// Errorf returns an *Error with code and a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ConflictError returns the revision-conflict error for scope: the caller
+// expected generation expected, the scope is at current.
+func ConflictError(scope Scope, expected, current Generation) *Error {
+	return &Error{
+		Code:     CodeRevisionConflict,
+		Message:  fmt.Sprintf("scope %q is at generation %d, not %d", scope, current, expected),
+		Scope:    scope,
+		Expected: &expected,
+		Current:  &current,
+	}
+}
+
+// Unavailable wraps err as a store-unavailable error: the store of record
+// could not be reached, and nothing was changed.
+func Unavailable(err error) *Error {
+	return &Error{Code: CodeStoreUnavailable, Message: "the store is unavailable", Err: err}
+}
+
+// ErrorCode returns the code of err: the Code of the first *Error in its
+// chain, or CodeInternal for anything else (including nil-free unknown errors).
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// ErrorMessage returns the client-safe message of err: the Message of its
+// *Error, or "internal error" for anything else, so that internal details never
+// reach a client.
+func ErrorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) && e.Code != CodeInternal {
+		if e.Message == "" {
+			return string(e.Code)
+		}
+		return e.Message
+	}
+	return "internal error"
+}

@@ -1,0 +1,76 @@
+package varplane
+
+import "context"
+
+// Store is the contract between the Engine and a storage adapter. The
+// compare-and-set on generations lives here, not in the Engine: a store shared
+// by several processes (Redis, PostgreSQL) must check the expected generation
+// in the same atomic step that writes the event (a script or a transaction),
+// because no in-process lock can see another process's commit.
+//
+// Reads (State, Revision) are synchronous and serve one immutable per-scope
+// snapshot; a store that holds everything in memory answers them without
+// locks. Every method is safe for concurrent use.
+type Store interface {
+	// Name is the store's kind ("memory", "file", "redis", ...), reported as
+	// the source of a status.
+	Name() string
+
+	// State returns the current snapshot of scope. A scope never written has
+	// a zero state (generation 0, no head). A failed read is an error, never
+	// an empty state.
+	State(ctx context.Context, scope Scope) (*ScopeState, error)
+
+	// Revision returns the stored revision rev of scope, or ErrNotFound.
+	Revision(ctx context.Context, scope Scope, rev Revision) (*RevisionRecord, error)
+
+	// History returns every event of scope in log order, including the
+	// deactivated entries that subtree deactivations of its ancestors wrote
+	// for it (reason CascadeReason(parent)).
+	History(ctx context.Context, scope Scope) ([]Event, error)
+
+	// Idempotency returns what the store recorded for key, or ErrNotFound.
+	Idempotency(ctx context.Context, key string) (*IdempotencyRecord, error)
+
+	// Scopes returns every scope that has appeared in the log, sorted.
+	Scopes(ctx context.Context) ([]Scope, error)
+
+	// Append commits one event atomically and durably (per the store's
+	// promise) before it becomes visible:
+	//   - revision-created: stores the revision record; ErrRevisionExists
+	//     when (scope, revision) is already stored.
+	//   - activated: requires the scope's generation to equal expected and
+	//     ev.Generation to be expected+1, and the revision to exist in the
+	//     scope (ErrNotFound otherwise); a generation mismatch returns a
+	//     conflict error (ConflictError) carrying the current generation.
+	//   - rejected: recorded as the scope's last rejection.
+	//   - deactivated is refused: use AppendSubtreeDeactivation.
+	// An event whose IdempotencyKey is already recorded returns
+	// ErrDuplicateIdempotencyKey. On any error nothing is appended.
+	Append(ctx context.Context, ev *Event, expected Generation) error
+
+	// AppendSubtreeDeactivation commits a deactivated event for ev.Scope at
+	// generation expected+1 together with a deactivation of every active
+	// descendant, each at its own next generation, all or nothing. The store
+	// chooses the descendants in the same atomic step and records them in
+	// ev.Cascade before returning.
+	AppendSubtreeDeactivation(ctx context.Context, ev *Event, expected Generation) error
+
+	// Watch registers fn to receive every commit that changes a head, after
+	// the store's snapshot is updated, in commit order per scope. It includes
+	// commits made through this store value and, for shared stores, those
+	// made by other processes. fn runs on the store's goroutine and must not
+	// block. The returned function unregisters fn.
+	Watch(fn func(Commit)) (cancel func())
+
+	// Close releases the store. Later calls return ErrClosed.
+	Close() error
+}
+
+// Replayer is implemented by persistent stores that can rebuild a scope as it
+// was at an earlier generation.
+type Replayer interface {
+	// Replay returns the state of scope right after generation gen, or
+	// ErrNotFound when the scope never reached gen.
+	Replay(ctx context.Context, scope Scope, gen Generation) (*ScopeState, error)
+}

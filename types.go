@@ -1,0 +1,234 @@
+package varplane
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Revision is the content address of a document: "sha256:" followed by 64
+// lowercase hex digits of the SHA-256 of its RFC 8785 canonical JSON.
+type Revision string
+
+// ParseRevision validates s as a revision digest. It returns a bad-request
+// *Error when s is not "sha256:" + 64 lowercase hex digits.
+func ParseRevision(s string) (Revision, error) {
+	const prefix = "sha256:"
+	if len(s) != len(prefix)+64 || !strings.HasPrefix(s, prefix) {
+		return "", Errorf(CodeBadRequest, "revision must be %q followed by 64 lowercase hex digits", prefix)
+	}
+	for i := len(prefix); i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return "", Errorf(CodeBadRequest, "revision must be %q followed by 64 lowercase hex digits", prefix)
+		}
+	}
+	return Revision(s), nil
+}
+
+// Generation counts the activations and deactivations of one scope. It starts
+// at 0 (never activated); each activation or deactivation allocates the next
+// integer. A generation is never reused.
+type Generation uint64
+
+// EventKind names one of the four kinds of event in the audit log.
+type EventKind string
+
+// The event kinds, exactly as they appear in the log.
+const (
+	EventRevisionCreated EventKind = "revision-created"
+	EventActivated       EventKind = "activated"
+	EventDeactivated     EventKind = "deactivated"
+	EventRejected        EventKind = "rejected"
+)
+
+// Valid reports whether k is one of the four kinds.
+func (k EventKind) Valid() bool {
+	switch k {
+	case EventRevisionCreated, EventActivated, EventDeactivated, EventRejected:
+		return true
+	}
+	return false
+}
+
+// CascadeEntry is one descendant deactivated together with its parent in a
+// subtree deactivation, at its own next generation.
+type CascadeEntry struct {
+	Scope      Scope      `json:"scope"`
+	Generation Generation `json:"generation"`
+}
+
+// Event is one entry of the append-only audit log. Its JSON form is one line of
+// the file store's log; the field names are part of the log format.
+//
+// Generation and PreviousGeneration are set on activated and deactivated
+// events only. Cascade lists, on a deactivated event, every active descendant
+// that the same commit deactivated. RequestHash fingerprints the request that
+// carried IdempotencyKey so that a reused key with a different request can be
+// refused, also after a restart.
+type Event struct {
+	Kind               EventKind       `json:"kind"`
+	Scope              Scope           `json:"scope"`
+	Revision           Revision        `json:"revision,omitempty"`
+	Document           json.RawMessage `json:"document,omitempty"`
+	SchemaID           string          `json:"schemaId,omitempty"`
+	SchemaVersion      string          `json:"schemaVersion,omitempty"`
+	Generation         Generation      `json:"generation,omitempty"`
+	PreviousGeneration *Generation     `json:"previousGeneration,omitempty"`
+	Actor              string          `json:"actor,omitempty"`
+	Reason             string          `json:"reason,omitempty"`
+	IdempotencyKey     string          `json:"idempotencyKey,omitempty"`
+	RequestHash        string          `json:"requestHash,omitempty"`
+	RejectionReason    string          `json:"rejectionReason,omitempty"`
+	Cascade            []CascadeEntry  `json:"cascade,omitempty"`
+	Timestamp          time.Time       `json:"timestamp"`
+}
+
+// GenerationPtr returns a pointer to g, for Event.PreviousGeneration.
+func GenerationPtr(g Generation) *Generation { return &g }
+
+// CascadeReason is the reason recorded in a descendant's history when a
+// subtree deactivation of parent cleared it.
+func CascadeReason(parent Scope) string { return "cascade:" + string(parent) }
+
+// RevisionRecord is a stored revision: an immutable document addressed by its
+// digest within one scope.
+type RevisionRecord struct {
+	Scope         Scope           `json:"scope"`
+	Revision      Revision        `json:"revision"`
+	Document      json.RawMessage `json:"document"`
+	SchemaID      string          `json:"schemaId,omitempty"`
+	SchemaVersion string          `json:"schemaVersion,omitempty"`
+	Actor         string          `json:"actor,omitempty"`
+	CreatedAt     time.Time       `json:"createdAt"`
+}
+
+// Head is what a scope serves now. A Head is immutable and shared: the bytes a
+// read answers with and the ETag are computed once, when the head is built.
+type Head struct {
+	Scope         Scope
+	Generation    Generation
+	Revision      Revision
+	SchemaID      string
+	SchemaVersion string
+	EffectiveAt   time.Time
+	Document      json.RawMessage
+	Actor         string
+	Reason        string
+
+	etag string
+	body []byte
+}
+
+// NewHead builds the head that activation event ev installs for document doc,
+// precomputing its read body and ETag.
+func NewHead(ev *Event, rec *RevisionRecord) *Head {
+	h := &Head{
+		Scope:         ev.Scope,
+		Generation:    ev.Generation,
+		Revision:      ev.Revision,
+		SchemaID:      rec.SchemaID,
+		SchemaVersion: rec.SchemaVersion,
+		EffectiveAt:   ev.Timestamp.UTC(),
+		Document:      rec.Document,
+		Actor:         ev.Actor,
+		Reason:        ev.Reason,
+	}
+	h.etag = `"` + string(h.Revision) + `"`
+	h.body = h.buildBody()
+	return h
+}
+
+// ETag returns the revision as a quoted strong validator.
+func (h *Head) ETag() string { return h.etag }
+
+// Values returns the values object of a read: {"<scope>": document} for a key,
+// the document itself for a group.
+func (h *Head) Values() json.RawMessage {
+	if h.Scope.IsGroup() {
+		return h.Document
+	}
+	b := make([]byte, 0, len(h.Scope)+len(h.Document)+8)
+	b = append(b, '{')
+	b = appendJSONString(b, string(h.Scope))
+	b = append(b, ':')
+	b = append(b, h.Document...)
+	return append(b, '}')
+}
+
+// ReadBody returns the JSON body of a read of this head:
+// {"generation","revision","schemaId"?,"effectiveAt","values"}. The slice is
+// shared: do not modify it.
+func (h *Head) ReadBody() []byte { return h.body }
+
+func (h *Head) buildBody() []byte {
+	values := h.Values()
+	b := make([]byte, 0, len(values)+160)
+	b = append(b, `{"generation":`...)
+	b = strconv.AppendUint(b, uint64(h.Generation), 10)
+	b = append(b, `,"revision":`...)
+	b = appendJSONString(b, string(h.Revision))
+	if h.SchemaID != "" {
+		b = append(b, `,"schemaId":`...)
+		b = appendJSONString(b, h.SchemaID)
+	}
+	b = append(b, `,"effectiveAt":"`...)
+	b = h.EffectiveAt.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","values":`...)
+	b = append(b, values...)
+	return append(b, '}')
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // marshalling a string cannot fail
+	return append(b, q...)
+}
+
+// ScopeState is the immutable snapshot of one scope that reads observe: a
+// concurrent commit is seen whole or not at all.
+type ScopeState struct {
+	Scope Scope
+	// Generation is the last generation allocated (0: never activated).
+	Generation Generation
+	// Head is the active head, nil when the scope serves nothing.
+	Head *Head
+	// LastRejected is the most recent rejected event, nil when none.
+	LastRejected *Event
+}
+
+// Issue is one validation finding: a stable code, the JSON Pointer of the
+// offending location, and a message that names the field, never its value.
+type Issue struct {
+	Code    string `json:"code"`
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// IdempotencyRecord is what a store remembers of an idempotency key: the
+// fingerprint of the request that used it, the event it appended, and the
+// scope's generation right after that event.
+type IdempotencyRecord struct {
+	Key         string
+	RequestHash string
+	Event       Event
+	Generation  Generation
+}
+
+// ScopeChange is one scope whose head a commit changed.
+type ScopeChange struct {
+	Scope      Scope
+	Generation Generation
+	// Head is the new head, nil when the scope no longer serves anything.
+	Head *Head
+}
+
+// Commit describes one accepted activation or deactivation (rollback
+// included), delivered after the store is updated. Changes names every scope
+// whose head changed, Scope first; a subtree deactivation has one entry per
+// affected scope.
+type Commit struct {
+	Kind    EventKind
+	Scope   Scope
+	Changes []ScopeChange
+}
