@@ -1,0 +1,730 @@
+package varplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/varplane/varplane/canonical"
+)
+
+// Validator checks documents against named schemas. The schema package
+// provides one; an Engine without a Validator treats every schemaId as
+// unknown.
+type Validator interface {
+	// Validate checks doc (JSON) against the schema named schemaID. It returns
+	// an error wrapping ErrUnknownSchema when no such schema is registered,
+	// and the issues found otherwise (nil when doc is valid).
+	Validate(schemaID string, doc json.RawMessage) ([]Issue, error)
+}
+
+// ErrUnknownSchema is wrapped by Validator.Validate for an unregistered id.
+var ErrUnknownSchema = errors.New("varplane: unknown schema")
+
+// Stable issue codes produced by the Engine itself (schema issues come from
+// the Validator).
+const (
+	IssueSyntax          = "document.syntax"
+	IssueNumberPrecision = "document.number-precision"
+	IssueUnknownSchema   = "document.unknown-schema"
+	IssueGroupShape      = "var.group-scope-shape"
+)
+
+// Options configure an Engine. The zero value is usable.
+type Options struct {
+	// Validator checks documents that name a schemaId.
+	Validator Validator
+	// Now is the clock for event timestamps; time.Now when nil.
+	Now func() time.Time
+	// Logger receives listener panics and internal errors; slog.Default when nil.
+	Logger *slog.Logger
+}
+
+// Engine applies varplane's rules on top of a Store: content-addressed
+// revisions, validation, activation guarded by expectedGeneration, subtree
+// deactivation, rollback, idempotency, and commit notifications. It holds no
+// state of its own beyond its listeners, so several Engines (or processes)
+// may share a store; every method is safe for concurrent use.
+type Engine struct {
+	store     Store
+	validator Validator
+	now       func() time.Time
+	log       *slog.Logger
+
+	mu        sync.Mutex
+	listeners atomic.Pointer[[]*listener]
+	cancel    func()
+}
+
+type listener struct{ fn func(Commit) }
+
+// NewEngine returns an Engine over store. It follows the store's change feed,
+// so OnCommit listeners hear of every commit the store reports, including
+// those made by other processes on a shared store.
+func NewEngine(store Store, opts Options) *Engine {
+	e := &Engine{store: store, validator: opts.Validator, now: opts.Now, log: opts.Logger}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	e.listeners.Store(&[]*listener{})
+	e.cancel = store.Watch(e.dispatch)
+	return e
+}
+
+// Store returns the store the Engine runs on.
+func (e *Engine) Store() Store { return e.store }
+
+// Close stops following the store. It does not close the store.
+func (e *Engine) Close() { e.cancel() }
+
+// OnCommit registers fn to be called after every accepted activation,
+// deactivation (one call naming every affected scope) and rollback, with the
+// store already updated. fn runs on the committing goroutine and must not
+// block; hand the work to a queue. The returned function unregisters fn.
+func (e *Engine) OnCommit(fn func(Commit)) (unsubscribe func()) {
+	l := &listener{fn: fn}
+	e.mu.Lock()
+	old := *e.listeners.Load()
+	next := append(append(make([]*listener, 0, len(old)+1), old...), l)
+	e.listeners.Store(&next)
+	e.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			cur := *e.listeners.Load()
+			next := make([]*listener, 0, len(cur))
+			for _, x := range cur {
+				if x != l {
+					next = append(next, x)
+				}
+			}
+			e.listeners.Store(&next)
+		})
+	}
+}
+
+func (e *Engine) dispatch(c Commit) {
+	for _, l := range *e.listeners.Load() {
+		e.call(l, c)
+	}
+}
+
+func (e *Engine) call(l *listener, c Commit) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.log.Error("commit listener panicked", "scope", string(c.Scope), "panic", fmt.Sprint(r))
+		}
+	}()
+	l.fn(c)
+}
+
+// CreateRevisionRequest asks for a new revision of a scope's document.
+type CreateRevisionRequest struct {
+	Scope          Scope
+	Document       json.RawMessage
+	SchemaID       string
+	SchemaVersion  string
+	Actor          string
+	Reason         string
+	IdempotencyKey string
+}
+
+// CreateRevisionResult answers CreateRevision. Created is false when the
+// content-addressed revision already existed in the scope.
+type CreateRevisionResult struct {
+	Scope      Scope      `json:"scope"`
+	Revision   Revision   `json:"revision"`
+	Generation Generation `json:"generation"`
+	Created    bool       `json:"created"`
+}
+
+// CreateRevision validates req.Document and stores it as an immutable
+// revision of req.Scope. An invalid document is not stored: a rejected event
+// records the issue codes and paths, and the error is revision-invalid with
+// the issues. Creating a revision does not activate it.
+func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) (CreateRevisionResult, error) {
+	if err := validateScope(string(req.Scope)); err != nil {
+		return CreateRevisionResult{}, err
+	}
+	doc, err := compactDocument(req.Document)
+	if err != nil {
+		return CreateRevisionResult{}, err
+	}
+	issues, err := e.check(req.Scope, true, doc, req.SchemaID)
+	if err != nil {
+		return CreateRevisionResult{}, err
+	}
+	if len(issues) > 0 {
+		rej := &Event{
+			Kind:            EventRejected,
+			Scope:           req.Scope,
+			SchemaID:        req.SchemaID,
+			SchemaVersion:   req.SchemaVersion,
+			Actor:           req.Actor,
+			RejectionReason: RejectionReason(issues),
+			Timestamp:       e.timestamp(),
+		}
+		if err := e.store.Append(ctx, rej, 0); err != nil {
+			return CreateRevisionResult{}, fmt.Errorf("record rejection of %s: %w", req.Scope, err)
+		}
+		return CreateRevisionResult{}, InvalidError(issues)
+	}
+	digest, err := canonical.Digest(doc)
+	if err != nil { // check already refused what canonical refuses
+		return CreateRevisionResult{}, fmt.Errorf("digest: %w", err)
+	}
+	rev := Revision(digest)
+	hash := requestHash("create", req.Scope, string(rev), req.SchemaID, req.SchemaVersion)
+	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
+		return createResult(rec), err
+	}
+	ev := &Event{
+		Kind:           EventRevisionCreated,
+		Scope:          req.Scope,
+		Revision:       rev,
+		Document:       doc,
+		SchemaID:       req.SchemaID,
+		SchemaVersion:  req.SchemaVersion,
+		Actor:          req.Actor,
+		Reason:         req.Reason,
+		IdempotencyKey: req.IdempotencyKey,
+		RequestHash:    hashIf(req.IdempotencyKey, hash),
+		Timestamp:      e.timestamp(),
+	}
+	created := true
+	switch err := e.store.Append(ctx, ev, 0); {
+	case errors.Is(err, ErrRevisionExists):
+		created = false
+	case errors.Is(err, ErrDuplicateIdempotencyKey):
+		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
+		return createResult(rec), err
+	case err != nil:
+		return CreateRevisionResult{}, err
+	}
+	st, err := e.store.State(ctx, req.Scope)
+	if err != nil {
+		return CreateRevisionResult{}, err
+	}
+	return CreateRevisionResult{Scope: req.Scope, Revision: rev, Generation: st.Generation, Created: created}, nil
+}
+
+func createResult(rec *IdempotencyRecord) CreateRevisionResult {
+	if rec == nil {
+		return CreateRevisionResult{}
+	}
+	return CreateRevisionResult{Scope: rec.Event.Scope, Revision: rec.Event.Revision, Generation: rec.Generation, Created: true}
+}
+
+// ValidateRequest asks whether a document would be accepted. Scope is
+// optional; when it names a group, the group shape rule applies.
+type ValidateRequest struct {
+	Document json.RawMessage
+	SchemaID string
+	Scope    Scope
+}
+
+// ValidateResult answers Validate.
+type ValidateResult struct {
+	Valid  bool    `json:"valid"`
+	Issues []Issue `json:"issues"`
+}
+
+// Validate checks a document as CreateRevision would, without storing
+// anything or recording a rejection.
+func (e *Engine) Validate(ctx context.Context, req ValidateRequest) (ValidateResult, error) {
+	hasScope := req.Scope != ""
+	if hasScope {
+		if err := validateScope(string(req.Scope)); err != nil {
+			return ValidateResult{}, err
+		}
+	}
+	doc, err := compactDocument(req.Document)
+	if err != nil {
+		return ValidateResult{}, err
+	}
+	issues, err := e.check(req.Scope, hasScope, doc, req.SchemaID)
+	if err != nil {
+		return ValidateResult{}, err
+	}
+	if issues == nil {
+		issues = []Issue{}
+	}
+	return ValidateResult{Valid: len(issues) == 0, Issues: issues}, nil
+}
+
+// check returns the issues of doc; an error only for an internal failure.
+func (e *Engine) check(scope Scope, hasScope bool, doc json.RawMessage, schemaID string) ([]Issue, error) {
+	unsafe, err := canonical.UnsafeNumbers(doc, 20)
+	if err != nil {
+		return []Issue{{Code: IssueSyntax, Path: "", Message: "document is not valid JSON"}}, nil
+	}
+	var issues []Issue
+	for _, u := range unsafe {
+		issues = append(issues, Issue{Code: IssueNumberPrecision, Path: u.Path, Message: "number " + u.Reason})
+	}
+	if len(issues) == 0 {
+		if _, err := canonical.Transform(doc); err != nil {
+			issues = append(issues, Issue{Code: IssueSyntax, Path: "", Message: "document cannot be canonicalised (duplicate object key or invalid string)"})
+		}
+	}
+	if hasScope && scope.IsGroup() {
+		issues = append(issues, groupShapeIssues(scope, doc)...)
+	}
+	if schemaID != "" {
+		if e.validator == nil {
+			issues = append(issues, unknownSchema(schemaID))
+		} else {
+			found, err := e.validator.Validate(schemaID, doc)
+			switch {
+			case errors.Is(err, ErrUnknownSchema):
+				issues = append(issues, unknownSchema(schemaID))
+			case err != nil:
+				return nil, fmt.Errorf("validate against schema %q: %w", schemaID, err)
+			default:
+				issues = append(issues, found...)
+			}
+		}
+	}
+	return issues, nil
+}
+
+func unknownSchema(id string) Issue {
+	return Issue{Code: IssueUnknownSchema, Path: "", Message: fmt.Sprintf("schema %q is not registered", id)}
+}
+
+// groupShapeIssues enforces that a group document is an object whose every
+// top-level key starts with "<group>.".
+func groupShapeIssues(group Scope, doc json.RawMessage) []Issue {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &top); err != nil || top == nil {
+		return []Issue{{Code: IssueGroupShape, Path: "", Message: fmt.Sprintf("a document of group %q must be an object", group)}}
+	}
+	prefix := string(group) + "."
+	var bad []string
+	for k := range top {
+		if !strings.HasPrefix(k, prefix) || len(k) == len(prefix) {
+			bad = append(bad, k)
+		}
+	}
+	sort.Strings(bad)
+	issues := make([]Issue, 0, len(bad))
+	for _, k := range bad {
+		issues = append(issues, Issue{
+			Code:    IssueGroupShape,
+			Path:    "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(k),
+			Message: fmt.Sprintf("top-level key of group %q must start with %q", group, prefix),
+		})
+	}
+	return issues
+}
+
+// RejectionReason renders issues as the reason of a rejected event: codes and
+// paths only, never values.
+func RejectionReason(issues []Issue) string {
+	parts := make([]string, 0, len(issues))
+	for _, is := range issues {
+		p := is.Path
+		if p == "" {
+			p = "(document)"
+		}
+		parts = append(parts, is.Code+" at "+p)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// InvalidError returns the revision-invalid error carrying issues.
+func InvalidError(issues []Issue) *Error {
+	return &Error{Code: CodeRevisionInvalid, Message: fmt.Sprintf("document has %d validation issue(s)", len(issues)), Issues: issues}
+}
+
+// ActivateRequest asks to make a stored revision the scope's head.
+type ActivateRequest struct {
+	Scope              Scope
+	Revision           Revision
+	ExpectedGeneration Generation
+	Actor              string
+	Reason             string
+	IdempotencyKey     string
+}
+
+// ActivationResult answers Activate and Rollback.
+type ActivationResult struct {
+	Scope       Scope      `json:"scope"`
+	Generation  Generation `json:"generation"`
+	Revision    Revision   `json:"revision"`
+	EffectiveAt time.Time  `json:"effectiveAt"`
+}
+
+// Activate makes req.Revision the head of req.Scope at the next generation.
+// It returns a revision-conflict error (errors.Is ErrConflict) carrying the
+// current generation when the scope is not at req.ExpectedGeneration, and
+// not-found when the revision is not stored in the scope.
+func (e *Engine) Activate(ctx context.Context, req ActivateRequest) (ActivationResult, error) {
+	if err := validateScope(string(req.Scope)); err != nil {
+		return ActivationResult{}, err
+	}
+	if _, err := ParseRevision(string(req.Revision)); err != nil {
+		return ActivationResult{}, err
+	}
+	hash := requestHash("activate", req.Scope, string(req.Revision), fmt.Sprint(req.ExpectedGeneration))
+	return e.activate(ctx, req, hash)
+}
+
+func (e *Engine) activate(ctx context.Context, req ActivateRequest, hash string) (ActivationResult, error) {
+	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
+		return activationResult(rec), err
+	}
+	ev := &Event{
+		Kind:               EventActivated,
+		Scope:              req.Scope,
+		Revision:           req.Revision,
+		Generation:         req.ExpectedGeneration + 1,
+		PreviousGeneration: GenerationPtr(req.ExpectedGeneration),
+		Actor:              req.Actor,
+		Reason:             req.Reason,
+		IdempotencyKey:     req.IdempotencyKey,
+		RequestHash:        hashIf(req.IdempotencyKey, hash),
+		Timestamp:          e.timestamp(),
+	}
+	switch err := e.store.Append(ctx, ev, req.ExpectedGeneration); {
+	case errors.Is(err, ErrDuplicateIdempotencyKey):
+		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
+		return activationResult(rec), err
+	case errors.Is(err, ErrNotFound):
+		return ActivationResult{}, &Error{Code: CodeNotFound, Message: fmt.Sprintf("revision %s is not stored in scope %q", req.Revision, req.Scope), Err: err}
+	case err != nil:
+		return ActivationResult{}, err
+	}
+	return ActivationResult{Scope: ev.Scope, Generation: ev.Generation, Revision: ev.Revision, EffectiveAt: ev.Timestamp}, nil
+}
+
+func activationResult(rec *IdempotencyRecord) ActivationResult {
+	if rec == nil {
+		return ActivationResult{}
+	}
+	ev := rec.Event
+	return ActivationResult{Scope: ev.Scope, Generation: ev.Generation, Revision: ev.Revision, EffectiveAt: ev.Timestamp}
+}
+
+// DeactivateRequest asks to clear a scope's head and its subtree.
+type DeactivateRequest struct {
+	Scope              Scope
+	ExpectedGeneration Generation
+	Actor              string
+	Reason             string
+	IdempotencyKey     string
+}
+
+// DeactivationResult answers Deactivate. Cascade lists the descendants that
+// the same commit deactivated.
+type DeactivationResult struct {
+	Scope      Scope          `json:"scope"`
+	Generation Generation     `json:"generation"`
+	Active     bool           `json:"active"`
+	Cascade    []CascadeEntry `json:"cascade,omitempty"`
+}
+
+// Deactivate clears the head of req.Scope and of every active descendant in
+// one atomic commit; each descendant takes its own next generation. It is a
+// tombstone: descendants activated later are live. A scope with no head can be
+// deactivated; it still takes the next generation. A generation mismatch is a
+// revision-conflict error.
+func (e *Engine) Deactivate(ctx context.Context, req DeactivateRequest) (DeactivationResult, error) {
+	if err := validateScope(string(req.Scope)); err != nil {
+		return DeactivationResult{}, err
+	}
+	hash := requestHash("deactivate", req.Scope, fmt.Sprint(req.ExpectedGeneration))
+	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
+		return deactivationResult(rec), err
+	}
+	ev := &Event{
+		Kind:               EventDeactivated,
+		Scope:              req.Scope,
+		Generation:         req.ExpectedGeneration + 1,
+		PreviousGeneration: GenerationPtr(req.ExpectedGeneration),
+		Actor:              req.Actor,
+		Reason:             req.Reason,
+		IdempotencyKey:     req.IdempotencyKey,
+		RequestHash:        hashIf(req.IdempotencyKey, hash),
+		Timestamp:          e.timestamp(),
+	}
+	switch err := e.store.AppendSubtreeDeactivation(ctx, ev, req.ExpectedGeneration); {
+	case errors.Is(err, ErrDuplicateIdempotencyKey):
+		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
+		return deactivationResult(rec), err
+	case err != nil:
+		return DeactivationResult{}, err
+	}
+	return DeactivationResult{Scope: ev.Scope, Generation: ev.Generation, Cascade: ev.Cascade}, nil
+}
+
+func deactivationResult(rec *IdempotencyRecord) DeactivationResult {
+	if rec == nil {
+		return DeactivationResult{}
+	}
+	return DeactivationResult{Scope: rec.Event.Scope, Generation: rec.Event.Generation, Cascade: rec.Event.Cascade}
+}
+
+// RollbackRequest asks to re-activate an earlier revision as a new
+// generation. At most one of ToRevision and ToGeneration is set; with neither,
+// the target is the revision that was active before the current one.
+type RollbackRequest struct {
+	Scope              Scope
+	ExpectedGeneration Generation
+	ToRevision         Revision
+	ToGeneration       *Generation
+	Actor              string
+	Reason             string
+	IdempotencyKey     string
+}
+
+// Rollback re-activates an earlier revision of req.Scope as a new generation;
+// history only grows. The activated event's reason is "rollback to
+// <revision>" unless req.Reason is set. It returns not-found when the target
+// does not exist and revision-conflict on a generation mismatch.
+func (e *Engine) Rollback(ctx context.Context, req RollbackRequest) (ActivationResult, error) {
+	if err := validateScope(string(req.Scope)); err != nil {
+		return ActivationResult{}, err
+	}
+	if req.ToRevision != "" && req.ToGeneration != nil {
+		return ActivationResult{}, Errorf(CodeBadRequest, "give toRevision or toGeneration, not both")
+	}
+	target := fmt.Sprint("prev@", req.ExpectedGeneration)
+	switch {
+	case req.ToRevision != "":
+		target = "rev:" + string(req.ToRevision)
+	case req.ToGeneration != nil:
+		target = fmt.Sprint("gen:", *req.ToGeneration)
+	}
+	hash := requestHash("rollback", req.Scope, target, fmt.Sprint(req.ExpectedGeneration))
+	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
+		return activationResult(rec), err
+	}
+	rev, err := e.rollbackTarget(ctx, req)
+	if err != nil {
+		return ActivationResult{}, err
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "rollback to " + string(rev)
+	}
+	return e.activate(ctx, ActivateRequest{
+		Scope:              req.Scope,
+		Revision:           rev,
+		ExpectedGeneration: req.ExpectedGeneration,
+		Actor:              req.Actor,
+		Reason:             reason,
+		IdempotencyKey:     req.IdempotencyKey,
+	}, hash)
+}
+
+func (e *Engine) rollbackTarget(ctx context.Context, req RollbackRequest) (Revision, error) {
+	if req.ToRevision != "" {
+		if _, err := ParseRevision(string(req.ToRevision)); err != nil {
+			return "", err
+		}
+		if _, err := e.store.Revision(ctx, req.Scope, req.ToRevision); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return "", Errorf(CodeNotFound, "revision %s is not stored in scope %q", req.ToRevision, req.Scope)
+			}
+			return "", err
+		}
+		return req.ToRevision, nil
+	}
+	events, err := e.store.History(ctx, req.Scope)
+	if err != nil {
+		return "", err
+	}
+	if req.ToGeneration != nil {
+		for _, ev := range events {
+			if ev.Kind == EventActivated && ev.Generation == *req.ToGeneration {
+				return ev.Revision, nil
+			}
+		}
+		return "", Errorf(CodeNotFound, "generation %d of scope %q is not an activation", *req.ToGeneration, req.Scope)
+	}
+	st, err := e.store.State(ctx, req.Scope)
+	if err != nil {
+		return "", err
+	}
+	var current Revision
+	var since Generation
+	if st.Head != nil {
+		current, since = st.Head.Revision, st.Head.Generation
+	}
+	for i := len(events) - 1; i >= 0; i-- {
+		ev := events[i]
+		if ev.Kind != EventActivated || (since != 0 && ev.Generation >= since) {
+			continue
+		}
+		if ev.Revision != current {
+			return ev.Revision, nil
+		}
+	}
+	return "", Errorf(CodeNotFound, "scope %q has no earlier revision to roll back to", req.Scope)
+}
+
+// Status describes a scope for operators.
+type Status struct {
+	Scope        Scope      `json:"scope"`
+	Active       bool       `json:"active"`
+	Generation   Generation `json:"generation"`
+	Revision     Revision   `json:"revision,omitempty"`
+	Source       string     `json:"source"`
+	LastRejected *Event     `json:"lastRejected,omitempty"`
+}
+
+// Status returns whether scope has a head, its generation and revision, the
+// store that serves it (source) and its last rejected revision.
+func (e *Engine) Status(ctx context.Context, scope Scope) (Status, error) {
+	if err := validateScope(string(scope)); err != nil {
+		return Status{}, err
+	}
+	st, err := e.store.State(ctx, scope)
+	if err != nil {
+		return Status{}, err
+	}
+	s := Status{Scope: scope, Generation: st.Generation, Source: e.store.Name(), LastRejected: st.LastRejected}
+	if st.Head != nil {
+		s.Active, s.Revision = true, st.Head.Revision
+	}
+	return s, nil
+}
+
+// Head returns the active head of scope, or an error with code no-head.
+func (e *Engine) Head(ctx context.Context, scope Scope) (*Head, error) {
+	st, err := e.store.State(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	if st.Head == nil {
+		return nil, &Error{Code: CodeNoHead, Message: fmt.Sprintf("scope %q has no active head", scope)}
+	}
+	return st.Head, nil
+}
+
+// History returns every event of scope in log order.
+func (e *Engine) History(ctx context.Context, scope Scope) ([]Event, error) {
+	if err := validateScope(string(scope)); err != nil {
+		return nil, err
+	}
+	return e.store.History(ctx, scope)
+}
+
+// ScopeHead is a scope's head as of some generation, as replay answers it.
+type ScopeHead struct {
+	Scope         Scope           `json:"scope"`
+	Active        bool            `json:"active"`
+	Generation    Generation      `json:"generation"`
+	Revision      Revision        `json:"revision,omitempty"`
+	SchemaID      string          `json:"schemaId,omitempty"`
+	SchemaVersion string          `json:"schemaVersion,omitempty"`
+	EffectiveAt   *time.Time      `json:"effectiveAt,omitempty"`
+	Document      json.RawMessage `json:"document,omitempty"`
+}
+
+// Replay returns scope as it was right after generation gen. It returns
+// store-unsupported on a store without a log (memory) and not-found when the
+// scope never reached gen.
+func (e *Engine) Replay(ctx context.Context, scope Scope, gen Generation) (ScopeHead, error) {
+	if err := validateScope(string(scope)); err != nil {
+		return ScopeHead{}, err
+	}
+	r, ok := e.store.(Replayer)
+	if !ok {
+		return ScopeHead{}, Errorf(CodeStoreUnsupported, "the %s store keeps no log to replay", e.store.Name())
+	}
+	st, err := r.Replay(ctx, scope, gen)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return ScopeHead{}, Errorf(CodeNotFound, "scope %q never reached generation %d", scope, gen)
+		}
+		return ScopeHead{}, err
+	}
+	out := ScopeHead{Scope: scope, Generation: st.Generation}
+	if h := st.Head; h != nil {
+		at := h.EffectiveAt
+		out.Active, out.Revision, out.SchemaID, out.SchemaVersion = true, h.Revision, h.SchemaID, h.SchemaVersion
+		out.EffectiveAt, out.Document = &at, h.Document
+	}
+	return out, nil
+}
+
+func (e *Engine) timestamp() time.Time { return e.now().UTC() }
+
+// replayed returns the record of an earlier request with the same
+// idempotency key, nil when the key is new, and idempotency-key-reused when
+// the key served a different request.
+func (e *Engine) replayed(ctx context.Context, key, hash string) (*IdempotencyRecord, error) {
+	if key == "" {
+		return nil, nil
+	}
+	rec, err := e.store.Idempotency(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rec.RequestHash != hash {
+		return nil, &Error{Code: CodeIdempotencyReused, Message: "idempotency key was already used for a different request"}
+	}
+	return rec, nil
+}
+
+// replayedAfterRace resolves a commit that lost a race to a concurrent
+// request with the same key.
+func (e *Engine) replayedAfterRace(ctx context.Context, key, hash string) (*IdempotencyRecord, error) {
+	rec, err := e.replayed(ctx, key, hash)
+	if err == nil && rec == nil {
+		err = fmt.Errorf("idempotency key %q reported as recorded but not found", key)
+	}
+	return rec, err
+}
+
+func requestHash(op string, scope Scope, parts ...string) string {
+	h := sha256.New()
+	h.Write([]byte(op))
+	h.Write([]byte{0})
+	h.Write([]byte(scope))
+	for _, p := range parts {
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func hashIf(key, hash string) string {
+	if key == "" {
+		return ""
+	}
+	return hash
+}
+
+// compactDocument checks that doc is present and valid JSON and removes
+// insignificant whitespace, keeping key order and number text as authored.
+func compactDocument(doc json.RawMessage) (json.RawMessage, error) {
+	if len(bytes.TrimSpace(doc)) == 0 {
+		return nil, Errorf(CodeBadRequest, "document is required")
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, doc); err != nil {
+		return nil, Errorf(CodeBadRequest, "document is not valid JSON")
+	}
+	return buf.Bytes(), nil
+}
