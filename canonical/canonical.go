@@ -33,8 +33,9 @@ const MaxSafeInteger = 1 << 53
 var ErrUnsafeNumber = errors.New("canonical: number cannot be represented exactly")
 
 // Transform returns the canonical form of the JSON value in data. It fails on
-// invalid JSON, duplicate object keys, lone surrogates, and on numbers that
-// canonicalisation would change (integers beyond ±2^53, out-of-range values).
+// invalid JSON, duplicate object keys, lone surrogates and invalid UTF-8, and
+// with an *UnsafeNumber on the numbers SafeNumbers refuses. Its output is
+// accepted by Transform and returned unchanged.
 func Transform(data []byte) ([]byte, error) {
 	if err := SafeNumbers(data); err != nil {
 		return nil, err
@@ -69,15 +70,26 @@ type UnsafeNumber struct {
 	Reason string
 }
 
+// Error names the number's location and the reason, never the number itself.
 func (u *UnsafeNumber) Error() string {
-	return fmt.Sprintf("canonical: number at %s %s", u.Path, u.Reason)
+	at := u.Path
+	if at == "" {
+		at = "the document root" // "" is the root's JSON Pointer, unreadable in a sentence
+	}
+	return fmt.Sprintf("canonical: number at %s %s", at, u.Reason)
 }
 
+// Unwrap returns ErrUnsafeNumber, so errors.Is(err, ErrUnsafeNumber) holds.
 func (u *UnsafeNumber) Unwrap() error { return ErrUnsafeNumber }
 
 // SafeNumbers checks every number of the JSON value in data and returns an
-// *UnsafeNumber for the first one that is an integer beyond ±2^53 or does not
-// fit a double. Invalid JSON is reported as a plain error.
+// *UnsafeNumber for the first one that canonicalisation would change or that
+// would leave the safe range: an integer literal beyond ±2^53, a value whose
+// canonical form would be such an integer (1e16, 10000000000000000.0), a
+// value beyond the range of a double, or a non-zero value that would
+// underflow to 0. Floats written with an exponent that stays in the
+// canonical form (1.5e300) are accepted. Invalid JSON is reported as a
+// plain error.
 func SafeNumbers(data []byte) error {
 	issues, err := UnsafeNumbers(data, 1)
 	if err != nil {
@@ -90,7 +102,9 @@ func SafeNumbers(data []byte) error {
 }
 
 // UnsafeNumbers returns up to limit numbers of data (all when limit <= 0) that
-// canonicalisation would change.
+// canonicalisation would change, in document order. It returns an error when
+// data is not one JSON value, unless limit numbers were found before the
+// malformed part.
 func UnsafeNumbers(data []byte, limit int) ([]UnsafeNumber, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -117,7 +131,11 @@ func UnsafeNumbers(data []byte, limit int) ([]UnsafeNumber, error) {
 		}
 		return string(b)
 	}
+	values := 0 // complete top-level values; exactly one is valid JSON
 	afterValue := func() {
+		if len(stack) == 0 {
+			values++
+		}
 		if n := len(stack); n > 0 {
 			if stack[n-1].object {
 				stack[n-1].want = true
@@ -129,10 +147,17 @@ func UnsafeNumbers(data []byte, limit int) ([]UnsafeNumber, error) {
 	for {
 		tok, err := dec.Token()
 		if err == io.EOF {
+			// The decoder reports a truncated document as a plain EOF.
+			if len(stack) > 0 || values == 0 {
+				return nil, fmt.Errorf("canonical: %w", io.ErrUnexpectedEOF)
+			}
 			break
 		}
 		if err != nil {
 			return nil, fmt.Errorf("canonical: %w", err)
+		}
+		if len(stack) == 0 && values > 0 {
+			return nil, errors.New("canonical: data after the JSON value")
 		}
 		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].want {
 			if d, ok := tok.(json.Delim); ok && d == '}' {
@@ -174,15 +199,37 @@ func numberProblem(s string) string {
 	if err != nil || math.IsInf(f, 0) {
 		return "is out of the range of a double"
 	}
-	isInt := true
+	isInt, nonZero := true, false
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '.' || c == 'e' || c == 'E' {
+		c := s[i]
+		if c == 'e' || c == 'E' {
 			isInt = false
-			break
+			break // exponent digits say nothing about zero-ness
+		}
+		if c == '.' {
+			isInt = false
+		}
+		if c >= '1' && c <= '9' {
+			nonZero = true
 		}
 	}
-	if isInt && math.Abs(f) > MaxSafeInteger {
-		return "is an integer beyond ±2^53; send it as a string"
+	if nonZero && f == 0 {
+		// An underflow would turn a written non-zero value into 0.
+		return "is too small for a double and would become 0"
+	}
+	if isInt {
+		// Compare exactly: as a float64, 2^53+1 already rounds to 2^53.
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n > MaxSafeInteger || n < -MaxSafeInteger {
+			return "is an integer beyond ±2^53; send it as a string"
+		}
+		return ""
+	}
+	// ECMAScript formatting writes integral doubles below 1e21 without an
+	// exponent: 1e16 would come out as an integer literal beyond 2^53, which
+	// this check refuses, and canonical output must stay acceptable input.
+	if a := math.Abs(f); a > MaxSafeInteger && a < 1e21 && f == math.Trunc(f) {
+		return "would be written as an integer beyond ±2^53; send it as a string"
 	}
 	return ""
 }
