@@ -1,6 +1,7 @@
 package varplane
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -180,9 +181,14 @@ func (h *Head) buildBody() []byte {
 	return append(b, '}')
 }
 
+// appendJSONString appends s as a JSON string without HTML escaping, so that
+// the bytes match what canonical JSON would write.
 func appendJSONString(b []byte, s string) []byte {
-	q, _ := json.Marshal(s) // marshalling a string cannot fail
-	return append(b, q...)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // encoding a string cannot fail
+	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
 }
 
 // ScopeState is the immutable snapshot of one scope that reads observe: a
