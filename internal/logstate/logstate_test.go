@@ -1,0 +1,105 @@
+package logstate_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/logstate"
+)
+
+func commitOne(t *testing.T, st *logstate.State, ev *varplane.Event, expected varplane.Generation) {
+	t.Helper()
+	tx := st.Begin()
+	var err error
+	if ev.Kind == varplane.EventDeactivated {
+		_, err = tx.AppendSubtree(ev, expected)
+	} else {
+		_, err = tx.Append(ev, expected)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.Commit()
+}
+
+func TestLoadDoesNotAllocate(t *testing.T) {
+	st := logstate.New()
+	commitOne(t, st, &varplane.Event{Kind: varplane.EventRevisionCreated, Scope: "a.b", Revision: revOf(1), Document: doc(1)}, 0)
+	commitOne(t, st, &varplane.Event{Kind: varplane.EventActivated, Scope: "a.b", Revision: revOf(1)}, 0)
+	var got *varplane.ScopeState
+	if n := testing.AllocsPerRun(100, func() { got = st.State("a.b") }); n != 0 {
+		t.Errorf("State allocates %.0f times per read, want 0", n)
+	}
+	if got.Head == nil || got.Generation != 1 {
+		t.Errorf("state = %+v, want generation 1 with a head", got)
+	}
+}
+
+func TestTxInvisibleUntilCommit(t *testing.T) {
+	st := logstate.New()
+	commitOne(t, st, &varplane.Event{Kind: varplane.EventRevisionCreated, Scope: "a", Revision: revOf(1), Document: doc(1)}, 0)
+	tx := st.Begin()
+	if _, err := tx.Append(&varplane.Event{Kind: varplane.EventActivated, Scope: "a", Revision: revOf(1)}, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The next event of the batch sees the pending one...
+	if _, err := tx.Append(&varplane.Event{Kind: varplane.EventActivated, Scope: "a", Revision: revOf(1)}, 0); !errors.Is(err, varplane.ErrConflict) {
+		t.Errorf("second activation at 0 in the batch: err = %v, want a conflict", err)
+	}
+	if _, err := tx.Append(&varplane.Event{Kind: varplane.EventRevisionCreated, Scope: "new.k", Revision: revOf(2), Document: doc(2)}, 0); err != nil {
+		t.Fatal(err)
+	}
+	// ...readers do not.
+	if g := st.State("a").Generation; g != 0 {
+		t.Errorf("pending activation visible: generation %d", g)
+	}
+	if st.Load("new.k") != nil || len(st.Scopes()) != 1 {
+		t.Errorf("pending scope visible: %v", st.Scopes())
+	}
+	tx.Discard()
+	if g := st.State("a").Generation; g != 0 {
+		t.Errorf("discarded activation visible: generation %d", g)
+	}
+	if _, ok := st.Revision("new.k", revOf(2)); ok {
+		t.Error("discarded revision visible")
+	}
+}
+
+func TestCheckDoesNotApply(t *testing.T) {
+	st := logstate.New()
+	ev := &varplane.Event{Kind: varplane.EventRevisionCreated, Scope: "a", Revision: revOf(1), Document: doc(1), Timestamp: time.Now()}
+	if err := st.Check(ev, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Check(&varplane.Event{Kind: varplane.EventActivated, Scope: "a", Revision: revOf(1)}, 0); !errors.Is(err, varplane.ErrNotFound) {
+		t.Errorf("Check activation of an unchecked-in revision: err = %v, want not-found", err)
+	}
+	if st.Load("a") != nil {
+		t.Error("Check applied the event")
+	}
+}
+
+func TestApplyRefusesInconsistentCascade(t *testing.T) {
+	st := logstate.New()
+	commitOne(t, st, &varplane.Event{Kind: varplane.EventRevisionCreated, Scope: "a.b", Revision: revOf(1), Document: doc(1)}, 0)
+	commitOne(t, st, &varplane.Event{Kind: varplane.EventActivated, Scope: "a.b", Revision: revOf(1)}, 0)
+	for name, cascade := range map[string][]varplane.CascadeEntry{
+		"missing descendant": nil,
+		"wrong generation":   {{Scope: "a.b", Generation: 5}},
+		"not a descendant":   {{Scope: "ab", Generation: 1}},
+	} {
+		ev := &varplane.Event{Kind: varplane.EventDeactivated, Scope: "a", Generation: 1, Cascade: cascade}
+		if _, err := st.Apply(ev); err == nil {
+			t.Errorf("%s: Apply accepted cascade %v", name, cascade)
+		}
+	}
+	ev := &varplane.Event{Kind: varplane.EventDeactivated, Scope: "a", Generation: 1, Cascade: []varplane.CascadeEntry{{Scope: "a.b", Generation: 2}}}
+	if _, err := st.Apply(ev); err != nil {
+		t.Fatalf("Apply of the right cascade: %v", err)
+	}
+	if got := st.State("a.b"); got.Generation != 2 || got.Head != nil {
+		t.Errorf("a.b = gen %d head %v, want 2 without head", got.Generation, got.Head)
+	}
+}

@@ -1,0 +1,623 @@
+package logstate
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/varplane/varplane"
+)
+
+// pending is what a transaction changes in one scope before Commit.
+type pending struct {
+	scope   varplane.Scope
+	slot    *slot // nil: the scope first appears in this transaction
+	w       wstate
+	revs    []*varplane.RevisionRecord
+	hist    []varplane.Event
+	changed bool
+}
+
+// Tx is a batch of events, each validated against the fold including the
+// events before it in the batch, published together by Commit. Nothing of a
+// Tx is visible to readers before Commit; Discard drops it. A Tx belongs to
+// the single writer of its State and is reusable after Commit or Discard.
+type Tx struct {
+	st      *State
+	bulk    bool
+	n       int
+	pend    map[varplane.Scope]*pending
+	order   []*pending
+	idem    map[string]*varplane.IdempotencyRecord
+	commits []varplane.Commit
+	dirty   []*slot
+	arena   [][]varplane.Event
+	arenaN  int
+}
+
+const arenaChunk = 4096
+
+// Begin starts a transaction. Only one transaction may be open at a time
+// (the single-writer rule).
+func (st *State) Begin() *Tx {
+	return &Tx{
+		st:   st,
+		pend: make(map[varplane.Scope]*pending),
+		idem: make(map[string]*varplane.IdempotencyRecord),
+	}
+}
+
+// Bulk starts a loading transaction that folds events straight into the
+// state instead of staging them: it is much cheaper per event, and only
+// correct while no reader can observe the State (before the store that owns
+// it is returned to anyone). Commit publishes the snapshots of every scope
+// the load touched; Discard is not possible (the state is left half-loaded
+// and must be thrown away).
+func (st *State) Bulk() *Tx {
+	return &Tx{st: st, bulk: true}
+}
+
+// Len returns the number of events in the transaction.
+func (tx *Tx) Len() int { return tx.n }
+
+// Check validates ev as the kind's commit would (Append for every kind but
+// deactivated, AppendSubtree for deactivated) against the fold including the
+// transaction's events, without applying it. It does not modify ev.
+func (tx *Tx) Check(ev *varplane.Event, expected varplane.Generation) error {
+	mode := modeAppend
+	if ev.Kind == varplane.EventDeactivated {
+		mode = modeSubtree
+	}
+	e, err := normalize(ev, expected)
+	if err != nil {
+		return err
+	}
+	if mode == modeSubtree {
+		e.Cascade = tx.PlanSubtree(e.Scope)
+	}
+	return tx.check(&e, expected, mode)
+}
+
+// Check validates ev against the published fold without applying it, like
+// Tx.Check. Writer only.
+func (st *State) Check(ev *varplane.Event, expected varplane.Generation) error {
+	return (&Tx{st: st}).Check(ev, expected)
+}
+
+// Append validates ev with the checks of varplane.Store.Append (a conflict
+// error carrying the current generation when the scope is not at expected,
+// not-found for an unknown revision, ErrRevisionExists,
+// ErrDuplicateIdempotencyKey, bad-request for a malformed event or for a
+// deactivation) and folds it into the transaction. It returns the event as it
+// will be stored: a normalised copy (UTC timestamp without monotonic reading,
+// compacted document, generation and previousGeneration filled in from
+// expected when unset). ev itself is not modified. On error the transaction
+// is unchanged.
+func (tx *Tx) Append(ev *varplane.Event, expected varplane.Generation) (*varplane.Event, error) {
+	return tx.submit(ev, expected, modeAppend)
+}
+
+// AppendSubtree validates a deactivated event for ev.Scope at expected+1 and
+// folds it together with the deactivation of every active descendant, each at
+// its own next generation (the returned event's Cascade). Errors as Append.
+func (tx *Tx) AppendSubtree(ev *varplane.Event, expected varplane.Generation) (*varplane.Event, error) {
+	return tx.submit(ev, expected, modeSubtree)
+}
+
+func (tx *Tx) submit(ev *varplane.Event, expected varplane.Generation, mode int) (*varplane.Event, error) {
+	e, err := normalize(ev, expected)
+	if err != nil {
+		return nil, err
+	}
+	if mode == modeSubtree && ev.Kind == varplane.EventDeactivated && e.Scope.Valid() {
+		e.Cascade = tx.PlanSubtree(e.Scope)
+	}
+	if err := tx.check(&e, expected, mode); err != nil {
+		return nil, err
+	}
+	tx.apply(&e)
+	return &e, nil
+}
+
+// Apply validates ev as a logged event (the expected generation is the one
+// before ev.Generation; a deactivated event's Cascade must list exactly the
+// active descendants, each at its next generation) and folds it. It is the
+// replay path: ev is taken as stored, without normalisation, and is not
+// retained (a copy is).
+func (tx *Tx) Apply(ev *varplane.Event) error {
+	var expected varplane.Generation
+	if ev.Kind == varplane.EventActivated || ev.Kind == varplane.EventDeactivated {
+		if ev.Generation == 0 {
+			return badRequest("%s event for scope %q has no generation", ev.Kind, ev.Scope)
+		}
+		expected = ev.Generation - 1
+	}
+	if err := tx.check(ev, expected, modeReplay); err != nil {
+		return err
+	}
+	e := *ev
+	if len(e.Cascade) > 0 {
+		e.Cascade = slices.Clone(e.Cascade)
+	}
+	tx.apply(&e)
+	return nil
+}
+
+// Apply folds one logged event and publishes it at once; see Tx.Apply.
+// Writer only.
+func (st *State) Apply(ev *varplane.Event) ([]varplane.Commit, error) {
+	tx := st.Begin()
+	if err := tx.Apply(ev); err != nil {
+		return nil, err
+	}
+	return tx.Commit(), nil
+}
+
+// PlanSubtree returns the cascade of a deactivation of parent: every
+// descendant that has an active head, each at its own generation+1, sorted by
+// scope.
+func (tx *Tx) PlanSubtree(parent varplane.Scope) []varplane.CascadeEntry {
+	var out []varplane.CascadeEntry
+	for _, d := range tx.st.desc[parent] {
+		if w, _ := tx.view(d); w.headIdx > 0 {
+			out = append(out, varplane.CascadeEntry{Scope: d, Generation: w.gen + 1})
+		}
+	}
+	if !tx.bulk {
+		for _, p := range tx.order {
+			if p.slot == nil && p.w.headIdx > 0 && p.scope.IsDescendantOf(parent) {
+				out = append(out, varplane.CascadeEntry{Scope: p.scope, Generation: p.w.gen + 1})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b varplane.CascadeEntry) int { return cmp.Compare(a.Scope, b.Scope) })
+	return out
+}
+
+// Commit publishes the transaction's events and returns the commits that
+// changed a head, in order, for the store's watchers. The Tx is then empty
+// and reusable.
+func (tx *Tx) Commit() []varplane.Commit {
+	st := tx.st
+	if tx.bulk {
+		for _, sl := range tx.dirty {
+			if len(sl.bulk) > 0 {
+				h := make([]varplane.Event, len(sl.hist), len(sl.hist)+len(sl.bulk))
+				copy(h, sl.hist)
+				for _, i := range sl.bulk {
+					h = append(h, tx.arena[i/arenaChunk][i%arenaChunk])
+				}
+				sl.hist, sl.bulk = h, nil
+			}
+			sl.dirty = false
+			publish(sl)
+		}
+		tx.dirty, tx.arena, tx.arenaN = nil, nil, 0
+		tx.n = 0
+		return nil
+	}
+	var fresh []*slot
+	for _, p := range tx.order {
+		sl := p.slot
+		if sl == nil {
+			sl = newSlot(p.scope)
+			fresh = append(fresh, sl)
+		}
+		if len(p.revs) > 0 || len(p.hist) > 0 {
+			sl.mu.Lock()
+			for _, r := range p.revs {
+				sl.revs[r.Revision] = r
+			}
+			sl.hist = append(sl.hist, p.hist...)
+			sl.mu.Unlock()
+		}
+		if p.changed || p.slot == nil {
+			sl.w = p.w
+			publish(sl)
+		}
+	}
+	st.installSlots(fresh)
+	for _, sl := range fresh {
+		st.addScope(sl.scope)
+	}
+	if len(tx.idem) > 0 {
+		st.idemMu.Lock()
+		for k, r := range tx.idem {
+			st.idem[k] = r
+		}
+		st.idemMu.Unlock()
+	}
+	commits := tx.commits
+	tx.Discard()
+	return commits
+}
+
+// Discard drops the transaction's events; the Tx is then empty and reusable.
+// A Bulk transaction cannot be discarded: its events are already folded.
+func (tx *Tx) Discard() {
+	if tx.bulk {
+		return
+	}
+	clear(tx.pend)
+	clear(tx.order)
+	tx.order = tx.order[:0]
+	clear(tx.idem)
+	tx.commits = nil
+	tx.n = 0
+}
+
+// view returns the writer state of s including the transaction.
+func (tx *Tx) view(s varplane.Scope) (wstate, bool) {
+	if p := tx.pend[s]; p != nil {
+		return p.w, true
+	}
+	if sl := tx.st.lookup(s); sl != nil {
+		return sl.w, true
+	}
+	return wstate{}, false
+}
+
+func (tx *Tx) rev(s varplane.Scope, r varplane.Revision) *varplane.RevisionRecord {
+	if p := tx.pend[s]; p != nil {
+		for _, rec := range p.revs {
+			if rec.Revision == r {
+				return rec
+			}
+		}
+	}
+	sl := tx.st.lookup(s)
+	if sl == nil {
+		return nil
+	}
+	if tx.bulk {
+		return sl.revs[r]
+	}
+	sl.mu.RLock()
+	rec := sl.revs[r]
+	sl.mu.RUnlock()
+	return rec
+}
+
+func (tx *Tx) idemRec(k string) bool {
+	if _, ok := tx.idem[k]; ok {
+		return true
+	}
+	if tx.bulk {
+		_, ok := tx.st.idem[k]
+		return ok
+	}
+	_, ok := tx.st.Idempotency(k)
+	return ok
+}
+
+// target is the mutable side of one scope in a transaction.
+type target struct {
+	p  *pending
+	sl *slot
+	tx *Tx // set in bulk mode, for the arena
+}
+
+func (tx *Tx) target(s varplane.Scope) target {
+	if tx.bulk {
+		sl := tx.st.lookup(s)
+		if sl == nil {
+			sl = newSlot(s)
+			tx.st.insertInPlace(sl)
+			tx.st.addScope(s)
+		}
+		if !sl.dirty {
+			sl.dirty = true
+			tx.dirty = append(tx.dirty, sl)
+		}
+		return target{sl: sl, tx: tx}
+	}
+	p := tx.pend[s]
+	if p == nil {
+		p = &pending{scope: s}
+		if sl := tx.st.lookup(s); sl != nil {
+			p.slot, p.scope, p.w = sl, sl.scope, sl.w
+		}
+		tx.pend[s] = p
+		tx.order = append(tx.order, p)
+	}
+	return target{p: p}
+}
+
+func (t target) scope() varplane.Scope {
+	if t.p != nil {
+		return t.p.scope
+	}
+	return t.sl.scope
+}
+
+// w returns the writer state to change and marks the scope changed.
+func (t target) w() *wstate {
+	if t.p != nil {
+		t.p.changed = true
+		return &t.p.w
+	}
+	return &t.sl.w
+}
+
+func (t target) gen() varplane.Generation {
+	if t.p != nil {
+		return t.p.w.gen
+	}
+	return t.sl.w.gen
+}
+
+// addHist appends ev to the scope's history and returns 1 + its index.
+func (t target) addHist(ev varplane.Event) int {
+	if t.p != nil {
+		t.p.hist = append(t.p.hist, ev)
+		n := len(t.p.hist)
+		if t.p.slot != nil {
+			n += len(t.p.slot.hist)
+		}
+		return n
+	}
+	tx := t.tx
+	if tx.arenaN%arenaChunk == 0 {
+		tx.arena = append(tx.arena, make([]varplane.Event, 0, arenaChunk))
+	}
+	last := &tx.arena[len(tx.arena)-1]
+	*last = append(*last, ev)
+	t.sl.bulk = append(t.sl.bulk, tx.arenaN)
+	tx.arenaN++
+	return len(t.sl.hist) + len(t.sl.bulk)
+}
+
+func (t target) addRev(rec *varplane.RevisionRecord) {
+	if t.p != nil {
+		t.p.revs = append(t.p.revs, rec)
+		return
+	}
+	t.sl.revs[rec.Revision] = rec
+}
+
+// apply folds a checked event into the transaction.
+func (tx *Tx) apply(e *varplane.Event) {
+	tx.n++
+	t := tx.target(e.Scope)
+	e.Scope = t.scope() // share one string per scope across its history
+	switch e.Kind {
+	case varplane.EventRevisionCreated:
+		rec := &varplane.RevisionRecord{
+			Scope:         e.Scope,
+			Revision:      e.Revision,
+			Document:      e.Document,
+			SchemaID:      e.SchemaID,
+			SchemaVersion: e.SchemaVersion,
+			Actor:         e.Actor,
+			CreatedAt:     e.Timestamp,
+		}
+		t.addRev(rec)
+		t.addHist(*e)
+	case varplane.EventActivated:
+		rec := tx.rev(e.Scope, e.Revision)
+		e.Revision = rec.Revision
+		idx := t.addHist(*e)
+		w := t.w()
+		w.gen, w.headIdx, w.head = e.Generation, idx, nil
+		if !tx.bulk {
+			w.head = varplane.NewHead(e, rec)
+			tx.commits = append(tx.commits, varplane.Commit{
+				Kind:    e.Kind,
+				Scope:   e.Scope,
+				Changes: []varplane.ScopeChange{{Scope: e.Scope, Generation: e.Generation, Head: w.head}},
+			})
+		}
+	case varplane.EventDeactivated:
+		t.addHist(*e)
+		w := t.w()
+		w.gen, w.headIdx, w.head = e.Generation, 0, nil
+		var changes []varplane.ScopeChange
+		if !tx.bulk {
+			changes = make([]varplane.ScopeChange, 0, 1+len(e.Cascade))
+			changes = append(changes, varplane.ScopeChange{Scope: e.Scope, Generation: e.Generation})
+		}
+		reason := varplane.CascadeReason(e.Scope)
+		for _, c := range e.Cascade {
+			tc := tx.target(c.Scope)
+			prev := c.Generation - 1
+			tc.addHist(varplane.Event{
+				Kind:               varplane.EventDeactivated,
+				Scope:              tc.scope(),
+				Generation:         c.Generation,
+				PreviousGeneration: &prev,
+				Actor:              e.Actor,
+				Reason:             reason,
+				Timestamp:          e.Timestamp,
+			})
+			cw := tc.w()
+			cw.gen, cw.headIdx, cw.head = c.Generation, 0, nil
+			if !tx.bulk {
+				changes = append(changes, varplane.ScopeChange{Scope: tc.scope(), Generation: c.Generation})
+			}
+		}
+		if !tx.bulk {
+			tx.commits = append(tx.commits, varplane.Commit{Kind: e.Kind, Scope: e.Scope, Changes: changes})
+		}
+	case varplane.EventRejected:
+		idx := t.addHist(*e)
+		w := t.w()
+		w.rejIdx, w.rejected = idx, nil
+	}
+	if e.IdempotencyKey != "" {
+		rec := &varplane.IdempotencyRecord{Key: e.IdempotencyKey, RequestHash: e.RequestHash, Event: *e, Generation: t.gen()}
+		if tx.bulk {
+			tx.st.idem[rec.Key] = rec
+		} else {
+			tx.idem[rec.Key] = rec
+		}
+	}
+}
+
+const (
+	modeAppend = iota
+	modeSubtree
+	modeReplay
+)
+
+// check validates e against the fold including the transaction.
+func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) error {
+	// On replay, a scope already in the fold was validated when it first
+	// appeared, and an activation's revision is looked up below: skipping
+	// those checks is most of what replay saves on validation.
+	_, known := tx.view(e.Scope)
+	if err := wellFormed(e, mode == modeReplay && known); err != nil {
+		return err
+	}
+	switch {
+	case mode == modeAppend && e.Kind == varplane.EventDeactivated:
+		return badRequest("a deactivation of %q must be committed as a subtree deactivation", e.Scope)
+	case mode == modeSubtree && e.Kind != varplane.EventDeactivated:
+		return badRequest("a subtree deactivation of %q needs a deactivated event, not %s", e.Scope, e.Kind)
+	}
+	if k := e.IdempotencyKey; k != "" && tx.idemRec(k) {
+		return fmt.Errorf("scope %q: idempotency key %q: %w", e.Scope, k, varplane.ErrDuplicateIdempotencyKey)
+	}
+	switch e.Kind {
+	case varplane.EventRevisionCreated:
+		if tx.rev(e.Scope, e.Revision) != nil {
+			return fmt.Errorf("scope %q: revision %s: %w", e.Scope, e.Revision, varplane.ErrRevisionExists)
+		}
+	case varplane.EventActivated, varplane.EventDeactivated:
+		w, _ := tx.view(e.Scope)
+		if w.gen != expected {
+			return varplane.ConflictError(e.Scope, expected, w.gen)
+		}
+		if e.Generation != expected+1 {
+			return badRequest("%s event for scope %q carries generation %d, want %d", e.Kind, e.Scope, e.Generation, expected+1)
+		}
+		if e.PreviousGeneration != nil && *e.PreviousGeneration != expected {
+			return badRequest("%s event for scope %q carries previousGeneration %d, want %d", e.Kind, e.Scope, *e.PreviousGeneration, expected)
+		}
+		if e.Kind == varplane.EventActivated {
+			if tx.rev(e.Scope, e.Revision) == nil {
+				return &varplane.Error{Code: varplane.CodeNotFound, Message: fmt.Sprintf("revision %s not found in scope %q", e.Revision, e.Scope)}
+			}
+			break
+		}
+		got := e.Cascade
+		if !slices.IsSortedFunc(got, func(a, b varplane.CascadeEntry) int { return cmp.Compare(a.Scope, b.Scope) }) {
+			got = slices.Clone(got)
+			slices.SortFunc(got, func(a, b varplane.CascadeEntry) int { return cmp.Compare(a.Scope, b.Scope) })
+		}
+		if want := tx.PlanSubtree(e.Scope); !slices.Equal(got, want) {
+			return badRequest("deactivation of %q lists cascade %v, but the active descendants are %v", e.Scope, got, want)
+		}
+	}
+	return nil
+}
+
+// WellFormed reports, as a bad-request *varplane.Error, what makes ev
+// malformed whatever the state: an invalid scope or kind, a revision that is
+// not a digest, a missing or invalid document on revision-created, fields
+// that do not belong to the kind, invalid UTF-8, a timestamp JSON cannot
+// encode. It does not check the event against any state.
+func WellFormed(ev *varplane.Event) error { return wellFormed(ev, false) }
+
+// wellFormed is WellFormed; known skips the checks that a scope already in
+// the fold has passed (its syntax) or that the fold checks anyway (an
+// activated revision must exist).
+func wellFormed(ev *varplane.Event, known bool) error {
+	if !known && !ev.Scope.Valid() {
+		return badRequest("event scope %q is not a valid scope", ev.Scope)
+	}
+	if !ev.Kind.Valid() {
+		return badRequest("event kind %q is not one of revision-created, activated, deactivated, rejected", ev.Kind)
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"actor", ev.Actor}, {"reason", ev.Reason}, {"schemaId", ev.SchemaID}, {"schemaVersion", ev.SchemaVersion},
+		{"idempotencyKey", ev.IdempotencyKey}, {"requestHash", ev.RequestHash}, {"rejectionReason", ev.RejectionReason},
+	} {
+		if !utf8.ValidString(f.v) {
+			return badRequest("event %s is not valid UTF-8", f.name)
+		}
+	}
+	if y := ev.Timestamp.Year(); y < 0 || y > 9999 {
+		return badRequest("event timestamp year %d is outside [0, 9999]", y)
+	}
+	hasGen := ev.Generation != 0 || ev.PreviousGeneration != nil
+	switch ev.Kind {
+	case varplane.EventRevisionCreated:
+		if _, err := varplane.ParseRevision(string(ev.Revision)); err != nil {
+			return badRequest("revision-created event: %s", varplane.ErrorMessage(err))
+		}
+		if len(ev.Document) == 0 || !json.Valid(ev.Document) {
+			return badRequest("revision-created event for scope %q has no valid JSON document", ev.Scope)
+		}
+		if hasGen || len(ev.Cascade) > 0 {
+			return badRequest("revision-created event for scope %q carries a generation or cascade", ev.Scope)
+		}
+	case varplane.EventActivated:
+		if known {
+			// The revision must exist in the scope, so it is well-formed.
+		} else if _, err := varplane.ParseRevision(string(ev.Revision)); err != nil {
+			return badRequest("activated event: %s", varplane.ErrorMessage(err))
+		}
+		if len(ev.Document) > 0 || len(ev.Cascade) > 0 {
+			return badRequest("activated event for scope %q carries a document or cascade", ev.Scope)
+		}
+	case varplane.EventDeactivated:
+		if ev.Revision != "" || len(ev.Document) > 0 {
+			return badRequest("deactivated event for scope %q carries a revision or document", ev.Scope)
+		}
+		for _, c := range ev.Cascade {
+			if !c.Scope.IsDescendantOf(ev.Scope) || !c.Scope.Valid() || c.Generation == 0 {
+				return badRequest("deactivated event for scope %q lists cascade entry %q at generation %d", ev.Scope, c.Scope, c.Generation)
+			}
+		}
+	case varplane.EventRejected:
+		if hasGen || len(ev.Document) > 0 || len(ev.Cascade) > 0 {
+			return badRequest("rejected event for scope %q carries a generation, document or cascade", ev.Scope)
+		}
+		if ev.Revision != "" {
+			if _, err := varplane.ParseRevision(string(ev.Revision)); err != nil {
+				return badRequest("rejected event: %s", varplane.ErrorMessage(err))
+			}
+		}
+	}
+	return nil
+}
+
+// normalize returns the copy of ev a live commit stores: a UTC timestamp
+// without monotonic reading (what the log round-trips), a compacted document
+// the caller cannot mutate, and generation fields filled in from expected.
+func normalize(ev *varplane.Event, expected varplane.Generation) (varplane.Event, error) {
+	e := *ev
+	e.Timestamp = ev.Timestamp.Round(0).UTC()
+	if len(ev.Document) > 0 {
+		var b bytes.Buffer
+		if err := json.Compact(&b, ev.Document); err != nil {
+			return e, badRequest("event document for scope %q is not valid JSON", ev.Scope)
+		}
+		e.Document = b.Bytes()
+	}
+	if ev.Kind == varplane.EventActivated || ev.Kind == varplane.EventDeactivated {
+		if e.Generation == 0 {
+			e.Generation = expected + 1
+		}
+		if ev.PreviousGeneration == nil {
+			e.PreviousGeneration = varplane.GenerationPtr(expected)
+		}
+	}
+	if ev.PreviousGeneration != nil {
+		e.PreviousGeneration = varplane.GenerationPtr(*ev.PreviousGeneration)
+	}
+	e.Cascade = slices.Clone(ev.Cascade)
+	return e, nil
+}
+
+func badRequest(format string, args ...any) *varplane.Error {
+	return varplane.Errorf(varplane.CodeBadRequest, format, args...)
+}
+
+func quote(s varplane.Scope) string { return strconv.Quote(string(s)) }
+
+func itoa(g varplane.Generation) string { return strconv.FormatUint(uint64(g), 10) }

@@ -1,0 +1,138 @@
+package file_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/store/file"
+	"github.com/varplane/varplane/store/storetest"
+)
+
+func BenchmarkHeadRead(b *testing.B) { storetest.BenchmarkHeadRead(b, harness(file.Options{})) }
+
+func BenchmarkCreateActivate(b *testing.B) {
+	storetest.BenchmarkCreateActivate(b, harness(file.Options{}))
+}
+
+// BenchmarkActivate measures fsync'ed activations from 1 and 64 goroutines
+// and reports commits/s and events per fsync (group commit).
+func BenchmarkActivate(b *testing.B) {
+	for _, p := range []int{1, 64} {
+		b.Run(fmt.Sprintf("P%d", p), func(b *testing.B) {
+			s := mustOpen(b, filepath.Join(b.TempDir(), "log.jsonl"), file.Options{})
+			before := s.Stats()
+			storetest.ActivateLoad(b, s, p)
+			st := s.Stats()
+			commits, fsyncs := st.Commits-before.Commits, st.Fsyncs-before.Fsyncs
+			if fsyncs > 0 {
+				b.ReportMetric(float64(commits)/float64(fsyncs), "events/fsync")
+			}
+		})
+	}
+}
+
+// writeBenchLog writes a log of n events straight to path: scopes of 100
+// events each (two revisions, then activations with a deactivation every
+// tenth generation).
+func writeBenchLog(tb testing.TB, path string, n int) {
+	tb.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	var buf []byte
+	base := time.Date(2026, 7, 20, 0, 0, 0, 0, time.UTC)
+	written := 0
+	for sc := 0; written < n; sc++ {
+		scope := varplane.Scope(fmt.Sprintf("bench.restart.s%05d", sc))
+		var revs [2]varplane.Revision
+		var gen varplane.Generation
+		for i := 0; i < 100 && written < n; i++ {
+			var ev varplane.Event
+			ts := base.Add(time.Duration(written) * time.Microsecond)
+			switch {
+			case i < 2:
+				ev = *storetest.CreatedEvent(scope, storetest.Doc(sc*2+i))
+				revs[i] = ev.Revision
+			case i%10 == 9:
+				ev = *storetest.DeactivatedEvent(scope, gen)
+				gen++
+			default:
+				ev = *storetest.ActivatedEvent(scope, revs[i%2], gen)
+				gen++
+			}
+			ev.Timestamp = ts
+			buf = append(file.AppendEvent(buf[:0], &ev), '\n')
+			if _, err := w.Write(buf); err != nil {
+				tb.Fatal(err)
+			}
+			written++
+		}
+	}
+	if err := w.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// BenchmarkRestart opens (replays) a 1,000,000-event log and reports
+// events/s and the heap the open state holds.
+func BenchmarkRestart(b *testing.B) {
+	const n = 1_000_000
+	path := filepath.Join(b.TempDir(), "log.jsonl")
+	writeBenchLog(b, path, n)
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var elapsed, cpu time.Duration
+	var heap, inuse uint64
+	for b.Loop() {
+		runtime.GC()
+		start, cpu0 := time.Now(), cpuTime()
+		s, err := file.Open(context.Background(), path, file.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		elapsed += time.Since(start)
+		cpu += cpuTime() - cpu0
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		inuse = max(inuse, ms.HeapInuse)
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		heap = max(heap, ms.HeapAlloc)
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		runtime.KeepAlive(s)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/elapsed.Seconds(), "events/s")
+	// Events per second of process CPU time: a figure that a loaded machine
+	// disturbs less than the wall-clock rate.
+	b.ReportMetric(float64(n)*float64(b.N)/cpu.Seconds(), "events/cpu-s")
+	b.ReportMetric(float64(heap)/(1<<20), "live-heap-MB")
+	b.ReportMetric(float64(inuse)/(1<<20), "heap-inuse-after-open-MB")
+	b.ReportMetric(float64(fi.Size())/(1<<20), "log-MB")
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

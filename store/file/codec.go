@@ -1,0 +1,777 @@
+package file
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/varplane/varplane"
+)
+
+// The log line codec is hand-written: restart decodes every event of the log,
+// and reflection-based decoding was the largest cost of a replay. Its output
+// is the JSON form of varplane.Event (the same field names and omissions as
+// encoding/json), without HTML escaping; any encoding/json output of an Event
+// decodes to the same Event.
+
+// AppendEvent appends the JSON form of ev, without a trailing newline, to b.
+// ev.Document must be valid, compact JSON (the stores compact it).
+func AppendEvent(b []byte, ev *varplane.Event) []byte {
+	b = append(b, `{"kind":`...)
+	b = appendString(b, string(ev.Kind))
+	b = append(b, `,"scope":`...)
+	b = appendString(b, string(ev.Scope))
+	b = appendField(b, "revision", string(ev.Revision))
+	if len(ev.Document) > 0 {
+		b = append(b, `,"document":`...)
+		b = append(b, ev.Document...)
+	}
+	b = appendField(b, "schemaId", ev.SchemaID)
+	b = appendField(b, "schemaVersion", ev.SchemaVersion)
+	if ev.Generation != 0 {
+		b = append(b, `,"generation":`...)
+		b = strconv.AppendUint(b, uint64(ev.Generation), 10)
+	}
+	if ev.PreviousGeneration != nil {
+		b = append(b, `,"previousGeneration":`...)
+		b = strconv.AppendUint(b, uint64(*ev.PreviousGeneration), 10)
+	}
+	b = appendField(b, "actor", ev.Actor)
+	b = appendField(b, "reason", ev.Reason)
+	b = appendField(b, "idempotencyKey", ev.IdempotencyKey)
+	b = appendField(b, "requestHash", ev.RequestHash)
+	b = appendField(b, "rejectionReason", ev.RejectionReason)
+	if len(ev.Cascade) > 0 {
+		b = append(b, `,"cascade":[`...)
+		for i, c := range ev.Cascade {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"scope":`...)
+			b = appendString(b, string(c.Scope))
+			b = append(b, `,"generation":`...)
+			b = strconv.AppendUint(b, uint64(c.Generation), 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"timestamp":"`...)
+	b = ev.Timestamp.AppendFormat(b, time.RFC3339Nano)
+	return append(b, `"}`...)
+}
+
+func appendField(b []byte, name, v string) []byte {
+	if v == "" {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendString(b, v)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string, escaping what JSON requires and
+// U+2028/U+2029 (as encoding/json does); invalid UTF-8 becomes U+FFFD.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// interner shares the strings that repeat across a log (scopes, revisions,
+// actors, schema ids) while it is decoded, so that a replayed log holds one
+// copy of each. It is bounded: past maxInterned strings, new ones are copied.
+type interner struct {
+	m map[string]string
+}
+
+const (
+	maxInterned    = 1 << 20
+	maxInternedLen = 128
+)
+
+func (in *interner) str(b []byte) string {
+	if in == nil || len(b) > maxInternedLen {
+		return string(b)
+	}
+	if s, ok := in.m[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(in.m) < maxInterned {
+		in.m[s] = s
+	}
+	return s
+}
+
+// errSyntax is wrapped by every decoding error.
+var errSyntax = errors.New("invalid event JSON")
+
+type decoder struct {
+	b   []byte
+	p   int
+	in  *interner
+	tmp []byte
+}
+
+func (d *decoder) fail(format string, args ...any) error {
+	return fmt.Errorf("%w at byte %d: %s", errSyntax, d.p, fmt.Sprintf(format, args...))
+}
+
+// DecodeEvent decodes one log line (without its newline) into ev, which is
+// reset first. Unknown fields are skipped; a field given twice takes its last
+// value. Every byte slice of ev is freshly allocated (ev does not alias line).
+func DecodeEvent(line []byte, ev *varplane.Event) error {
+	return decodeEvent(line, ev, nil)
+}
+
+func decodeEvent(line []byte, ev *varplane.Event, in *interner) error {
+	*ev = varplane.Event{}
+	d := decoder{b: line, in: in}
+	d.ws()
+	if !d.eat('{') {
+		return d.fail("want an object")
+	}
+	d.ws()
+	if d.eat('}') {
+		return d.end()
+	}
+	for {
+		d.ws()
+		key, err := d.rawString()
+		if err != nil {
+			return err
+		}
+		d.ws()
+		if !d.eat(':') {
+			return d.fail("want ':'")
+		}
+		d.ws()
+		if err := d.field(key, ev); err != nil {
+			return err
+		}
+		d.ws()
+		if d.eat(',') {
+			continue
+		}
+		if d.eat('}') {
+			return d.end()
+		}
+		return d.fail("want ',' or '}'")
+	}
+}
+
+func (d *decoder) end() error {
+	d.ws()
+	if d.p != len(d.b) {
+		return d.fail("trailing data")
+	}
+	return nil
+}
+
+func (d *decoder) ws() {
+	for d.p < len(d.b) {
+		switch d.b[d.p] {
+		case ' ', '\t', '\n', '\r':
+			d.p++
+		default:
+			return
+		}
+	}
+}
+
+func (d *decoder) eat(c byte) bool {
+	if d.p < len(d.b) && d.b[d.p] == c {
+		d.p++
+		return true
+	}
+	return false
+}
+
+func (d *decoder) null() bool {
+	if len(d.b)-d.p >= 4 && string(d.b[d.p:d.p+4]) == "null" {
+		d.p += 4
+		return true
+	}
+	return false
+}
+
+func (d *decoder) field(key []byte, ev *varplane.Event) error {
+	var err error
+	switch string(key) {
+	case "kind":
+		var s []byte
+		if s, err = d.strOrNull(); err == nil && s != nil {
+			ev.Kind = kindOf(s, d.in)
+		}
+	case "scope":
+		err = d.strField((*string)(&ev.Scope))
+	case "revision":
+		err = d.strField((*string)(&ev.Revision))
+	case "document":
+		start := d.p
+		if err = d.skipValue(0); err == nil {
+			ev.Document = append([]byte(nil), d.b[start:d.p]...)
+		}
+	case "schemaId":
+		err = d.strField(&ev.SchemaID)
+	case "schemaVersion":
+		err = d.strField(&ev.SchemaVersion)
+	case "generation":
+		if !d.null() {
+			var g uint64
+			g, err = d.uint()
+			ev.Generation = varplane.Generation(g)
+		}
+	case "previousGeneration":
+		if d.null() {
+			ev.PreviousGeneration = nil
+		} else {
+			var g uint64
+			if g, err = d.uint(); err == nil {
+				ev.PreviousGeneration = varplane.GenerationPtr(varplane.Generation(g))
+			}
+		}
+	case "actor":
+		err = d.strField(&ev.Actor)
+	case "reason":
+		err = d.strField(&ev.Reason)
+	case "idempotencyKey":
+		err = d.strPlain(&ev.IdempotencyKey)
+	case "requestHash":
+		err = d.strPlain(&ev.RequestHash)
+	case "rejectionReason":
+		err = d.strPlain(&ev.RejectionReason)
+	case "cascade":
+		ev.Cascade, err = d.cascade()
+	case "timestamp":
+		var s []byte
+		if s, err = d.strOrNull(); err == nil && s != nil {
+			ev.Timestamp, err = parseTime(s)
+			if err != nil {
+				err = d.fail("timestamp: %v", err)
+			}
+		}
+	default:
+		err = d.skipValue(0)
+	}
+	return err
+}
+
+func kindOf(s []byte, in *interner) varplane.EventKind {
+	switch string(s) {
+	case string(varplane.EventRevisionCreated):
+		return varplane.EventRevisionCreated
+	case string(varplane.EventActivated):
+		return varplane.EventActivated
+	case string(varplane.EventDeactivated):
+		return varplane.EventDeactivated
+	case string(varplane.EventRejected):
+		return varplane.EventRejected
+	}
+	return varplane.EventKind(in.str(s))
+}
+
+// strField decodes a string (or null, which leaves *dst unchanged) through
+// the interner.
+func (d *decoder) strField(dst *string) error {
+	s, err := d.strOrNull()
+	if err == nil && s != nil {
+		*dst = d.in.str(s)
+	}
+	return err
+}
+
+// strPlain is strField for values that rarely repeat.
+func (d *decoder) strPlain(dst *string) error {
+	s, err := d.strOrNull()
+	if err == nil && s != nil {
+		*dst = string(s)
+	}
+	return err
+}
+
+// strOrNull returns the unescaped bytes of a string (valid only until the
+// next call), or nil for null.
+func (d *decoder) strOrNull() ([]byte, error) {
+	if d.null() {
+		return nil, nil
+	}
+	s, err := d.rawString()
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		s = []byte{}
+	}
+	return s, nil
+}
+
+// rawString decodes a string at d.p, unescaping into d.tmp when needed. The
+// result is valid until the next call.
+func (d *decoder) rawString() ([]byte, error) {
+	if !d.eat('"') {
+		return nil, d.fail("want a string")
+	}
+	start := d.p
+	q := bytes.IndexByte(d.b[start:], '"')
+	if q < 0 {
+		return nil, d.fail("unterminated string")
+	}
+	s := d.b[start : start+q]
+	ascii := true
+	for i, c := range s {
+		if c == '\\' {
+			d.p = start + i
+			return d.escapedString(start)
+		}
+		if c < 0x20 {
+			d.p = start + i
+			return nil, d.fail("control character in string")
+		}
+		if c >= utf8.RuneSelf {
+			ascii = false
+		}
+	}
+	d.p = start + q + 1
+	if !ascii && !utf8.Valid(s) {
+		return nil, d.fail("string is not valid UTF-8")
+	}
+	return s, nil
+}
+
+func (d *decoder) escapedString(start int) ([]byte, error) {
+	out := append(d.tmp[:0], d.b[start:d.p]...)
+	for d.p < len(d.b) {
+		c := d.b[d.p]
+		switch {
+		case c == '"':
+			d.p++
+			d.tmp = out
+			if !utf8.Valid(out) {
+				return nil, d.fail("string is not valid UTF-8")
+			}
+			return out, nil
+		case c < 0x20:
+			return nil, d.fail("control character in string")
+		case c != '\\':
+			out = append(out, c)
+			d.p++
+			continue
+		}
+		d.p++
+		if d.p >= len(d.b) {
+			break
+		}
+		e := d.b[d.p]
+		d.p++
+		switch e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := d.hex4()
+			if !ok {
+				return nil, d.fail("bad \\u escape")
+			}
+			if utf16.IsSurrogate(r) {
+				// A pair, or U+FFFD for a lone surrogate (as encoding/json).
+				save := d.p
+				if d.eat('\\') && d.eat('u') {
+					if r2, ok := d.hex4(); ok {
+						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+							out = utf8.AppendRune(out, dec)
+							continue
+						}
+					}
+				}
+				d.p = save
+				r = utf8.RuneError
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return nil, d.fail("bad escape")
+		}
+	}
+	return nil, d.fail("unterminated string")
+}
+
+func (d *decoder) hex4() (rune, bool) {
+	if len(d.b)-d.p < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range d.b[d.p : d.p+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	d.p += 4
+	return r, true
+}
+
+func (d *decoder) uint() (uint64, error) {
+	start := d.p
+	for d.p < len(d.b) && d.b[d.p] >= '0' && d.b[d.p] <= '9' {
+		d.p++
+	}
+	digits := d.b[start:d.p]
+	if len(digits) == 0 || (len(digits) > 1 && digits[0] == '0') {
+		return 0, d.fail("want an unsigned integer")
+	}
+	if d.p < len(d.b) && (d.b[d.p] == '.' || d.b[d.p] == 'e' || d.b[d.p] == 'E') {
+		return 0, d.fail("want an unsigned integer")
+	}
+	var n uint64
+	for _, c := range digits {
+		v := uint64(c - '0')
+		if n > (1<<64-1-v)/10 {
+			return 0, d.fail("integer overflows")
+		}
+		n = n*10 + v
+	}
+	return n, nil
+}
+
+func (d *decoder) cascade() ([]varplane.CascadeEntry, error) {
+	if d.null() {
+		return nil, nil
+	}
+	if !d.eat('[') {
+		return nil, d.fail("cascade: want an array")
+	}
+	var out []varplane.CascadeEntry
+	d.ws()
+	if d.eat(']') {
+		return out, nil
+	}
+	for {
+		d.ws()
+		var c varplane.CascadeEntry
+		if !d.eat('{') {
+			return nil, d.fail("cascade entry: want an object")
+		}
+		d.ws()
+		if !d.eat('}') {
+			for {
+				d.ws()
+				key, err := d.rawString()
+				if err != nil {
+					return nil, err
+				}
+				d.ws()
+				if !d.eat(':') {
+					return nil, d.fail("want ':'")
+				}
+				d.ws()
+				switch string(key) {
+				case "scope":
+					err = d.strField((*string)(&c.Scope))
+				case "generation":
+					if !d.null() {
+						var g uint64
+						g, err = d.uint()
+						c.Generation = varplane.Generation(g)
+					}
+				default:
+					err = d.skipValue(0)
+				}
+				if err != nil {
+					return nil, err
+				}
+				d.ws()
+				if d.eat(',') {
+					continue
+				}
+				if d.eat('}') {
+					break
+				}
+				return nil, d.fail("want ',' or '}'")
+			}
+		}
+		out = append(out, c)
+		d.ws()
+		if d.eat(',') {
+			continue
+		}
+		if d.eat(']') {
+			return out, nil
+		}
+		return nil, d.fail("want ',' or ']'")
+	}
+}
+
+const maxDepth = 1000
+
+// skipValue validates and skips one JSON value.
+func (d *decoder) skipValue(depth int) error {
+	if depth > maxDepth {
+		return d.fail("nested too deeply")
+	}
+	if d.p >= len(d.b) {
+		return d.fail("want a value")
+	}
+	switch c := d.b[d.p]; {
+	case c == '"':
+		return d.skipString()
+	case c == '{':
+		d.p++
+		d.ws()
+		if d.eat('}') {
+			return nil
+		}
+		for {
+			d.ws()
+			if err := d.skipString(); err != nil {
+				return err
+			}
+			d.ws()
+			if !d.eat(':') {
+				return d.fail("want ':'")
+			}
+			d.ws()
+			if err := d.skipValue(depth + 1); err != nil {
+				return err
+			}
+			d.ws()
+			if d.eat(',') {
+				continue
+			}
+			if d.eat('}') {
+				return nil
+			}
+			return d.fail("want ',' or '}'")
+		}
+	case c == '[':
+		d.p++
+		d.ws()
+		if d.eat(']') {
+			return nil
+		}
+		for {
+			d.ws()
+			if err := d.skipValue(depth + 1); err != nil {
+				return err
+			}
+			d.ws()
+			if d.eat(',') {
+				continue
+			}
+			if d.eat(']') {
+				return nil
+			}
+			return d.fail("want ',' or ']'")
+		}
+	case c == 't':
+		return d.literal("true")
+	case c == 'f':
+		return d.literal("false")
+	case c == 'n':
+		return d.literal("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return d.skipNumber()
+	}
+	return d.fail("want a value")
+}
+
+func (d *decoder) literal(lit string) error {
+	if len(d.b)-d.p >= len(lit) && string(d.b[d.p:d.p+len(lit)]) == lit {
+		d.p += len(lit)
+		return nil
+	}
+	return d.fail("bad literal")
+}
+
+func (d *decoder) skipString() error {
+	if !d.eat('"') {
+		return d.fail("want a string")
+	}
+	for d.p < len(d.b) {
+		c := d.b[d.p]
+		switch {
+		case c == '"':
+			d.p++
+			return nil
+		case c < 0x20:
+			return d.fail("control character in string")
+		case c == '\\':
+			d.p++
+			if d.p >= len(d.b) {
+				return d.fail("unterminated string")
+			}
+			switch d.b[d.p] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				d.p++
+			case 'u':
+				d.p++
+				if _, ok := d.hex4(); !ok {
+					return d.fail("bad \\u escape")
+				}
+			default:
+				return d.fail("bad escape")
+			}
+			continue
+		}
+		d.p++
+	}
+	return d.fail("unterminated string")
+}
+
+func (d *decoder) digits() int {
+	start := d.p
+	for d.p < len(d.b) && d.b[d.p] >= '0' && d.b[d.p] <= '9' {
+		d.p++
+	}
+	return d.p - start
+}
+
+func (d *decoder) skipNumber() error {
+	d.eat('-')
+	if d.eat('0') {
+		// no more integer digits after a leading zero
+	} else if d.digits() == 0 {
+		return d.fail("bad number")
+	}
+	if d.eat('.') && d.digits() == 0 {
+		return d.fail("bad number")
+	}
+	if d.eat('e') || d.eat('E') {
+		if !d.eat('+') {
+			d.eat('-')
+		}
+		if d.digits() == 0 {
+			return d.fail("bad number")
+		}
+	}
+	return nil
+}
+
+// parseTime parses an RFC 3339 timestamp, with a fast path for the UTC form
+// the stores write (YYYY-MM-DDTHH:MM:SS[.fraction]Z).
+func parseTime(s []byte) (time.Time, error) {
+	if t, ok := parseUTC(s); ok {
+		return t, nil
+	}
+	var t time.Time
+	err := t.UnmarshalText(s)
+	return t, err
+}
+
+func parseUTC(s []byte) (time.Time, bool) {
+	if len(s) < 20 || s[len(s)-1] != 'Z' || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
+		return time.Time{}, false
+	}
+	num := func(b []byte) (int, bool) {
+		n := 0
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, true
+	}
+	year, ok1 := num(s[0:4])
+	month, ok2 := num(s[5:7])
+	day, ok3 := num(s[8:10])
+	hour, ok4 := num(s[11:13])
+	minute, ok5 := num(s[14:16])
+	sec, ok6 := num(s[17:19])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 || day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	nsec := 0
+	rest := s[19 : len(s)-1]
+	if len(rest) > 0 {
+		if rest[0] != '.' || len(rest) < 2 || len(rest) > 10 {
+			return time.Time{}, false
+		}
+		frac, ok := num(rest[1:])
+		if !ok {
+			return time.Time{}, false
+		}
+		for range 10 - len(rest) {
+			frac *= 10
+		}
+		nsec = frac
+	}
+	return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC), true
+}
+
+func daysIn(month, year int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}

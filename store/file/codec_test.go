@@ -1,0 +1,140 @@
+package file_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/store/file"
+)
+
+var ts = time.Date(2026, 7, 20, 10, 4, 5, 123456789, time.UTC)
+
+var codecEvents = []varplane.Event{
+	{Kind: varplane.EventRevisionCreated, Scope: "agentic.lanes.vinci", Revision: varplane.Revision("sha256:" + strings.Repeat("ab", 32)),
+		Document: json.RawMessage(`{"enabled":true,"model_target_ref":"secret.ops.model","n":[1,2.5e3,-0.1,null],"s":"<&>\u2028\"\\"}`),
+		SchemaID: "agentic-lanes/v1", SchemaVersion: "1", Actor: "ops", Reason: "first", IdempotencyKey: "k", RequestHash: "h", Timestamp: ts},
+	{Kind: varplane.EventActivated, Scope: "グループ.日本.ключ", Revision: varplane.Revision("sha256:" + strings.Repeat("0f", 32)),
+		Generation: 1, PreviousGeneration: varplane.GenerationPtr(0), Actor: "ops\n\t\x01", Reason: "enable \u2029 vinci", Timestamp: ts.Truncate(time.Second)},
+	{Kind: varplane.EventDeactivated, Scope: "a", Generation: 18446744073709551615, PreviousGeneration: varplane.GenerationPtr(18446744073709551614),
+		Cascade: []varplane.CascadeEntry{{Scope: "a.b", Generation: 2}, {Scope: "a.c", Generation: 7}}, Timestamp: ts},
+	{Kind: varplane.EventRejected, Scope: "tenant:acme", RejectionReason: "document.unknown-field: /budgets2", Timestamp: time.Time{}},
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	for _, ev := range codecEvents {
+		t.Run(string(ev.Kind), func(t *testing.T) {
+			line := file.AppendEvent(nil, &ev)
+			if bytes.IndexByte(line, '\n') >= 0 {
+				t.Fatalf("encoded line contains a newline: %s", line)
+			}
+			var got varplane.Event
+			if err := file.DecodeEvent(line, &got); err != nil {
+				t.Fatalf("DecodeEvent(%s): %v", line, err)
+			}
+			if !reflect.DeepEqual(got, ev) {
+				t.Errorf("round trip:\n got  %+v\n want %+v", got, ev)
+			}
+			// encoding/json agrees on our lines, and we decode its output.
+			var std varplane.Event
+			if err := json.Unmarshal(line, &std); err != nil {
+				t.Fatalf("encoding/json cannot read %s: %v", line, err)
+			}
+			if !reflect.DeepEqual(std, ev) {
+				t.Errorf("encoding/json reads:\n got  %+v\n want %+v", std, ev)
+			}
+			b, err := json.Marshal(&ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fromStd varplane.Event
+			if err := file.DecodeEvent(b, &fromStd); err != nil {
+				t.Fatalf("DecodeEvent(encoding/json output %s): %v", b, err)
+			}
+			// encoding/json HTML-escapes inside documents: same value, other bytes.
+			if len(ev.Document) > 0 && semantic(fromStd.Document) == semantic(ev.Document) {
+				fromStd.Document = ev.Document
+			}
+			if !reflect.DeepEqual(fromStd, ev) {
+				t.Errorf("decoding encoding/json output:\n got  %+v\n want %+v", fromStd, ev)
+			}
+		})
+	}
+}
+
+func TestDecodeRefuses(t *testing.T) {
+	for _, line := range []string{
+		``, `{`, `[]`, `{"kind":"activated"`, `{"kind":"activated",}`, `{"generation":-1}`, `{"generation":1.5}`,
+		`{"generation":01}`, `{"generation":18446744073709551616}`, `{"document":{"a":}}`, `{"document":[1,]}`,
+		`{"scope":"\x00"}`, `{"scope":"\q"}`, `{"timestamp":"yesterday"}`, `{"kind":"x"} trailing`, "{\"scope\":\"\xff\"}",
+		`{"cascade":[{"scope":"a.b","generation":"2"}]}`, `{"document":01}`, `{"document":tru}`,
+	} {
+		var ev varplane.Event
+		if err := file.DecodeEvent([]byte(line), &ev); err == nil {
+			t.Errorf("DecodeEvent(%q) succeeded, want an error", line)
+		}
+	}
+}
+
+func TestDecodeTolerates(t *testing.T) {
+	line := ` { "kind" : "activated" , "extra": {"x":[1,{"y":null}]}, "scope":"a.b", "previousGeneration": null, "actor":null,` +
+		` "reason":"\ud83d\ude00 \ud800", "generation": 3, "timestamp":"2026-07-20T12:00:00+02:00" } `
+	var ev varplane.Event
+	if err := file.DecodeEvent([]byte(line), &ev); err != nil {
+		t.Fatal(err)
+	}
+	var std varplane.Event
+	if err := json.Unmarshal([]byte(line), &std); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Reason != std.Reason || ev.Reason != "😀 \ufffd" {
+		t.Errorf("reason = %q, encoding/json %q", ev.Reason, std.Reason)
+	}
+	if !ev.Timestamp.Equal(std.Timestamp) || ev.Generation != 3 || ev.Scope != "a.b" || ev.PreviousGeneration != nil {
+		t.Errorf("decoded %+v, encoding/json %+v", ev, std)
+	}
+}
+
+func FuzzDecodeEvent(f *testing.F) {
+	for _, ev := range codecEvents {
+		f.Add(file.AppendEvent(nil, &ev))
+	}
+	f.Add([]byte(`{"kind":"activated","scope":"a","generation":1,"timestamp":"2026-07-20T12:00:00.5+02:00"}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var ev varplane.Event
+		if err := file.DecodeEvent(line, &ev); err != nil {
+			return
+		}
+		if ev.Timestamp.Year() < 0 || ev.Timestamp.Year() > 9999 {
+			return
+		}
+		enc := file.AppendEvent(nil, &ev)
+		var again varplane.Event
+		if err := file.DecodeEvent(enc, &again); err != nil {
+			t.Fatalf("re-decoding %s (from %q): %v", enc, line, err)
+		}
+		if !again.Timestamp.Equal(ev.Timestamp) {
+			t.Fatalf("timestamp %v became %v", ev.Timestamp, again.Timestamp)
+		}
+		again.Timestamp = ev.Timestamp
+		if !reflect.DeepEqual(again, ev) {
+			t.Fatalf("round trip of %q:\n got  %+v\n want %+v", line, again, ev)
+		}
+		if enc2 := file.AppendEvent(nil, &again); !bytes.Equal(enc2, enc) {
+			t.Fatalf("encoding is not stable: %s vs %s", enc, enc2)
+		}
+	})
+}
+
+func semantic(doc []byte) string {
+	var v any
+	if err := json.Unmarshal(doc, &v); err != nil {
+		return "invalid: " + err.Error()
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -1,0 +1,6 @@
+package file
+
+// SetSyncFunc replaces the fdatasync of s; tests use it to inject failures
+// and to hold a commit between its write and its acknowledgement. Call it
+// before the first commit.
+func SetSyncFunc(s *Store, f func() error) { s.syncf = f }

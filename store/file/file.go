@@ -1,0 +1,614 @@
+// Package file is the durable varplane.Store: an append-only log of events,
+// one JSON object per line (the JSON form of varplane.Event), folded in memory
+// for reads. A commit is written and fdatasync'ed before it is acknowledged
+// and before any reader can see it. Concurrent commits share one write and
+// one fsync (group commit). On Open the log is replayed; a torn final line
+// left by a crash is cut off with a warning, while damage anywhere before
+// the final line stops Open with an error naming the line.
+//
+// Concurrency contract: every method is safe for concurrent use. Reads never
+// wait for a commit; State takes no lock and does not allocate for a scope
+// that exists. Commits are validated, written and published in order by one
+// committer goroutine that the Store owns and Close stops. Watch callbacks
+// run on that goroutine, after the snapshot is installed and before the
+// commits are acknowledged, so they must not block nor commit to the store.
+// One log has one writer: Open takes an exclusive lock (flock on
+// "<path>.lock"), and a second Open of the same log, in this process or
+// another, fails with ErrLocked.
+package file
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/logstate"
+)
+
+var (
+	_ varplane.Store    = (*Store)(nil)
+	_ varplane.Replayer = (*Store)(nil)
+)
+
+// ErrLocked is returned by Open when another Store, in this process or
+// another, holds the log open for writing.
+var ErrLocked = errors.New("file store: log is locked by another writer")
+
+// Options configure Open.
+type Options struct {
+	// Logger receives warnings (a cut torn tail) and commit failures;
+	// slog.Default() when nil.
+	Logger *slog.Logger
+	// NoSync skips fdatasync. UNSAFE: an acknowledged commit can be lost on
+	// power failure or OS crash. For benchmarks that measure everything but
+	// the disk.
+	NoSync bool
+}
+
+// maxBatch bounds the commits that share one write and fsync.
+const maxBatch = 1024
+
+// Store is a file-backed store. Obtain one with Open.
+type Store struct {
+	path string
+	log  *slog.Logger
+	st   *logstate.State
+
+	f     *os.File
+	lock  *os.File
+	off   int64 // committer-owned: end of the last durable line
+	syncf func() error
+
+	mu     sync.RWMutex // guards closing reqs against concurrent sends
+	closed bool
+	isDown atomic.Bool // Close called: reads and writes answer ErrClosed
+	failed atomic.Pointer[error]
+
+	reqs chan *request
+	done chan struct{}
+
+	watchers logstate.Watchers
+
+	commits, batches, rejected atomic.Uint64
+}
+
+type request struct {
+	ev       *varplane.Event
+	expected varplane.Generation
+	subtree  bool
+	stored   *varplane.Event
+	err      error
+	done     chan struct{}
+}
+
+// Open opens (creating it and its directory when absent, 0700/0600) the log
+// at path, replays it, and starts the committer. It returns ErrLocked
+// (wrapped, naming the path) when the log is already open for writing, and
+// an error naming the line when a line other than the last is damaged or
+// inconsistent with the lines before it. A torn last line (no newline, or
+// undecodable) is cut off and logged as a warning: it was never
+// acknowledged.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("file store: create directory of %s: %w", path, err)
+	}
+	lockPath := path + ".lock"
+	lock, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("file store: open lock %s: %w", lockPath, err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = lock.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is open for writing elsewhere (lock %s is held)", ErrLocked, path, lockPath)
+		}
+		return nil, fmt.Errorf("file store: lock %s: %w", lockPath, err)
+	}
+	s, err := open(ctx, path, lock, logger, opts)
+	if err != nil {
+		_ = unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+		_ = lock.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, opts Options) (*Store, error) {
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("file store: open %s: %w", path, err)
+	}
+	if errors.Is(statErr, os.ErrNotExist) {
+		// Make the new file's directory entry durable too.
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+	}
+	s := &Store{
+		path: path,
+		log:  logger,
+		st:   logstate.New(),
+		f:    f,
+		lock: lock,
+		reqs: make(chan *request, maxBatch),
+		done: make(chan struct{}),
+	}
+	fd := int(f.Fd())
+	s.syncf = func() error { return unix.Fdatasync(fd) }
+	if opts.NoSync {
+		s.syncf = func() error { return nil }
+	}
+	if err := s.replay(ctx); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	go s.committer()
+	return s, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("file store: open directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("file store: sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// batchLines is how many decoded events the reader hands to the folder at a
+// time during replay.
+const batchLines = 1024
+
+// decodedBatch is a run of consecutive decoded log lines. The last batch of
+// a replay may also report how the log ends: a torn tail to cut or an error.
+type decodedBatch struct {
+	evs       []varplane.Event
+	firstLine int   // line number of evs[0]
+	end       int64 // offset just past the last line of evs
+
+	torn    bool // a torn final line starts at end
+	tornLen int
+	tornWhy string
+	err     error
+}
+
+// replay folds the log into s.st and sets s.off to the end of its last
+// complete line, cutting a torn tail. Decoding runs on a goroutine of its
+// own, one batch ahead of folding.
+func (s *Store) replay(ctx context.Context) error {
+	out := make(chan *decodedBatch, 4)
+	free := make(chan *decodedBatch, 6)
+	quit := make(chan struct{})
+	go s.decodeLog(ctx, out, free, quit)
+	stop := func() {
+		close(quit)
+		for range out {
+		}
+	}
+	tx := s.st.Bulk()
+	var off int64
+	for b := range out {
+		for i := range b.evs {
+			if err := tx.Apply(&b.evs[i]); err != nil {
+				stop()
+				return fmt.Errorf("file store: %s line %d does not follow from the lines before it: %w", s.path, b.firstLine+i, err)
+			}
+		}
+		if len(b.evs) > 0 {
+			off = b.end
+		}
+		if b.err != nil {
+			stop()
+			return b.err
+		}
+		if b.torn {
+			for range out {
+			}
+			if err := s.cutTail(off, b.firstLine+len(b.evs), b.tornLen, b.tornWhy); err != nil {
+				return err
+			}
+			break
+		}
+		select {
+		case free <- b:
+		default:
+		}
+	}
+	tx.Commit()
+	s.off = off
+	return nil
+}
+
+// decodeLog reads and decodes the log into batches on out, closing out when
+// the log ends, fails, or quit is closed.
+func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-chan *decodedBatch, quit <-chan struct{}) {
+	defer close(out)
+	if _, err := s.f.Seek(0, io.SeekStart); err != nil {
+		out <- &decodedBatch{err: fmt.Errorf("file store: seek %s: %w", s.path, err)}
+		return
+	}
+	r := bufio.NewReaderSize(s.f, 1<<20)
+	in := &interner{m: make(map[string]string)}
+	var (
+		off    int64
+		lineNo int
+		long   []byte
+	)
+	next := func() *decodedBatch {
+		select {
+		case b := <-free:
+			clear(b.evs)
+			*b = decodedBatch{evs: b.evs[:0], firstLine: lineNo + 1, end: off}
+			return b
+		default:
+			return &decodedBatch{evs: make([]varplane.Event, 0, batchLines), firstLine: lineNo + 1, end: off}
+		}
+	}
+	send := func(b *decodedBatch) bool {
+		select {
+		case out <- b:
+			return true
+		case <-quit:
+			return false
+		}
+	}
+	b := next()
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long, chunk...)
+			continue
+		}
+		line := chunk
+		if len(long) > 0 {
+			long = append(long, chunk...)
+			line = long
+		}
+		if errors.Is(err, io.EOF) {
+			if len(line) > 0 {
+				b.torn, b.tornLen, b.tornWhy = true, len(line), "no trailing newline"
+			}
+			send(b)
+			return
+		}
+		if err != nil {
+			b.err = fmt.Errorf("file store: read %s: %w", s.path, err)
+			send(b)
+			return
+		}
+		lineNo++
+		b.evs = append(b.evs, varplane.Event{})
+		if derr := decodeEvent(line[:len(line)-1], &b.evs[len(b.evs)-1], in); derr != nil {
+			b.evs = b.evs[:len(b.evs)-1]
+			if _, perr := r.Peek(1); errors.Is(perr, io.EOF) {
+				b.torn, b.tornLen, b.tornWhy = true, len(line), derr.Error()
+			} else {
+				b.err = fmt.Errorf("file store: %s line %d is damaged: %w", s.path, lineNo, derr)
+			}
+			send(b)
+			return
+		}
+		off += int64(len(line))
+		b.end = off
+		long = long[:0]
+		if len(b.evs) == batchLines {
+			if err := ctx.Err(); err != nil {
+				b.err = err
+				send(b)
+				return
+			}
+			if !send(b) {
+				return
+			}
+			b = next()
+		}
+	}
+}
+
+// cutTail truncates the log at off, dropping a torn final line.
+func (s *Store) cutTail(off int64, lineNo, n int, why string) error {
+	s.log.Warn("file store: cutting torn final line of the log",
+		"path", s.path, "line", lineNo, "offset", off, "bytes", n, "reason", why)
+	if err := s.f.Truncate(off); err != nil {
+		return fmt.Errorf("file store: cut torn line %d of %s: %w", lineNo, s.path, err)
+	}
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("file store: sync %s after cutting line %d: %w", s.path, lineNo, err)
+	}
+	return nil
+}
+
+// committer validates, writes, syncs and publishes batches of requests in
+// arrival order until reqs is closed.
+func (s *Store) committer() {
+	defer close(s.done)
+	tx := s.st.Begin()
+	var buf []byte
+	batch := make([]*request, 0, maxBatch)
+	for {
+		r, ok := <-s.reqs
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], r)
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case r, ok := <-s.reqs:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		buf = s.commitBatch(tx, batch, buf[:0])
+		for i, r := range batch {
+			close(r.done)
+			batch[i] = nil
+		}
+	}
+}
+
+func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byte {
+	if p := s.failed.Load(); p != nil {
+		for _, r := range batch {
+			r.err = varplane.Unavailable(*p)
+		}
+		return buf
+	}
+	accepted := 0
+	for _, r := range batch {
+		var err error
+		if r.subtree {
+			r.stored, err = tx.AppendSubtree(r.ev, r.expected)
+		} else {
+			r.stored, err = tx.Append(r.ev, r.expected)
+		}
+		if err != nil {
+			r.err = err
+			continue
+		}
+		buf = AppendEvent(buf, r.stored)
+		buf = append(buf, '\n')
+		accepted++
+	}
+	s.rejected.Add(uint64(len(batch) - accepted))
+	if accepted == 0 {
+		tx.Discard()
+		return buf
+	}
+	if err := s.write(buf); err != nil {
+		tx.Discard()
+		s.failed.Store(&err)
+		s.log.Error("file store: commit failed; refusing further writes", "path", s.path, "err", err)
+		for _, r := range batch {
+			if r.err == nil {
+				r.stored, r.err = nil, varplane.Unavailable(err)
+			}
+		}
+		return buf
+	}
+	s.off += int64(len(buf))
+	s.commits.Add(uint64(accepted))
+	s.batches.Add(1)
+	s.watchers.Notify(tx.Commit())
+	return buf
+}
+
+// write appends buf at s.off and syncs it. On failure it tries to cut the
+// log back to s.off so that a later Open does not see a half-written batch.
+func (s *Store) write(buf []byte) error {
+	_, err := s.f.WriteAt(buf, s.off)
+	if err == nil {
+		err = s.syncf()
+		if err != nil {
+			err = fmt.Errorf("file store: fdatasync %s: %w", s.path, err)
+		}
+	} else {
+		err = fmt.Errorf("file store: write %s: %w", s.path, err)
+	}
+	if err != nil {
+		if terr := s.f.Truncate(s.off); terr != nil {
+			s.log.Error("file store: cannot cut a failed batch off the log", "path", s.path, "err", terr)
+		}
+	}
+	return err
+}
+
+func (s *Store) submit(ctx context.Context, ev *varplane.Event, expected varplane.Generation, subtree bool) (*varplane.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := &request{ev: ev, expected: expected, subtree: subtree, done: make(chan struct{})}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return nil, varplane.ErrClosed
+	}
+	if p := s.failed.Load(); p != nil {
+		s.mu.RUnlock()
+		return nil, varplane.Unavailable(*p)
+	}
+	s.reqs <- r
+	s.mu.RUnlock()
+	// Once queued, the commit may happen: wait for its outcome whatever ctx
+	// says, so that the answer is never ambiguous.
+	<-r.done
+	return r.stored, r.err
+}
+
+// Name returns "file".
+func (s *Store) Name() string { return "file" }
+
+// Path returns the path of the log.
+func (s *Store) Path() string { return s.path }
+
+// State returns the current snapshot of scope (a zero state for a scope never
+// written), or ErrClosed.
+func (s *Store) State(_ context.Context, scope varplane.Scope) (*varplane.ScopeState, error) {
+	if s.isDown.Load() {
+		return nil, varplane.ErrClosed
+	}
+	return s.st.State(scope), nil
+}
+
+// Revision returns the stored revision rev of scope, a not-found error, or
+// ErrClosed.
+func (s *Store) Revision(_ context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
+	if s.isDown.Load() {
+		return nil, varplane.ErrClosed
+	}
+	rec, ok := s.st.Revision(scope, rev)
+	if !ok {
+		return nil, varplane.Errorf(varplane.CodeNotFound, "revision %s not found in scope %q", rev, scope)
+	}
+	return rec, nil
+}
+
+// History returns the events of scope in log order (empty for a scope never
+// written), or ErrClosed.
+func (s *Store) History(_ context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	if s.isDown.Load() {
+		return nil, varplane.ErrClosed
+	}
+	return s.st.History(scope), nil
+}
+
+// Idempotency returns the record of key, a not-found error, or ErrClosed.
+func (s *Store) Idempotency(_ context.Context, key string) (*varplane.IdempotencyRecord, error) {
+	if s.isDown.Load() {
+		return nil, varplane.ErrClosed
+	}
+	rec, ok := s.st.Idempotency(key)
+	if !ok {
+		return nil, varplane.Errorf(varplane.CodeNotFound, "idempotency key %q not recorded", key)
+	}
+	return rec, nil
+}
+
+// Scopes returns every scope in the log, sorted, or ErrClosed.
+func (s *Store) Scopes(_ context.Context) ([]varplane.Scope, error) {
+	if s.isDown.Load() {
+		return nil, varplane.ErrClosed
+	}
+	return s.st.Scopes(), nil
+}
+
+// Replay returns the state of scope right after the event that allocated
+// generation gen (generation 0: the never-activated zero state), or a
+// not-found error when the scope is not in the log or never reached gen.
+func (s *Store) Replay(ctx context.Context, scope varplane.Scope, gen varplane.Generation) (*varplane.ScopeState, error) {
+	if s.isDown.Load() {
+		return nil, varplane.ErrClosed
+	}
+	return s.st.StateAt(ctx, scope, gen)
+}
+
+// Append commits ev with the checks of varplane.Store.Append, durably: it
+// returns only after the event is written and fdatasync'ed, and only then is
+// it visible. The stored event is a normalised copy (UTC timestamp,
+// compacted document, generation fields filled in from expected when unset);
+// ev is not modified. It returns ErrClosed after Close, the context's error
+// if ctx is done before the commit is queued, and a store-unavailable error
+// when the write or sync fails; after such a failure the store refuses every
+// later commit (fail-stop) and must be reopened.
+func (s *Store) Append(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
+	_, err := s.submit(ctx, ev, expected, false)
+	return err
+}
+
+// AppendSubtreeDeactivation commits, in one log line, the deactivation of
+// ev.Scope and of every active descendant, and sets ev.Cascade to the
+// descendants it deactivated. Errors and durability as Append.
+func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
+	stored, err := s.submit(ctx, ev, expected, true)
+	if err == nil {
+		ev.Cascade = slices.Clone(stored.Cascade)
+	}
+	return err
+}
+
+// Watch registers fn for every commit that changes a head, called on the
+// committer goroutine after the snapshot is installed, in commit order.
+func (s *Store) Watch(fn func(varplane.Commit)) (cancel func()) {
+	return s.watchers.Add(fn)
+}
+
+// Stats are commit counters since Open.
+type Stats struct {
+	// Commits counts events written and acknowledged.
+	Commits uint64
+	// Fsyncs counts the writes that carried them, each followed by one
+	// fdatasync (unless NoSync).
+	Fsyncs uint64
+	// Refused counts events refused by validation (conflicts, duplicates…).
+	Refused uint64
+}
+
+// EventsPerFsync is Commits / Fsyncs: how many commits group commit folded
+// into each fsync.
+func (st Stats) EventsPerFsync() float64 {
+	if st.Fsyncs == 0 {
+		return 0
+	}
+	return float64(st.Commits) / float64(st.Fsyncs)
+}
+
+// Stats returns the commit counters. Safe for concurrent use.
+func (s *Store) Stats() Stats {
+	return Stats{Commits: s.commits.Load(), Fsyncs: s.batches.Load(), Refused: s.rejected.Load()}
+}
+
+// Close stops the committer after the commits already queued, syncs and
+// closes the log, and releases the lock. Later calls return ErrClosed;
+// closing twice is harmless.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.reqs)
+	s.mu.Unlock()
+	<-s.done
+	s.isDown.Store(true)
+	var errs []error
+	if s.failed.Load() == nil {
+		if err := s.f.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("file store: sync %s: %w", s.path, err))
+		}
+	}
+	if err := s.f.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("file store: close %s: %w", s.path, err))
+	}
+	if err := unix.Flock(int(s.lock.Fd()), unix.LOCK_UN); err != nil {
+		errs = append(errs, fmt.Errorf("file store: unlock %s.lock: %w", s.path, err))
+	}
+	if err := s.lock.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,389 @@
+package file_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/store/file"
+	"github.com/varplane/varplane/store/storetest"
+)
+
+func logPath(t *testing.T) string { return filepath.Join(t.TempDir(), "data", "var-log.jsonl") }
+
+// writeSample commits a few events and returns the log's bytes.
+func writeSample(t testing.TB, path string) []byte {
+	t.Helper()
+	s, err := file.Open(context.Background(), path, file.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		ev := storetest.CreatedEvent("agentic.lanes.vinci", storetest.Doc(i))
+		if err := s.Append(ctx, ev, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, storetest.ActivatedEvent("agentic.lanes.vinci", ev.Revision, varplane.Generation(i)), varplane.Generation(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestOpenCreatesPrivateFiles(t *testing.T) {
+	path := logPath(t)
+	mustOpen(t, path, file.Options{})
+	for p, want := range map[string]os.FileMode{filepath.Dir(path): 0o700, path: 0o600} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got&^want != 0 {
+			t.Errorf("%s mode = %v, want at most %v", p, got, want)
+		}
+	}
+}
+
+func TestSecondWriterIsLockedOut(t *testing.T) {
+	path := logPath(t)
+	s := mustOpen(t, path, file.Options{})
+	_, err := file.Open(context.Background(), path, file.Options{})
+	if !errors.Is(err, file.ErrLocked) {
+		t.Fatalf("second Open: err = %v, want ErrLocked", err)
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Errorf("error %q does not name the log", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustOpen(t, path, file.Options{}) // released by Close
+}
+
+func TestLogLinesAreEventJSON(t *testing.T) {
+	path := logPath(t)
+	b := writeSample(t, path)
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("log has %d lines, want 6", len(lines))
+	}
+	for _, want := range []string{`"kind":"activated"`, `"scope":"agentic.lanes.vinci"`, `"generation":3`, `"previousGeneration":2`} {
+		if !strings.Contains(lines[5], want) {
+			t.Errorf("last line %s lacks %s", lines[5], want)
+		}
+	}
+}
+
+func captureLog() (*slog.Logger, *bytes.Buffer) {
+	var buf bytes.Buffer
+	return slog.New(slog.NewTextHandler(&buf, nil)), &buf
+}
+
+func TestTornTailIsCut(t *testing.T) {
+	for name, tail := range map[string]string{
+		"no newline":  `{"kind":"activated","scope":"agentic.lanes.vinci","revis`,
+		"undecodable": "{\"kind\":\"activ\x00\x00\n",
+		"zeros":       "\x00\x00\x00\x00",
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := logPath(t)
+			good := writeSample(t, path)
+			if err := os.WriteFile(path, append(append([]byte{}, good...), tail...), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			logger, out := captureLog()
+			s := mustOpen(t, path, file.Options{Logger: logger})
+			st, _ := s.State(context.Background(), "agentic.lanes.vinci")
+			if st.Generation != 3 || st.Head == nil {
+				t.Errorf("recovered state = gen %d head %v, want gen 3 with a head", st.Generation, st.Head)
+			}
+			if !strings.Contains(out.String(), "torn") || !strings.Contains(out.String(), "level=WARN") {
+				t.Errorf("no warning logged: %q", out.String())
+			}
+			if b, _ := os.ReadFile(path); !bytes.Equal(b, good) {
+				t.Errorf("log after open has %d bytes, want the %d good ones", len(b), len(good))
+			}
+		})
+	}
+}
+
+func TestDamageBeforeLastLineStopsOpen(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(lines []string) []string
+		line   int
+	}{
+		{"garbage", func(l []string) []string { l[1] = `{"kind":"revision-cre` + "\x00"; return l }, 2},
+		{"blank", func(l []string) []string { l[2] = ""; return l }, 3},
+		{"generation gap", func(l []string) []string {
+			l[3] = strings.Replace(l[3], `"generation":2,"previousGeneration":1`, `"generation":5,"previousGeneration":4`, 1)
+			return l
+		}, 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := logPath(t)
+			good := writeSample(t, path)
+			lines := strings.Split(strings.TrimSuffix(string(good), "\n"), "\n")
+			damaged := strings.Join(tc.damage(lines), "\n") + "\n"
+			if err := os.WriteFile(path, []byte(damaged), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := file.Open(context.Background(), path, file.Options{})
+			if err == nil {
+				t.Fatal("Open of a damaged log succeeded")
+			}
+			if want := fmt.Sprintf("line %d", tc.line); !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not name %s", err, want)
+			}
+			if b, _ := os.ReadFile(path); string(b) != damaged {
+				t.Error("Open changed a damaged log")
+			}
+			// The lock is released after a failed Open.
+			if _, err := file.Open(context.Background(), path, file.Options{}); errors.Is(err, file.ErrLocked) {
+				t.Error("failed Open kept the lock")
+			}
+		})
+	}
+}
+
+// TestCrashAtEveryOffsetOfLastLine cuts the log at every byte of its last
+// line, as a crash during the last write could, and checks that Open keeps
+// every complete line and cuts only the torn one.
+func TestCrashAtEveryOffsetOfLastLine(t *testing.T) {
+	dir := t.TempDir()
+	good := writeSample(t, filepath.Join(dir, "src.jsonl"))
+	lastStart := bytes.LastIndexByte(good[:len(good)-1], '\n') + 1
+	for cut := lastStart; cut <= len(good); cut++ {
+		path := filepath.Join(dir, fmt.Sprintf("cut-%d.jsonl", cut))
+		if err := os.WriteFile(path, good[:cut], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		logger, _ := captureLog()
+		s, err := file.Open(context.Background(), path, file.Options{Logger: logger})
+		if err != nil {
+			t.Fatalf("cut at %d: Open: %v", cut, err)
+		}
+		wantGen, wantLen := varplane.Generation(2), lastStart
+		if cut == len(good) {
+			wantGen, wantLen = 3, len(good)
+		}
+		st, _ := s.State(context.Background(), "agentic.lanes.vinci")
+		h, _ := s.History(context.Background(), "agentic.lanes.vinci")
+		if st.Generation != wantGen || len(h) != 5+int(wantGen-2) {
+			t.Errorf("cut at %d: gen %d with %d events, want gen %d", cut, st.Generation, len(h), wantGen)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if fi, _ := os.Stat(path); fi.Size() != int64(wantLen) {
+			t.Errorf("cut at %d: log is %d bytes after open, want %d", cut, fi.Size(), wantLen)
+		}
+	}
+}
+
+func TestFailedSyncIsFailStop(t *testing.T) {
+	path := logPath(t)
+	s := mustOpen(t, path, file.Options{})
+	ctx := context.Background()
+	ev := storetest.CreatedEvent("k.a", storetest.Doc(1))
+	if err := s.Append(ctx, ev, 0); err != nil {
+		t.Fatal(err)
+	}
+	good, _ := os.ReadFile(path)
+	fail := true
+	var mu sync.Mutex
+	file.SetSyncFunc(s, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			return errors.New("injected EIO")
+		}
+		return nil
+	})
+	err := s.Append(ctx, storetest.ActivatedEvent("k.a", ev.Revision, 0), 0)
+	if !errors.Is(err, varplane.ErrUnavailable) {
+		t.Fatalf("Append with failing sync: err = %v, want store-unavailable", err)
+	}
+	if st, _ := s.State(ctx, "k.a"); st.Generation != 0 || st.Head != nil {
+		t.Errorf("an undurable commit became visible: gen %d", st.Generation)
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	if err := s.Append(ctx, storetest.ActivatedEvent("k.a", ev.Revision, 0), 0); !errors.Is(err, varplane.ErrUnavailable) {
+		t.Errorf("Append after a failed sync: err = %v, want store-unavailable (fail-stop)", err)
+	}
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, good) {
+		t.Errorf("the failed batch was left in the log (%d bytes, want %d)", len(b), len(good))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, path, file.Options{})
+	if st, _ := s.State(ctx, "k.a"); st.Generation != 0 {
+		t.Errorf("after reopen: gen %d, want 0", st.Generation)
+	}
+}
+
+// TestDurableBeforeVisible holds a commit inside its fsync and checks that
+// nothing of it is visible, nor acknowledged, until the fsync returns.
+func TestDurableBeforeVisible(t *testing.T) {
+	s := mustOpen(t, logPath(t), file.Options{})
+	ctx := context.Background()
+	ev := storetest.CreatedEvent("k.a", storetest.Doc(1))
+	if err := s.Append(ctx, ev, 0); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	file.SetSyncFunc(s, func() error {
+		once.Do(func() { close(entered); <-release })
+		return nil
+	})
+	watched := make(chan varplane.Commit, 1)
+	s.Watch(func(c varplane.Commit) { watched <- c })
+	acked := make(chan error, 1)
+	go func() { acked <- s.Append(ctx, storetest.ActivatedEvent("k.a", ev.Revision, 0), 0) }()
+	<-entered
+	if st, _ := s.State(ctx, "k.a"); st.Generation != 0 {
+		t.Errorf("visible before fsync: gen %d", st.Generation)
+	}
+	select {
+	case err := <-acked:
+		t.Fatalf("acknowledged before fsync returned: %v", err)
+	case c := <-watched:
+		t.Fatalf("watched before fsync returned: %+v", c)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	if err := <-acked; err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.State(ctx, "k.a"); st.Generation != 1 {
+		t.Errorf("after ack: gen %d, want 1", st.Generation)
+	}
+	<-watched
+}
+
+// TestGroupCommit queues many commits behind a slow fsync: they share
+// fsyncs, and a conflict in a batch fails only its own caller.
+func TestGroupCommit(t *testing.T) {
+	s := mustOpen(t, logPath(t), file.Options{})
+	ctx := context.Background()
+	const n = 64
+	revs := make([]varplane.Revision, n)
+	for i := range n {
+		ev := storetest.CreatedEvent(varplane.Scope(fmt.Sprintf("g.k%d", i)), storetest.Doc(i))
+		if err := s.Append(ctx, ev, 0); err != nil {
+			t.Fatal(err)
+		}
+		revs[i] = ev.Revision
+	}
+	race := storetest.CreatedEvent("g.race", storetest.Doc(0))
+	if err := s.Append(ctx, race, 0); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Stats()
+	file.SetSyncFunc(s, func() error { time.Sleep(5 * time.Millisecond); return nil })
+	var wg sync.WaitGroup
+	own := make([]error, n)
+	racers := make([]error, n)
+	for i := range n {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			own[i] = s.Append(ctx, storetest.ActivatedEvent(varplane.Scope(fmt.Sprintf("g.k%d", i)), revs[i], 0), 0)
+		}()
+		go func() {
+			defer wg.Done()
+			racers[i] = s.Append(ctx, storetest.ActivatedEvent("g.race", race.Revision, 0), 0)
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for i := range n {
+		if own[i] != nil {
+			t.Errorf("activation of g.k%d: %v", i, own[i])
+		}
+		if racers[i] == nil {
+			wins++
+		} else if !errors.Is(racers[i], varplane.ErrConflict) {
+			t.Errorf("racer %d: %v, want a conflict", i, racers[i])
+		}
+	}
+	if wins != 1 {
+		t.Errorf("%d racers won, want 1", wins)
+	}
+	st := s.Stats()
+	commits, fsyncs := st.Commits-before.Commits, st.Fsyncs-before.Fsyncs
+	if commits != n+1 {
+		t.Errorf("commits = %d, want %d", commits, n+1)
+	}
+	if fsyncs >= commits {
+		t.Errorf("%d commits took %d fsyncs: no group commit", commits, fsyncs)
+	}
+	if st.Refused-before.Refused != n-1 {
+		t.Errorf("refused = %d, want %d", st.Refused-before.Refused, n-1)
+	}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// FuzzTornTail appends arbitrary bytes to a good log: Open never panics, a
+// tail without a newline is always cut, and whatever happens no complete
+// good line is lost.
+func FuzzTornTail(f *testing.F) {
+	good := writeSample(f, filepath.Join(f.TempDir(), "good.jsonl"))
+	lastLine := good[bytes.LastIndexByte(good[:len(good)-1], '\n')+1:]
+	f.Add([]byte(`{"kind":"activ`))
+	f.Add([]byte("\n"))
+	f.Add(lastLine[:len(lastLine)-1])
+	f.Add(append([]byte("garbage\n"), lastLine...))
+	f.Fuzz(func(t *testing.T, tail []byte) {
+		path := filepath.Join(t.TempDir(), "log.jsonl")
+		if err := os.WriteFile(path, append(append([]byte{}, good...), tail...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := file.Open(context.Background(), path, file.Options{Logger: quiet, NoSync: true})
+		if err != nil {
+			if !bytes.Contains(tail, []byte("\n")) {
+				t.Fatalf("a tail without newline failed Open: %v", err)
+			}
+			if !strings.Contains(err.Error(), "line ") {
+				t.Fatalf("error does not name a line: %v", err)
+			}
+			return
+		}
+		defer s.Close()
+		h, _ := s.History(context.Background(), "agentic.lanes.vinci")
+		if len(h) < 6 {
+			t.Fatalf("only %d of the 6 good events survived", len(h))
+		}
+		b, _ := os.ReadFile(path)
+		if !bytes.HasPrefix(b, good) {
+			t.Fatal("the good lines were changed")
+		}
+		if !bytes.Contains(tail, []byte("\n")) && !bytes.Equal(b, good) {
+			t.Fatalf("a tail without newline was kept: %q", b[len(good):])
+		}
+	})
+}

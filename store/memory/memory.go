@@ -1,0 +1,156 @@
+// Package memory is the ephemeral varplane.Store: the fold of the event log
+// kept in process memory only, empty on every start. It suits tests and
+// embedded authorities whose consumers fall back to static values.
+//
+// Concurrency contract: every method is safe for concurrent use. Reads
+// (State, Revision, History, Idempotency, Scopes) never wait for a commit;
+// State takes no lock and does not allocate for a scope that exists.
+// Commits are serialized by one mutex around validation and folding; Watch
+// callbacks run synchronously on the committing goroutine, in commit order,
+// while that mutex is held, so they must not block nor commit to the same
+// store. The memory store does not implement varplane.Replayer: it keeps no
+// durable log to replay from, so an engine answers replay with
+// store-unsupported.
+package memory
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/logstate"
+)
+
+var _ varplane.Store = (*Store)(nil)
+
+// Store is the in-memory store. The zero value is not usable: call New.
+type Store struct {
+	st     *logstate.State
+	closed atomic.Bool
+
+	mu sync.Mutex // serializes commits
+	tx *logstate.Tx
+
+	watchers logstate.Watchers
+}
+
+// New returns an empty memory store.
+func New() *Store {
+	st := logstate.New()
+	return &Store{st: st, tx: st.Begin()}
+}
+
+// Name returns "memory".
+func (s *Store) Name() string { return "memory" }
+
+// State returns the current snapshot of scope (a zero state for a scope never
+// written), or ErrClosed.
+func (s *Store) State(_ context.Context, scope varplane.Scope) (*varplane.ScopeState, error) {
+	if s.closed.Load() {
+		return nil, varplane.ErrClosed
+	}
+	return s.st.State(scope), nil
+}
+
+// Revision returns the stored revision rev of scope, a not-found error, or
+// ErrClosed.
+func (s *Store) Revision(_ context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
+	if s.closed.Load() {
+		return nil, varplane.ErrClosed
+	}
+	rec, ok := s.st.Revision(scope, rev)
+	if !ok {
+		return nil, varplane.Errorf(varplane.CodeNotFound, "revision %s not found in scope %q", rev, scope)
+	}
+	return rec, nil
+}
+
+// History returns the events of scope in commit order (empty for a scope
+// never written), or ErrClosed.
+func (s *Store) History(_ context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	if s.closed.Load() {
+		return nil, varplane.ErrClosed
+	}
+	return s.st.History(scope), nil
+}
+
+// Idempotency returns the record of key, a not-found error, or ErrClosed.
+func (s *Store) Idempotency(_ context.Context, key string) (*varplane.IdempotencyRecord, error) {
+	if s.closed.Load() {
+		return nil, varplane.ErrClosed
+	}
+	rec, ok := s.st.Idempotency(key)
+	if !ok {
+		return nil, varplane.Errorf(varplane.CodeNotFound, "idempotency key %q not recorded", key)
+	}
+	return rec, nil
+}
+
+// Scopes returns every scope written so far, sorted, or ErrClosed.
+func (s *Store) Scopes(_ context.Context) ([]varplane.Scope, error) {
+	if s.closed.Load() {
+		return nil, varplane.ErrClosed
+	}
+	return s.st.Scopes(), nil
+}
+
+// Append commits ev with the checks of varplane.Store.Append. The stored
+// event is a normalised copy (UTC timestamp, compacted document, generation
+// fields filled in from expected when unset); ev is not modified. It returns
+// ErrClosed after Close and the context's error if ctx is already done.
+func (s *Store) Append(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
+	_, err := s.commit(ctx, ev, expected, false)
+	return err
+}
+
+// AppendSubtreeDeactivation commits the deactivation of ev.Scope and of every
+// active descendant, all at once, and sets ev.Cascade to the descendants it
+// deactivated. Errors as Append.
+func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
+	stored, err := s.commit(ctx, ev, expected, true)
+	if err == nil {
+		ev.Cascade = slices.Clone(stored.Cascade)
+	}
+	return err
+}
+
+func (s *Store) commit(ctx context.Context, ev *varplane.Event, expected varplane.Generation, subtree bool) (*varplane.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return nil, varplane.ErrClosed
+	}
+	var stored *varplane.Event
+	var err error
+	if subtree {
+		stored, err = s.tx.AppendSubtree(ev, expected)
+	} else {
+		stored, err = s.tx.Append(ev, expected)
+	}
+	if err != nil {
+		s.tx.Discard()
+		return nil, err
+	}
+	s.watchers.Notify(s.tx.Commit())
+	return stored, nil
+}
+
+// Watch registers fn for every commit that changes a head, called after the
+// snapshot is installed, in commit order, on the committing goroutine.
+func (s *Store) Watch(fn func(varplane.Commit)) (cancel func()) {
+	return s.watchers.Add(fn)
+}
+
+// Close releases the store; later calls return ErrClosed. Closing twice is
+// harmless.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed.Store(true)
+	return nil
+}
