@@ -1,0 +1,162 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/store/storetest"
+)
+
+// sizedDoc returns a JSON object of about n bytes.
+func sizedDoc(n int) json.RawMessage {
+	return json.RawMessage(`{"blob":"` + strings.Repeat("x", max(n-12, 0)) + `"}`)
+}
+
+// BenchmarkRevalidationRead measures the conditional read of an unchanged
+// head on a private Redis, and reports the Redis-side time per call from INFO
+// commandstats (reset with CONFIG RESETSTAT, which is why the server is
+// private).
+func BenchmarkRevalidationRead(b *testing.B) {
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"1KiB", 1 << 10}, {"4MiB", 4 << 20}} {
+		b.Run(size.name, func(b *testing.B) {
+			p := startPrivateRedis(b, "--appendonly", "no")
+			s := openStore(b, p.url(""), Options{})
+			ctx := context.Background()
+			ev := storetest.CreatedEvent("bench.reval", sizedDoc(size.n))
+			if err := s.Append(ctx, ev, 0); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Append(ctx, storetest.ActivatedEvent("bench.reval", ev.Revision, 0), 0); err != nil {
+				b.Fatal(err)
+			}
+			snap := s.entry("bench.reval").snap.Load()
+			keys, args := []string{s.keys.head("bench.reval")}, []string{snap.confirmArg()}
+			if n, err := confirmScript.Exec(ctx, s.client, keys, args).AsInt64(); err != nil || n != 0 {
+				b.Fatalf("warm-up confirm = %d, %v; want 0 (unchanged)", n, err)
+			}
+			raw := rawClient(b, p.url(""))
+			if err := raw.Do(ctx, raw.B().ConfigResetstat().Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if n, err := confirmScript.Exec(ctx, s.client, keys, args).AsInt64(); err != nil || n != 0 {
+					b.Fatalf("confirm = %d, %v; want 0 (unchanged)", n, err)
+				}
+			}
+			b.StopTimer()
+			info, err := raw.Do(ctx, raw.B().Info().Section("commandstats").Build()).ToString()
+			if err != nil {
+				b.Fatal(err)
+			}
+			calls, usecPerCall := commandStat(info, "evalsha_ro")
+			if calls < int64(b.N) {
+				b.Fatalf("commandstats counts %d evalsha_ro calls, want >= %d:\n%s", calls, b.N, info)
+			}
+			b.ReportMetric(usecPerCall, "redis-µs/call")
+		})
+	}
+}
+
+// commandStat reads calls and usec_per_call of cmd from INFO commandstats.
+func commandStat(info, cmd string) (calls int64, usecPerCall float64) {
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec_per_call":
+				usecPerCall, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	return calls, usecPerCall
+}
+
+func benchHarness(b *testing.B) storetest.Harness {
+	u := sharedURL(b)
+	return storetest.Harness{Open: func(tb testing.TB) varplane.Store {
+		return openStore(tb, withPrefix(tb, u, testPrefix(tb, u)), Options{})
+	}}
+}
+
+// BenchmarkCommit measures activations (one script each) against the shared
+// Redis at parallelism 1 and 64.
+func BenchmarkCommit(b *testing.B) {
+	for _, par := range []int{1, 64} {
+		b.Run(fmt.Sprintf("parallel=%d", par), func(b *testing.B) {
+			storetest.BenchmarkActivate(b, benchHarness(b), par)
+		})
+	}
+}
+
+// BenchmarkHeadRead measures State of an installed head (memory only).
+func BenchmarkHeadRead(b *testing.B) { storetest.BenchmarkHeadRead(b, benchHarness(b)) }
+
+// BenchmarkCommitToWatch measures the time from the start of an activation
+// through store A to its delivery to a Watch listener of store B on the same
+// Redis, and reports p50 and p99.
+func BenchmarkCommitToWatch(b *testing.B) {
+	u := sharedURL(b)
+	u = withPrefix(b, u, testPrefix(b, u))
+	a := openStore(b, u, Options{})
+	bs := openStore(b, u, Options{})
+	ctx := context.Background()
+	scope := varplane.Scope("bench.watch.k")
+	var revs [2]varplane.Revision
+	for i := range revs {
+		ev := storetest.CreatedEvent(scope, storetest.Doc(i))
+		if err := a.Append(ctx, ev, 0); err != nil {
+			b.Fatal(err)
+		}
+		revs[i] = ev.Revision
+	}
+	got := make(chan time.Time, 1)
+	var want atomic.Uint64
+	cancel := bs.Watch(func(c varplane.Commit) {
+		if c.Scope == scope && uint64(c.Changes[0].Generation) == want.Load() {
+			got <- time.Now()
+		}
+	})
+	defer cancel()
+	var lat []time.Duration
+	gen := varplane.Generation(0)
+	b.ResetTimer()
+	for b.Loop() {
+		want.Store(uint64(gen + 1))
+		start := time.Now()
+		if err := a.Append(ctx, storetest.ActivatedEvent(scope, revs[gen%2], gen), gen); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case t := <-got:
+			lat = append(lat, t.Sub(start))
+		case <-time.After(5 * time.Second):
+			b.Fatalf("generation %d not delivered to B", gen+1)
+		}
+		gen++
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds())
+	}
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}

@@ -1,0 +1,356 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/varplane/varplane"
+)
+
+// subscribeLoop keeps the subscriber client subscribed to the invalidation
+// channel. rueidis reconnects and resubscribes a Receive by itself when the
+// connection breaks; every confirmed subscription after the first asks for
+// a revalidation pass, which catches what was published while it was down.
+func (s *Store) subscribeLoop() {
+	defer s.wg.Done()
+	var first sync.Once
+	ctx := rueidis.WithOnSubscriptionHook(s.ctx, func(sub rueidis.PubSubSubscription) {
+		if sub.Kind != "subscribe" {
+			return
+		}
+		s.stats.subscriptions.Add(1)
+		again := true
+		first.Do(func() { again = false; close(s.subOnce) })
+		if again {
+			s.log.Info("redis store: resubscribed to invalidations; revalidating", "channel", sub.Channel)
+			s.askPass()
+		}
+	})
+	backoff := 50 * time.Millisecond
+	for s.ctx.Err() == nil {
+		err := s.sub.Receive(ctx, s.sub.B().Subscribe().Channel(s.keys.channel()).Build(), func(m rueidis.PubSubMessage) {
+			s.stats.invalidations.Add(1)
+			select {
+			case s.msgs <- m.Message:
+			default:
+				s.stats.invalDropped.Add(1)
+				s.askPass()
+			}
+		})
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("redis store: invalidation subscription failed; installed heads are served and revalidated until it is back", "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-s.ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// askPass requests a revalidation pass without blocking.
+func (s *Store) askPass() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// invalidationLoop handles invalidation messages one at a time, in the order
+// Redis published them.
+func (s *Store) invalidationLoop() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case m := <-s.msgs:
+			s.handleInvalidation(m)
+		}
+	}
+}
+
+// handleInvalidation reads from Redis every scope a message names whose
+// installed head is not already the one the message announces (an own
+// commit's echo is skipped), installs them and delivers the commit.
+func (s *Store) handleInvalidation(payload string) {
+	lines := strings.Split(payload, "\n")
+	kind := varplane.EventKind(lines[0])
+	var stale []varplane.Scope
+	for _, l := range lines[1:] {
+		f := strings.SplitN(l, " ", 3)
+		if len(f) != 3 {
+			s.log.Warn("redis store: malformed invalidation message ignored; revalidation will catch up")
+			s.askPass()
+			return
+		}
+		scope := varplane.Scope(f[2])
+		if e := s.entry(scope); e != nil {
+			if cur := e.snap.Load(); cur.v == f[0] && cur.g == f[1] {
+				e.confirmed.Store(time.Now().UnixNano())
+				continue
+			}
+		}
+		stale = append(stale, scope)
+	}
+	if len(stale) == 0 {
+		return
+	}
+	s.stats.invalidationReads.Add(uint64(len(stale)))
+	if err := s.refresh(s.ctx, kind, stale...); err != nil {
+		s.log.Warn("redis store: reading an invalidated head failed; the next revalidation pass retries", "scope", string(stale[0]), "err", err)
+		s.addPending(stale...)
+	}
+}
+
+// addPending remembers scopes whose invalidation could not be read, so that
+// the next pass reads them even if they are not installed.
+func (s *Store) addPending(scopes ...varplane.Scope) {
+	s.pendingMu.Lock()
+	if s.pending == nil {
+		s.pending = map[varplane.Scope]struct{}{}
+	}
+	for _, sc := range scopes {
+		s.pending[sc] = struct{}{}
+	}
+	s.pendingMu.Unlock()
+	s.askPass()
+}
+
+// revalidateLoop runs one pass per interval (or sooner when asked), never two
+// at once: a pass that outlasts the interval is followed by the next one
+// right away, not by an extra one in parallel. The eviction policy is checked
+// again after each pass.
+func (s *Store) revalidateLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.RevalidateInterval)
+	defer t.Stop()
+	lastEviction := time.Now()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		s.revalidatePass()
+		if time.Since(lastEviction) >= s.opts.RevalidateInterval {
+			lastEviction = time.Now()
+			_ = s.checkEviction(s.ctx, false)
+		}
+	}
+}
+
+// revalidatePass confirms every installed head with a conditional read,
+// RevalidateConcurrency at a time, installs what changed, and logs lags.
+func (s *Store) revalidatePass() {
+	start := time.Now()
+	s.stats.passes.Add(1)
+	s.pendingMu.Lock()
+	pending := s.pending
+	s.pending = nil
+	s.pendingMu.Unlock()
+	for sc := range pending {
+		if err := s.refresh(s.ctx, "", sc); err != nil {
+			s.addPendingQuiet(sc)
+		}
+	}
+	sem := make(chan struct{}, s.opts.RevalidateConcurrency)
+	var wg sync.WaitGroup
+	for _, sc := range s.installedScopes() {
+		if s.ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.confirm(sc)
+		}()
+	}
+	wg.Wait()
+	s.stats.lastPassNanos.Store(int64(time.Since(start)))
+	s.logLags()
+}
+
+func (s *Store) addPendingQuiet(sc varplane.Scope) {
+	s.pendingMu.Lock()
+	if s.pending == nil {
+		s.pending = map[varplane.Scope]struct{}{}
+	}
+	s.pending[sc] = struct{}{}
+	s.pendingMu.Unlock()
+}
+
+// confirm revalidates one installed head: an unchanged head costs one
+// read-only script call that transfers nothing; a changed one is read and
+// installed.
+func (s *Store) confirm(scope varplane.Scope) {
+	e := s.entry(scope)
+	if e == nil {
+		return
+	}
+	seq := e.seq.Load()
+	cur := e.snap.Load()
+	ctx, cancel := s.cmdCtx(s.ctx)
+	defer cancel()
+	res := confirmScript.Exec(ctx, s.client, []string{s.keys.head(scope)}, []string{cur.confirmArg()})
+	if n, err := res.AsInt64(); err == nil && n == 0 {
+		s.stats.confirms.Add(1)
+		e.confirmed.Store(time.Now().UnixNano())
+		return
+	}
+	arr, err := res.ToArray()
+	if err != nil {
+		s.stats.confirmErrs.Add(1)
+		if s.ctx.Err() == nil {
+			if err := s.readFailure("head", scope, err); varplane.ErrorCode(err) == varplane.CodeInternal {
+				s.installFailed(scope, cur, seq, err)
+			}
+		}
+		return
+	}
+	h, err := parseHead(arr)
+	if err != nil {
+		s.stats.confirmErrs.Add(1)
+		s.installFailed(scope, cur, seq, s.decodeFailure("head", scope, err))
+		return
+	}
+	snap, err := s.snapshotFrom(ctx, scope, h, cur.rec)
+	if err != nil {
+		s.stats.confirmErrs.Add(1)
+		if varplane.ErrorCode(err) == varplane.CodeInternal {
+			s.installFailed(scope, cur, seq, err)
+		}
+		return
+	}
+	s.stats.confirmChanged.Add(1)
+	s.installAndDeliver("", scope, []installReq{{scope: scope, snap: snap, seq: seq}})
+}
+
+// installFailed replaces an installed head whose value in Redis can no
+// longer be decoded by a failed snapshot: reads of the scope fail closed
+// until Redis holds a readable head again (the next pass retries; the value
+// itself is left in Redis). An outage never does this: it keeps the head.
+func (s *Store) installFailed(scope varplane.Scope, cur *snapshot, seq uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entry(scope)
+	if e == nil || e.seq.Load() != seq {
+		return
+	}
+	e.snap.Store(&snapshot{state: cur.state, err: err})
+	e.seq.Add(1)
+}
+
+// logLags logs heads not confirmed for longer than LagWarn (WARN) or
+// LagEscalate (ERROR), at most once a minute per scope.
+func (s *Store) logLags() {
+	now := time.Now().UnixNano()
+	s.entries.Range(func(k, v any) bool {
+		e := v.(*entry)
+		lag := time.Duration(now - e.confirmed.Load())
+		if lag < s.opts.LagWarn || time.Duration(now-e.lagLogged.Load()) < time.Minute {
+			return true
+		}
+		e.lagLogged.Store(now)
+		snap := e.snap.Load()
+		attrs := []any{"scope", k.(varplane.Scope).String(), "generation", snap.g, "revision", snap.r, "lag", lag.Round(time.Millisecond).String()}
+		if lag >= s.opts.LagEscalate {
+			s.log.Error("redis store: installed head is stale: not confirmed by Redis", attrs...)
+		} else {
+			s.log.Warn("redis store: installed head has not been confirmed by Redis", attrs...)
+		}
+		return true
+	})
+}
+
+// checkEviction reads maxmemory-policy on every node. At startup under
+// "fail", a node that may evict, or whose policy cannot be read, fails Open.
+// Later checks only update EvictionPolicyOK and log changes.
+func (s *Store) checkEviction(ctx context.Context, startup bool) error {
+	s.stats.evictionChecks.Add(1)
+	nodes := s.client.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for a := range nodes {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	var bad, unknown []string
+	for _, a := range addrs {
+		policy, err := s.readPolicy(ctx, nodes[a])
+		switch {
+		case err != nil:
+			unknown = append(unknown, fmt.Sprintf("%s: maxmemory-policy cannot be read (%v)", a, err))
+		case policy != "noeviction":
+			bad = append(bad, fmt.Sprintf("%s: maxmemory-policy is %s, not noeviction", a, policy))
+		}
+	}
+	ok, detail := true, "noeviction"
+	switch {
+	case len(bad) > 0:
+		ok, detail = false, strings.Join(append(bad, unknown...), "; ")
+	case len(unknown) > 0:
+		ok = s.opts.EvictionCheck == EvictionCheckWarn
+		detail = "unknown: " + strings.Join(unknown, "; ")
+	}
+	was := s.evOK.Load()
+	prev := s.evDetail.Load()
+	s.evOK.Store(ok)
+	s.evDetail.Store(&detail)
+	if startup {
+		if len(bad) > 0 || len(unknown) > 0 {
+			if s.opts.EvictionCheck == EvictionCheckFail {
+				return &varplane.Error{
+					Code:    varplane.CodeStoreUnavailable,
+					Message: "redis must run with maxmemory-policy noeviction (it is the store of record); set the eviction check to warn only for a managed Redis that denies INFO",
+					Err:     errors.New(detail),
+				}
+			}
+			s.log.Warn("!!! redis store: eviction policy not confirmed as noeviction; a document Redis evicts is lost", "detail", detail)
+		}
+		return nil
+	}
+	if prev != nil && (was != ok || *prev != detail) {
+		if ok {
+			s.log.Info("redis store: eviction policy check", "detail", detail)
+		} else {
+			s.log.Error("redis store: a node may evict keys; documents can be lost", "detail", detail)
+		}
+	}
+	return nil
+}
+
+// readPolicy reads one node's maxmemory-policy from INFO memory, or from
+// CONFIG GET when INFO does not show it.
+func (s *Store) readPolicy(ctx context.Context, c rueidis.Client) (string, error) {
+	ctx, cancel := s.cmdCtx(ctx)
+	defer cancel()
+	info, err := c.Do(ctx, c.B().Info().Section("memory").Build()).ToString()
+	if err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok {
+				return v, nil
+			}
+		}
+	}
+	m, cerr := c.Do(ctx, c.B().ConfigGet().Parameter("maxmemory-policy").Build()).AsStrMap()
+	if cerr != nil {
+		if err != nil {
+			return "", fmt.Errorf("INFO: %v; CONFIG GET: %v", err, cerr)
+		}
+		return "", fmt.Errorf("INFO has no maxmemory_policy; CONFIG GET: %v", cerr)
+	}
+	if v, ok := m["maxmemory-policy"]; ok {
+		return v, nil
+	}
+	return "", errors.New("neither INFO nor CONFIG GET report maxmemory-policy")
+}

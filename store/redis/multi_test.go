@@ -1,0 +1,399 @@
+package redis
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/store/storetest"
+)
+
+// watchChan registers a Watch on s that forwards commits to a channel.
+func watchChan(t *testing.T, s *Store) <-chan varplane.Commit {
+	t.Helper()
+	ch := make(chan varplane.Commit, 64)
+	cancel := s.Watch(func(c varplane.Commit) {
+		select {
+		case ch <- c:
+		default:
+			t.Error("watch channel full")
+		}
+	})
+	t.Cleanup(cancel)
+	return ch
+}
+
+func nextCommit(t *testing.T, ch <-chan varplane.Commit, within time.Duration) varplane.Commit {
+	t.Helper()
+	select {
+	case c := <-ch:
+		return c
+	case <-time.After(within):
+		t.Fatalf("no commit delivered within %v", within)
+		return varplane.Commit{}
+	}
+}
+
+func create(t *testing.T, s varplane.Store, scope varplane.Scope, i int) varplane.Revision {
+	t.Helper()
+	ev := storetest.CreatedEvent(scope, storetest.Doc(i))
+	if err := s.Append(context.Background(), ev, 0); err != nil && !errors.Is(err, varplane.ErrRevisionExists) {
+		t.Fatalf("create %s: %v", scope, err)
+	}
+	return ev.Revision
+}
+
+func activate(t *testing.T, s varplane.Store, scope varplane.Scope, rev varplane.Revision, expected varplane.Generation) {
+	t.Helper()
+	if err := s.Append(context.Background(), storetest.ActivatedEvent(scope, rev, expected), expected); err != nil {
+		t.Fatalf("activate %s: %v", scope, err)
+	}
+}
+
+func state(t *testing.T, s varplane.Store, scope varplane.Scope) *varplane.ScopeState {
+	t.Helper()
+	st, err := s.State(context.Background(), scope)
+	if err != nil {
+		t.Fatalf("State(%s): %v", scope, err)
+	}
+	return st
+}
+
+// TestTwoInstances: a commit through A is installed in B and fires B's
+// Watch, without B reading anything itself; a subtree deactivation reaches B
+// as one commit naming every cleared scope.
+func TestTwoInstances(t *testing.T) {
+	u := sharedURL(t)
+	u = withPrefix(t, u, testPrefix(t, u))
+	a := openStore(t, u, Options{})
+	b := openStore(t, u, Options{})
+	bw := watchChan(t, b)
+
+	rev := create(t, a, "two.k", 1)
+	activate(t, a, "two.k", rev, 0)
+	c := nextCommit(t, bw, 5*time.Second)
+	if c.Kind != varplane.EventActivated || c.Scope != "two.k" || len(c.Changes) != 1 || c.Changes[0].Head == nil || c.Changes[0].Head.Revision != rev {
+		t.Fatalf("B got %+v, want the activation of two.k at %s", c, rev)
+	}
+	if got := state(t, b, "two.k"); got.Generation != 1 || got.Head == nil || got.Head.Revision != rev {
+		t.Fatalf("B state = %+v, want generation 1 at %s", got, rev)
+	}
+	if _, ok := b.Lag()["two.k"]; !ok {
+		t.Error("B does not report a lag for two.k")
+	}
+
+	r2 := create(t, a, "two.k.sub", 2)
+	activate(t, a, "two.k.sub", r2, 0)
+	nextCommit(t, bw, 5*time.Second)
+	ev := storetest.DeactivatedEvent("two.k", 1)
+	if err := a.AppendSubtreeDeactivation(context.Background(), ev, 1); err != nil {
+		t.Fatal(err)
+	}
+	if want := []varplane.CascadeEntry{{Scope: "two.k.sub", Generation: 2}}; !slices.Equal(ev.Cascade, want) {
+		t.Fatalf("cascade = %v, want %v", ev.Cascade, want)
+	}
+	c = nextCommit(t, bw, 5*time.Second)
+	var got []string
+	for _, ch := range c.Changes {
+		if ch.Head != nil {
+			t.Errorf("change %s still has a head", ch.Scope)
+		}
+		got = append(got, string(ch.Scope))
+	}
+	if c.Kind != varplane.EventDeactivated || strings.Join(got, ",") != "two.k,two.k.sub" {
+		t.Fatalf("B got %s %v, want deactivated two.k,two.k.sub", c.Kind, got)
+	}
+	// A's own echo was a no-op: A delivered each commit exactly once.
+	if st := a.Stats(); st.WatchCommits != 3 {
+		t.Errorf("A delivered %d commits, want 3", st.WatchCommits)
+	}
+}
+
+// TestRevalidationAloneConverges: an instance that hears no invalidation at
+// all still installs a commit within about one revalidation interval, and its
+// Watch fires.
+func TestRevalidationAloneConverges(t *testing.T) {
+	u := sharedURL(t)
+	u = withPrefix(t, u, testPrefix(t, u))
+	a := openStore(t, u, Options{})
+	b := openStore(t, u, Options{RevalidateInterval: 200 * time.Millisecond, noSubscribe: true})
+	bw := watchChan(t, b)
+	rev := create(t, a, "reval.k", 1)
+	if got := state(t, b, "reval.k"); got.Generation != 0 || got.Head != nil {
+		t.Fatalf("B state = %+v before activation", got)
+	}
+	activate(t, a, "reval.k", rev, 0)
+	state(t, b, "reval.k") // installs the scope (a cold load), no commit
+	r2 := create(t, a, "reval.k", 2)
+	activate(t, a, "reval.k", r2, 1)
+	c := nextCommit(t, bw, 3*time.Second)
+	if c.Changes[0].Generation != 2 || c.Changes[0].Head.Revision != r2 {
+		t.Fatalf("B got %+v, want generation 2", c.Changes[0])
+	}
+	if st := b.Stats(); st.ConfirmChanged == 0 || st.RevalidationPasses == 0 {
+		t.Errorf("stats = %+v, want a pass that found the change", st)
+	}
+}
+
+// TestPubSubKilled: B's subscription is killed (CLIENT KILL TYPE pubsub, on a
+// private server) and B still converges on a commit made meanwhile.
+func TestPubSubKilled(t *testing.T) {
+	p := startPrivateRedis(t)
+	u := p.url("")
+	a := openStore(t, u, Options{})
+	b := openStore(t, u, Options{RevalidateInterval: 200 * time.Millisecond})
+	bw := watchChan(t, b)
+	rev := create(t, a, "kill.k", 1)
+	activate(t, a, "kill.k", rev, 0)
+	nextCommit(t, bw, 5*time.Second)
+
+	raw := rawClient(t, u)
+	killed, err := raw.Do(context.Background(), raw.B().ClientKill().TypePubsub().Build()).AsInt64()
+	if err != nil || killed < 2 {
+		t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v; want both subscribers killed", killed, err)
+	}
+	r2 := create(t, a, "kill.k", 2)
+	activate(t, a, "kill.k", r2, 1)
+	c := nextCommit(t, bw, 3*time.Second)
+	if c.Changes[0].Generation != 2 {
+		t.Fatalf("B got %+v, want generation 2", c.Changes[0])
+	}
+	eventually(t, 5*time.Second, "B to resubscribe", func() bool { return b.Stats().Subscriptions >= 2 })
+	// After resubscribing, messages flow again.
+	r3 := create(t, a, "kill.k", 3)
+	activate(t, a, "kill.k", r3, 2)
+	if c := nextCommit(t, bw, 3*time.Second); c.Changes[0].Generation != 3 {
+		t.Fatalf("B got %+v, want generation 3", c.Changes[0])
+	}
+}
+
+// TestRedisRestart: with the private Redis down, installed heads are served,
+// reads of Redis and every mutation fail with store-unavailable, and nothing
+// acknowledged is lost across the restart (appendonly, fsync always).
+func TestRedisRestart(t *testing.T) {
+	p := startPrivateRedis(t)
+	u := p.url("")
+	logs := &syncBuffer{}
+	opts := Options{CommandTimeout: 500 * time.Millisecond, RevalidateInterval: 100 * time.Millisecond}
+	aopts := opts
+	aopts.LagWarn, aopts.LagEscalate = 150*time.Millisecond, 10*time.Second
+	aopts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	a := openStore(t, u, aopts)
+	rev := create(t, a, "rs.k", 1)
+	activate(t, a, "rs.k", rev, 0)
+	r2 := create(t, a, "rs.k", 2)
+
+	p.stop()
+	ctx := context.Background()
+	if got := state(t, a, "rs.k"); got.Generation != 1 || got.Head == nil || got.Head.Revision != rev {
+		t.Fatalf("installed head not served while Redis is down: %+v", got)
+	}
+	err := a.Append(ctx, storetest.ActivatedEvent("rs.k", r2, 1), 1)
+	if varplane.ErrorCode(err) != varplane.CodeStoreUnavailable {
+		t.Fatalf("activate while down = %v, want store-unavailable", err)
+	}
+	if err := a.AppendSubtreeDeactivation(ctx, storetest.DeactivatedEvent("rs.k", 1), 1); varplane.ErrorCode(err) != varplane.CodeStoreUnavailable {
+		t.Fatalf("deactivate while down = %v, want store-unavailable", err)
+	}
+	if _, err := a.History(ctx, "rs.k"); varplane.ErrorCode(err) != varplane.CodeStoreUnavailable {
+		t.Fatalf("history while down = %v, want store-unavailable", err)
+	}
+	if _, err := a.State(ctx, "rs.never"); varplane.ErrorCode(err) != varplane.CodeStoreUnavailable {
+		t.Fatalf("cold read while down = %v, want store-unavailable (never an empty state)", err)
+	}
+	time.Sleep(300 * time.Millisecond) // a few failed passes
+	if lag := a.Lag()["rs.k"]; lag < 200*time.Millisecond {
+		t.Errorf("lag = %v while Redis is down, want it to grow", lag)
+	}
+	eventually(t, 3*time.Second, "a lag warning", func() bool {
+		return strings.Contains(logs.String(), "has not been confirmed by Redis")
+	})
+
+	p.start()
+	eventually(t, 5*time.Second, "writes to succeed again", func() bool {
+		return a.Append(ctx, storetest.ActivatedEvent("rs.k", r2, 1), 1) == nil
+	})
+	h, err := a.History(ctx, "rs.k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(h); got != "revision-created,activated,revision-created,activated" {
+		t.Fatalf("history after restart = %s", got)
+	}
+	eventually(t, 2*time.Second, "lag to shrink", func() bool { return a.Lag()["rs.k"] < 150*time.Millisecond })
+	// A second instance opened after the restart reads the same state.
+	b := openStore(t, u, opts)
+	if got := state(t, b, "rs.k"); got.Generation != 2 || got.Head.Revision != r2 {
+		t.Fatalf("after restart B reads %+v", got)
+	}
+}
+
+func kinds(h []varplane.Event) string {
+	var ks []string
+	for _, e := range h {
+		ks = append(ks, string(e.Kind))
+	}
+	return strings.Join(ks, ",")
+}
+
+// TestCorruptValueFailsClosed: a value written with plain SET fails the read
+// (an error, never a zero state), stays in Redis, and an installed head whose
+// value becomes unreadable fails closed at the next pass.
+func TestCorruptValueFailsClosed(t *testing.T) {
+	u := sharedURL(t)
+	u = withPrefix(t, u, testPrefix(t, u))
+	a := openStore(t, u, Options{RevalidateInterval: 100 * time.Millisecond})
+	raw := rawClient(t, u)
+	ctx := context.Background()
+
+	rev := create(t, a, "bad.rec", 1)
+	activate(t, a, "bad.rec", rev, 0)
+	create(t, a, "bad.head", 2)
+	activate(t, a, "bad.head", create(t, a, "bad.head", 2), 0)
+
+	recKey := a.keys.revision("bad.rec", rev)
+	headKey := a.keys.head("bad.head")
+	for _, k := range []string{recKey, headKey} {
+		if err := raw.Do(ctx, raw.B().Set().Key(k).Value("not json {").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cold := openStore(t, u, Options{})
+	for _, sc := range []varplane.Scope{"bad.rec", "bad.head"} {
+		st, err := cold.State(ctx, sc)
+		if err == nil {
+			t.Fatalf("State(%s) of a corrupt value = %+v, want an error", sc, st)
+		}
+		if varplane.ErrorCode(err) == varplane.CodeStoreUnavailable {
+			t.Errorf("State(%s) = %v, want a decode error, not unavailable", sc, err)
+		}
+	}
+	if _, err := cold.Revision(ctx, "bad.rec", rev); err == nil || errors.Is(err, varplane.ErrNotFound) {
+		t.Errorf("Revision of a corrupt record = %v, want a decode error", err)
+	}
+	// The installed head of bad.head fails closed once a pass reads it.
+	eventually(t, 3*time.Second, "installed corrupt head to fail closed", func() bool {
+		_, err := a.State(ctx, "bad.head")
+		return err != nil
+	})
+	for _, k := range []string{recKey, headKey} {
+		v, err := raw.Do(ctx, raw.B().Get().Key(k).Build()).ToString()
+		if err != nil || v != "not json {" {
+			t.Errorf("corrupt value at %s = %q, %v; want it left in place", k, v, err)
+		}
+	}
+	if st := cold.Stats(); st.DecodeErrors == 0 {
+		t.Error("no decode error counted")
+	}
+}
+
+// TestEvictionPolicy: a private Redis with allkeys-lru fails Open; warn mode
+// opens and reports the policy as not OK.
+func TestEvictionPolicy(t *testing.T) {
+	p := startPrivateRedis(t, "--maxmemory-policy", "allkeys-lru")
+	_, err := Open(context.Background(), p.url(""), Options{})
+	if err == nil || varplane.ErrorCode(err) != varplane.CodeStoreUnavailable || !strings.Contains(err.Error(), "allkeys-lru") {
+		t.Fatalf("Open under allkeys-lru = %v, want a store-unavailable error naming the policy", err)
+	}
+	s := openStore(t, p.url(""), Options{EvictionCheck: EvictionCheckWarn})
+	if ok, detail := s.EvictionPolicyOK(); ok || !strings.Contains(detail, "allkeys-lru") {
+		t.Fatalf("EvictionPolicyOK = %v, %q; want false naming allkeys-lru", ok, detail)
+	}
+	ok := openStore(t, sharedURLOrPrivate(t), Options{})
+	if ok, detail := ok.EvictionPolicyOK(); !ok || detail != "noeviction" {
+		t.Fatalf("EvictionPolicyOK = %v, %q on a noeviction server", ok, detail)
+	}
+}
+
+func sharedURLOrPrivate(t *testing.T) string {
+	t.Helper()
+	return startPrivateRedis(t).url("")
+}
+
+// TestOptionsValidated covers the bounds of the options and the URL.
+func TestOptionsValidated(t *testing.T) {
+	tests := []struct {
+		name string
+		url  string
+		opts Options
+	}{
+		{"interval too small", "redis://127.0.0.1:1/0", Options{RevalidateInterval: time.Millisecond}},
+		{"negative concurrency", "redis://127.0.0.1:1/0", Options{RevalidateConcurrency: -1}},
+		{"eviction mode", "redis://127.0.0.1:1/0", Options{EvictionCheck: "maybe"}},
+		{"prefix with a brace", "redis://127.0.0.1:1/0?prefix=a{b}", Options{}},
+		{"bad scheme", "http://127.0.0.1:1/0", Options{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Open(context.Background(), tc.url, tc.opts)
+			if varplane.ErrorCode(err) != varplane.CodeBadRequest {
+				t.Fatalf("Open = %v, want bad-request", err)
+			}
+		})
+	}
+	o, warns, err := Options{RevalidateInterval: time.Hour}.normalise()
+	if err != nil || o.RevalidateInterval != MaxRevalidateInterval || len(warns) != 1 {
+		t.Fatalf("1h interval: %v %v %v, want clamped to 5m with a warning", o.RevalidateInterval, warns, err)
+	}
+	if _, err := Open(context.Background(), "redis://u:secret-pw@127.0.0.1:1/0", Options{CommandTimeout: 200 * time.Millisecond}); err == nil || strings.Contains(err.Error(), "secret-pw") {
+		t.Fatalf("Open of an unreachable server = %v, want an error without the password", err)
+	}
+}
+
+// TestRegressionInstalled: when Redis answers an older head than the one
+// installed (a failover that lost a commit, simulated by restoring the old
+// head fields), the pass installs what Redis holds and counts a regression.
+func TestRegressionInstalled(t *testing.T) {
+	u := sharedURL(t)
+	u = withPrefix(t, u, testPrefix(t, u))
+	a := openStore(t, u, Options{RevalidateInterval: 100 * time.Millisecond})
+	raw := rawClient(t, u)
+	ctx := context.Background()
+	r1 := create(t, a, "reg.k", 1)
+	activate(t, a, "reg.k", r1, 0)
+	old, err := raw.Do(ctx, raw.B().Hgetall().Key(a.keys.head("reg.k")).Build()).AsStrMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := create(t, a, "reg.k", 2)
+	activate(t, a, "reg.k", r2, 1)
+	cmd := raw.B().Hset().Key(a.keys.head("reg.k")).FieldValue()
+	for k, v := range old {
+		cmd = cmd.FieldValue(k, v)
+	}
+	if err := raw.Do(ctx, cmd.Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "the regressed head to be installed", func() bool {
+		st := state(t, a, "reg.k")
+		return st.Generation == 1 && st.Head != nil && st.Head.Revision == r1
+	})
+	if got := a.Stats().Regressions; got != 1 {
+		t.Errorf("regressions = %d, want 1", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

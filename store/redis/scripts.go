@@ -1,0 +1,179 @@
+package redis
+
+import "github.com/redis/rueidis"
+
+// The scripts. Each one touches only keys of one slot (the scope's root tag):
+// the ones it declares in KEYS, and, for the subtree deactivation, the heads
+// and histories of descendants, whose names it builds from a declared base
+// that already carries the tag. TestScriptKeysShareOneSlot checks this.
+//
+// Generations are compared and stored as decimal strings, so no Lua number
+// conversion can round them. Replies are tables whose first element is a
+// status word.
+
+// luaIdemCheck refuses a duplicate idempotency key before anything is written.
+// ARGV[1] is "1" when the event carries a key, KEYS[4] its record.
+const luaIdemCheck = `
+if ARGV[1] == '1' and redis.call('EXISTS', KEYS[4]) == 1 then
+  return {'DUP'}
+end
+`
+
+// createScript stores a revision record (SET NX) and its revision-created
+// event.
+//
+// KEYS: 1 head, 2 history, 3 index, 4 idem, 5 revision record.
+// ARGV: 1 has-idem, 2 record JSON, 3 event JSON, 4 scope.
+var createScript = rueidis.NewLuaScript(luaIdemCheck + `
+if not redis.call('SET', KEYS[5], ARGV[2], 'NX') then
+  return {'EXISTS'}
+end
+redis.call('RPUSH', KEYS[2], ARGV[3])
+redis.call('ZADD', KEYS[3], 0, ARGV[4])
+if ARGV[1] == '1' then
+  local g = redis.call('HGET', KEYS[1], 'g') or '0'
+  redis.call('SET', KEYS[4], '{"g":' .. g .. ',"e":' .. ARGV[3] .. '}')
+end
+return {'OK'}
+`)
+
+// activateScript compares the head's generation with the expected one,
+// replaces the head, appends the history entry, records the idempotency key
+// and publishes the invalidation.
+//
+// KEYS: 1 head, 2 history, 3 index, 4 idem, 5 revision record.
+// ARGV: 1 has-idem, 2 expected generation, 3 event JSON, 4 scope,
+// 5 new generation, 6 revision, 7 channel.
+// Reply: {'OK', v, j}: the new version and the last rejection.
+var activateScript = rueidis.NewLuaScript(luaIdemCheck + `
+local cur = redis.call('HGET', KEYS[1], 'g') or '0'
+if cur ~= ARGV[2] then
+  return {'CONFLICT', cur}
+end
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  return {'NOREV'}
+end
+local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
+redis.call('HSET', KEYS[1], 'g', ARGV[5], 'r', ARGV[6], 'e', ARGV[3], 'c', v .. ' ' .. ARGV[5] .. ' ' .. ARGV[6])
+redis.call('RPUSH', KEYS[2], ARGV[3])
+redis.call('ZADD', KEYS[3], 0, ARGV[4])
+if ARGV[1] == '1' then
+  redis.call('SET', KEYS[4], '{"g":' .. ARGV[5] .. ',"e":' .. ARGV[3] .. '}')
+end
+redis.call('PUBLISH', ARGV[7], 'activated\n' .. v .. ' ' .. ARGV[5] .. ' ' .. ARGV[4])
+return {'OK', v, redis.call('HGET', KEYS[1], 'j')}
+`)
+
+// rejectScript records a rejected event as the scope's last rejection.
+//
+// KEYS: 1 head, 2 history, 3 index, 4 idem.
+// ARGV: 1 has-idem, 2 event JSON, 3 scope, 4 channel.
+var rejectScript = rueidis.NewLuaScript(luaIdemCheck + `
+local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
+redis.call('HSETNX', KEYS[1], 'g', '0')
+redis.call('HSETNX', KEYS[1], 'r', '')
+local g = redis.call('HGET', KEYS[1], 'g')
+redis.call('HSET', KEYS[1], 'j', ARGV[2], 'c', v .. ' ' .. g .. ' ' .. redis.call('HGET', KEYS[1], 'r'))
+redis.call('RPUSH', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[3], 0, ARGV[3])
+if ARGV[1] == '1' then
+  redis.call('SET', KEYS[4], '{"g":' .. g .. ',"e":' .. ARGV[2] .. '}')
+end
+redis.call('PUBLISH', ARGV[4], 'rejected\n' .. v .. ' ' .. g .. ' ' .. ARGV[3])
+return {'OK', v}
+`)
+
+// deactivateScript deactivates a scope and every active descendant in one
+// step. It finds the descendants itself, in the per-root index (bytewise
+// order, so the cascade is sorted), so no concurrent activation can slip
+// between choosing them and clearing them.
+//
+// KEYS: 1 head, 2 history, 3 index, 4 idem.
+// ARGV: 1 has-idem, 2 expected generation, 3 event JSON without its closing
+// brace, 4 scope, 5 new generation, 6 head key base, 7 history key base,
+// 8 channel, 9 the JSON tail of a descendant's event (",actor,reason,
+// timestamp" fields).
+// Reply: {'OK', v, j, d1, g1, v1, j1, d2, ...}: the version and last
+// rejection of the scope, then those of each descendant cleared.
+var deactivateScript = rueidis.NewLuaScript(luaIdemCheck + `
+local cur = redis.call('HGET', KEYS[1], 'g') or '0'
+if cur ~= ARGV[2] then
+  return {'CONFLICT', cur}
+end
+local scope = ARGV[4]
+local descs = redis.call('ZRANGEBYLEX', KEYS[3], '[' .. scope .. '.', '(' .. scope .. '/')
+local out = {'OK', 0, redis.call('HGET', KEYS[1], 'j')}
+local casc = {}
+local msg = {}
+for _, d in ipairs(descs) do
+  local hk = ARGV[6] .. d
+  local h = redis.call('HMGET', hk, 'g', 'r', 'j')
+  if h[2] and h[2] ~= '' then
+    local og = h[1] or '0'
+    local ng = string.format('%d', tonumber(og) + 1)
+    local dv = redis.call('HINCRBY', hk, 'v', 1)
+    redis.call('HSET', hk, 'g', ng, 'r', '', 'c', dv .. ' ' .. ng .. ' ')
+    redis.call('HDEL', hk, 'e')
+    local q = '"' .. (string.gsub(d, '[\\"]', '\\%0')) .. '"'
+    redis.call('RPUSH', ARGV[7] .. d, '{"kind":"deactivated","scope":' .. q ..
+      ',"generation":' .. ng .. ',"previousGeneration":' .. og .. ARGV[9] .. '}')
+    casc[#casc + 1] = '{"scope":' .. q .. ',"generation":' .. ng .. '}'
+    msg[#msg + 1] = dv .. ' ' .. ng .. ' ' .. d
+    out[#out + 1] = d
+    out[#out + 1] = ng
+    out[#out + 1] = dv
+    out[#out + 1] = h[3]
+  end
+end
+local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
+redis.call('HSET', KEYS[1], 'g', ARGV[5], 'r', '', 'c', v .. ' ' .. ARGV[5] .. ' ')
+redis.call('HDEL', KEYS[1], 'e')
+local ev = ARGV[3]
+if #casc > 0 then
+  ev = ev .. ',"cascade":[' .. table.concat(casc, ',') .. ']'
+end
+ev = ev .. '}'
+redis.call('RPUSH', KEYS[2], ev)
+redis.call('ZADD', KEYS[3], 0, scope)
+if ARGV[1] == '1' then
+  redis.call('SET', KEYS[4], '{"g":' .. ARGV[5] .. ',"e":' .. ev .. '}')
+end
+local body = 'deactivated\n' .. v .. ' ' .. ARGV[5] .. ' ' .. scope
+if #msg > 0 then
+  body = body .. '\n' .. table.concat(msg, '\n')
+end
+redis.call('PUBLISH', ARGV[8], body)
+out[2] = v
+return out
+`)
+
+// confirmScript is the conditional read of revalidation, run with
+// EVALSHA_RO: it answers 0 and transfers nothing when the head's version,
+// generation and revision are the ones the caller holds, and the head's small
+// fields (never the document) otherwise. With an empty ARGV[1] it is the
+// plain read of a head.
+//
+// Every script that writes a head also sets its field c to
+// "<v> <g> <r>", so the unchanged case is one HGET and one string compare.
+//
+// KEYS: 1 head. ARGV: 1 "<version> <generation> <revision>".
+// Reply: 0, or {v, g, r, e, j} (nil fields when the head does not exist).
+var confirmScript = rueidis.NewLuaScriptReadOnly(`
+if redis.call('HGET', KEYS[1], 'c') == ARGV[1] then
+  return 0
+end
+return redis.call('HMGET', KEYS[1], 'v', 'g', 'r', 'e', 'j')
+`)
+
+// claimTakeoverScript moves the global claim of an idempotency key from a
+// root whose slot holds no record for it (a commit that failed after its
+// claim) to another root, only if the claim still names the old root.
+//
+// KEYS: 1 claim. ARGV: 1 old root, 2 new root. Reply: 1 when moved.
+var claimTakeoverScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)

@@ -1,0 +1,423 @@
+package redis
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/varplane/varplane"
+)
+
+// errReadOnly is returned by every mutation of a ReadOnly store.
+var errReadOnly = &varplane.Error{
+	Code:    varplane.CodeStoreUnsupported,
+	Message: "this redis store is read-only (a data-plane instance): mutations go through the control plane",
+}
+
+func (s *Store) checkWritable() error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if s.opts.ReadOnly {
+		return errReadOnly
+	}
+	return nil
+}
+
+// writeFailure reports a mutation that Redis did not acknowledge. The
+// scripts are atomic, so nothing of it is visible; a reply lost after Redis
+// ran the script is the one ambiguous case (docs/redis.md).
+func (s *Store) writeFailure(scope varplane.Scope, err error) error {
+	s.stats.commitErrors.Add(1)
+	return varplane.Unavailable(fmt.Errorf("redis store: commit to %q: %w", scope, err))
+}
+
+// prepare registers scope's root and claims the event's idempotency key for
+// that root, before the commit script runs. Both are harmless when the
+// script then fails: an empty root index, and a claim that a later commit
+// under another root can take over because no record backs it.
+func (s *Store) prepare(ctx context.Context, ev *varplane.Event) error {
+	root := string(ev.Scope.Root())
+	cmds := rueidis.Commands{s.client.B().Sadd().Key(s.keys.roots()).Member(root).Build()}
+	if ev.IdempotencyKey != "" {
+		cmds = append(cmds, s.client.B().Set().Key(s.keys.idemClaim(ev.IdempotencyKey)).Value(root).Nx().Get().Build())
+	}
+	res := s.client.DoMulti(ctx, cmds...)
+	if err := res[0].Error(); err != nil {
+		return s.writeFailure(ev.Scope, err)
+	}
+	if ev.IdempotencyKey == "" {
+		return nil
+	}
+	prev, err := res[1].ToString()
+	if rueidis.IsRedisNil(err) || (err == nil && prev == root) {
+		return nil // claimed now, or already ours
+	}
+	if err != nil {
+		return s.writeFailure(ev.Scope, err)
+	}
+	// Claimed for another root: a duplicate if that root's slot recorded
+	// it, a leftover of a failed commit otherwise.
+	n, err := s.client.Do(ctx, s.client.B().Exists().Key(s.keys.idem(varplane.Scope(prev), ev.IdempotencyKey)).Build()).AsInt64()
+	if err != nil {
+		return s.writeFailure(ev.Scope, err)
+	}
+	if n > 0 {
+		return varplane.ErrDuplicateIdempotencyKey
+	}
+	moved, err := claimTakeoverScript.Exec(ctx, s.client, []string{s.keys.idemClaim(ev.IdempotencyKey)}, []string{prev, root}).AsInt64()
+	if err != nil {
+		return s.writeFailure(ev.Scope, err)
+	}
+	if moved != 1 {
+		// Someone else moved it meanwhile: treat the key as taken.
+		return varplane.ErrDuplicateIdempotencyKey
+	}
+	return nil
+}
+
+func hasIdem(ev *varplane.Event) string {
+	if ev.IdempotencyKey != "" {
+		return "1"
+	}
+	return "0"
+}
+
+// commonKeys are KEYS[1..4] of every commit script.
+func (s *Store) commonKeys(ev *varplane.Event) []string {
+	return []string{
+		s.keys.head(ev.Scope),
+		s.keys.history(ev.Scope),
+		s.keys.index(ev.Scope),
+		s.keys.idem(ev.Scope, ev.IdempotencyKey),
+	}
+}
+
+// Append commits one event in one atomic script; see varplane.Store. It
+// returns errReadOnly on a ReadOnly store, a bad-request error for a
+// malformed event, ErrRevisionExists, ErrDuplicateIdempotencyKey, a
+// revision-conflict error carrying the current generation, a not-found
+// error for an activation of a revision the scope does not store, and a
+// store-unavailable error when Redis did not acknowledge the commit. On any
+// error nothing is written but the harmless root and claim entries of
+// prepare.
+func (s *Store) Append(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
+	if err := s.checkWritable(); err != nil {
+		return err
+	}
+	if err := checkScope(ev.Scope); err != nil {
+		return err
+	}
+	ctx, cancel := s.cmdCtx(ctx)
+	defer cancel()
+	switch ev.Kind {
+	case varplane.EventRevisionCreated:
+		return s.appendCreate(ctx, ev)
+	case varplane.EventActivated:
+		return s.appendActivate(ctx, ev, expected)
+	case varplane.EventRejected:
+		return s.appendReject(ctx, ev)
+	case varplane.EventDeactivated:
+		return varplane.Errorf(varplane.CodeBadRequest, "a deactivation is committed with AppendSubtreeDeactivation")
+	default:
+		return varplane.Errorf(varplane.CodeBadRequest, "unknown event kind %q", ev.Kind)
+	}
+}
+
+// reply splits a script reply into its status word and the rest.
+func reply(res rueidis.RedisResult) (string, []rueidis.RedisMessage, error) {
+	arr, err := res.ToArray()
+	if err != nil {
+		return "", nil, err
+	}
+	if len(arr) == 0 {
+		return "", nil, fmt.Errorf("empty script reply")
+	}
+	st, err := arr[0].ToString()
+	if err != nil {
+		return "", nil, err
+	}
+	return st, arr[1:], nil
+}
+
+// decimal reads an integer or bulk-string reply as a decimal string.
+func decimal(m rueidis.RedisMessage) (string, error) {
+	if n, err := m.AsInt64(); err == nil {
+		return strconv.FormatInt(n, 10), nil
+	}
+	return m.ToString()
+}
+
+// optString reads a bulk string that may be nil.
+func optString(m rueidis.RedisMessage) (string, bool, error) {
+	if m.IsNil() {
+		return "", false, nil
+	}
+	v, err := m.ToString()
+	return v, err == nil, err
+}
+
+// status maps the status words every commit script may answer.
+func (s *Store) status(ev *varplane.Event, expected varplane.Generation, st string, rest []rueidis.RedisMessage) error {
+	switch st {
+	case "OK":
+		s.stats.commits.Add(1)
+		return nil
+	case "DUP":
+		return varplane.ErrDuplicateIdempotencyKey
+	case "EXISTS":
+		return varplane.ErrRevisionExists
+	case "NOREV":
+		return varplane.Errorf(varplane.CodeNotFound, "revision %s is not stored in scope %q", ev.Revision, ev.Scope)
+	case "CONFLICT":
+		s.stats.commitConflicts.Add(1)
+		cur := varplane.Generation(0)
+		if len(rest) > 0 {
+			if d, err := decimal(rest[0]); err == nil {
+				n, _ := strconv.ParseUint(d, 10, 64)
+				cur = varplane.Generation(n)
+			}
+		}
+		return varplane.ConflictError(ev.Scope, expected, cur)
+	}
+	return s.writeFailure(ev.Scope, fmt.Errorf("unexpected script status %q", st))
+}
+
+func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
+	if _, err := varplane.ParseRevision(string(ev.Revision)); err != nil {
+		return err
+	}
+	if len(ev.Document) == 0 || !json.Valid(ev.Document) {
+		return varplane.Errorf(varplane.CodeBadRequest, "a revision-created event needs a JSON document")
+	}
+	rec := varplane.RevisionRecord{
+		Scope: ev.Scope, Revision: ev.Revision, Document: ev.Document,
+		SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp,
+	}
+	recJSON, err := json.Marshal(&rec)
+	if err != nil {
+		return varplane.Errorf(varplane.CodeBadRequest, "revision record cannot be encoded: %v", err)
+	}
+	evJSON, err := json.Marshal(ev)
+	if err != nil {
+		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
+	}
+	if err := s.prepare(ctx, ev); err != nil {
+		return err
+	}
+	keys := append(s.commonKeys(ev), s.keys.revision(ev.Scope, ev.Revision))
+	st, rest, err := reply(createScript.Exec(ctx, s.client, keys, []string{hasIdem(ev), string(recJSON), string(evJSON), string(ev.Scope)}))
+	if err != nil {
+		return s.writeFailure(ev.Scope, err)
+	}
+	return s.status(ev, 0, st, rest)
+}
+
+func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
+	if ev.Generation != expected+1 {
+		return varplane.Errorf(varplane.CodeBadRequest, "activation generation %d is not expected generation %d + 1", ev.Generation, expected)
+	}
+	var rec *varplane.RevisionRecord
+	if e := s.entry(ev.Scope); e != nil {
+		if r := e.snap.Load().rec; r != nil && r.Revision == ev.Revision {
+			rec = r
+		}
+	}
+	if rec == nil {
+		var err error
+		if rec, err = s.readRevision(ctx, ev.Scope, ev.Revision); err != nil {
+			return err
+		}
+	}
+	evJSON, err := json.Marshal(ev)
+	if err != nil {
+		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
+	}
+	if err := s.prepare(ctx, ev); err != nil {
+		return err
+	}
+	g := strconv.FormatUint(uint64(ev.Generation), 10)
+	keys := append(s.commonKeys(ev), s.keys.revision(ev.Scope, ev.Revision))
+	args := []string{hasIdem(ev), strconv.FormatUint(uint64(expected), 10), string(evJSON), string(ev.Scope), g, string(ev.Revision), s.keys.channel()}
+	st, rest, err := reply(activateScript.Exec(ctx, s.client, keys, args))
+	if err != nil {
+		return s.writeFailure(ev.Scope, err)
+	}
+	if err := s.status(ev, expected, st, rest); err != nil {
+		return err
+	}
+	snap := &snapshot{state: &varplane.ScopeState{Scope: ev.Scope, Generation: ev.Generation, Head: varplane.NewHead(ev, rec)}, g: g, r: string(ev.Revision), rec: rec}
+	if err := s.fillOwn(snap, rest); err != nil {
+		s.log.Warn("redis store: committed, but the script reply cannot be read; reloading", "scope", string(ev.Scope), "err", err)
+		s.refreshAfterCommit(ctx, varplane.EventActivated, ev.Scope)
+		return nil
+	}
+	s.installAndDeliver(varplane.EventActivated, ev.Scope, []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
+	return nil
+}
+
+// ownSeq marks the snapshot of an own commit: it is exact as of the commit,
+// so an installed head with a higher version is newer, never a regression.
+const ownSeq = ^uint64(0)
+
+// fillOwn sets the version and last rejection of an own commit's snapshot
+// from the script's {v, j} reply.
+func (s *Store) fillOwn(snap *snapshot, rest []rueidis.RedisMessage) error {
+	if len(rest) < 2 {
+		return fmt.Errorf("reply has %d fields", len(rest))
+	}
+	v, err := decimal(rest[0])
+	if err != nil {
+		return err
+	}
+	snap.v = v
+	j, ok, err := optString(rest[1])
+	if err != nil {
+		return err
+	}
+	if ok {
+		var rej varplane.Event
+		if err := json.Unmarshal([]byte(j), &rej); err != nil {
+			return s.decodeFailure("last rejection", snap.state.Scope, err)
+		}
+		snap.state.LastRejected = &rej
+	}
+	return nil
+}
+
+// refreshAfterCommit reloads scopes after an own commit whose reply could
+// not be used; a failure leaves them to the next revalidation pass.
+func (s *Store) refreshAfterCommit(ctx context.Context, kind varplane.EventKind, scopes ...varplane.Scope) {
+	if err := s.refresh(ctx, kind, scopes...); err != nil {
+		s.log.Warn("redis store: committed, but the new head could not be read back; revalidation will install it",
+			"scope", string(scopes[0]), "err", err)
+	}
+}
+
+func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
+	evJSON, err := json.Marshal(ev)
+	if err != nil {
+		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
+	}
+	if err := s.prepare(ctx, ev); err != nil {
+		return err
+	}
+	st, rest, err := reply(rejectScript.Exec(ctx, s.client, s.commonKeys(ev), []string{hasIdem(ev), string(evJSON), string(ev.Scope), s.keys.channel()}))
+	if err != nil {
+		return s.writeFailure(ev.Scope, err)
+	}
+	if err := s.status(ev, 0, st, rest); err != nil {
+		return err
+	}
+	s.refreshAfterCommit(ctx, varplane.EventRejected, ev.Scope)
+	return nil
+}
+
+// cascadeTail is the part of a descendant's deactivated event after its
+// generations.
+type cascadeTail struct {
+	Actor     string    `json:"actor,omitempty"`
+	Reason    string    `json:"reason"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// AppendSubtreeDeactivation deactivates ev.Scope at generation expected+1
+// and every active descendant at its own next generation, in one script that
+// chooses the descendants itself; it fills ev.Cascade (sorted by scope). Its
+// errors are those of Append.
+func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
+	if err := s.checkWritable(); err != nil {
+		return err
+	}
+	if err := checkScope(ev.Scope); err != nil {
+		return err
+	}
+	if ev.Kind != varplane.EventDeactivated {
+		return varplane.Errorf(varplane.CodeBadRequest, "a subtree deactivation commits a %q event, not %q", varplane.EventDeactivated, ev.Kind)
+	}
+	if ev.Generation == 0 {
+		ev.Generation = expected + 1
+	}
+	if ev.Generation != expected+1 {
+		return varplane.Errorf(varplane.CodeBadRequest, "deactivation generation %d is not expected generation %d + 1", ev.Generation, expected)
+	}
+	ctx, cancel := s.cmdCtx(ctx)
+	defer cancel()
+	base := *ev
+	base.Cascade = nil
+	evJSON, err := json.Marshal(&base)
+	if err != nil {
+		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
+	}
+	evJSON = bytes.TrimSuffix(evJSON, []byte("}"))
+	tail, err := json.Marshal(cascadeTail{Actor: ev.Actor, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
+	if err != nil {
+		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
+	}
+	tail = append([]byte{','}, tail[1:len(tail)-1]...)
+	if err := s.prepare(ctx, ev); err != nil {
+		return err
+	}
+	g := strconv.FormatUint(uint64(ev.Generation), 10)
+	args := []string{
+		hasIdem(ev), strconv.FormatUint(uint64(expected), 10), string(evJSON), string(ev.Scope), g,
+		s.keys.headBase(ev.Scope), s.keys.historyBase(ev.Scope), s.keys.channel(), string(tail),
+	}
+	st, rest, err := reply(deactivateScript.Exec(ctx, s.client, s.commonKeys(ev), args))
+	if err != nil {
+		return s.writeFailure(ev.Scope, err)
+	}
+	if err := s.status(ev, expected, st, rest); err != nil {
+		return err
+	}
+	reqs, cascade, err := s.parseDeactivation(ev, g, rest)
+	if err != nil {
+		s.log.Warn("redis store: committed, but the script reply cannot be read; reloading", "scope", string(ev.Scope), "err", err)
+		s.refreshAfterCommit(ctx, varplane.EventDeactivated, ev.Scope)
+		return nil
+	}
+	ev.Cascade = cascade
+	s.installAndDeliver(varplane.EventDeactivated, ev.Scope, reqs)
+	return nil
+}
+
+// parseDeactivation reads {v, j, d1, g1, v1, j1, ...} into the snapshots of
+// the deactivated scopes and the cascade.
+func (s *Store) parseDeactivation(ev *varplane.Event, g string, rest []rueidis.RedisMessage) ([]installReq, []varplane.CascadeEntry, error) {
+	main := &snapshot{state: &varplane.ScopeState{Scope: ev.Scope, Generation: ev.Generation}, g: g}
+	if err := s.fillOwn(main, rest); err != nil {
+		return nil, nil, err
+	}
+	reqs := []installReq{{scope: ev.Scope, snap: main, seq: ownSeq}}
+	var cascade []varplane.CascadeEntry
+	rest = rest[2:]
+	if len(rest)%4 != 0 {
+		return nil, nil, fmt.Errorf("cascade reply has %d fields", len(rest))
+	}
+	for i := 0; i < len(rest); i += 4 {
+		d, err := rest[i].ToString()
+		if err != nil {
+			return nil, nil, err
+		}
+		dg, err := decimal(rest[i+1])
+		if err != nil {
+			return nil, nil, err
+		}
+		n, err := strconv.ParseUint(dg, 10, 64)
+		if err != nil {
+			return nil, nil, err
+		}
+		scope := varplane.Scope(d)
+		snap := &snapshot{state: &varplane.ScopeState{Scope: scope, Generation: varplane.Generation(n)}, g: dg}
+		if err := s.fillOwn(snap, rest[i+2:i+4]); err != nil {
+			return nil, nil, err
+		}
+		reqs = append(reqs, installReq{scope: scope, snap: snap, seq: ownSeq})
+		cascade = append(cascade, varplane.CascadeEntry{Scope: scope, Generation: varplane.Generation(n)})
+	}
+	return reqs, cascade, nil
+}
