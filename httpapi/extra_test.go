@@ -1,0 +1,258 @@
+package httpapi_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/store/memory"
+)
+
+func TestBatchRead(t *testing.T) {
+	p := newPlane(t, httpapi.Options{})
+	rev := p.create("a.b", `{"x":1}`)
+	p.activate("a.b", rev, 0)
+	grev := p.create("g", `{"g.k":2}`)
+	p.activate("g", grev, 0)
+
+	rec := p.do("GET", "/vars/batch?key=a.b&key=x.y&group=g&key=a.b", "")
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var got struct {
+		Items []map[string]any `json:"items"`
+	}
+	mustJSON(t, rec.Body.Bytes(), &got)
+	want := []struct {
+		scope, status, values string
+	}{
+		{"a.b", "ok", `{"a.b":{"x":1}}`},
+		{"x.y", "no-head", "null"},
+		{"g", "ok", `{"g.k":2}`},
+		{"a.b", "ok", `{"a.b":{"x":1}}`},
+	}
+	if len(got.Items) != len(want) {
+		t.Fatalf("items = %d, want %d: %s", len(got.Items), len(want), rec.Body)
+	}
+	for i, w := range want {
+		it := got.Items[i]
+		if it["scope"] != w.scope || it["status"] != w.status || jsonString(it["values"]) != w.values {
+			t.Errorf("item %d = %v, want %+v", i, it, w)
+		}
+	}
+	if it := got.Items[0]; it["revision"] != string(rev) || it["generation"] != 1.0 || it["effectiveAt"] == nil {
+		t.Errorf("item 0 lacks read fields: %v", it)
+	}
+	if _, has := got.Items[1]["generation"]; has {
+		t.Errorf("no-head item has a generation: %v", got.Items[1])
+	}
+
+	t.Run("limits", func(t *testing.T) {
+		wantError(t, p.do("GET", "/vars/batch", ""), 400, varplane.CodeBadRequest)
+		wantError(t, p.do("GET", "/vars/batch?key=a", ""), 400, varplane.CodeBadRequest)
+		q := strings.Repeat("key=a.b&", httpapi.MaxBatchScopes)
+		if rec := p.do("GET", "/vars/batch?"+q, ""); rec.Code != 200 {
+			t.Errorf("%d scopes: status %d", httpapi.MaxBatchScopes, rec.Code)
+		}
+		wantError(t, p.do("GET", "/vars/batch?"+q+"group=g", ""), 400, varplane.CodeBadRequest)
+	})
+}
+
+func TestWatchRoute(t *testing.T) {
+	t.Run("not configured", func(t *testing.T) {
+		p := newPlane(t, httpapi.Options{})
+		wantError(t, p.do("GET", "/vars/watch?key=a.b", ""), 404, varplane.CodeNotFound)
+	})
+	t.Run("delegates with the parsed targets", func(t *testing.T) {
+		var got []httpapi.Target
+		watch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got = httpapi.WatchTargets(r.Context())
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, ": hello\n\n")
+			http.NewResponseController(w).Flush()
+		})
+		p := newPlane(t, httpapi.Options{Watch: watch})
+		rec := p.do("GET", "/vars/watch?group=g&prefix=a.b&key=c.d", "")
+		if rec.Code != 200 || rec.Body.String() != ": hello\n\n" || !rec.Flushed {
+			t.Fatalf("status %d flushed %v body %q", rec.Code, rec.Flushed, rec.Body)
+		}
+		want := []httpapi.Target{{Scope: "g"}, {Scope: "a.b", Subtree: true}, {Scope: "c.d"}}
+		if jsonString(got) != jsonString(want) {
+			t.Errorf("targets = %+v, want %+v", got, want)
+		}
+		wantError(t, p.do("GET", "/vars/watch", ""), 400, varplane.CodeBadRequest)
+		wantError(t, p.do("GET", "/vars/watch?prefix=a..b", ""), 400, varplane.CodeBadRequest)
+	})
+	if httpapi.WatchTargets(context.Background()) != nil {
+		t.Error("WatchTargets on a bare context is not nil")
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	p := newPlane(t, httpapi.Options{})
+	if rec := p.do("GET", "/healthz", ""); rec.Code != 200 {
+		t.Errorf("healthz = %d", rec.Code)
+	}
+	rec := p.do("GET", "/readyz", "")
+	var ready httpapi.ReadyResponse
+	mustJSON(t, rec.Body.Bytes(), &ready)
+	if rec.Code != 200 || ready.Status != "ready" || ready.Checks["store"] != "ok" {
+		t.Errorf("readyz = %d %+v", rec.Code, ready)
+	}
+
+	t.Run("ready hook", func(t *testing.T) {
+		q := newPlane(t, httpapi.Options{Ready: func(context.Context) error {
+			return errors.New("maxmemory-policy is allkeys-lru, want noeviction")
+		}})
+		rec := q.do("GET", "/readyz", "")
+		var ready httpapi.ReadyResponse
+		mustJSON(t, rec.Body.Bytes(), &ready)
+		if rec.Code != 503 || ready.Status != "unavailable" || !strings.Contains(ready.Checks["ready"], "noeviction") {
+			t.Errorf("readyz = %d %+v", rec.Code, ready)
+		}
+	})
+	t.Run("closed store", func(t *testing.T) {
+		st := memory.New()
+		q := newPlaneOn(t, st, httpapi.Options{})
+		_ = st.Close()
+		if rec := q.do("GET", "/readyz", ""); rec.Code != 503 {
+			t.Errorf("readyz on a closed store = %d %s", rec.Code, rec.Body)
+		}
+		if rec := q.do("GET", "/healthz", ""); rec.Code != 200 {
+			t.Errorf("healthz on a closed store = %d", rec.Code)
+		}
+	})
+	t.Run("ops routes can be disabled", func(t *testing.T) {
+		q := newPlane(t, httpapi.Options{DisableOps: true})
+		wantError(t, q.do("GET", "/healthz", ""), 404, varplane.CodeNotFound)
+		rec := httptest.NewRecorder()
+		q.h.OpsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+		if rec.Code != 200 {
+			t.Errorf("OpsHandler healthz = %d", rec.Code)
+		}
+	})
+}
+
+func TestMetrics(t *testing.T) {
+	p := newPlane(t, httpapi.Options{
+		StoreStats: func() httpapi.StoreStats { return httpapi.StoreStats{Fsyncs: 4, FsyncedEvents: 10, LastFsyncBatch: 3} },
+	})
+	p.h.SetSubscribers(func() int { return 7 })
+	rev := p.create("a.b", `1`)
+	p.activate("a.b", rev, 0)
+	p.do("GET", "/vars?key=a.b", "")
+	p.do("GET", "/vars?key=a.b", "", "If-None-Match", string(rev))
+	p.do("GET", "/vars?key=zz.top", "")
+	p.do("GET", "/no/such/route", "")
+	p.do("POST", "/vars/admin/deactivate", `{"scope":"a.b","expectedGeneration":1}`)
+
+	rec := p.do("GET", "/metrics", "")
+	if rec.Code != 200 {
+		t.Fatalf("metrics = %d", rec.Code)
+	}
+	text := rec.Body.String()
+	for _, want := range []string{
+		`varplane_http_requests_total{code="200",route="GET /vars"} 1`,
+		`varplane_http_requests_total{code="304",route="GET /vars"} 1`,
+		`varplane_http_requests_total{code="404",route="GET /vars"} 1`,
+		`varplane_http_requests_total{code="404",route="unmatched"} 1`,
+		`varplane_http_requests_total{code="201",route="POST /vars/admin/revisions"} 1`,
+		`varplane_http_request_duration_seconds_count{route="GET /vars"} 3`,
+		`varplane_commits_total{kind="activated"} 1`,
+		`varplane_commits_total{kind="deactivated"} 1`,
+		`varplane_store_commit_duration_seconds_count{op="activate"} 1`,
+		`varplane_store_commit_duration_seconds_count{op="deactivate"} 1`,
+		`varplane_scopes_with_head 0`,
+		`varplane_subscribers 7`,
+		`varplane_store_fsyncs_total 4`,
+		`varplane_store_fsynced_events_total 10`,
+		`varplane_store_fsync_batch_size 3`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(text, "zz.top") || strings.Contains(text, "/no/such") {
+		t.Error("metrics carry request values as labels")
+	}
+
+	p.activate("a.b", rev, 2)
+	if !strings.Contains(p.do("GET", "/metrics", "").Body.String(), "varplane_scopes_with_head 1") {
+		t.Error("scopes_with_head did not follow the activation")
+	}
+}
+
+func TestMountedUnderAPrefix(t *testing.T) {
+	st := memory.New()
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEngineOn(t, st)
+	inner := httpapi.NewHandler(e, httpapi.Options{Base: "/cnos/vars", Authorizer: httpapi.AllowAll, Logger: quiet})
+	t.Cleanup(inner.Close)
+	plain := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, Logger: quiet})
+	t.Cleanup(plain.Close)
+
+	mux := http.NewServeMux()
+	mux.Handle("/cnos/vars", inner)
+	mux.Handle("/cnos/vars/", inner)
+	mux.HandleFunc("/app/", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "app") })
+	stripped := http.NewServeMux()
+	stripped.Handle("/svc/", http.StripPrefix("/svc", plain))
+
+	send := func(h http.Handler, method, target, body string) *httptest.ResponseRecorder {
+		t.Helper()
+		var r io.Reader
+		if body != "" {
+			r = strings.NewReader(body)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(method, target, r))
+		return rec
+	}
+	rec := send(mux, "POST", "/cnos/vars/admin/revisions", `{"scope":"a.b","document":{"on":true}}`)
+	if rec.Code != 201 {
+		t.Fatalf("create under prefix: %d %s", rec.Code, rec.Body)
+	}
+	var created varplane.CreateRevisionResult
+	mustJSON(t, rec.Body.Bytes(), &created)
+	if rec := send(mux, "POST", "/cnos/vars/admin/activate", jsonf(`{"scope":"a.b","revision":%q,"expectedGeneration":0}`, created.Revision)); rec.Code != 200 {
+		t.Fatalf("activate under prefix: %d %s", rec.Code, rec.Body)
+	}
+	if rec := send(mux, "GET", "/cnos/vars?key=a.b", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"values":{"a.b":{"on":true}}`) {
+		t.Errorf("read under prefix: %d %s", rec.Code, rec.Body)
+	}
+	if rec := send(mux, "GET", "/app/x", ""); rec.Body.String() != "app" {
+		t.Errorf("host route: %q", rec.Body)
+	}
+	if rec := send(mux, "GET", "/cnos/vars/nope", ""); rec.Code != 404 {
+		t.Errorf("unknown route under prefix: %d", rec.Code)
+	}
+	// The second plane shares the engine: it sees the same head.
+	if rec := send(stripped, "GET", "/svc/vars?key=a.b", ""); rec.Code != 200 {
+		t.Errorf("read through StripPrefix on the second plane: %d %s", rec.Code, rec.Body)
+	}
+	// Both planes count commits of the shared engine.
+	for _, h := range []*httpapi.Handler{inner, plain} {
+		if !strings.Contains(send(h, "GET", "/metrics", "").Body.String(), `varplane_commits_total{kind="activated"} 1`) {
+			t.Errorf("plane %q did not count the commit", h.Base())
+		}
+	}
+}
+
+func TestRootBase(t *testing.T) {
+	p := newPlane(t, httpapi.Options{Base: "/"})
+	if p.h.Base() != "" {
+		t.Fatalf("Base() = %q, want empty", p.h.Base())
+	}
+	rec := p.do("POST", "/admin/revisions", `{"scope":"a.b","document":1}`)
+	if rec.Code != 201 {
+		t.Fatalf("create at root: %d %s", rec.Code, rec.Body)
+	}
+	wantError(t, p.do("GET", "/?key=a.b", ""), 404, varplane.CodeNoHead)
+}

@@ -1,0 +1,179 @@
+package httpapi
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/varplane/varplane"
+)
+
+// StoreStats are counters a store may report for /metrics. Fsyncs counts the
+// fsync (fdatasync) calls since the store opened, FsyncedEvents the events
+// they made durable (so FsyncedEvents/Fsyncs is the mean group-commit batch
+// size) and LastFsyncBatch the events covered by the most recent one.
+type StoreStats struct {
+	Fsyncs         uint64
+	FsyncedEvents  uint64
+	LastFsyncBatch int
+}
+
+// unmatchedRoute labels requests that matched no route, so that random paths
+// cannot grow the label set.
+const unmatchedRoute = "unmatched"
+
+type metrics struct {
+	reg       *prometheus.Registry
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	commits   *prometheus.CounterVec
+	commitDur *prometheus.HistogramVec
+
+	// byRoute caches the per-route children so the hot path does no label
+	// hashing; codes are looked up in a small sync.Map per route.
+	mu      sync.Mutex
+	byRoute map[string]*routeMetrics
+
+	subscribers atomic.Pointer[func() int]
+}
+
+type routeMetrics struct {
+	m        *metrics
+	route    string
+	duration prometheus.Observer
+	// codes holds one counter per status 100..599, created on first use;
+	// an array index keeps the hot path free of boxing and hashing.
+	codes [500]atomic.Pointer[prometheus.Counter]
+}
+
+func newMetrics(engine *varplane.Engine, opts *Options) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "varplane_http_requests_total",
+			Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "varplane_http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route"}),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "varplane_commits_total",
+			Help: "Accepted commits reported by the engine, by event kind (activated, deactivated).",
+		}, []string{"kind"}),
+		commitDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "varplane_store_commit_duration_seconds",
+			Help:    "Time spent in engine mutations (store commit included), by operation.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"op"}),
+		byRoute: map[string]*routeMetrics{},
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.commits, m.commitDur,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	heads := opts.ScopesWithHead
+	if heads == nil {
+		heads = func() int { return countHeads(engine) }
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "varplane_scopes_with_head",
+		Help: "Scopes that currently serve a head (-1 when the store could not be listed).",
+	}, func() float64 { return float64(heads()) }))
+
+	if opts.Subscribers != nil {
+		m.subscribers.Store(&opts.Subscribers)
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "varplane_subscribers",
+		Help: "Live push subscribers (0 when no push layer is attached).",
+	}, func() float64 {
+		if fn := m.subscribers.Load(); fn != nil {
+			return float64((*fn)())
+		}
+		return 0
+	}))
+
+	if stats := opts.StoreStats; stats != nil {
+		m.reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "varplane_store_fsyncs_total",
+				Help: "fsync calls made by the store.",
+			}, func() float64 { return float64(stats().Fsyncs) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "varplane_store_fsynced_events_total",
+				Help: "Events made durable by the store's fsyncs; divided by varplane_store_fsyncs_total it is the mean fsync batch size.",
+			}, func() float64 { return float64(stats().FsyncedEvents) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "varplane_store_fsync_batch_size",
+				Help: "Events covered by the most recent fsync.",
+			}, func() float64 { return float64(stats().LastFsyncBatch) }),
+		)
+	}
+	return m
+}
+
+// countHeads lists the store's scopes and counts those with a head. It is
+// called per scrape; a store that cannot be listed reports -1.
+func countHeads(engine *varplane.Engine) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st := engine.Store()
+	scopes, err := st.Scopes(ctx)
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, s := range scopes {
+		state, err := st.State(ctx, s)
+		if err != nil {
+			return -1
+		}
+		if state.Head != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// route returns the cached metrics of a route pattern, creating them on
+// first use.
+func (m *metrics) route(pattern string) *routeMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rm := m.byRoute[pattern]
+	if rm == nil {
+		rm = &routeMetrics{m: m, route: pattern, duration: m.duration.WithLabelValues(pattern)}
+		m.byRoute[pattern] = rm
+	}
+	return rm
+}
+
+func (rm *routeMetrics) observe(status int, d time.Duration) {
+	rm.duration.Observe(d.Seconds())
+	if status < 100 || status > 599 {
+		rm.m.requests.WithLabelValues(rm.route, strconv.Itoa(status)).Inc()
+		return
+	}
+	slot := &rm.codes[status-100]
+	c := slot.Load()
+	if c == nil {
+		// Racing creators get the same child from the vec; either pointer works.
+		child := rm.m.requests.WithLabelValues(rm.route, strconv.Itoa(status))
+		slot.Store(&child)
+		c = &child
+	}
+	(*c).Inc()
+}
+
+func (m *metrics) commit(c varplane.Commit) { m.commits.WithLabelValues(string(c.Kind)).Inc() }
+
+func (m *metrics) timeCommit(op string, start time.Time) {
+	m.commitDur.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}

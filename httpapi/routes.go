@@ -1,0 +1,416 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/varplane/varplane"
+)
+
+// handleRead serves GET {base}?key=<scope> | ?group=<scope>: the head's
+// precomputed body with its revision as ETag, or 304 when If-None-Match
+// names the current revision (or is *).
+func (h *Handler) handleRead(w http.ResponseWriter, r *http.Request) {
+	scope, err := ParseReadScope(r.URL.RawQuery)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if err := h.authorize(r, KindRead, scope, false); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	head, err := h.engine.Head(r.Context(), scope)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	// Canonical keys assigned directly: Header.Set would re-validate them
+	// on every read.
+	hdr := w.Header()
+	hdr["Etag"] = []string{head.ETag()}
+	if ETagMatches(r.Header["If-None-Match"], head.Revision) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	hdr["Content-Type"] = jsonContentType
+	_, _ = w.Write(head.ReadBody())
+}
+
+// jsonContentType is shared by every read response; net/http only reads it.
+var jsonContentType = []string{"application/json"}
+
+// ETagMatches reports whether If-None-Match header values name revision:
+// each value may be a comma-separated list of entity tags, quoted or bare,
+// strong or weak (W/, compared weakly as RFC 9110 requires for
+// If-None-Match), or "*", which matches any current head.
+func ETagMatches(values []string, revision varplane.Revision) bool {
+	for _, v := range values {
+		for v != "" {
+			var tok string
+			if i := strings.IndexByte(v, ','); i >= 0 {
+				tok, v = v[:i], v[i+1:]
+			} else {
+				tok, v = v, ""
+			}
+			tok = strings.TrimSpace(tok)
+			if tok == "*" {
+				return true
+			}
+			tok = strings.TrimPrefix(tok, "W/")
+			if len(tok) >= 2 && tok[0] == '"' && tok[len(tok)-1] == '"' {
+				tok = tok[1 : len(tok)-1]
+			}
+			if tok != "" && tok == string(revision) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// handleBatch serves GET {base}/batch?key=…&group=… (each repeatable, at
+// most MaxBatchScopes): one item per requested scope in request order,
+// status "ok" with the read fields or "no-head". Any other per-scope error
+// fails the whole request with its code.
+func (h *Handler) handleBatch(w http.ResponseWriter, r *http.Request) {
+	targets, err := parseTargets(r.URL.RawQuery, false)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	for _, t := range targets {
+		if err := h.authorize(r, KindRead, t.Scope, false); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+	}
+	heads := make([]*varplane.Head, len(targets))
+	size := 16
+	for i, t := range targets {
+		head, err := h.engine.Head(r.Context(), t.Scope)
+		switch {
+		case err == nil:
+			heads[i] = head
+			size += len(head.ReadBody()) + len(t.Scope) + 32
+		case varplane.ErrorCode(err) == varplane.CodeNoHead:
+			size += len(t.Scope) + 40
+		default:
+			h.writeError(w, r, err)
+			return
+		}
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"items":[`...)
+	for i, t := range targets {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"scope":`...)
+		b = appendString(b, string(t.Scope))
+		if heads[i] == nil {
+			b = append(b, `,"status":"no-head"}`...)
+			continue
+		}
+		// The head's read body is an object; splice its fields in after ours.
+		b = append(b, `,"status":"ok",`...)
+		b = append(b, heads[i].ReadBody()[1:]...)
+	}
+	b = append(b, "]}\n"...)
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "no-cache")
+	_, _ = w.Write(b)
+}
+
+func appendString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
+}
+
+type watchKey struct{}
+
+// WatchTargets returns the scopes of a GET {base}/watch request, in request
+// order, as the handler parsed and authorized them (keys and groups with
+// Subtree false, prefixes with Subtree true). Options.Watch calls it on its
+// request's context; it returns nil on any other context.
+func WatchTargets(ctx context.Context) []Target {
+	t, _ := ctx.Value(watchKey{}).([]Target)
+	return t
+}
+
+// handleWatch serves GET {base}/watch?key=…&group=…&prefix=…: it authorizes
+// kind read for every requested scope, lifts the server's read and write
+// deadlines (the stream is long-lived) and delegates to Options.Watch.
+func (h *Handler) handleWatch(w http.ResponseWriter, r *http.Request) {
+	if h.watch == nil {
+		h.writeError(w, r, varplane.Errorf(varplane.CodeNotFound, "the watch stream is not enabled on this server"))
+		return
+	}
+	targets, err := parseTargets(r.URL.RawQuery, true)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	for _, t := range targets {
+		if err := h.authorize(r, KindRead, t.Scope, t.Subtree); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // unsupported writers (tests) have no deadline anyway
+	_ = rc.SetReadDeadline(time.Time{})
+	h.watch.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), watchKey{}, targets)))
+}
+
+// mutation reads and decodes a bounded body, then authorizes it as mutate
+// on the scope the body names; it answers the error itself and reports
+// false when the request must stop.
+func mutation[T any](h *Handler, w http.ResponseWriter, r *http.Request, decode func([]byte) (T, error), scope func(T) varplane.Scope) (T, bool) {
+	var zero T
+	body, err := readBody(w, r, h.maxBody)
+	if err != nil {
+		h.writeError(w, r, err)
+		return zero, false
+	}
+	req, err := decode(body)
+	if err != nil {
+		h.writeError(w, r, err)
+		return zero, false
+	}
+	if err := h.authorize(r, KindMutate, scope(req), false); err != nil {
+		h.writeError(w, r, err)
+		return zero, false
+	}
+	return req, true
+}
+
+// handleCreateRevision serves POST {base}/admin/revisions: 201 with
+// {scope, revision, generation, created}, or 200 when the content-addressed
+// revision already existed; 422 revision-invalid with issues.
+func (h *Handler) handleCreateRevision(w http.ResponseWriter, r *http.Request) {
+	req, ok := mutation(h, w, r, DecodeCreateRevision, func(q varplane.CreateRevisionRequest) varplane.Scope { return q.Scope })
+	if !ok {
+		return
+	}
+	start := time.Now()
+	res, err := h.engine.CreateRevision(r.Context(), req)
+	h.metrics.timeCommit("create", start)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	status := http.StatusCreated
+	if !res.Created {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, res)
+}
+
+// handleValidate serves POST {base}/admin/validate: 200 {valid, issues}.
+func (h *Handler) handleValidate(w http.ResponseWriter, r *http.Request) {
+	req, ok := mutation(h, w, r, DecodeValidate, func(q varplane.ValidateRequest) varplane.Scope { return q.Scope })
+	if !ok {
+		return
+	}
+	res, err := h.engine.Validate(r.Context(), req)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// handleActivate serves POST {base}/admin/activate: 200 {scope, generation,
+// revision, effectiveAt}; 409 revision-conflict; 404 not-found.
+func (h *Handler) handleActivate(w http.ResponseWriter, r *http.Request) {
+	req, ok := mutation(h, w, r, DecodeActivate, func(q varplane.ActivateRequest) varplane.Scope { return q.Scope })
+	if !ok {
+		return
+	}
+	start := time.Now()
+	res, err := h.engine.Activate(r.Context(), req)
+	h.metrics.timeCommit("activate", start)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// handleDeactivate serves POST {base}/admin/deactivate: 200 {scope,
+// generation, active: false, cascade?}; 409 revision-conflict.
+func (h *Handler) handleDeactivate(w http.ResponseWriter, r *http.Request) {
+	req, ok := mutation(h, w, r, DecodeDeactivate, func(q varplane.DeactivateRequest) varplane.Scope { return q.Scope })
+	if !ok {
+		return
+	}
+	start := time.Now()
+	res, err := h.engine.Deactivate(r.Context(), req)
+	h.metrics.timeCommit("deactivate", start)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// handleRollback serves POST {base}/admin/rollback: 200 {scope, generation,
+// revision, effectiveAt}; 409 revision-conflict; 404 not-found.
+func (h *Handler) handleRollback(w http.ResponseWriter, r *http.Request) {
+	req, ok := mutation(h, w, r, DecodeRollback, func(q varplane.RollbackRequest) varplane.Scope { return q.Scope })
+	if !ok {
+		return
+	}
+	start := time.Now()
+	res, err := h.engine.Rollback(r.Context(), req)
+	h.metrics.timeCommit("rollback", start)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// auditScope reads the required, single scope parameter of an audit route
+// (and any other named ones) and authorizes the request as audit.
+func (h *Handler) auditScope(r *http.Request, extra ...string) (varplane.Scope, map[string]string, error) {
+	params, err := singleParams(r.URL.RawQuery, append([]string{"scope"}, extra...)...)
+	if err != nil {
+		return "", nil, err
+	}
+	raw, ok := params["scope"]
+	if !ok {
+		return "", nil, badRequest("scope is required")
+	}
+	scope, err := parseScopeField("scope", raw)
+	if err != nil {
+		return "", nil, err
+	}
+	for _, name := range extra {
+		if _, ok := params[name]; !ok {
+			return "", nil, badRequest("%s is required", name)
+		}
+	}
+	if err := h.authorize(r, KindAudit, scope, false); err != nil {
+		return "", nil, err
+	}
+	return scope, params, nil
+}
+
+// handleStatus serves GET {base}/admin/status?scope=: 200 {scope, active,
+// generation, revision?, source, lastRejected?}.
+func (h *Handler) handleStatus(w http.ResponseWriter, r *http.Request) {
+	scope, _, err := h.auditScope(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	st, err := h.engine.Status(r.Context(), scope)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// HistoryResponse is the body of GET {base}/admin/history.
+type HistoryResponse struct {
+	Scope  varplane.Scope   `json:"scope"`
+	Events []varplane.Event `json:"events"`
+}
+
+// handleHistory serves GET {base}/admin/history?scope=: 200 {scope, events}
+// in log order.
+func (h *Handler) handleHistory(w http.ResponseWriter, r *http.Request) {
+	scope, _, err := h.auditScope(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	events, err := h.engine.History(r.Context(), scope)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if events == nil {
+		events = []varplane.Event{}
+	}
+	writeJSON(w, http.StatusOK, HistoryResponse{Scope: scope, Events: events})
+}
+
+// handleReplay serves GET {base}/admin/replay?scope=&toGeneration=: 200 the
+// scope's head as of that generation; 404 not-found; 400 store-unsupported on
+// a store without a log.
+func (h *Handler) handleReplay(w http.ResponseWriter, r *http.Request) {
+	params, err := singleParams(r.URL.RawQuery, "scope", "toGeneration")
+	if err == nil {
+		// Check the generation before authorizing, like a body is parsed first.
+		if raw, ok := params["toGeneration"]; ok {
+			_, err = parseGenerationText("toGeneration", raw)
+		}
+	}
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	scope, params, err := h.auditScope(r, "toGeneration")
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	gen, _ := parseGenerationText("toGeneration", params["toGeneration"])
+	res, err := h.engine.Replay(r.Context(), scope, gen)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// handleHealthz serves GET /healthz: 200 while the process serves HTTP.
+func (h *Handler) handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// ReadyResponse is the body of GET /readyz. Status is "ready" or
+// "unavailable"; Checks maps each check ("store", "ready") to "ok" or the
+// reason it failed.
+type ReadyResponse struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+}
+
+// handleReadyz serves GET /readyz: 200 when the store answers a read and
+// Options.Ready (if any) passes, 503 otherwise.
+func (h *Handler) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	res := ReadyResponse{Status: "ready", Checks: map[string]string{}}
+	if _, err := h.engine.Store().State(ctx, "varplane.readyz"); err != nil {
+		res.Checks["store"] = varplane.ErrorMessage(err)
+		h.log.LogAttrs(ctx, slog.LevelWarn, "readiness: store check failed", slog.String("error", err.Error()))
+	} else {
+		res.Checks["store"] = "ok"
+	}
+	if h.ready != nil {
+		if err := h.ready(ctx); err != nil {
+			// The hook's author chose the message; operators need it.
+			res.Checks["ready"] = err.Error()
+		} else {
+			res.Checks["ready"] = "ok"
+		}
+	}
+	status := http.StatusOK
+	for _, v := range res.Checks {
+		if v != "ok" {
+			res.Status, status = "unavailable", http.StatusServiceUnavailable
+		}
+	}
+	writeJSON(w, status, res)
+}

@@ -1,0 +1,176 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Server defaults, applied by NewServer.
+const (
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxHeaderBytes    = 64 << 10
+)
+
+// Server is an HTTP server for a Handler (or any http.Handler) with
+// bounded timeouts and graceful shutdown. Set its fields before Open.
+// WriteTimeout does not cut streaming routes: the watch route lifts its own
+// deadlines through http.ResponseController.
+type Server struct {
+	// Addr is the TCP address to listen on ("127.0.0.1:0" picks a free port).
+	Addr    string
+	Handler http.Handler
+
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	MaxHeaderBytes    int
+
+	// Logger receives the server's own errors (slog.Default when nil).
+	Logger *slog.Logger
+
+	mu         sync.Mutex
+	onShutdown []func()
+	ln         net.Listener
+	srv        *http.Server
+	done       chan struct{}
+	serveErr   error
+}
+
+// NewServer returns a Server for handler on addr with the default timeouts.
+func NewServer(addr string, handler http.Handler) *Server {
+	return &Server{
+		Addr:              addr,
+		Handler:           handler,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout:       DefaultReadTimeout,
+		WriteTimeout:      DefaultWriteTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		MaxHeaderBytes:    DefaultMaxHeaderBytes,
+	}
+}
+
+// Open listens on Addr synchronously, so that URL is valid when it returns,
+// and serves in a background goroutine until Close. It returns the listen
+// error, or an error when the server is already open.
+func (s *Server) Open() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return errors.New("httpapi: server already open")
+	}
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.Addr, err)
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s.ln = ln
+	s.srv = &http.Server{
+		Handler:           s.Handler,
+		ReadHeaderTimeout: s.ReadHeaderTimeout,
+		ReadTimeout:       s.ReadTimeout,
+		WriteTimeout:      s.WriteTimeout,
+		IdleTimeout:       s.IdleTimeout,
+		MaxHeaderBytes:    s.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	for _, fn := range s.onShutdown {
+		s.srv.RegisterOnShutdown(fn)
+	}
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.mu.Lock()
+			s.serveErr = err
+			s.mu.Unlock()
+		}
+	}()
+	return nil
+}
+
+// ListenAddr returns the address the server listens on, nil before Open.
+func (s *Server) ListenAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// URL returns "http://host:port" of the listener, "" before Open.
+func (s *Server) URL() string {
+	a := s.ListenAddr()
+	if a == nil {
+		return ""
+	}
+	return "http://" + a.String()
+}
+
+// Done is closed when the server has stopped serving (after Close, or
+// when serving failed; Close then reports why).
+func (s *Server) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return s.done
+}
+
+// RegisterOnShutdown arranges for fn to run (in its own goroutine) when
+// Close begins, so that long-lived streams, which never become idle, can be
+// ended and let the drain finish. Call it before Open.
+func (s *Server) RegisterOnShutdown(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onShutdown = append(s.onShutdown, fn)
+}
+
+// Close stops accepting connections and waits for in-flight requests to
+// finish until ctx is done; then it closes the remaining connections
+// (streams included) and returns ctx's error. It also returns an error that
+// made serving fail. Closing a server that was never opened, or twice, is a
+// no-op.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	srv, done := s.srv, s.done
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		// Shutdown does not interrupt hijacked or streaming requests past
+		// the deadline; Close does.
+		_ = srv.Close()
+	}
+	<-done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serveErr != nil {
+		return fmt.Errorf("serve: %w", s.serveErr)
+	}
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// Shutdown is Close, under net/http's name.
+func (s *Server) Shutdown(ctx context.Context) error { return s.Close(ctx) }
