@@ -35,16 +35,27 @@ func validateScope(s string) error {
 		return Errorf(CodeBadRequest, "scope is not valid UTF-8")
 	}
 	segStart := 0
-	for i, r := range s {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			// ASCII fast path: reads validate the scope on every request.
+			if c <= ' ' || c == 0x7f {
+				return Errorf(CodeBadRequest, "scope contains whitespace or a control character at byte %d", i)
+			}
+			if c == '.' {
+				if i == segStart {
+					return Errorf(CodeBadRequest, "scope has an empty segment at byte %d", i)
+				}
+				segStart = i + 1
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
 		if unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError {
 			return Errorf(CodeBadRequest, "scope contains whitespace or a control character at byte %d", i)
 		}
-		if r == '.' {
-			if i == segStart {
-				return Errorf(CodeBadRequest, "scope has an empty segment at byte %d", i)
-			}
-			segStart = i + 1
-		}
+		i += size
 	}
 	if segStart == len(s) {
 		return Errorf(CodeBadRequest, "scope ends with an empty segment")

@@ -117,3 +117,12 @@ func TestHeadBody(t *testing.T) {
 		t.Errorf("etag = %s", g.ETag())
 	}
 }
+
+func BenchmarkParseScope(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseScope("agentic.lanes.vinci"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
