@@ -1,0 +1,174 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"html/template"
+	"net/http"
+
+	"github.com/varplane/varplane"
+)
+
+// pagePath is where the page is mounted.
+const pagePath = "/.configuration"
+
+// The page is server-rendered with no script and no external asset, so it
+// works under a strict Content-Security-Policy and offline.
+var pageTemplate = template.Must(template.New("page").Parse(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Configuration · varplane</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2rem;max-width:70rem;color:#1b1f24}
+h1{font-size:1.4rem}
+section{border:1px solid #d0d7de;border-radius:6px;padding:1rem;margin:1rem 0}
+h2{font-size:1.1rem;margin:0 0 .5rem}
+code,pre,textarea{font-family:ui-monospace,monospace;font-size:.85rem}
+pre{background:#f6f8fa;padding:.5rem;overflow:auto}
+textarea{width:100%;min-height:8rem}
+.source{display:inline-block;padding:0 .4rem;border-radius:4px;background:#ddf4ff}
+.none{background:#fff8c5}
+.issues{color:#cf222e}
+.ok{color:#1a7f37}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;margin:0 0 .5rem}
+dt{font-weight:600}
+</style>
+</head>
+<body>
+<h1>Configuration</h1>
+{{if .Message}}<p class="{{if .Issues}}issues{{else}}ok{{end}}" id="message">{{.Message}}</p>{{end}}
+{{if .Issues}}<ul class="issues" id="issues">{{range .Issues}}<li><code>{{if .Path}}{{.Path}}{{else}}(configuration){{end}}</code> {{.Code}}: {{.Message}}</li>{{end}}</ul>{{end}}
+{{if not .Listed}}<p>This identity may not read configurations.</p>{{end}}
+{{range .Components}}
+<section id="{{.Component}}">
+<h2>{{.Component}}</h2>
+<dl>
+<dt>epoch</dt><dd><code>{{.Epoch}}</code></dd>
+<dt>source</dt><dd>{{if .Source}}<span class="source">{{.Source}}</span>{{if .Created}} #{{.Created}}{{end}}{{else}}<span class="source none">none</span>{{end}}</dd>
+</dl>
+<pre>{{.Values}}</pre>
+<details><summary>schema</summary><pre>{{.Schema}}</pre></details>
+<form method="post" action="/.configuration">
+<input type="hidden" name="component" value="{{.Component}}">
+<label>New configuration (JSON or YAML)<br>
+<textarea name="configuration" spellcheck="false">{{.Draft}}</textarea></label><br>
+<button type="submit">Create</button>
+</form>
+</section>
+{{else}}{{if .Listed}}<p>No component declares configuration.</p>{{end}}{{end}}
+</body>
+</html>
+`))
+
+type pageComponent struct {
+	Component string
+	Epoch     string
+	Source    string
+	Created   uint64
+	Values    string
+	Schema    string
+	Draft     string
+}
+
+type pageData struct {
+	Listed     bool
+	Components []pageComponent
+	Message    string
+	Issues     []varplane.Issue
+}
+
+// handlePage serves GET and POST /.configuration: the configured components
+// with their epoch, source and values, and a form per component that creates
+// a configuration and shows the schema's issues. Reading needs
+// system:configuration:get, the form system:configuration:create.
+func (h *handler) handlePage(w http.ResponseWriter, r *http.Request) {
+	data := pageData{}
+	drafts := map[string]string{}
+	status := http.StatusOK
+	if r.Method == http.MethodPost {
+		id, err := authorize(h.resolve, r, RoleCreate)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, h.max)
+		if err := r.ParseForm(); err != nil {
+			h.fail(w, r, varplane.Errorf(varplane.CodeBadRequest, "the form could not be read"))
+			return
+		}
+		component, text := r.PostForm.Get("component"), r.PostForm.Get("configuration")
+		drafts[component] = text
+		status, data.Message, data.Issues = h.createFromPage(r, component, text, id)
+	}
+	if _, err := authorize(h.resolve, r, RoleGet); err == nil {
+		list, err := h.svc.List(r.Context())
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		data.Listed = true
+		for _, l := range list {
+			pc := pageComponent{Component: l.Component, Epoch: l.Epoch, Source: l.Source, Created: l.Created, Values: pretty(l.Configuration), Schema: pretty(l.Schema)}
+			pc.Draft = pc.Values
+			if d, ok := drafts[l.Component]; ok {
+				pc.Draft = d
+			}
+			data.Components = append(data.Components, pc)
+		}
+	} else if r.Method == http.MethodGet {
+		h.fail(w, r, err)
+		return
+	}
+	var buf bytes.Buffer
+	if err := pageTemplate.Execute(&buf, data); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// createFromPage creates what the form holds and says how it went.
+func (h *handler) createFromPage(r *http.Request, component, text string, id Identity) (int, string, []varplane.Issue) {
+	v, err := DecodeYAML([]byte(text)) // YAML 1.2 reads JSON too
+	if err != nil {
+		return http.StatusBadRequest, "The configuration does not decode: " + err.Error(), []varplane.Issue{{Code: varplane.IssueSyntax, Message: err.Error()}}
+	}
+	doc, err := marshalJSON(v)
+	if err != nil {
+		return http.StatusBadRequest, "The configuration does not decode.", []varplane.Issue{{Code: varplane.IssueSyntax, Message: "not encodable as JSON"}}
+	}
+	res, err := h.svc.Create(r.Context(), CreateRequest{Component: component, Configuration: doc, Originator: id.ID})
+	if err != nil {
+		var ve *varplane.Error
+		if errors.As(err, &ve) && (ve.Code == CodeInvalidConfiguration || ve.Code == CodeUnknownComponent) {
+			issues := ve.Issues
+			if len(issues) == 0 {
+				issues = []varplane.Issue{{Code: string(ve.Code), Message: ve.Message}}
+			}
+			return http.StatusUnprocessableEntity, component + ": " + ve.Message, issues
+		}
+		h.log.Error("create configuration from the page", "component", component, "err", err)
+		return http.StatusInternalServerError, "The configuration could not be created (internal error).", []varplane.Issue{{Code: string(varplane.CodeInternal), Message: "internal error"}}
+	}
+	return http.StatusCreated, "Created " + res.ID + " for " + component + " (created " + uitoa(res.Created) + ").", nil
+}
+
+func uitoa(n uint64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func pretty(raw json.RawMessage) string {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return buf.String()
+}

@@ -1,0 +1,275 @@
+// Package secret holds configuration secrets: references such as
+// "$STRIPE_API_KEY" that the values service stores and serves in place of the
+// secret, the substitution of those references in the consuming process, and
+// the Secret type that keeps a substituted value out of logs and output.
+//
+// A reference is a string matching ^\$[A-Z0-9_]{1,32}$, wherever it stands in
+// a configuration (nested objects and arrays included). In the consumer's
+// process the value of reference $NAME is the environment variable
+// VARPLANE_CONFIGURATION__NAME (two underscores), which the deployment sets
+// from the Secret manifest or env file that Conceal writes.
+//
+// Concurrency: everything here is a pure function or an immutable value, safe
+// for concurrent use.
+package secret
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// EnvPrefix starts the environment variable that carries a secret's value.
+const EnvPrefix = "VARPLANE_CONFIGURATION__"
+
+// Redacted is what every printed, logged or marshalled form of a Secret shows.
+const Redacted = "<REDACTED>"
+
+// KubernetesName is the name of the Kubernetes Secret that Conceal writes.
+const KubernetesName = "configuration"
+
+var referenceRE = regexp.MustCompile(`^\$[A-Z0-9_]{1,32}$`)
+var nameRE = regexp.MustCompile(`^[A-Z0-9_]{1,32}$`)
+
+// IsReference reports whether s is a secret reference: "$" followed by 1 to
+// 32 uppercase letters, digits or underscores.
+func IsReference(s string) bool { return referenceRE.MatchString(s) }
+
+// ValidName reports whether name (without "$") can name a secret.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
+
+// EnvName returns the environment variable that carries secret name.
+func EnvName(name string) string { return EnvPrefix + name }
+
+// Secret is a substituted secret value. Unwrap gives the value; every other
+// form (String, all fmt verbs, JSON, text, YAML, slog) is "<REDACTED>", so a
+// Secret that reaches a log line or a response body leaks nothing. The zero
+// Secret unwraps to "".
+type Secret struct {
+	value string
+}
+
+// New wraps value as a Secret.
+func New(value string) Secret { return Secret{value: value} }
+
+// Unwrap returns the secret value. Call it at the point of use only.
+func (s Secret) Unwrap() string { return s.value }
+
+// String returns "<REDACTED>".
+func (s Secret) String() string { return Redacted }
+
+// GoString returns "<REDACTED>", for %#v.
+func (s Secret) GoString() string { return Redacted }
+
+// Format prints "<REDACTED>" for every verb and flag (%v %+v %#v %s %q %x
+// %d …); %q quotes it, as it would quote a string.
+func (s Secret) Format(f fmt.State, verb rune) {
+	if verb == 'q' {
+		_, _ = f.Write([]byte(strconv.Quote(Redacted)))
+		return
+	}
+	_, _ = f.Write([]byte(Redacted))
+}
+
+// MarshalJSON returns the JSON string "<REDACTED>".
+func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + Redacted + `"`), nil }
+
+// MarshalText returns "<REDACTED>".
+func (s Secret) MarshalText() ([]byte, error) { return []byte(Redacted), nil }
+
+// MarshalYAML returns "<REDACTED>".
+func (s Secret) MarshalYAML() (any, error) { return Redacted, nil }
+
+// LogValue makes slog print "<REDACTED>".
+func (s Secret) LogValue() slog.Value { return slog.StringValue(Redacted) }
+
+var (
+	_ fmt.Formatter                = Secret{}
+	_ fmt.GoStringer               = Secret{}
+	_ json.Marshaler               = Secret{}
+	_ slog.LogValuer               = Secret{}
+	_ yaml.Marshaler               = Secret{}
+	_ fmt.Stringer                 = Secret{}
+	_ interface{ Unwrap() string } = Secret{}
+)
+
+// References returns the names (without "$") of every secret reference in v,
+// a decoded JSON value, sorted and without duplicates.
+func References(v any) []string {
+	set := map[string]bool{}
+	walk(v, func(s string) {
+		if IsReference(s) {
+			set[s[1:]] = true
+		}
+	})
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func walk(v any, fn func(string)) {
+	switch t := v.(type) {
+	case string:
+		fn(t)
+	case map[string]any:
+		for _, x := range t {
+			walk(x, fn)
+		}
+	case []any:
+		for _, x := range t {
+			walk(x, fn)
+		}
+	}
+}
+
+// MissingError names the environment variables that a configuration's
+// secrets need and the process lacks.
+type MissingError struct {
+	Variables []string
+}
+
+// Error lists the variables.
+func (e *MissingError) Error() string {
+	return "secret: environment variable(s) not set: " + strings.Join(e.Variables, ", ")
+}
+
+// Substitute returns a copy of v, a decoded JSON value, in which every secret
+// reference is replaced by a Secret holding the value of its environment
+// variable, as lookup (os.LookupEnv in production) reports it. Other strings
+// stay plain strings. When any variable is missing it returns a *MissingError
+// naming all of them, and no value.
+func Substitute(v any, lookup func(string) (string, bool)) (any, error) {
+	var missing []string
+	out := substitute(v, lookup, &missing)
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		uniq := missing[:0]
+		for i, m := range missing {
+			if i == 0 || m != missing[i-1] {
+				uniq = append(uniq, m)
+			}
+		}
+		return nil, &MissingError{Variables: uniq}
+	}
+	return out, nil
+}
+
+func substitute(v any, lookup func(string) (string, bool), missing *[]string) any {
+	switch t := v.(type) {
+	case string:
+		if !IsReference(t) {
+			return t
+		}
+		name := EnvName(t[1:])
+		val, ok := lookup(name)
+		if !ok {
+			*missing = append(*missing, name)
+			return nil
+		}
+		return New(val)
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[k] = substitute(x, lookup, missing)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = substitute(x, lookup, missing)
+		}
+		return out
+	}
+	return v
+}
+
+// ParseAssignments reads NAME=value pairs, as given to `conceal`. A name may
+// be written with or without its "$"; it must be a valid secret name, and
+// each name may appear once.
+func ParseAssignments(args []string) (map[string]string, error) {
+	out := make(map[string]string, len(args))
+	for _, a := range args {
+		name, value, ok := strings.Cut(a, "=")
+		if !ok {
+			return nil, fmt.Errorf("secret: %q is not NAME=value", strings.SplitN(a, "=", 2)[0])
+		}
+		name = strings.TrimPrefix(name, "$")
+		if !ValidName(name) {
+			return nil, fmt.Errorf("secret: %q is not a secret name (1 to 32 of A-Z, 0-9, _)", name)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("secret: %s is given twice", name)
+		}
+		out[name] = value
+	}
+	return out, nil
+}
+
+// ErrMultiline is returned by EnvFile for a value with a line break, which the
+// env file format cannot carry.
+var ErrMultiline = errors.New("secret: an env file cannot carry a value with a line break")
+
+// EnvFile renders secrets (name → value) as an env file, one
+// VARPLANE_CONFIGURATION__NAME=value line each, sorted, values taken
+// literally (the format of `docker run --env-file` and
+// `kubectl create secret generic --from-env-file`).
+func EnvFile(secrets map[string]string) ([]byte, error) {
+	var b strings.Builder
+	for _, name := range sortedNames(secrets) {
+		v := secrets[name]
+		if strings.ContainsAny(v, "\r\n") {
+			return nil, fmt.Errorf("%w (%s)", ErrMultiline, name)
+		}
+		b.WriteString(EnvName(name))
+		b.WriteByte('=')
+		b.WriteString(v)
+		b.WriteByte('\n')
+	}
+	return []byte(b.String()), nil
+}
+
+// KubernetesManifest renders secrets as a Kubernetes Secret manifest (YAML)
+// named KubernetesName, its data keys the VARPLANE_CONFIGURATION__NAME
+// variables so that `envFrom: [{secretRef: {name: configuration}}]` deploys
+// them. namespace is written when non-empty.
+func KubernetesManifest(namespace string, secrets map[string]string) ([]byte, error) {
+	meta := &yaml.Node{Kind: yaml.MappingNode}
+	meta.Content = append(meta.Content, str("name"), str(KubernetesName))
+	if namespace != "" {
+		meta.Content = append(meta.Content, str("namespace"), str(namespace))
+	}
+	data := &yaml.Node{Kind: yaml.MappingNode}
+	for _, name := range sortedNames(secrets) {
+		data.Content = append(data.Content, str(EnvName(name)), str(base64.StdEncoding.EncodeToString([]byte(secrets[name]))))
+	}
+	doc := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
+		str("apiVersion"), str("v1"),
+		str("kind"), str("Secret"),
+		str("metadata"), meta,
+		str("type"), str("Opaque"),
+		str("data"), data,
+	}}
+	return yaml.Marshal(doc)
+}
+
+func str(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s} }
+
+func sortedNames(m map[string]string) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
