@@ -1,0 +1,496 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/varplane/varplane"
+)
+
+// MaxBatch is the most scopes one batch request names.
+const MaxBatch = 256
+
+type fetchReq struct{ scope varplane.Scope }
+
+// Fetch registers scope and waits until the server serves a head for it
+// ("retry until served"), logging a warning every Options.WarnEvery-th
+// unserved attempt. The fetches of one tick (Options.BatchWindow) go out as
+// one batch request. It returns at once for a scope already served or
+// overridden, ctx's error when ctx ends first, ErrNotStarted before Start
+// and ErrStopped after Stop.
+func (c *Client) Fetch(ctx context.Context, scope varplane.Scope) (Value, error) {
+	if err := c.Register(scope); err != nil {
+		return Value{}, err
+	}
+	s := c.slot(scope)
+	c.wmu.Lock()
+	served := s.served
+	c.wmu.Unlock()
+	select {
+	case <-served:
+		v, _ := c.Value(scope)
+		return v, nil
+	default:
+	}
+	if !c.running.Load() {
+		return Value{}, ErrNotStarted
+	}
+	select {
+	case c.fetchq <- &fetchReq{scope: scope}:
+	case <-ctx.Done():
+		return Value{}, ctx.Err()
+	case <-c.ctx.Done():
+		return Value{}, ErrStopped
+	}
+	select {
+	case <-served:
+		v, _ := c.Value(scope)
+		return v, nil
+	case <-ctx.Done():
+		return Value{}, ctx.Err()
+	case <-c.ctx.Done():
+		return Value{}, ErrStopped
+	}
+}
+
+type retryState struct {
+	attempts int
+	due      time.Time
+}
+
+// batcher gathers fetches into batch requests and retries the unserved.
+func (c *Client) batcher() {
+	pending := map[varplane.Scope]*retryState{}
+	add := func(r *fetchReq) {
+		if _, ok := pending[r.scope]; !ok {
+			pending[r.scope] = &retryState{}
+		}
+	}
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		var wake <-chan time.Time
+		if len(pending) > 0 {
+			earliest := time.Time{}
+			for _, st := range pending {
+				if earliest.IsZero() || st.due.Before(earliest) {
+					earliest = st.due
+				}
+			}
+			retry.Reset(max(time.Until(earliest), 0))
+			wake = retry.C
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case r := <-c.fetchq:
+			add(r)
+			window := time.NewTimer(c.opts.BatchWindow)
+		gather:
+			for {
+				select {
+				case r := <-c.fetchq:
+					add(r)
+				case <-window.C:
+					break gather
+				case <-c.ctx.Done():
+					window.Stop()
+					return
+				}
+			}
+		case <-wake:
+		}
+		c.runBatch(pending)
+	}
+}
+
+// runBatch asks for every due scope of pending that is still unserved.
+func (c *Client) runBatch(pending map[varplane.Scope]*retryState) {
+	now := time.Now()
+	var due []varplane.Scope
+	for sc, st := range pending {
+		if c.isServed(sc) {
+			delete(pending, sc)
+			continue
+		}
+		if !st.due.After(now) {
+			due = append(due, sc)
+		}
+	}
+	for len(due) > 0 {
+		n := min(len(due), MaxBatch)
+		chunk := due[:n]
+		due = due[n:]
+		served, err := c.batch(chunk)
+		for _, sc := range chunk {
+			if served[sc] || c.isServed(sc) {
+				delete(pending, sc)
+				continue
+			}
+			st := pending[sc]
+			st.attempts++
+			st.due = time.Now().Add(c.backoff(st.attempts - 1))
+			if st.attempts%c.opts.WarnEvery == 0 {
+				reason := "no head"
+				if err != nil {
+					reason = err.Error()
+				}
+				c.log.Warn("varplane scope not served yet; still trying", "scope", string(sc), "attempts", st.attempts, "reason", reason)
+			}
+		}
+	}
+}
+
+func (c *Client) isServed(sc varplane.Scope) bool {
+	s := c.slot(sc)
+	if s == nil {
+		return true
+	}
+	t := s.cur.Load().val.Tier
+	return t == TierRuntime || t == TierOverride
+}
+
+type batchItem struct {
+	Scope      varplane.Scope      `json:"scope"`
+	Status     string              `json:"status"`
+	Generation varplane.Generation `json:"generation"`
+	Revision   varplane.Revision   `json:"revision"`
+	Values     json.RawMessage     `json:"values"`
+}
+
+// batch sends one GET {base}/batch for scopes and applies what it answers.
+func (c *Client) batch(scopes []varplane.Scope) (map[varplane.Scope]bool, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
+	defer cancel()
+	q := url.Values{}
+	for _, sc := range scopes {
+		if sc.IsGroup() {
+			q.Add("group", string(sc))
+		} else {
+			q.Add("key", string(sc))
+		}
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, "/batch", q)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("batch read: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("batch read: %w", apiError(resp))
+	}
+	var body struct {
+		Items []batchItem `json:"items"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, fmt.Errorf("batch read: decode: %w", err)
+	}
+	served := make(map[varplane.Scope]bool, len(body.Items))
+	for _, it := range body.Items {
+		if it.Status != "ok" {
+			continue
+		}
+		doc, err := decodeValues(it.Scope, it.Values)
+		if err != nil {
+			c.log.Error("varplane batch item is malformed", "scope", string(it.Scope), "err", err)
+			continue
+		}
+		c.applyHead(it.Scope, it.Generation, it.Revision, `"`+string(it.Revision)+`"`, doc)
+		served[it.Scope] = true
+	}
+	return served, nil
+}
+
+// errNoWatch: the server has no stream route, so the client polls.
+var errNoWatch = errors.New("client: the server offers no watch stream")
+
+// errKicked: the followed set changed; reconnect at once.
+var errKicked = errors.New("client: followed scopes changed")
+
+// follow keeps an SSE stream open, reconnecting with backoff, and falls
+// back to polling when the server has no stream.
+func (c *Client) follow() {
+	attempt := 0
+	for c.ctx.Err() == nil {
+		keys, groups, gens := c.held()
+		if len(keys)+len(groups) == 0 {
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-c.kick:
+			}
+			continue
+		}
+		established, err := c.stream(keys, groups, gens)
+		c.connected.Store(false)
+		switch {
+		case c.ctx.Err() != nil:
+			return
+		case errors.Is(err, errNoWatch):
+			c.log.Warn("varplane server has no watch stream; polling with ETags", "interval", c.opts.PollInterval, "retry_stream_in", streamRetry)
+			c.pollFor(streamRetry)
+			continue
+		case errors.Is(err, errKicked):
+			attempt = 0
+			continue
+		}
+		if established {
+			attempt = 0
+		}
+		d := c.backoff(attempt)
+		attempt++
+		c.log.Debug("varplane stream ended; reconnecting", "err", err, "in", d)
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.kick: // a new scope: reconnect now
+		case <-time.After(d):
+		}
+	}
+}
+
+// stream runs one SSE connection until it ends. established reports that
+// the server accepted it.
+func (c *Client) stream(keys, groups []varplane.Scope, gens map[varplane.Scope]varplane.Generation) (established bool, err error) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	q := url.Values{}
+	for _, k := range keys {
+		q.Add("key", string(k))
+	}
+	for _, g := range groups {
+		q.Add("group", string(g))
+	}
+	for sc, g := range gens {
+		q.Add("since", string(sc)+"@"+strconv.FormatUint(uint64(g), 10))
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, "/watch", q)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	connectTimer := time.AfterFunc(c.opts.RequestTimeout, cancel)
+	resp, err := c.http.Do(req)
+	connectTimer.Stop()
+	if err != nil {
+		return false, fmt.Errorf("connect stream: %w", err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
+		return false, errNoWatch
+	default:
+		return false, fmt.Errorf("connect stream: %w", apiError(resp))
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		return false, errNoWatch
+	}
+	c.connected.Store(true)
+
+	var kicked atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-c.kick:
+			kicked.Store(true)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	defer wg.Wait()
+	defer cancel()
+	idle := time.AfterFunc(c.opts.StreamIdleTimeout, cancel)
+	defer idle.Stop()
+
+	err = c.readEvents(resp.Body, func() { idle.Reset(c.opts.StreamIdleTimeout) })
+	if kicked.Load() {
+		return true, errKicked
+	}
+	return true, err
+}
+
+// readEvents parses an event stream and applies its events; alive is
+// called on every line received (heartbeats included).
+func (c *Client) readEvents(r io.Reader, alive func()) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var event, data strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		alive()
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case line == "":
+			if event.Len() > 0 || data.Len() > 0 {
+				if err := c.dispatch(event.String(), data.String()); err != nil {
+					return err
+				}
+			}
+			event.Reset()
+			data.Reset()
+		case strings.HasPrefix(line, ":"):
+		default:
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "event":
+				event.WriteString(value)
+			case "data":
+				if data.Len() > 0 {
+					data.WriteByte('\n')
+				}
+				data.WriteString(value)
+			}
+		}
+	}
+}
+
+type headEvent struct {
+	Scope      varplane.Scope      `json:"scope"`
+	Generation varplane.Generation `json:"generation"`
+	Revision   varplane.Revision   `json:"revision"`
+	Values     json.RawMessage     `json:"values"`
+}
+
+// dispatch applies one event; an error ends the stream.
+func (c *Client) dispatch(event, data string) error {
+	switch event {
+	case "head":
+		var h headEvent
+		if err := json.Unmarshal([]byte(data), &h); err != nil {
+			c.log.Error("varplane head event is malformed", "err", err)
+			return nil
+		}
+		doc, err := decodeValues(h.Scope, h.Values)
+		if err != nil {
+			c.log.Error("varplane head event is malformed", "scope", string(h.Scope), "err", err)
+			return nil
+		}
+		c.applyHead(h.Scope, h.Generation, h.Revision, `"`+string(h.Revision)+`"`, doc)
+	case "no-head":
+		var h headEvent
+		if err := json.Unmarshal([]byte(data), &h); err != nil {
+			c.log.Error("varplane no-head event is malformed", "err", err)
+			return nil
+		}
+		c.applyNoHead(h.Scope, h.Generation, false)
+	case "close":
+		return fmt.Errorf("server closed the stream: %s", data)
+	}
+	return nil
+}
+
+// streamRetry is how long a client whose server had no stream polls before
+// it tries the stream again (the server may have been upgraded).
+const streamRetry = time.Minute
+
+// poll follows every registered scope with conditional reads until Stop.
+func (c *Client) poll() { c.pollFor(0) }
+
+// pollFor polls for d (forever when d is 0) or until Stop.
+func (c *Client) pollFor(d time.Duration) {
+	var until time.Time
+	if d > 0 {
+		until = time.Now().Add(d)
+	}
+	for {
+		if !until.IsZero() && time.Now().After(until) {
+			return
+		}
+		for sc, s := range *c.slots.Load() {
+			if s.override {
+				continue
+			}
+			if c.ctx.Err() != nil {
+				return
+			}
+			c.pollOne(sc, s)
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.kick:
+		case <-time.After(c.opts.PollInterval):
+		}
+	}
+}
+
+func (c *Client) pollOne(sc varplane.Scope, s *slot) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
+	defer cancel()
+	q := url.Values{}
+	if sc.IsGroup() {
+		q.Set("group", string(sc))
+	} else {
+		q.Set("key", string(sc))
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, "", q)
+	if err != nil {
+		return
+	}
+	c.wmu.Lock()
+	etag := s.etag
+	c.wmu.Unlock()
+	if etag != "" {
+		req.Header.Set("If-None-Match", etag)
+	}
+	clearETag := func() {
+		c.wmu.Lock()
+		s.etag = ""
+		c.wmu.Unlock()
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		clearETag()
+		c.log.Debug("varplane poll failed", "scope", string(sc), "err", err)
+		return
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNotModified:
+	case http.StatusOK:
+		var h headEvent
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+			clearETag()
+			return
+		}
+		doc, err := decodeValues(sc, h.Values)
+		if err != nil {
+			clearETag()
+			return
+		}
+		c.applyHead(sc, h.Generation, h.Revision, resp.Header.Get("ETag"), doc)
+	default:
+		err := apiError(resp)
+		clearETag()
+		if varplane.ErrorCode(err) == varplane.CodeNoHead {
+			c.applyNoHead(sc, 0, true)
+			return
+		}
+		c.log.Debug("varplane poll failed", "scope", string(sc), "err", err)
+	}
+}

@@ -1,0 +1,665 @@
+// Package push fans the engine's commits out to live subscribers: a bounded
+// hub (Hub) and a Server-Sent Events transport over it (NewSSEHandler). The
+// gRPC transport in package rpc consumes the same Hub.
+//
+// Concurrency contract: the Hub hears every commit on the committing
+// goroutine and only ever appends to a per-subscriber queue under that
+// subscriber's own short mutex, then signals it without blocking, so a slow,
+// stuck or malicious subscriber can never delay a commit or another
+// subscriber. A queue keeps at most one pending update per scope (the newest
+// replaces the older one: coalescing); a queue that grows past a bound is
+// dropped and replaced by a fresh snapshot (resync); a subscriber that leaves
+// its queue undrained for too long is disconnected with a reason. Hub methods
+// are safe for concurrent use; a Subscription is consumed by one goroutine.
+//
+// Delivery contract: for every scope it matches, a subscriber receives the
+// scope's final state, and never a generation older than or equal to one it
+// already holds (the generations it declared when subscribing, then those it
+// was sent). Intermediate generations may be skipped when it falls behind.
+package push
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/varplane/varplane"
+)
+
+// Source is what the Hub follows: the engine's commit seam and the store it
+// reads snapshots from. *varplane.Engine implements it.
+type Source interface {
+	// OnCommit registers fn for every accepted commit, called with the store
+	// already updated; fn must not block.
+	OnCommit(fn func(varplane.Commit)) (unsubscribe func())
+	// Store returns the store snapshots are read from.
+	Store() varplane.Store
+}
+
+var _ Source = (*varplane.Engine)(nil)
+
+// Defaults of Options.
+const (
+	DefaultMaxSubscribers = 10000
+	DefaultMaxPending     = 1024
+	DefaultStallTimeout   = 30 * time.Second
+)
+
+// Options configure a Hub. The zero value selects the defaults.
+type Options struct {
+	// MaxSubscribers caps concurrent subscriptions; Subscribe past it fails
+	// with a too-many-subscribers error. Default DefaultMaxSubscribers.
+	MaxSubscribers int
+	// MaxPending bounds the distinct scopes waiting in one subscriber's
+	// queue. Past it the queue is discarded and the subscriber is resynced
+	// with a fresh snapshot of what changed. Default DefaultMaxPending.
+	MaxPending int
+	// StallTimeout disconnects a subscriber whose queue has held undelivered
+	// updates for this long (checked when a commit arrives for it). Default
+	// DefaultStallTimeout.
+	StallTimeout time.Duration
+	// Logger receives disconnects; slog.Default when nil.
+	Logger *slog.Logger
+	// Now is the clock for stall detection; time.Now when nil.
+	Now func() time.Time
+}
+
+// ErrTooManySubscribers matches (errors.Is) the error Subscribe returns when
+// the hub already serves Options.MaxSubscribers subscriptions. Its code,
+// too-many-subscribers, maps to HTTP 503 and gRPC Unavailable.
+var ErrTooManySubscribers = &varplane.Error{Code: varplane.CodeTooManyRequests}
+
+// Reasons a Subscription ends, reported by Subscription.Err.
+var (
+	// ErrSlowSubscriber: the subscriber left updates undelivered for longer
+	// than Options.StallTimeout.
+	ErrSlowSubscriber = errors.New("push: subscriber did not drain its queue in time")
+	// ErrHubClosed: the hub was closed (the server is shutting down).
+	ErrHubClosed = errors.New("push: hub closed")
+	// ErrUnsubscribed: the subscriber closed its subscription.
+	ErrUnsubscribed = errors.New("push: unsubscribed")
+)
+
+// Reason returns the short machine-readable name of why a subscription
+// ended, as sent to clients: "slow-subscriber", "shutdown", "unsubscribed",
+// or "error".
+func Reason(err error) string {
+	switch {
+	case errors.Is(err, ErrSlowSubscriber):
+		return "slow-subscriber"
+	case errors.Is(err, ErrHubClosed):
+		return "shutdown"
+	case errors.Is(err, ErrUnsubscribed):
+		return "unsubscribed"
+	}
+	return "error"
+}
+
+// Filter selects scopes. A key matches exactly; a group matches the group
+// scope itself; a prefix P matches P and every scope below it (P.*).
+type Filter struct {
+	Keys     []varplane.Scope
+	Groups   []varplane.Scope
+	Prefixes []varplane.Scope
+}
+
+// MaxFilterScopes bounds the scopes one filter names, as the HTTP API
+// bounds a batch or watch request.
+const MaxFilterScopes = 256
+
+// Validate returns a bad-request error when the filter is empty, names more
+// than MaxFilterScopes scopes, or names an invalid scope.
+func (f Filter) Validate() error {
+	switch n := len(f.Keys) + len(f.Groups) + len(f.Prefixes); {
+	case n == 0:
+		return varplane.Errorf(varplane.CodeBadRequest, "name at least one key, group or prefix")
+	case n > MaxFilterScopes:
+		return varplane.Errorf(varplane.CodeBadRequest, "at most %d scopes per subscription", MaxFilterScopes)
+	}
+	for _, list := range [][]varplane.Scope{f.Keys, f.Groups, f.Prefixes} {
+		for _, s := range list {
+			if _, err := varplane.ParseScope(string(s)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Scopes returns every scope the filter names (keys, groups, prefixes), for
+// authorization.
+func (f Filter) Scopes() []varplane.Scope {
+	out := make([]varplane.Scope, 0, len(f.Keys)+len(f.Groups)+len(f.Prefixes))
+	out = append(out, f.Keys...)
+	out = append(out, f.Groups...)
+	return append(out, f.Prefixes...)
+}
+
+// Match reports whether the filter selects scope s.
+func (f Filter) Match(s varplane.Scope) bool { return newMatcher(f).match(s) }
+
+type matcher struct {
+	exact    map[varplane.Scope]struct{}
+	order    []varplane.Scope // exact scopes in request order, deduplicated
+	prefixes []varplane.Scope
+}
+
+func newMatcher(f Filter) *matcher {
+	m := &matcher{exact: make(map[varplane.Scope]struct{}, len(f.Keys)+len(f.Groups))}
+	for _, list := range [][]varplane.Scope{f.Keys, f.Groups} {
+		for _, s := range list {
+			if _, dup := m.exact[s]; !dup {
+				m.exact[s] = struct{}{}
+				m.order = append(m.order, s)
+			}
+		}
+	}
+	for _, p := range f.Prefixes {
+		if !slices.Contains(m.prefixes, p) {
+			m.prefixes = append(m.prefixes, p)
+		}
+	}
+	return m
+}
+
+func (m *matcher) match(s varplane.Scope) bool {
+	if _, ok := m.exact[s]; ok {
+		return true
+	}
+	for _, p := range m.prefixes {
+		if s == p || s.IsDescendantOf(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Update is the state of one scope: its generation and head, or no head
+// (Head nil) after a deactivation or when it never had one.
+type Update struct {
+	Scope      varplane.Scope
+	Generation varplane.Generation
+	// Head is the scope's head; nil when it serves nothing.
+	Head *varplane.Head
+
+	enc *encoded // shared by every subscriber of one commit
+}
+
+// encoded caches transport encodings of an update computed once per commit
+// rather than once per subscriber.
+type encoded struct {
+	slots [maxSharedSlots]sharedSlot
+}
+
+type sharedSlot struct {
+	once sync.Once
+	v    any
+}
+
+// Slots of Update.Shared. SlotSSE is used by this package's SSE handler.
+const (
+	SlotSSE = iota
+	SlotRPC
+	maxSharedSlots = 4
+)
+
+// Shared returns build(u), computed at most once per commit for slot and
+// shared by every subscriber that receives this update, so that a
+// transport encodes a commit once rather than once per subscriber. Updates
+// read for a snapshot are not shared and build runs every time. The result
+// must be treated as immutable. slot must be below 4; SlotSSE and SlotRPC
+// are taken.
+func (u *Update) Shared(slot int, build func(*Update) any) any {
+	if u.enc == nil {
+		return build(u)
+	}
+	sl := &u.enc.slots[slot]
+	sl.once.Do(func() { sl.v = build(u) })
+	return sl.v
+}
+
+// Batch is what one Next call delivers: the first snapshot, a resync
+// snapshot, or the updates of one or more commits (coalesced per scope).
+type Batch struct {
+	// Snapshot is true for the batch sent on subscribe and after a resync.
+	// The first batch of every subscription is a snapshot, possibly empty.
+	Snapshot bool
+	Updates  []Update
+}
+
+// Stats are cumulative counters of a Hub.
+type Stats struct {
+	// Subscribers is the number of live subscriptions.
+	Subscribers int64
+	// Delivered counts updates handed to subscribers.
+	Delivered uint64
+	// Coalesced counts pending updates replaced by a newer one of the same
+	// scope before delivery.
+	Coalesced uint64
+	// Dropped counts pending updates discarded by resyncs and disconnects.
+	Dropped uint64
+	// Resyncs counts queues replaced by a fresh snapshot.
+	Resyncs uint64
+	// Disconnects counts subscriptions ended by the hub (slow subscribers,
+	// shutdown).
+	Disconnects uint64
+}
+
+// Hub fans commits out to subscribers. Create it with New; Close it when the
+// server stops.
+type Hub struct {
+	store varplane.Store
+	opts  Options
+	log   *slog.Logger
+
+	mu     sync.Mutex // guards changes to subs and closed
+	subs   atomic.Pointer[[]*Subscription]
+	closed bool
+	unsub  func()
+
+	subscribers                                            atomic.Int64
+	delivered, coalesced, dropped, resyncs, disconnections atomic.Uint64
+}
+
+// New returns a Hub following src. It registers one commit listener, which
+// Close removes.
+func New(src Source, opts Options) *Hub {
+	if opts.MaxSubscribers <= 0 {
+		opts.MaxSubscribers = DefaultMaxSubscribers
+	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = DefaultMaxPending
+	}
+	if opts.StallTimeout <= 0 {
+		opts.StallTimeout = DefaultStallTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	h := &Hub{store: src.Store(), opts: opts, log: opts.Logger}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	h.subs.Store(&[]*Subscription{})
+	h.unsub = src.OnCommit(h.onCommit)
+	return h
+}
+
+// Stats returns the hub's counters.
+func (h *Hub) Stats() Stats {
+	return Stats{
+		Subscribers: h.subscribers.Load(),
+		Delivered:   h.delivered.Load(),
+		Coalesced:   h.coalesced.Load(),
+		Dropped:     h.dropped.Load(),
+		Resyncs:     h.resyncs.Load(),
+		Disconnects: h.disconnections.Load(),
+	}
+}
+
+// Close stops following commits and ends every subscription with
+// ErrHubClosed. Later Subscribe calls fail with ErrHubClosed.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	h.mu.Unlock()
+	h.unsub()
+	for _, s := range *h.subs.Load() {
+		s.fail(ErrHubClosed, true)
+	}
+}
+
+// onCommit runs on the committing goroutine: it must never block.
+func (h *Hub) onCommit(c varplane.Commit) {
+	if len(c.Changes) == 0 {
+		return
+	}
+	ups := make([]Update, len(c.Changes))
+	for i, ch := range c.Changes {
+		ups[i] = Update{Scope: ch.Scope, Generation: ch.Generation, Head: ch.Head, enc: &encoded{}}
+	}
+	now := h.opts.Now()
+	for _, s := range *h.subs.Load() {
+		s.offer(ups, now)
+	}
+}
+
+// Subscribe registers a subscription for the scopes f selects. held gives
+// the generations the subscriber already holds (nil for none); the first
+// batch is a snapshot that includes a scope only when its current
+// generation is newer than held, and for a requested key or group it does
+// not hold, its state even without a head. Prefix scopes without a head are
+// included only when held names them at an older generation.
+//
+// It returns a bad-request error for an invalid filter, a too-many-subscribers
+// error (errors.Is ErrTooManySubscribers) past Options.MaxSubscribers,
+// ErrHubClosed after Close, and the store's error when the snapshot cannot be
+// read. The caller must Close the subscription.
+func (h *Hub) Subscribe(ctx context.Context, f Filter, held map[varplane.Scope]varplane.Generation) (*Subscription, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Subscription{
+		hub:       h,
+		m:         newMatcher(f),
+		ready:     make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		pending:   map[varplane.Scope]int{},
+		delivered: make(map[varplane.Scope]varplane.Generation, len(held)),
+	}
+	for sc, g := range held {
+		if s.m.match(sc) {
+			s.delivered[sc] = g
+		}
+	}
+	// Register before reading the snapshot so that no commit falls between
+	// the two; updates seen twice are filtered by generation.
+	if err := h.add(s); err != nil {
+		return nil, err
+	}
+	snap, err := h.snapshot(ctx, s)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("push: read snapshot: %w", err)
+	}
+	s.mu.Lock()
+	s.first, s.hasFirst = snap, true
+	s.mu.Unlock()
+	s.signal()
+	return s, nil
+}
+
+func (h *Hub) add(s *Subscription) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrHubClosed
+	}
+	cur := *h.subs.Load()
+	if len(cur) >= h.opts.MaxSubscribers {
+		return varplane.Errorf(varplane.CodeTooManyRequests, "the server already serves its maximum of %d subscribers", h.opts.MaxSubscribers)
+	}
+	next := make([]*Subscription, len(cur), len(cur)+1)
+	copy(next, cur)
+	next = append(next, s)
+	h.subs.Store(&next)
+	h.subscribers.Add(1)
+	return nil
+}
+
+func (h *Hub) remove(s *Subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cur := *h.subs.Load()
+	i := slices.Index(cur, s)
+	if i < 0 {
+		return
+	}
+	next := make([]*Subscription, 0, len(cur)-1)
+	next = append(next, cur[:i]...)
+	next = append(next, cur[i+1:]...)
+	h.subs.Store(&next)
+	h.subscribers.Add(-1)
+}
+
+// snapshot reads the current state of every scope s selects and keeps those
+// newer than what s holds, recording them as delivered.
+func (h *Hub) snapshot(ctx context.Context, s *Subscription) ([]Update, error) {
+	var states []Update
+	exact := make(map[varplane.Scope]bool, len(s.m.order))
+	for _, sc := range s.m.order {
+		st, err := h.store.State(ctx, sc)
+		if err != nil {
+			return nil, fmt.Errorf("scope %q: %w", sc, err)
+		}
+		states = append(states, Update{Scope: sc, Generation: st.Generation, Head: st.Head})
+		exact[sc] = true
+	}
+	if len(s.m.prefixes) > 0 {
+		all, err := h.store.Scopes(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list scopes: %w", err)
+		}
+		for _, sc := range all {
+			if exact[sc] || !s.m.match(sc) {
+				continue
+			}
+			st, err := h.store.State(ctx, sc)
+			if err != nil {
+				return nil, fmt.Errorf("scope %q: %w", sc, err)
+			}
+			states = append(states, Update{Scope: sc, Generation: st.Generation, Head: st.Head})
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := states[:0]
+	for _, u := range states {
+		held, ok := s.delivered[u.Scope]
+		switch {
+		case ok && u.Generation <= held:
+			continue
+		case !ok && u.Head == nil && !exact[u.Scope]:
+			continue // nothing to say about a prefix scope the client never saw
+		}
+		s.delivered[u.Scope] = u.Generation
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// Subscription is one subscriber's bounded queue. Consume it from one
+// goroutine with Next (or Ready + TryNext) and Close it when done.
+type Subscription struct {
+	hub   *Hub
+	m     *matcher
+	ready chan struct{}
+	done  chan struct{}
+
+	mu           sync.Mutex
+	queue        []Update
+	spare        []Update               // the buffer handed out by the previous TryNext
+	pending      map[varplane.Scope]int // scope → index in queue
+	pendingSince time.Time
+	first        []Update
+	hasFirst     bool
+	resync       bool
+	delivered    map[varplane.Scope]varplane.Generation
+	err          error
+}
+
+// Ready receives a value when a batch may be available for TryNext.
+func (s *Subscription) Ready() <-chan struct{} { return s.ready }
+
+// Done is closed when the subscription has ended; Err says why.
+func (s *Subscription) Done() <-chan struct{} { return s.done }
+
+// Err returns why the subscription ended (ErrSlowSubscriber, ErrHubClosed,
+// ErrUnsubscribed), or nil while it is live.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close ends the subscription and releases its queue. It is idempotent.
+func (s *Subscription) Close() { s.fail(ErrUnsubscribed, false) }
+
+// Held returns a copy of the generations the subscriber holds: those it
+// declared and those it has been sent.
+func (s *Subscription) Held() map[varplane.Scope]varplane.Generation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[varplane.Scope]varplane.Generation, len(s.delivered))
+	for k, v := range s.delivered {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *Subscription) signal() {
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Subscription) fail(err error, byHub bool) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	n := len(s.queue)
+	s.queue, s.pending, s.first = nil, nil, nil
+	s.mu.Unlock()
+	close(s.done)
+	s.hub.remove(s)
+	if n > 0 {
+		s.hub.dropped.Add(uint64(n))
+	}
+	if byHub {
+		s.hub.disconnections.Add(1)
+		if !errors.Is(err, ErrHubClosed) {
+			s.hub.log.Warn("push subscriber disconnected", "reason", Reason(err), "dropped", n)
+		}
+	}
+}
+
+// offer enqueues the updates of one commit that s selects. It never blocks
+// beyond s's own short critical section.
+func (s *Subscription) offer(ups []Update, now time.Time) {
+	h := s.hub
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	matched := false
+	wasEmpty := len(s.queue) == 0 && !s.resync
+	for _, u := range ups {
+		if !s.m.match(u.Scope) {
+			continue
+		}
+		matched = true
+		if i, ok := s.pending[u.Scope]; ok {
+			if u.Generation > s.queue[i].Generation {
+				s.queue[i] = u
+			}
+			h.coalesced.Add(1)
+			continue
+		}
+		s.pending[u.Scope] = len(s.queue)
+		s.queue = append(s.queue, u)
+	}
+	if !matched {
+		s.mu.Unlock()
+		return
+	}
+	if wasEmpty {
+		s.pendingSince = now
+	} else if now.Sub(s.pendingSince) > h.opts.StallTimeout {
+		s.mu.Unlock()
+		s.fail(ErrSlowSubscriber, true)
+		return
+	}
+	if len(s.queue) > h.opts.MaxPending {
+		h.dropped.Add(uint64(len(s.queue)))
+		h.resyncs.Add(1)
+		s.queue = s.queue[:0:0]
+		clear(s.pending)
+		s.resync = true
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+// TryNext returns the next batch without waiting: ok is false when nothing
+// is pending. The batch's Updates slice is valid until the next call. After a resync it reads a fresh snapshot from the store with
+// ctx. It returns Err() once the subscription has ended.
+func (s *Subscription) TryNext(ctx context.Context) (b Batch, ok bool, err error) {
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return Batch{}, false, err
+	}
+	if s.hasFirst {
+		b = Batch{Snapshot: true, Updates: s.first}
+		s.first, s.hasFirst = nil, false
+		more := len(s.queue) > 0 || s.resync
+		s.mu.Unlock()
+		if more {
+			s.signal()
+		}
+		s.hub.delivered.Add(uint64(len(b.Updates)))
+		return b, true, nil
+	}
+	if s.resync {
+		s.resync = false
+		more := len(s.queue) > 0
+		s.mu.Unlock()
+		snap, err := s.hub.snapshot(ctx, s)
+		if err != nil {
+			s.mu.Lock()
+			s.resync = true // try again on the next call
+			s.mu.Unlock()
+			return Batch{}, false, fmt.Errorf("push: resync snapshot: %w", err)
+		}
+		if more {
+			s.signal()
+		}
+		s.hub.delivered.Add(uint64(len(snap)))
+		return Batch{Snapshot: true, Updates: snap}, true, nil
+	}
+	if len(s.queue) == 0 {
+		s.mu.Unlock()
+		return Batch{}, false, nil
+	}
+	q := s.queue
+	// The batch handed out last time is done with (one consumer), so its
+	// buffer becomes the next queue.
+	s.queue, s.spare = s.spare[:0], q
+	clear(s.pending)
+	out := q[:0]
+	for _, u := range q {
+		if g, held := s.delivered[u.Scope]; held && u.Generation <= g {
+			continue
+		}
+		s.delivered[u.Scope] = u.Generation
+		out = append(out, u)
+	}
+	s.mu.Unlock()
+	if len(out) == 0 {
+		return Batch{}, false, nil
+	}
+	s.hub.delivered.Add(uint64(len(out)))
+	return Batch{Updates: out}, true, nil
+}
+
+// Next waits for the next batch. It returns ctx's error when ctx ends and
+// Err() when the subscription ends.
+func (s *Subscription) Next(ctx context.Context) (Batch, error) {
+	for {
+		b, ok, err := s.TryNext(ctx)
+		if err != nil || ok {
+			return b, err
+		}
+		select {
+		case <-ctx.Done():
+			return Batch{}, ctx.Err()
+		case <-s.done:
+		case <-s.ready:
+		}
+	}
+}
