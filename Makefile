@@ -1,0 +1,37 @@
+# Targets mirror .ci/run; `make ci` runs exactly what CI runs.
+GO ?= go
+BIN ?= bin/varplane
+
+.PHONY: run build test race lint ci bench bench-quick proto
+
+run: ## run the server on the embedded default file store
+	$(GO) run ./cmd/varplane serve
+
+build: ## build the varplane binary into bin/
+	$(GO) build -o $(BIN) ./cmd/varplane
+
+test: ## the README's test command
+	$(GO) test ./...
+
+race: ## the race detector on the engine, the stores and the push fan-out
+	$(GO) test -race -count=1 $$(for p in . ./store/... ./push/...; do $(GO) list $$p 2>/dev/null; done)
+
+lint: ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@if command -v staticcheck >/dev/null 2>&1; then staticcheck ./...; \
+	elif [ -x "$$($(GO) env GOPATH)/bin/staticcheck" ]; then "$$($(GO) env GOPATH)/bin/staticcheck" ./...; \
+	else echo "staticcheck not installed: go install honnef.co/go/tools/cmd/staticcheck@v0.8.2"; fi
+
+ci: ## everything CI checks
+	.ci/run
+
+# Placeholders the benchmark and protobuf work fill in.
+bench:
+	@echo "bench: not yet"
+
+bench-quick:
+	@echo "bench-quick: not yet"
+
+proto:
+	@echo "proto: not yet"

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/push"
+	"github.com/varplane/varplane/store/file"
+	"github.com/varplane/varplane/store/redis"
+)
+
+// newHTTPServer builds the var API handler over rt.Engine, with the live
+// stream, the store's readiness and fsync counters, and rt.Mux for extension
+// routes outside the base.
+func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi.Authorizer) (*httpapi.Server, *httpapi.Handler) {
+	opts := httpapi.Options{
+		Base:         base,
+		Authorizer:   authz,
+		MaxBodyBytes: cfg.maxBodyBytes,
+		Logger:       rt.Logger,
+		Watch:        pushWatch(rt),
+		Subscribers:  func() int { return int(rt.Hub.Stats().Subscribers) },
+	}
+	if base == "" {
+		opts.Base = "/"
+	}
+	if r, ok := rt.Store.(interface{ Ready(context.Context) error }); ok {
+		opts.Ready = r.Ready
+	}
+	// Under --redis-eviction-check warn the operator accepted an unverified
+	// policy, so it must not keep the instance out of rotation.
+	if rs, ok := rt.Store.(*redis.Store); ok && cfg.redisEvict == "fail" {
+		opts.Ready = func(context.Context) error {
+			if ok, msg := rs.EvictionPolicyOK(); !ok {
+				return errors.New(msg)
+			}
+			return nil
+		}
+	}
+	if fs, ok := rt.Store.(*file.Store); ok {
+		opts.StoreStats = func() httpapi.StoreStats {
+			st := fs.Stats()
+			return httpapi.StoreStats{Fsyncs: st.Fsyncs, FsyncedEvents: st.Commits}
+		}
+	}
+	api := httpapi.NewHandler(rt.Engine, opts)
+	// Extensions registered their routes on rt.Mux; the var API takes every
+	// other path. The mux's precedence (the most specific pattern wins)
+	// keeps the two apart without an ordering rule.
+	rt.Mux.Handle("/", api)
+	srv := httpapi.NewServer(cfg.addr, rt.Mux)
+	srv.Logger = rt.Logger
+	// Live streams never become idle: end them when the drain begins so
+	// that in-flight requests, not subscribers, decide how long it takes.
+	srv.RegisterOnShutdown(rt.Hub.Close)
+	return srv, api
+}
+
+// pushWatch serves GET {base}/watch from the hub, after httpapi authorized it.
+func pushWatch(rt *serveRuntime) http.Handler {
+	return push.NewSSEHandler(rt.Hub, push.SSEOptions{Logger: rt.Logger})
+}

@@ -1,0 +1,229 @@
+// Command varplane runs the varplane control plane (varplane serve) and talks
+// to a running one (create, activate, rollback, get, watch, …).
+//
+// Every command is a small struct with a Run(ctx, args) method and its own
+// flag.FlagSet; Main dispatches to them and turns their errors into exit
+// codes that scripts can trust:
+//
+//	0  success
+//	1  the server refused the request (conflict, invalid, not found, forbidden, …)
+//	2  usage: bad flags, missing arguments, unreadable input
+//	3  the server could not be reached (connection refused, timeout)
+//
+// Concurrency: a Main runs one command at a time; the end-to-end tests create
+// one Main per invocation.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// Exit codes of the varplane command.
+const (
+	ExitOK          = 0
+	ExitRefused     = 1
+	ExitUsage       = 2
+	ExitUnreachable = 3
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := NewMain().Run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// Main is the varplane program with its standard streams and environment made
+// explicit, so that tests can run commands in-process.
+type Main struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Getenv reads the environment (VARPLANE_SERVER, VARPLANE_TOKEN, …).
+	Getenv func(string) string
+}
+
+// NewMain returns a Main wired to the process's streams and environment.
+func NewMain() *Main {
+	return &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+}
+
+// command is one subcommand.
+type command interface {
+	Run(ctx context.Context, args []string) error
+}
+
+type commandInfo struct {
+	name    string
+	summary string
+	new     func(m *Main) command
+}
+
+// commands lists every subcommand in the order --help shows them.
+var commands = []commandInfo{
+	{"serve", "run the control plane (HTTP API) on a store", func(m *Main) command { return &ServeCommand{m: m} }},
+	{"create", "store a document as a new immutable revision of a scope", func(m *Main) command { return &CreateCommand{m: m} }},
+	{"validate", "check a document without storing it", func(m *Main) command { return &ValidateCommand{m: m} }},
+	{"activate", "make a revision the head of a scope (guarded by --expected-generation)", func(m *Main) command { return &ActivateCommand{m: m} }},
+	{"deactivate", "clear the head of a scope and of its active descendants", func(m *Main) command { return &DeactivateCommand{m: m} }},
+	{"rollback", "re-activate an earlier revision as a new generation", func(m *Main) command { return &RollbackCommand{m: m} }},
+	{"status", "show whether a scope has a head, its generation and revision", func(m *Main) command { return &StatusCommand{m: m} }},
+	{"history", "list the audit log of a scope", func(m *Main) command { return &HistoryCommand{m: m} }},
+	{"replay", "show a scope as it was right after a generation (persistent stores)", func(m *Main) command { return &ReplayCommand{m: m} }},
+	{"get", "read the values a scope serves (the data plane), with ETag support", func(m *Main) command { return &GetCommand{m: m} }},
+	{"watch", "follow commits to scopes as they happen (Server-Sent Events)", func(m *Main) command { return &WatchCommand{m: m} }},
+	{"config", "component configuration: deploy manifests, conceal secrets", func(m *Main) command { return &ConfigCommand{m: m} }},
+}
+
+// Run runs the command named by args[0] and returns the process exit code.
+func (m *Main) Run(ctx context.Context, args []string) int {
+	if m.Getenv == nil {
+		m.Getenv = func(string) string { return "" }
+	}
+	if m.Stdin == nil {
+		m.Stdin = strings.NewReader("")
+	}
+	if len(args) == 0 {
+		m.usage(m.Stderr)
+		return ExitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && args[0] == "help" {
+			return m.Run(ctx, []string{args[1], "-h"})
+		}
+		m.usage(m.Stdout)
+		return ExitOK
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return m.exit(c.new(m).Run(ctx, args[1:]))
+		}
+	}
+	fmt.Fprintf(m.Stderr, "varplane: unknown command %q\n\n", args[0])
+	m.usage(m.Stderr)
+	return ExitUsage
+}
+
+func (m *Main) usage(w io.Writer) {
+	fmt.Fprint(w, `varplane — a control plane for runtime configuration documents.
+
+Every change is an immutable, content-addressed revision; going live is an
+explicit activation guarded by the scope's generation; every change lands in
+an append-only audit log; rollback is one call.
+
+Usage:
+  varplane <command> [flags]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Client commands talk to --server (env VARPLANE_SERVER, default
+http://127.0.0.1:8790) with an optional bearer --token (env VARPLANE_TOKEN).
+They print readable text by default and the server's JSON with -o json.
+
+Exit codes: 0 ok, 1 refused by the server, 2 usage, 3 server unreachable.
+
+Run "varplane <command> -h" for the flags of one command.
+`)
+}
+
+// exit maps a command's error to an exit code and reports it on stderr.
+func (m *Main) exit(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		if !ue.reported {
+			fmt.Fprintf(m.Stderr, "varplane: %v\n", ue.err)
+		}
+		return ExitUsage
+	}
+	var se *ServerError
+	if errors.As(err, &se) {
+		se.print(m.Stderr)
+		return ExitRefused
+	}
+	var re *refusedError
+	if errors.As(err, &re) {
+		if re.msg != "" {
+			fmt.Fprintln(m.Stderr, re.msg)
+		}
+		return ExitRefused
+	}
+	var ne *unreachableError
+	if errors.As(err, &ne) {
+		fmt.Fprintf(m.Stderr, "error: server unreachable: %v\n", ne.err)
+		return ExitUnreachable
+	}
+	fmt.Fprintf(m.Stderr, "error: %v\n", err)
+	return ExitRefused
+}
+
+// usageError marks an error as the caller's mistake (exit 2). reported is set
+// when the flag package already printed it.
+type usageError struct {
+	err      error
+	reported bool
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...)}
+}
+
+// refusedError is a refusal that is not an HTTP error body, such as a
+// document that validate found invalid (exit 1).
+type refusedError struct{ msg string }
+
+func (e *refusedError) Error() string { return e.msg }
+
+// unreachableError is a transport failure: nothing answered (exit 3).
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return "server unreachable: " + e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// newFlagSet returns a FlagSet for command name whose usage shows synopsis
+// and a description before the flags.
+func (m *Main) newFlagSet(name, synopsis, description string) *flag.FlagSet {
+	fs := flag.NewFlagSet("varplane "+name, flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: varplane %s %s\n\n%s\n\nFlags:\n", name, synopsis, strings.TrimSpace(description))
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args into fs and refuses positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err: err, reported: true}
+	}
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected argument %q (every input is a flag; see -h)", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}

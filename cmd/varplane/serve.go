@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/push"
+	"github.com/varplane/varplane/schema"
+)
+
+// Defaults of serve.
+const (
+	defaultAddr     = "127.0.0.1:8790"
+	openTimeout     = 30 * time.Second
+	shutdownTimeout = 15 * time.Second
+)
+
+// ServeCommand runs the control plane: one engine over one store, served by
+// the HTTP API (and whatever serveExtensions add).
+type ServeCommand struct {
+	m *Main
+}
+
+// serveConfig is what the serve flags ask for.
+type serveConfig struct {
+	addr         string
+	base         string
+	store        string
+	documents    string
+	tokens       string
+	maxBodyBytes int64
+	logFormat    string
+	logLevel     string
+	redisEvict   string
+}
+
+// serveRuntime is what an extension can build on: the one engine every
+// transport shares (so that an HTTP mutation reaches the subscribers of every
+// transport), its store, the push hub, the logger, and a mux for routes
+// outside the var API (mounted at the server root, next to it).
+type serveRuntime struct {
+	Engine *varplane.Engine
+	Store  varplane.Store
+	Hub    *push.Hub
+	Logger *slog.Logger
+	Base   string
+	Mux    *http.ServeMux
+}
+
+// serveExtension is the place to add a transport or a feature to serve
+// without touching this file: a file of this package appends a constructor
+// to serveExtensions in its init function (the gRPC Subscribe listener with
+// --rpc-addr, component configuration with --components, …).
+type serveExtension interface {
+	// RegisterFlags adds the extension's flags to serve's FlagSet.
+	RegisterFlags(fs *flag.FlagSet)
+	// Start runs after the engine is built and before the HTTP server
+	// listens. It may mount handlers on rt.Mux and start listeners of its
+	// own; stop is called (with a deadline) during shutdown, before the
+	// engine and the store are closed. A nil stop is allowed.
+	Start(ctx context.Context, rt *serveRuntime) (stop func(context.Context) error, err error)
+}
+
+// serveExtensions holds one constructor per extension; see serveExtension.
+var serveExtensions []func() serveExtension
+
+// Run parses args, opens the store and serves until ctx ends (SIGINT or
+// SIGTERM), then drains requests and closes the engine and the store.
+func (c *ServeCommand) Run(ctx context.Context, args []string) error {
+	fs := c.m.newFlagSet("serve", "[flags]", `
+Run the varplane control plane: the HTTP API for reads ({base}?key=… and
+{base}?group=…), the admin routes ({base}/admin/…), the live stream
+({base}/watch), /healthz, /readyz and /metrics.
+
+With no flags it listens on 127.0.0.1:8790 and keeps everything in an
+append-only log file under ./.varplane/, so that a restart resumes from the
+last activation. It stops cleanly on SIGINT or SIGTERM.
+
+Stores (--store):
+  file:PATH          append-only JSONL log, fsync before acknowledging (default)
+  memory:            ephemeral: empty on every start; no replay
+  redis://HOST:PORT  Redis as the shared store of record (rediss:// for TLS)`)
+	var cfg serveConfig
+	fs.StringVar(&cfg.addr, "addr", envOr(c.m.Getenv, "VARPLANE_ADDR", defaultAddr), "address to listen on; port 0 picks a free port (env VARPLANE_ADDR)")
+	fs.StringVar(&cfg.base, "base", envOr(c.m.Getenv, "VARPLANE_BASE", defaultBase), "path to mount the var API under (env VARPLANE_BASE)")
+	fs.StringVar(&cfg.store, "store", envOr(c.m.Getenv, "VARPLANE_STORE", defaultStore), "store URL: file:PATH, memory: or redis://… (env VARPLANE_STORE)")
+	fs.StringVar(&cfg.documents, "documents", "", "directory of JSON Schemas (.json/.yaml); a file's path without extension is its schemaId")
+	fs.StringVar(&cfg.tokens, "tokens", envOr(c.m.Getenv, "VARPLANE_TOKENS_FILE", ""), "file of accepted bearer tokens, one a line, # comments (env VARPLANE_TOKENS_FILE); without it every request is allowed")
+	fs.Int64Var(&cfg.maxBodyBytes, "max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted; larger ones are 413")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format on stderr: text or json")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&cfg.redisEvict, "redis-eviction-check", "fail", "with a redis:// store: fail (refuse to start unless maxmemory-policy is noeviction) or warn (log it, for managed Redis that hides INFO/CONFIG)")
+	exts := make([]serveExtension, 0, len(serveExtensions))
+	for _, newExt := range serveExtensions {
+		ext := newExt()
+		ext.RegisterFlags(fs)
+		exts = append(exts, ext)
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(c.m.Stderr, cfg.logFormat, cfg.logLevel)
+	if err != nil {
+		return err
+	}
+	base, err := cleanBase(cfg.base)
+	if err != nil {
+		return &usageError{err: err}
+	}
+	if cfg.redisEvict != "fail" && cfg.redisEvict != "warn" {
+		return usagef("--redis-eviction-check %q: want fail or warn", cfg.redisEvict)
+	}
+	if cfg.maxBodyBytes <= 0 {
+		return usagef("--max-body-bytes must be positive")
+	}
+	return c.serve(ctx, cfg, base, log, exts)
+}
+
+func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, log *slog.Logger, exts []serveExtension) (err error) {
+	openCtx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+
+	// Inputs are checked before the store is opened, so that a typo in a
+	// flag never leaves a half-started server behind.
+	var validator varplane.Validator
+	if cfg.documents != "" {
+		reg, err := schema.LoadDir(openCtx, cfg.documents)
+		if err != nil {
+			return &usageError{err: fmt.Errorf("--documents: %w", err)}
+		}
+		validator = reg
+		log.Info("schemas loaded", "dir", cfg.documents, "schemas", len(reg.IDs()))
+	}
+	var authz httpapi.Authorizer
+	if cfg.tokens != "" {
+		grants, err := httpapi.LoadTokenFile(cfg.tokens)
+		if err != nil {
+			return &usageError{err: fmt.Errorf("--tokens: %w", err)}
+		}
+		if len(grants) == 0 {
+			return usagef("--tokens: %s holds no token", cfg.tokens)
+		}
+		a, err := httpapi.Scoped(grants)
+		if err != nil {
+			return &usageError{err: fmt.Errorf("--tokens %s: %w", cfg.tokens, err)}
+		}
+		authz = a
+		log.Info("bearer tokens loaded", "file", cfg.tokens, "tokens", len(grants))
+	}
+
+	store, err := openStore(openCtx, cfg.store, cfg.redisEvict, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := store.Close(); cerr != nil {
+			log.Error("close store", "err", cerr)
+			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
+		}
+	}()
+	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log})
+	defer engine.Close()
+	hub := push.New(engine, push.Options{Logger: log})
+	defer hub.Close()
+
+	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux()}
+	var stops []func(context.Context) error
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+		defer cancel()
+		for i := len(stops) - 1; i >= 0; i-- {
+			if serr := stops[i](sctx); serr != nil {
+				log.Error("stop extension", "err", serr)
+			}
+		}
+	}()
+	for _, ext := range exts {
+		stop, err := ext.Start(ctx, rt)
+		if err != nil {
+			return err
+		}
+		if stop != nil {
+			stops = append(stops, stop)
+		}
+	}
+
+	srv, api := newHTTPServer(cfg, base, rt, authz)
+	defer api.Close()
+	if err := srv.Open(); err != nil {
+		return err
+	}
+	log.Info("varplane listening", "url", srv.URL(), "base", base, "store", storeLabel(cfg.store), "source", store.Name())
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining requests")
+	case <-srv.Done():
+		log.Error("the HTTP server stopped serving")
+	}
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer scancel()
+	if err := srv.Close(sctx); err != nil {
+		log.Error("shutdown", "err", err)
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// storeLabel returns the store URL without credentials, for logs.
+func storeLabel(spec string) string {
+	scheme, rest, _ := strings.Cut(spec, "://")
+	if at := strings.LastIndex(rest, "@"); at >= 0 && (scheme == "redis" || scheme == "rediss" || strings.HasPrefix(scheme, "postgres")) {
+		return scheme + "://…@" + rest[at+1:]
+	}
+	return spec
+}
+
+// newLogger returns the slog logger serve writes to w.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", format)
+}
