@@ -13,8 +13,8 @@ build: ## build the varplane binary into bin/
 test: ## the README's test command
 	$(GO) test ./...
 
-race: ## the race detector on the engine, the stores and the push fan-out
-	$(GO) test -race -count=1 $$(for p in . ./store/... ./push/...; do $(GO) list $$p 2>/dev/null; done)
+race: ## the race detector on every package with goroutines of its own (as .ci/run)
+	$(GO) test -race -count=1 $$(for p in . ./internal/... ./store/... ./push/... ./rpc/... ./httpapi/... ./client/... ./config/...; do $(GO) list $$p 2>/dev/null; done)
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -33,5 +33,5 @@ bench:
 bench-quick:
 	@echo "bench-quick: not yet"
 
-proto:
-	@echo "proto: not yet"
+proto: ## regenerate rpc/gen from proto/ (buf runs from its own tools module; the first build takes a few minutes)
+	cd proto && $(GO) tool -modfile=../tools/buf/go.mod buf lint && $(GO) tool -modfile=../tools/buf/go.mod buf generate

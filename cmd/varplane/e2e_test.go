@@ -66,7 +66,7 @@ var listenRE = regexp.MustCompile(`msg="varplane listening" url=(\S+) base=(\S*)
 // the URL it logs. The process is stopped (SIGTERM) at cleanup.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0", "--rpc-addr", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = t.TempDir()
 	pipe, err := cmd.StderrPipe()
 	if err != nil {

@@ -54,6 +54,9 @@ type serveRuntime struct {
 	Logger *slog.Logger
 	Base   string
 	Mux    *http.ServeMux
+	// Authorizer is the one --tokens builds (httpapi.AllowAll without it),
+	// so that every transport authorizes exactly as the HTTP API does.
+	Authorizer httpapi.Authorizer
 }
 
 // serveExtension is the place to add a transport or a feature to serve
@@ -172,7 +175,10 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	hub := push.New(engine, push.Options{Logger: log})
 	defer hub.Close()
 
-	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux()}
+	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz}
+	if rt.Authorizer == nil {
+		rt.Authorizer = httpapi.AllowAll
+	}
 	var stops []func(context.Context) error
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)

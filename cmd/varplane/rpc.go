@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"flag"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/rpc"
+)
+
+func init() {
+	serveExtensions = append(serveExtensions, func() serveExtension { return &rpcExtension{} })
+}
+
+// rpcExtension is `serve --rpc-addr`: the gRPC/Connect Subscribe stream on a
+// listener of its own (HTTP/1.1 and h2c, so stock gRPC clients connect), fed
+// by serve's push hub, so that every commit made through the HTTP admin
+// reaches its subscribers. The same handler is also mounted on the main
+// port, for Connect and gRPC-Web clients that prefer one address.
+type rpcExtension struct {
+	addr string
+}
+
+// RegisterFlags adds --rpc-addr.
+func (e *rpcExtension) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&e.addr, "rpc-addr", rpc.DefaultAddr, `address of the gRPC Subscribe listener (h2c); "off" serves it only on --addr; port 0 picks a free port`)
+}
+
+// Start mounts Subscribe on the main mux and, unless --rpc-addr is off,
+// opens its own listener; stop closes every stream.
+func (e *rpcExtension) Start(_ context.Context, rt *serveRuntime) (func(context.Context) error, error) {
+	authorize := rpcAuthorizer(rt.Authorizer)
+	path, h := rpc.NewHandler(rt.Hub, authorize)
+	rt.Mux.Handle(path, h)
+	if e.addr == "off" || e.addr == "" {
+		return nil, nil
+	}
+	srv := rpc.NewServer(e.addr, rt.Hub, authorize)
+	if err := srv.Open(); err != nil {
+		return nil, err
+	}
+	rt.Logger.Info("gRPC Subscribe listening", "url", srv.URL(), "path", path)
+	return srv.Close, nil
+}
+
+// rpcAuthorizer applies the HTTP API's read authorization to a Subscribe
+// request: every key and group as a scope, every prefix as a subtree.
+func rpcAuthorizer(a httpapi.Authorizer) rpc.Authorizer {
+	return func(ctx context.Context, token string, subtree bool, scopes ...varplane.Scope) error {
+		for _, s := range scopes {
+			if err := a.Authorize(ctx, httpapi.Request{Kind: httpapi.KindRead, Scope: s, Subtree: subtree, Token: token, Method: "POST", Path: "Subscribe"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
