@@ -61,6 +61,8 @@ const maxBatch = 1024
 
 // Store is a file-backed store. Obtain one with Open.
 type Store struct {
+	logstate.Reads // State, Revision, History, Idempotency, Scopes
+
 	path string
 	log  *slog.Logger
 	st   *logstate.State
@@ -72,7 +74,6 @@ type Store struct {
 
 	mu     sync.RWMutex // guards closing reqs against concurrent sends
 	closed bool
-	isDown atomic.Bool // Close called: reads and writes answer ErrClosed
 	failed atomic.Pointer[error]
 
 	reqs chan *request
@@ -150,6 +151,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		reqs: make(chan *request, maxBatch),
 		done: make(chan struct{}),
 	}
+	s.Init(s.st)
 	fd := int(f.Fd())
 	s.syncf = func() error { return unix.Fdatasync(fd) }
 	if opts.NoSync {
@@ -465,62 +467,11 @@ func (s *Store) Name() string { return "file" }
 // Path returns the path of the log.
 func (s *Store) Path() string { return s.path }
 
-// State returns the current snapshot of scope (a zero state for a scope never
-// written), or ErrClosed.
-func (s *Store) State(_ context.Context, scope varplane.Scope) (*varplane.ScopeState, error) {
-	if s.isDown.Load() {
-		return nil, varplane.ErrClosed
-	}
-	return s.st.State(scope), nil
-}
-
-// Revision returns the stored revision rev of scope, a not-found error, or
-// ErrClosed.
-func (s *Store) Revision(_ context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
-	if s.isDown.Load() {
-		return nil, varplane.ErrClosed
-	}
-	rec, ok := s.st.Revision(scope, rev)
-	if !ok {
-		return nil, varplane.Errorf(varplane.CodeNotFound, "revision %s not found in scope %q", rev, scope)
-	}
-	return rec, nil
-}
-
-// History returns the events of scope in log order (empty for a scope never
-// written), or ErrClosed.
-func (s *Store) History(_ context.Context, scope varplane.Scope) ([]varplane.Event, error) {
-	if s.isDown.Load() {
-		return nil, varplane.ErrClosed
-	}
-	return s.st.History(scope), nil
-}
-
-// Idempotency returns the record of key, a not-found error, or ErrClosed.
-func (s *Store) Idempotency(_ context.Context, key string) (*varplane.IdempotencyRecord, error) {
-	if s.isDown.Load() {
-		return nil, varplane.ErrClosed
-	}
-	rec, ok := s.st.Idempotency(key)
-	if !ok {
-		return nil, varplane.Errorf(varplane.CodeNotFound, "idempotency key %q not recorded", key)
-	}
-	return rec, nil
-}
-
-// Scopes returns every scope in the log, sorted, or ErrClosed.
-func (s *Store) Scopes(_ context.Context) ([]varplane.Scope, error) {
-	if s.isDown.Load() {
-		return nil, varplane.ErrClosed
-	}
-	return s.st.Scopes(), nil
-}
-
 // Replay returns the state of scope right after the event that allocated
 // generation gen (generation 0: the never-activated zero state), or a
 // not-found error when the scope is not in the log or never reached gen.
 func (s *Store) Replay(ctx context.Context, scope varplane.Scope, gen varplane.Generation) (*varplane.ScopeState, error) {
-	if s.isDown.Load() {
+	if s.IsShut() {
 		return nil, varplane.ErrClosed
 	}
 	return s.st.StateAt(ctx, scope, gen)
@@ -594,7 +545,7 @@ func (s *Store) Close() error {
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.done
-	s.isDown.Store(true)
+	s.Shut()
 	var errs []error
 	if s.failed.Load() == nil {
 		if err := s.f.Sync(); err != nil {

@@ -17,7 +17,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/logstate"
@@ -27,8 +26,9 @@ var _ varplane.Store = (*Store)(nil)
 
 // Store is the in-memory store. The zero value is not usable: call New.
 type Store struct {
-	st     *logstate.State
-	closed atomic.Bool
+	logstate.Reads // State, Revision, History, Idempotency, Scopes
+
+	st *logstate.State
 
 	mu sync.Mutex // serializes commits
 	tx *logstate.Tx
@@ -39,62 +39,13 @@ type Store struct {
 // New returns an empty memory store.
 func New() *Store {
 	st := logstate.New()
-	return &Store{st: st, tx: st.Begin()}
+	s := &Store{st: st, tx: st.Begin()}
+	s.Init(st)
+	return s
 }
 
 // Name returns "memory".
 func (s *Store) Name() string { return "memory" }
-
-// State returns the current snapshot of scope (a zero state for a scope never
-// written), or ErrClosed.
-func (s *Store) State(_ context.Context, scope varplane.Scope) (*varplane.ScopeState, error) {
-	if s.closed.Load() {
-		return nil, varplane.ErrClosed
-	}
-	return s.st.State(scope), nil
-}
-
-// Revision returns the stored revision rev of scope, a not-found error, or
-// ErrClosed.
-func (s *Store) Revision(_ context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
-	if s.closed.Load() {
-		return nil, varplane.ErrClosed
-	}
-	rec, ok := s.st.Revision(scope, rev)
-	if !ok {
-		return nil, varplane.Errorf(varplane.CodeNotFound, "revision %s not found in scope %q", rev, scope)
-	}
-	return rec, nil
-}
-
-// History returns the events of scope in commit order (empty for a scope
-// never written), or ErrClosed.
-func (s *Store) History(_ context.Context, scope varplane.Scope) ([]varplane.Event, error) {
-	if s.closed.Load() {
-		return nil, varplane.ErrClosed
-	}
-	return s.st.History(scope), nil
-}
-
-// Idempotency returns the record of key, a not-found error, or ErrClosed.
-func (s *Store) Idempotency(_ context.Context, key string) (*varplane.IdempotencyRecord, error) {
-	if s.closed.Load() {
-		return nil, varplane.ErrClosed
-	}
-	rec, ok := s.st.Idempotency(key)
-	if !ok {
-		return nil, varplane.Errorf(varplane.CodeNotFound, "idempotency key %q not recorded", key)
-	}
-	return rec, nil
-}
-
-// Scopes returns every scope written so far, sorted, or ErrClosed.
-func (s *Store) Scopes(_ context.Context) ([]varplane.Scope, error) {
-	if s.closed.Load() {
-		return nil, varplane.ErrClosed
-	}
-	return s.st.Scopes(), nil
-}
 
 // Append commits ev with the checks of varplane.Store.Append. The stored
 // event is a normalised copy (UTC timestamp, compacted document, generation
@@ -122,7 +73,7 @@ func (s *Store) commit(ctx context.Context, ev *varplane.Event, expected varplan
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed.Load() {
+	if s.IsShut() {
 		return nil, varplane.ErrClosed
 	}
 	var stored *varplane.Event
@@ -151,6 +102,6 @@ func (s *Store) Watch(fn func(varplane.Commit)) (cancel func()) {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.closed.Store(true)
+	s.Shut()
 	return nil
 }
