@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 
 // server is one running `varplane serve` process.
 type server struct {
-	t    *testing.T
+	t    testing.TB
 	cmd  *exec.Cmd
 	URL  string // root URL, e.g. http://127.0.0.1:41234
 	Base string // the var API's base URL, e.g. http://127.0.0.1:41234/vars
@@ -64,7 +64,7 @@ var listenRE = regexp.MustCompile(`msg="varplane listening" url=(\S+) base=(\S*)
 
 // startServer runs `varplane serve --addr 127.0.0.1:0 args…` and waits for
 // the URL it logs. The process is stopped (SIGTERM) at cleanup.
-func startServer(t *testing.T, args ...string) *server {
+func startServer(t testing.TB, args ...string) *server {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0", "--rpc-addr", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = t.TempDir()
@@ -150,7 +150,7 @@ type answer struct {
 }
 
 // json decodes the body as an object.
-func (a answer) json(t *testing.T) map[string]any {
+func (a answer) json(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(a.body, &m); err != nil {
@@ -163,7 +163,7 @@ var httpClient = &http.Client{Timeout: 10 * time.Second}
 
 // call sends one request; body may be a string, []byte or nil. Header pairs
 // follow as name, value.
-func call(t *testing.T, method, target string, body any, header ...string) answer {
+func call(t testing.TB, method, target string, body any, header ...string) answer {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -202,7 +202,7 @@ func call(t *testing.T, method, target string, body any, header ...string) answe
 }
 
 // expect checks the status and, when code is not empty, the error code.
-func expect(t *testing.T, a answer, status int, code string) map[string]any {
+func expect(t testing.TB, a answer, status int, code string) map[string]any {
 	t.Helper()
 	if a.status != status {
 		t.Fatalf("status = %d, want %d; body %s", a.status, status, a.body)
@@ -228,7 +228,7 @@ func expect(t *testing.T, a answer, status int, code string) map[string]any {
 func q(scope string) string { return url.QueryEscape(scope) }
 
 // num returns a JSON number field as an int.
-func num(t *testing.T, m map[string]any, field string) int {
+func num(t testing.TB, m map[string]any, field string) int {
 	t.Helper()
 	f, ok := m[field].(float64)
 	if !ok {
@@ -237,7 +237,7 @@ func num(t *testing.T, m map[string]any, field string) int {
 	return int(f)
 }
 
-func str(t *testing.T, m map[string]any, field string) string {
+func str(t testing.TB, m map[string]any, field string) string {
 	t.Helper()
 	s, ok := m[field].(string)
 	if !ok {
@@ -247,7 +247,7 @@ func str(t *testing.T, m map[string]any, field string) string {
 }
 
 // createRev creates doc in scope and returns its revision.
-func createRev(t *testing.T, base, scope string, doc any, extra ...string) string {
+func createRev(t testing.TB, base, scope string, doc any, extra ...string) string {
 	t.Helper()
 	body := map[string]any{"scope": scope, "document": doc}
 	for i := 0; i+1 < len(extra); i += 2 {
@@ -260,7 +260,7 @@ func createRev(t *testing.T, base, scope string, doc any, extra ...string) strin
 	return str(t, a.json(t), "revision")
 }
 
-func activate(t *testing.T, base, scope, rev string, expected int) map[string]any {
+func activate(t testing.TB, base, scope, rev string, expected int) map[string]any {
 	t.Helper()
 	a := call(t, "POST", base+"/admin/activate", map[string]any{"scope": scope, "revision": rev, "expectedGeneration": expected})
 	return expect(t, a, http.StatusOK, "")
@@ -989,7 +989,7 @@ func TestWatch(t *testing.T) {
 // startRedis starts a private redis-server on a free port, stopped by PID at
 // cleanup. It skips when redis-server is not installed, unless
 // VARPLANE_REQUIRE_SERVICES is set.
-func startRedis(t *testing.T) string {
+func startRedis(t testing.TB) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/varplane/varplane/httpapi"
@@ -29,15 +28,10 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 	if r, ok := rt.Store.(interface{ Ready(context.Context) error }); ok {
 		opts.Ready = r.Ready
 	}
-	// Under --redis-eviction-check warn the operator accepted an unverified
-	// policy, so it must not keep the instance out of rotation.
-	if rs, ok := rt.Store.(*redis.Store); ok && cfg.redisEvict == "fail" {
-		opts.Ready = func(context.Context) error {
-			if ok, msg := rs.EvictionPolicyOK(); !ok {
-				return errors.New(msg)
-			}
-			return nil
-		}
+	var rw *wireRedis
+	if rs, ok := rt.Store.(*redis.Store); ok {
+		rw = &wireRedis{src: rs, flags: cfg.redis}
+		opts.Ready = rw.ready
 	}
 	if fs, ok := rt.Store.(*file.Store); ok {
 		opts.StoreStats = func() httpapi.StoreStats {
@@ -46,6 +40,9 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 		}
 	}
 	api := httpapi.NewHandler(rt.Engine, opts)
+	if rw != nil {
+		rw.mount(rt.Mux, api)
+	}
 	// Extensions registered their routes on rt.Mux; the var API takes every
 	// other path. The mux's precedence (the most specific pattern wins)
 	// keeps the two apart without an ordering rule.

@@ -40,7 +40,7 @@ type serveConfig struct {
 	maxBodyBytes int64
 	logFormat    string
 	logLevel     string
-	redisEvict   string
+	redis        redisFlags
 }
 
 // serveRuntime is what an extension can build on: the one engine every
@@ -101,7 +101,7 @@ Stores (--store):
 	fs.Int64Var(&cfg.maxBodyBytes, "max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted; larger ones are 413")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&cfg.redisEvict, "redis-eviction-check", "fail", "with a redis:// store: fail (refuse to start unless maxmemory-policy is noeviction) or warn (log it, for managed Redis that hides INFO/CONFIG)")
+	cfg.redis.register(fs)
 	exts := make([]serveExtension, 0, len(serveExtensions))
 	for _, newExt := range serveExtensions {
 		ext := newExt()
@@ -119,8 +119,8 @@ Stores (--store):
 	if err != nil {
 		return &usageError{err: err}
 	}
-	if cfg.redisEvict != "fail" && cfg.redisEvict != "warn" {
-		return usagef("--redis-eviction-check %q: want fail or warn", cfg.redisEvict)
+	if err := cfg.redis.check(); err != nil {
+		return err
 	}
 	if cfg.maxBodyBytes <= 0 {
 		return usagef("--max-body-bytes must be positive")
@@ -160,7 +160,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		log.Info("bearer tokens loaded", "file", cfg.tokens, "tokens", len(grants))
 	}
 
-	store, err := openStore(openCtx, cfg.store, cfg.redisEvict, log)
+	store, err := openStore(openCtx, cfg.store, cfg.redis, log)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,9 @@ const defaultStore = "file:./.varplane/var-log.jsonl"
 //	memory:              ephemeral, empty on every start
 //	redis://… rediss://  Redis as the shared store of record
 //	postgres://…         not available yet
-func openStore(ctx context.Context, spec string, redisEviction string, log *slog.Logger) (varplane.Store, error) {
+//
+// rf carries the --redis-* flags; other stores ignore them.
+func openStore(ctx context.Context, spec string, rf redisFlags, log *slog.Logger) (varplane.Store, error) {
 	scheme, rest, _ := strings.Cut(spec, ":")
 	switch strings.ToLower(scheme) {
 	case "file":
@@ -40,7 +42,7 @@ func openStore(ctx context.Context, spec string, redisEviction string, log *slog
 		}
 		return memory.New(), nil
 	case "redis", "rediss":
-		s, err := redis.Open(ctx, spec, redis.Options{Logger: log, EvictionCheck: redisEviction})
+		s, err := redis.Open(ctx, spec, rf.options(log))
 		if err != nil {
 			return nil, fmt.Errorf("open redis store: %w", err)
 		}
