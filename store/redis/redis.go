@@ -174,6 +174,10 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		return nil, &varplane.Error{Code: varplane.CodeBadRequest, Message: err.Error()}
 	}
 	copt.DisableCache = true // the store keeps its own snapshots
+	// A read that fails must fail now: installed heads keep being served
+	// from memory, and a cold read or a history read that waits out the
+	// command timeout in retries only delays the 503 the caller needs.
+	copt.DisableRetry = true
 	if copt.ClientName == "" {
 		copt.ClientName = "varplane"
 	}
@@ -207,6 +211,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if !opts.noSubscribe {
 		sopt := copt
 		sopt.ClientName = copt.ClientName + "-sub"
+		sopt.DisableRetry = false // the subscriber resubscribes by itself
 		if s.sub, err = rueidis.NewClient(sopt); err != nil {
 			s.shutdown()
 			return nil, varplane.Unavailable(fmt.Errorf("redis store: connect the subscriber to %s: %w", addr, err))
