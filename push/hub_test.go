@@ -343,3 +343,36 @@ func TestConcurrentNeverOlderAndConverges(t *testing.T) {
 		}
 	}
 }
+
+// A consumer that waits on Ready alone must hear about the end of its
+// subscription and about its own Wake calls.
+func TestReadyFiresOnWakeAndOnEnd(t *testing.T) {
+	e := newEngine(t)
+	h := newHub(t, e, push.Options{})
+	s := subscribe(t, h, push.Filter{Keys: []varplane.Scope{"a.x"}}, nil)
+	next(t, s) // the snapshot; it consumed the snapshot's signal
+	select {
+	case <-s.Ready():
+		if _, ok, _ := s.TryNext(context.Background()); ok {
+			t.Fatal("a batch is pending with no commit")
+		}
+	default:
+	}
+	s.Wake()
+	select {
+	case <-s.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Ready did not fire after Wake")
+	}
+	s.Close()
+	select {
+	case <-s.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Ready did not fire when the subscription ended")
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("Ready fired for the end before Done was closed")
+	}
+}

@@ -1,12 +1,14 @@
 package push
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/varplane/varplane"
@@ -25,7 +27,9 @@ type SSEOptions struct {
 	// connections (and proxies) alive. Default DefaultHeartbeat.
 	Heartbeat time.Duration
 	// WriteTimeout bounds each write to the client; a peer that does not
-	// read for this long is disconnected. Default DefaultWriteTimeout.
+	// read for this long is disconnected (after at most an eighth more, and
+	// at most a second more: the deadline is re-armed lazily). Default
+	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
 	// Authorize, when set, is called with the request and its filter (whose
 	// Prefixes each cover a subtree) before anything is streamed; an error
@@ -171,9 +175,18 @@ func (h *sseHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	write := func(b []byte) bool {
+	// Re-arming a deadline costs a runtime timer update per event, so it is
+	// armed with some slack and re-armed only once less than WriteTimeout
+	// is left: every write still gets at least WriteTimeout, at most
+	// WriteTimeout plus the slack.
+	slack := min(h.opts.WriteTimeout/8, time.Second)
+	var deadline time.Time
+	write := func(b []byte, now time.Time) bool {
 		if len(b) > 0 {
-			_ = rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+			if deadline.Sub(now) < h.opts.WriteTimeout {
+				deadline = now.Add(h.opts.WriteTimeout + slack)
+				_ = rc.SetWriteDeadline(deadline)
+			}
 			if _, err := w.Write(b); err != nil {
 				return false
 			}
@@ -183,50 +196,67 @@ func (h *sseHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush() == nil
 	}
 	// retry: tells EventSource how long to wait before reconnecting.
-	if !write([]byte("retry: 1000\n\n")) {
+	lastWrite := time.Now()
+	if !write([]byte("retry: 1000\n\n"), lastWrite) {
 		return
 	}
-	tick := time.NewTicker(h.opts.Heartbeat)
-	defer tick.Stop()
+	// Everything the loop waits for arrives on sub.Ready: commits, the end
+	// of the subscription, the request's end and the heartbeat timer. A
+	// delivery therefore costs one channel receive and no timer update;
+	// the heartbeat timer re-checks how long the stream has been idle.
+	stop := context.AfterFunc(ctx, sub.Wake)
+	defer stop()
+	var beat atomic.Bool
+	heartbeat := time.AfterFunc(h.opts.Heartbeat, func() { beat.Store(true); sub.Wake() })
+	defer heartbeat.Stop()
 	var buf []byte
-	for {
-		select {
-		case <-ctx.Done():
+	for range sub.Ready() {
+		if ctx.Err() != nil {
 			return
+		}
+		select {
 		case <-sub.Done():
 			reason, _ := json.Marshal(map[string]string{"reason": Reason(sub.Err())})
-			write(append(append([]byte("event: close\ndata: "), reason...), '\n', '\n'))
+			write(append(append([]byte("event: close\ndata: "), reason...), '\n', '\n'), time.Now())
 			return
-		case <-tick.C:
-			if !write([]byte(": heartbeat\n\n")) {
-				return
-			}
-		case <-sub.Ready():
-			b, ok, err := sub.TryNext(ctx)
-			if err != nil {
-				if errors.Is(err, ErrUnsubscribed) || ctx.Err() != nil {
+		default:
+		}
+		if beat.Swap(false) {
+			now := time.Now()
+			if idle := now.Sub(lastWrite); idle < h.opts.Heartbeat {
+				heartbeat.Reset(h.opts.Heartbeat - idle)
+			} else {
+				if !write([]byte(": heartbeat\n\n"), now) {
 					return
 				}
-				if sub.Err() == nil { // a failed resync read: the client reconnects
-					h.opts.Logger.Warn("sse stream ends", "err", err)
-					return
-				}
-				continue // Done fires next
+				lastWrite = now
+				heartbeat.Reset(h.opts.Heartbeat)
 			}
-			if !ok {
-				continue
-			}
-			buf = buf[:0]
-			for i := range b.Updates {
-				buf = append(buf, b.Updates[i].sseFrame()...)
-			}
-			if len(buf) == 0 {
-				continue
-			}
-			if !write(buf) {
+		}
+		b, ok, err := sub.TryNext(ctx)
+		if err != nil {
+			if errors.Is(err, ErrUnsubscribed) || ctx.Err() != nil {
 				return
 			}
-			tick.Reset(h.opts.Heartbeat)
+			if sub.Err() == nil { // a failed resync read: the client reconnects
+				h.opts.Logger.Warn("sse stream ends", "err", err)
+				return
+			}
+			continue // the next turn reports why it ended
+		}
+		if !ok {
+			continue
+		}
+		buf = buf[:0]
+		for i := range b.Updates {
+			buf = append(buf, b.Updates[i].sseFrame()...)
+		}
+		if len(buf) == 0 {
+			continue
+		}
+		lastWrite = time.Now()
+		if !write(buf, lastWrite) {
+			return
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -76,7 +77,7 @@ func NewHandlerWith(hub *push.Hub, authorize Authorizer, opts HandlerOptions) (s
 	// the bytes it saves on the links this serves; large documents still
 	// compress.
 	return varplanev1connect.NewPushServiceHandler(&service{hub: hub, authorize: authorize, opts: opts},
-		connect.WithCompressMinBytes(CompressMinBytes))
+		connect.WithCompressMinBytes(CompressMinBytes), connect.WithCodec(wireCodec{}))
 }
 
 type service struct {
@@ -118,39 +119,56 @@ func (s *service) Subscribe(ctx context.Context, req *connect.Request[v1.Subscri
 		return toConnect(err)
 	}
 	defer sub.Close()
-	tick := time.NewTicker(s.opts.Heartbeat)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	// One wait for everything (commits, the end of the subscription, the
+	// request's end, the heartbeat timer): a delivery costs one channel
+	// receive and no timer update; the timer re-checks the idle time.
+	stop := context.AfterFunc(ctx, sub.Wake)
+	defer stop()
+	var beat atomic.Bool
+	heartbeat := time.AfterFunc(s.opts.Heartbeat, func() { beat.Store(true); sub.Wake() })
+	defer heartbeat.Stop()
+	lastSend := time.Now()
+	for range sub.Ready() {
+		if ctx.Err() != nil {
 			return nil
+		}
+		select {
 		case <-sub.Done():
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("subscription ended: %s", push.Reason(sub.Err())))
-		case <-tick.C:
-			if err := stream.Send(&v1.SnapshotBatch{}); err != nil {
-				return nil // the client is gone
-			}
-		case <-sub.Ready():
-			b, ok, err := sub.TryNext(ctx)
-			if err != nil {
-				if sub.Err() != nil {
-					continue // Done reports the reason
+		default:
+		}
+		if beat.Swap(false) {
+			now := time.Now()
+			if idle := now.Sub(lastSend); idle < s.opts.Heartbeat {
+				heartbeat.Reset(s.opts.Heartbeat - idle)
+			} else {
+				if err := stream.Send(&v1.SnapshotBatch{}); err != nil {
+					return nil // the client is gone
 				}
-				if ctx.Err() != nil {
-					return nil
-				}
-				s.opts.Logger.Warn("rpc stream ends", "err", err)
-				return toConnect(err)
+				lastSend = now
+				heartbeat.Reset(s.opts.Heartbeat)
 			}
-			if !ok {
-				continue
+		}
+		b, ok, err := sub.TryNext(ctx)
+		if err != nil {
+			if sub.Err() != nil {
+				continue // the next turn reports why it ended
 			}
-			if err := stream.Send(Batch(b)); err != nil {
+			if ctx.Err() != nil {
 				return nil
 			}
-			tick.Reset(s.opts.Heartbeat)
+			s.opts.Logger.Warn("rpc stream ends", "err", err)
+			return toConnect(err)
 		}
+		if !ok {
+			continue
+		}
+		if err := stream.Send(streamBatch(b)); err != nil {
+			return nil
+		}
+		lastSend = time.Now()
 	}
+	return nil
 }
 
 // Batch converts a hub batch to its wire form.
@@ -282,6 +300,9 @@ func (s *Server) Open() error {
 	if err != nil {
 		return fmt.Errorf("rpc: listen on %s: %w", addr, err)
 	}
+	// Frames of many streams flushed at once leave in one write: see
+	// coalescingConn.
+	ln = coalescingListener{ln}
 	ctx, cancel := context.WithCancel(context.Background())
 	var protos http.Protocols
 	protos.SetHTTP1(true)
