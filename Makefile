@@ -26,12 +26,11 @@ lint: ## gofmt, go vet, staticcheck
 ci: ## everything CI checks
 	.ci/run
 
-# Placeholders the benchmark and protobuf work fill in.
-bench:
-	@echo "bench: not yet"
+bench: ## the side-by-side harness (etcd, net/http ceiling): under 10 minutes; writes docs/benchmarks.md and bench/results.json
+	cd bench && $(GO) run . -profile
 
-bench-quick:
-	@echo "bench-quick: not yet"
+bench-quick: ## every scenario shortened: under 2 minutes
+	cd bench && $(GO) run . -quick
 
 proto: ## regenerate rpc/gen from proto/ (buf runs from its own tools module; the first build takes a few minutes)
 	cd proto && $(GO) tool -modfile=../tools/buf/go.mod buf lint && $(GO) tool -modfile=../tools/buf/go.mod buf generate

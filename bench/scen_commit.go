@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// rawFsyncSide appends a 1 KiB record and fdatasyncs, in one loop: the rate
+// at which this disk acknowledges durable appends one at a time.
+func rawFsyncSide(cfg *config, name string) side {
+	return side{name: name, run: func(ctx context.Context) (Stats, error) {
+		path := filepath.Join(cfg.tmp, "raw-fsync.log")
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_TRUNC, 0o600)
+		if err != nil {
+			return Stats{}, err
+		}
+		defer os.Remove(path)
+		defer f.Close()
+		rec := append(makeDoc(cfg.docSize-1, "raw", 0), '\n')
+		return closedLoop(ctx, 1, cfg.warm, cfg.commitDur, func(int) (bool, error) {
+			if _, err := f.Write(rec); err != nil {
+				return false, err
+			}
+			return true, syscall.Fdatasync(int(f.Fd()))
+		}), nil
+	}}
+}
+
+func scenarioCommit(ctx context.Context, cfg *config, e *env, rep *Report) {
+	vp, vpErr := e.startVarplane(ctx, "commit", "file:"+filepath.Join(cfg.tmp, "commit.jsonl"))
+	if vpErr == nil {
+		defer vp.stop()
+	}
+	et, etErr := startEtcd(ctx, cfg, "commit")
+	var ecli []*clientv3.Client
+	if etErr == nil {
+		defer et.stop()
+		ecli, etErr = et.clients(64)
+		if etErr == nil {
+			defer closeClients(ecli)
+		}
+	}
+	for _, writers := range []int{1, 64} {
+		g := newGroup(fmt.Sprintf("commit.%d", writers), "commit",
+			fmt.Sprintf("durable commit, %d concurrent writer(s) on distinct scopes/keys, 1 KiB documents", writers),
+			"commits/s", "etcd-cas", "raw-fdatasync")
+		rep.Groups = append(rep.Groups, g)
+		g.Notes = append(g.Notes,
+			"varplane: one commit = POST admin/revisions + POST admin/activate with expectedGeneration (the real server, file store, fsync before the answer); one keep-alive connection per writer",
+			"etcd-cas: one commit = Txn(If ModRevision(key) == last seen, Then Put 1 KiB); one clientv3 client per writer",
+			"raw-fdatasync: one loop appending 1 KiB + fdatasync to a file in the same temp directory: the disk's rate for one durable append at a time (a store that batches fsyncs across writers can exceed it)")
+		var sides []side
+		if vpErr != nil {
+			g.skip("varplane", vpErr.Error())
+		} else {
+			sides = append(sides, vpCommitSide(cfg, "varplane", vp, writers, fmt.Sprintf("bench.c%d", writers)))
+		}
+		if etErr != nil {
+			g.skip("etcd-cas", etErr.Error())
+		} else {
+			sides = append(sides, etcdCommitSide(cfg, "etcd-cas", et, ecli, writers, fmt.Sprintf("/bench/c%d", writers)))
+		}
+		sides = append(sides, rawFsyncSide(cfg, "raw-fdatasync"))
+		runRounds(ctx, cfg, g, cfg.rounds, sides)
+	}
+}
+
+func scenarioContended(ctx context.Context, cfg *config, e *env, rep *Report) {
+	const writers = 64
+	g := newGroup("contended", "contended",
+		"contended commit: 64 writers racing on one scope/key; throughput counts successful commits", "commits/s", "etcd-cas")
+	rep.Groups = append(rep.Groups, g)
+	g.Notes = append(g.Notes,
+		"a writer creates its revision once, then retries activate with the currentGeneration from each 409 until it wins; latency is create → winning activate",
+		"etcd-cas: Txn(If ModRevision == seen, Then Put, Else Get) retried with the ModRevision from the Else branch until it wins",
+		"conflict_rate: lost attempts / all attempts")
+	var sides []side
+
+	vp, err := e.startVarplane(ctx, "contended", "file:"+filepath.Join(cfg.tmp, "contended.jsonl"))
+	var vs side
+	if err == nil {
+		defer vp.stop()
+		vs, err = vpContendedSide(ctx, cfg, vp)
+	}
+	if err != nil {
+		g.skip("varplane", err.Error())
+	} else {
+		sides = append(sides, vs)
+	}
+
+	et, err := startEtcd(ctx, cfg, "contended")
+	var ecli []*clientv3.Client
+	if err == nil {
+		defer et.stop()
+		ecli, err = et.clients(writers)
+	}
+	if err != nil {
+		g.skip("etcd-cas", err.Error())
+	} else {
+		defer closeClients(ecli)
+		loops := make([]*casLoop, writers)
+		for i := range loops {
+			loops[i] = &casLoop{cli: ecli[i], key: "/bench/hot"}
+		}
+		counter := make([]int, writers)
+		sides = append(sides, side{name: "etcd-cas", run: func(ctx context.Context) (Stats, error) {
+			var conflicts, wins atomic.Int64
+			s := withCPU(et.p.pid(), func() Stats {
+				return closedLoop(ctx, writers, cfg.warm, cfg.commitDur, func(w int) (bool, error) {
+					counter[w]++
+					val := string(makeDoc(cfg.docSize, fmt.Sprint("hot", w), counter[w]))
+					for ctx.Err() == nil {
+						ok, err := loops[w].attempt(ctx, val)
+						if err != nil {
+							return false, err
+						}
+						if ok {
+							wins.Add(1)
+							return true, nil
+						}
+						conflicts.Add(1)
+					}
+					return false, ctx.Err()
+				})
+			})
+			s.Extra["conflict_rate"] = rate(conflicts.Load(), wins.Load())
+			return s, nil
+		}})
+	}
+	runRounds(ctx, cfg, g, cfg.rounds, sides)
+}
+
+func rate(lost, won int64) float64 {
+	if lost+won == 0 {
+		return 0
+	}
+	return float64(lost) / float64(lost+won)
+}
+
+// vpCommitSide commits on writers keep-alive connections, each writer on its
+// own scope prefix.wN: create + activate with the generation it last saw.
+func vpCommitSide(cfg *config, name string, vp *vpServer, writers int, prefix string) side {
+	admins := make([]*admin, writers)
+	gens := make([]uint64, writers)
+	counter := make([]int, writers)
+	for i := range admins {
+		admins[i] = newAdmin(vp.base)
+	}
+	return side{name: name, run: func(ctx context.Context) (Stats, error) {
+		return withCPU(vp.p.pid(), func() Stats {
+			return closedLoop(ctx, writers, cfg.warm, cfg.commitDur, func(w int) (bool, error) {
+				counter[w]++
+				scope := fmt.Sprintf("%s.w%d", prefix, w)
+				gen, err := admins[w].commit(ctx, scope, makeDoc(cfg.docSize, scope, counter[w]), gens[w])
+				if err != nil {
+					return false, err
+				}
+				gens[w] = gen
+				return true, nil
+			})
+		}), nil
+	}}
+}
+
+// etcdCommitSide is the etcd peer of vpCommitSide: a Txn CAS on ModRevision
+// per commit, each writer on its own key prefix/wN.
+func etcdCommitSide(cfg *config, name string, et *etcdInst, ecli []*clientv3.Client, writers int, prefix string) side {
+	loops := make([]*casLoop, writers)
+	for i := range loops {
+		loops[i] = &casLoop{cli: ecli[i%len(ecli)], key: fmt.Sprintf("%s/w%d", prefix, i)}
+	}
+	counter := make([]int, writers)
+	return side{name: name, run: func(ctx context.Context) (Stats, error) {
+		return withCPU(et.p.pid(), func() Stats {
+			return closedLoop(ctx, writers, cfg.warm, cfg.commitDur, func(w int) (bool, error) {
+				counter[w]++
+				return loops[w].attempt(ctx, string(makeDoc(cfg.docSize, loops[w].key, counter[w])))
+			})
+		}), nil
+	}}
+}
+
+// vpContendedSide activates bench.hot once, then races 64 writers on it:
+// each creates its revision, then retries activate with the generation from
+// each 409 until it wins.
+func vpContendedSide(ctx context.Context, cfg *config, vp *vpServer) (side, error) {
+	const writers = 64
+	a := newAdmin(vp.base)
+	_, err := a.commit(ctx, "bench.hot", makeDoc(cfg.docSize, "hot", -1), 0)
+	a.close()
+	if err != nil {
+		return side{}, err
+	}
+	admins := make([]*admin, writers)
+	for i := range admins {
+		admins[i] = newAdmin(vp.base)
+	}
+	gens := make([]uint64, writers)
+	for i := range gens {
+		gens[i] = 1
+	}
+	counter := make([]int, writers)
+	return side{name: "varplane", run: func(ctx context.Context) (Stats, error) {
+		var conflicts, wins atomic.Int64
+		s := withCPU(vp.p.pid(), func() Stats {
+			return closedLoop(ctx, writers, cfg.warm, cfg.commitDur, func(w int) (bool, error) {
+				counter[w]++
+				rev, err := admins[w].create(ctx, "bench.hot", makeDoc(cfg.docSize, fmt.Sprint("hot", w), counter[w]))
+				if err != nil {
+					return false, err
+				}
+				for ctx.Err() == nil {
+					gen, conflict, err := admins[w].activate(ctx, "bench.hot", rev, gens[w])
+					if err != nil {
+						return false, err
+					}
+					gens[w] = gen
+					if !conflict {
+						wins.Add(1)
+						return true, nil
+					}
+					conflicts.Add(1)
+				}
+				return false, ctx.Err()
+			})
+		})
+		s.Extra["conflict_rate"] = rate(conflicts.Load(), wins.Load())
+		return s, nil
+	}}, nil
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/canonical"
+	"github.com/varplane/varplane/store/file"
+)
+
+// writeLog writes a file-store log of events lines over scopes scopes: each
+// scope in turn gets a revision-created event (a distinct 1 KiB document)
+// followed by its activation at the next generation. Each line is the JSON
+// form of one varplane.Event (written with the store's own encoder, which
+// produces what encoding/json would, only faster).
+func writeLog(path string, events, scopes, docSize int) (varplane.Scope, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	w := bufio.NewWriterSize(f, 1<<20)
+	gens := make([]varplane.Generation, scopes)
+	ts := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var first varplane.Scope
+	for i := 0; i+1 < events+1; i += 2 {
+		k := (i / 2) % scopes
+		scope := varplane.Scope(fmt.Sprintf("bench.restart.s%d", k))
+		if i == 0 {
+			first = scope
+		}
+		doc := makeDoc(docSize, string(scope), i)
+		digest := canonical.DigestCanonical(doc) // makeDoc output is canonical
+		ts = ts.Add(time.Millisecond)
+		created := varplane.Event{Kind: varplane.EventRevisionCreated, Scope: scope, Revision: varplane.Revision(digest),
+			Document: doc, Actor: "bench", Timestamp: ts}
+		if err := writeEvent(w, &created); err != nil {
+			return "", err
+		}
+		if i+1 >= events {
+			break
+		}
+		prev := gens[k]
+		gens[k]++
+		act := varplane.Event{Kind: varplane.EventActivated, Scope: scope, Revision: created.Revision,
+			Generation: gens[k], PreviousGeneration: varplane.GenerationPtr(prev), Actor: "bench", Timestamp: ts}
+		if err := writeEvent(w, &act); err != nil {
+			return "", err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return "", err
+	}
+	return first, f.Close()
+}
+
+var lineBuf []byte
+
+func writeEvent(w *bufio.Writer, ev *varplane.Event) error {
+	lineBuf = file.AppendEvent(lineBuf[:0], ev)
+	lineBuf = append(lineBuf, '\n')
+	_, err := w.Write(lineBuf)
+	return err
+}
+
+func scenarioRestart(ctx context.Context, cfg *config, e *env, rep *Report) {
+	for _, n := range cfg.restartSizes {
+		if ctx.Err() != nil {
+			return
+		}
+		g := newGroup(fmt.Sprintf("restart.%d", n), "restart",
+			fmt.Sprintf("restart: recover a log of %d events (1,000 scopes, revision-created + activated pairs, 1 KiB documents)", n),
+			"events/s")
+		rep.Groups = append(rep.Groups, g)
+		g.Notes = append(g.Notes,
+			"varplane-lib: file.Open on the log in the harness process (the library embedded); latency columns are the recovery time",
+			"varplane-serve: exec of varplane serve on the log until its first 200 read (includes process start)",
+			"the log was just written, so it is read from the page cache")
+		path := filepath.Join(cfg.tmp, fmt.Sprintf("restart-%d.jsonl", n))
+		t0 := time.Now()
+		probe, err := writeLog(path, n, 1000, cfg.docSize)
+		if err != nil {
+			g.skip("varplane-lib", err.Error())
+			continue
+		}
+		st, _ := os.Stat(path)
+		g.Notes = append(g.Notes, fmt.Sprintf("log: %.1f MiB, generated in %.1fs", float64(st.Size())/(1<<20), time.Since(t0).Seconds()))
+		sides := []side{{name: "varplane-lib", run: func(ctx context.Context) (Stats, error) {
+			runtime.GC()
+			c0, t0 := cpuTimes(os.Getpid()), time.Now()
+			s, err := file.Open(ctx, path, file.Options{})
+			d, cpu := time.Since(t0), cpuTimes(os.Getpid())-c0
+			if err != nil {
+				return Stats{}, err
+			}
+			if err := s.Close(); err != nil {
+				return Stats{}, err
+			}
+			st := onceStats(n, d)
+			if cpu > 0 {
+				// CPU seconds are counted in 10 ms ticks: a rough figure that
+				// other processes on the machine disturb less.
+				st.Extra = map[string]float64{"events_per_cpu_s": float64(n) / cpu}
+			}
+			return st, nil
+		}}}
+		if _, err := e.varplaneBin(); err != nil {
+			g.skip("varplane-serve", err.Error())
+		} else {
+			sides = append(sides, side{name: "varplane-serve", run: func(ctx context.Context) (Stats, error) {
+				t0 := time.Now()
+				vp, err := e.startVarplane(ctx, fmt.Sprintf("restart-%d", n), "file:"+path)
+				if err != nil {
+					return Stats{}, err
+				}
+				defer vp.stop()
+				if err := vp.waitStatus(ctx, "?key="+string(probe), 200, 120*time.Second); err != nil {
+					return Stats{}, err
+				}
+				return onceStats(n, time.Since(t0)), nil
+			}})
+		}
+		runRounds(ctx, cfg, g, cfg.rounds, sides)
+		os.Remove(path)
+		os.Remove(path + ".lock")
+	}
+	scenarioRSS(ctx, cfg, e, rep)
+}
+
+func onceStats(n int, d time.Duration) Stats {
+	return Stats{Ops: n, Seconds: d.Seconds(), Throughput: float64(n) / d.Seconds(), P50: ms(d), P99: ms(d), Max: ms(d)}
+}
+
+// scenarioRSS compares the resident memory of varplane serve and of etcd,
+// each just restarted on 10^5 scopes/keys of 1 KiB.
+func scenarioRSS(ctx context.Context, cfg *config, e *env, rep *Report) {
+	n := cfg.rssScopes
+	g := newGroup("rss", "restart", fmt.Sprintf("resident memory after a restart with %d scopes (etcd: keys) of 1 KiB, each activated once", n), "MiB RSS", "etcd")
+	rep.Groups = append(rep.Groups, g)
+	g.Notes = append(g.Notes,
+		"the first column is VmRSS of the server process (/proc/PID/status) 1 s after its first served read; latency columns are the time from exec to that read; lower is better for both, so a ratio below 1 favours varplane",
+		"etcd holds the same documents as values of 100,000 keys, loaded with Txn batches of 100 puts, then restarted on its data dir")
+	var sides []side
+	path := filepath.Join(cfg.tmp, "rss.jsonl")
+	probe, err := writeLog(path, 2*n, n, cfg.docSize)
+	if err != nil {
+		g.skip("varplane", err.Error())
+	} else if _, err := e.varplaneBin(); err != nil {
+		g.skip("varplane", err.Error())
+	} else {
+		defer os.Remove(path)
+		sides = append(sides, side{name: "varplane", run: func(ctx context.Context) (Stats, error) {
+			t0 := time.Now()
+			vp, err := e.startVarplane(ctx, "rss", "file:"+path)
+			if err != nil {
+				return Stats{}, err
+			}
+			defer vp.stop()
+			if err := vp.waitStatus(ctx, "?key="+string(probe), 200, 120*time.Second); err != nil {
+				return Stats{}, err
+			}
+			d := time.Since(t0)
+			time.Sleep(time.Second)
+			return rssStats(vp.p.pid(), d), nil
+		}})
+	}
+	et, err := startEtcd(ctx, cfg, "rss")
+	if err == nil {
+		defer et.stop()
+		err = loadEtcd(ctx, et, n, cfg.docSize)
+	}
+	if err != nil {
+		g.skip("etcd", err.Error())
+	} else {
+		sides = append(sides, side{name: "etcd", run: func(ctx context.Context) (Stats, error) {
+			d, err := et.restart(ctx)
+			if err != nil {
+				return Stats{}, err
+			}
+			time.Sleep(time.Second)
+			return rssStats(et.p.pid(), d), nil
+		}})
+	}
+	runRounds(ctx, cfg, g, cfg.rssRounds, sides)
+}
+
+func rssStats(pid int, ready time.Duration) Stats {
+	mib := float64(rssKiB(pid)) / 1024
+	return Stats{Ops: 1, Seconds: ready.Seconds(), Throughput: mib, P50: ms(ready), P99: ms(ready), Max: ms(ready)}
+}
+
+func loadEtcd(ctx context.Context, et *etcdInst, n, docSize int) error {
+	cli, err := et.client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	const batch = 100
+	for i := 0; i < n; i += batch {
+		ops := make([]clientv3.Op, 0, batch)
+		for j := i; j < min(i+batch, n); j++ {
+			key := fmt.Sprintf("/bench/rss/s%d", j)
+			ops = append(ops, clientv3.OpPut(key, string(makeDoc(docSize, key, j))))
+		}
+		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("load etcd: %w", err)
+		}
+	}
+	return nil
+}
