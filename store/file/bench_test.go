@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"syscall"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,4 +136,55 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkRestartDocuments opens a log of revision-created + activated
+// pairs with 1 KiB documents (the shape of bench/'s restart scenario): half
+// the events carry a document the decoder must delimit and keep.
+func BenchmarkRestartDocuments(b *testing.B) {
+	const n = 200_000
+	path := filepath.Join(b.TempDir(), "log.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	doc := []byte(`{"enabled":true,"note":"` + strings.Repeat("x", 980) + `","n":`)
+	base := time.Date(2026, 7, 20, 0, 0, 0, 0, time.UTC)
+	gens := map[varplane.Scope]varplane.Generation{}
+	var buf []byte
+	for i := 0; i < n/2; i++ {
+		scope := varplane.Scope(fmt.Sprintf("bench.docs.s%04d", i%1000))
+		created := storetest.CreatedEvent(scope, append(append([]byte{}, doc...), fmt.Sprintf("%d}", i)...))
+		created.Timestamp = base.Add(time.Duration(i) * time.Microsecond)
+		act := storetest.ActivatedEvent(scope, created.Revision, gens[scope])
+		act.Timestamp = created.Timestamp
+		gens[scope]++
+		for _, ev := range []*varplane.Event{created, act} {
+			buf = append(file.AppendEvent(buf[:0], ev), '\n')
+			if _, err := w.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := w.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	var elapsed time.Duration
+	for b.Loop() {
+		start := time.Now()
+		s, err := file.Open(context.Background(), path, file.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		elapsed += time.Since(start)
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/elapsed.Seconds(), "events/s")
 }
