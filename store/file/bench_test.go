@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"syscall"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
