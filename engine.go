@@ -165,7 +165,7 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 	if err != nil {
 		return CreateRevisionResult{}, err
 	}
-	issues, err := e.check(req.Scope, true, doc, req.SchemaID)
+	issues, canon, err := e.check(req.Scope, true, doc, req.SchemaID)
 	if err != nil {
 		return CreateRevisionResult{}, err
 	}
@@ -184,11 +184,7 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 		}
 		return CreateRevisionResult{}, InvalidError(issues)
 	}
-	digest, err := canonical.Digest(doc)
-	if err != nil { // check already refused what canonical refuses
-		return CreateRevisionResult{}, fmt.Errorf("digest: %w", err)
-	}
-	rev := Revision(digest)
+	rev := Revision(canonical.DigestCanonical(canon))
 	hash := requestHash("create", req.Scope, string(rev), req.SchemaID, req.SchemaVersion)
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return createResult(rec), err
@@ -257,7 +253,7 @@ func (e *Engine) Validate(ctx context.Context, req ValidateRequest) (ValidateRes
 	if err != nil {
 		return ValidateResult{}, err
 	}
-	issues, err := e.check(req.Scope, hasScope, doc, req.SchemaID)
+	issues, _, err := e.check(req.Scope, hasScope, doc, req.SchemaID)
 	if err != nil {
 		return ValidateResult{}, err
 	}
@@ -267,18 +263,23 @@ func (e *Engine) Validate(ctx context.Context, req ValidateRequest) (ValidateRes
 	return ValidateResult{Valid: len(issues) == 0, Issues: issues}, nil
 }
 
-// check returns the issues of doc; an error only for an internal failure.
-func (e *Engine) check(scope Scope, hasScope bool, doc json.RawMessage, schemaID string) ([]Issue, error) {
+// check returns the issues of doc and, when it has none, its canonical
+// form (computed once: canonicalisation is the costliest step of a create);
+// an error only for an internal failure.
+func (e *Engine) check(scope Scope, hasScope bool, doc json.RawMessage, schemaID string) ([]Issue, []byte, error) {
 	unsafe, err := canonical.UnsafeNumbers(doc, 20)
 	if err != nil {
-		return []Issue{{Code: IssueSyntax, Path: "", Message: "document is not valid JSON"}}, nil
+		return []Issue{{Code: IssueSyntax, Path: "", Message: "document is not valid JSON"}}, nil, nil
 	}
 	var issues []Issue
 	for _, u := range unsafe {
 		issues = append(issues, Issue{Code: IssueNumberPrecision, Path: u.Path, Message: "number " + u.Reason})
 	}
+	var canon []byte
 	if len(issues) == 0 {
-		if _, err := canonical.Transform(doc); err != nil {
+		// UnsafeNumbers has just checked the numbers, so the canonicaliser
+		// is called without doing it again.
+		if canon, err = canonical.TransformChecked(doc); err != nil {
 			issues = append(issues, Issue{Code: IssueSyntax, Path: "", Message: "document cannot be canonicalised (duplicate object key or invalid string)"})
 		}
 	}
@@ -294,13 +295,16 @@ func (e *Engine) check(scope Scope, hasScope bool, doc json.RawMessage, schemaID
 			case errors.Is(err, ErrUnknownSchema):
 				issues = append(issues, unknownSchema(schemaID))
 			case err != nil:
-				return nil, fmt.Errorf("validate against schema %q: %w", schemaID, err)
+				return nil, nil, fmt.Errorf("validate against schema %q: %w", schemaID, err)
 			default:
 				issues = append(issues, found...)
 			}
 		}
 	}
-	return issues, nil
+	if len(issues) > 0 {
+		canon = nil
+	}
+	return issues, canon, nil
 }
 
 func unknownSchema(id string) Issue {
