@@ -194,7 +194,8 @@ func profileRestart(ctx context.Context, cfg *config, dir string) string {
 	prof := filepath.Join(dir, "restart.cpu.prof")
 	args := []string{"test", "-run", "^$", "-bench", "^BenchmarkRestart$", "-benchtime", "2x", "-cpuprofile", prof, "-o", filepath.Join(dir, "file.test"), "./store/file/"}
 	var b strings.Builder
-	fmt.Fprintf(&b, "### restart (file store replay)\n\n`go %s` (in the repository root), samples under the replay (`replay`, `decodeLog`) only:\n", strings.Join(args, " "))
+	shown := strings.ReplaceAll(strings.Join(args, " "), dir, "$TMP/profiles")
+	fmt.Fprintf(&b, "### restart (file store replay)\n\n`go %s` (in the repository root), samples under the replay (`replay`, `decodeLog`) only:\n", shown)
 	c, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(c, "go", args...)

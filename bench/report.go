@@ -268,6 +268,15 @@ func fnum(x float64) string {
 	}
 }
 
+// tnum shows a target's figure with enough digits that a miss by a hair
+// does not print as the threshold itself.
+func tnum(x float64) string {
+	if !math.IsNaN(x) && math.Abs(x) < 100 {
+		return fmt.Sprintf("%.3f", x)
+	}
+	return fnum(x)
+}
+
 func frange(r Range) string {
 	if r.Min == r.Max {
 		return fnum(float64(r.Median))
@@ -346,7 +355,7 @@ func printTable(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "\n== targets\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, t := range r.Targets {
-		fmt.Fprintf(tw, "%s\t%s\tgot %s\twant %s %s\t%s\n", strings.ToUpper(t.Status), t.Name, fnum(float64(t.Got)), t.Op, fnum(t.Want), t.Why)
+		fmt.Fprintf(tw, "%s\t%s\tgot %s\twant %s %s\t%s\n", strings.ToUpper(t.Status), t.Name, tnum(float64(t.Got)), t.Op, fnum(t.Want), t.Why)
 	}
 	tw.Flush()
 	if len(r.SDK) > 0 {
@@ -392,7 +401,7 @@ func writeMarkdown(path string, r *Report, notes string) error {
 	fmt.Fprintf(w, "## Targets\n\n")
 	rows := [][]string{{"status", "target", "got", "want", "note"}}
 	for _, t := range r.Targets {
-		rows = append(rows, []string{strings.ToUpper(t.Status), t.Name, fnum(float64(t.Got)), t.Op + " " + fnum(t.Want), t.Why})
+		rows = append(rows, []string{strings.ToUpper(t.Status), t.Name, tnum(float64(t.Got)), t.Op + " " + fnum(t.Want), t.Why})
 	}
 	mdTable(w, rows)
 	fmt.Fprintf(w, "\n## Results\n\n")
