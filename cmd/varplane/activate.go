@@ -21,27 +21,19 @@ Make a stored revision the head of a scope, at the next generation. The
 activation happens only when the scope is still at --expected-generation (the
 generation you last saw: 0 for a scope never activated); otherwise the server
 answers revision-conflict with the current generation and nothing changes.`)
-	var cf clientFlags
-	var mf mutationFlags
-	cf.register(fs, c.m.Getenv)
-	mf.register(fs, c.m.Getenv)
-	scope := fs.String("scope", "", "scope to activate (required)")
+	var g guardedFlags
+	g.register(fs, c.m.Getenv, "activate")
 	revision := fs.String("revision", "", "revision to activate, sha256:… as printed by create (required)")
-	var expected uintFlag
-	fs.Var(&expected, "expected-generation", "generation the scope must be at (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := requireFlag("scope", *scope); err != nil {
+	if err := g.check(); err != nil {
 		return err
 	}
 	if err := requireFlag("revision", *revision); err != nil {
 		return err
 	}
-	if !expected.set {
-		return usagef("--expected-generation is required (0 for a scope never activated; see varplane status)")
-	}
-	cl, err := cf.client(c.m.Stdout)
+	cl, err := g.client(c.m.Stdout)
 	if err != nil {
 		return err
 	}
@@ -52,12 +44,12 @@ answers revision-conflict with the current generation and nothing changes.`)
 		Actor              string `json:"actor,omitempty"`
 		Reason             string `json:"reason,omitempty"`
 		IdempotencyKey     string `json:"idempotencyKey,omitempty"`
-	}{*scope, *revision, expected.value, mf.actor, mf.reason, mf.idempotencyKey}
+	}{g.scope, *revision, g.expected.value, g.actor, g.reason, g.idempotencyKey}
 	resp, err := cl.do(ctx, http.MethodPost, "/admin/activate", nil, req, nil)
 	if err != nil {
 		return err
 	}
-	return emit(c.m.Stdout, cf.json(), resp.body, func() error {
+	return emit(c.m.Stdout, g.json(), resp.body, func() error {
 		return printActivation(c.m, "activated", resp.body)
 	})
 }

@@ -337,3 +337,32 @@ func shortTime(t time.Time) string {
 	}
 	return t.UTC().Format(time.RFC3339)
 }
+
+// guardedFlags are the flags of every mutation guarded by a generation
+// (activate, deactivate, rollback): the client and audit flags, --scope and
+// --expected-generation, both required.
+type guardedFlags struct {
+	clientFlags
+	mutationFlags
+	scope    string
+	expected uintFlag
+}
+
+// register adds the flags to fs; verb names the action in --scope's help.
+func (g *guardedFlags) register(fs *flag.FlagSet, getenv func(string) string, verb string) {
+	g.clientFlags.register(fs, getenv)
+	g.mutationFlags.register(fs, getenv)
+	fs.StringVar(&g.scope, "scope", "", "scope to "+verb+" (required)")
+	fs.Var(&g.expected, "expected-generation", "generation the scope must be at (required)")
+}
+
+// check reports a missing --scope or --expected-generation as a usage error.
+func (g *guardedFlags) check() error {
+	if err := requireFlag("scope", g.scope); err != nil {
+		return err
+	}
+	if !g.expected.set {
+		return usagef("--expected-generation is required (0 for a scope never activated; see varplane status)")
+	}
+	return nil
+}

@@ -19,23 +19,15 @@ func (c *DeactivateCommand) Run(ctx context.Context, args []string) error {
 Clear the head of a scope so that it serves nothing, together with every active
 descendant (deactivating "a" clears "a.b" and "a.b.c") in one atomic commit.
 Each cleared scope takes its own next generation. Guarded like activate.`)
-	var cf clientFlags
-	var mf mutationFlags
-	cf.register(fs, c.m.Getenv)
-	mf.register(fs, c.m.Getenv)
-	scope := fs.String("scope", "", "scope to deactivate (required)")
-	var expected uintFlag
-	fs.Var(&expected, "expected-generation", "generation the scope must be at (required)")
+	var g guardedFlags
+	g.register(fs, c.m.Getenv, "deactivate")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := requireFlag("scope", *scope); err != nil {
+	if err := g.check(); err != nil {
 		return err
 	}
-	if !expected.set {
-		return usagef("--expected-generation is required (see varplane status)")
-	}
-	cl, err := cf.client(c.m.Stdout)
+	cl, err := g.client(c.m.Stdout)
 	if err != nil {
 		return err
 	}
@@ -45,12 +37,12 @@ Each cleared scope takes its own next generation. Guarded like activate.`)
 		Actor              string `json:"actor,omitempty"`
 		Reason             string `json:"reason,omitempty"`
 		IdempotencyKey     string `json:"idempotencyKey,omitempty"`
-	}{*scope, expected.value, mf.actor, mf.reason, mf.idempotencyKey}
+	}{g.scope, g.expected.value, g.actor, g.reason, g.idempotencyKey}
 	resp, err := cl.do(ctx, http.MethodPost, "/admin/deactivate", nil, req, nil)
 	if err != nil {
 		return err
 	}
-	return emit(c.m.Stdout, cf.json(), resp.body, func() error {
+	return emit(c.m.Stdout, g.json(), resp.body, func() error {
 		var out struct {
 			Scope      string `json:"scope"`
 			Generation uint64 `json:"generation"`

@@ -19,28 +19,21 @@ Re-activate an earlier revision of a scope as a NEW generation: history only
 grows. The target is --to-revision, or the revision activated at
 --to-generation, or by default the revision that was active before the
 current one. Guarded by --expected-generation like activate.`)
-	var cf clientFlags
-	var mf mutationFlags
-	cf.register(fs, c.m.Getenv)
-	mf.register(fs, c.m.Getenv)
-	scope := fs.String("scope", "", "scope to roll back (required)")
+	var g guardedFlags
+	g.register(fs, c.m.Getenv, "roll back")
 	toRevision := fs.String("to-revision", "", "revision to re-activate")
-	var expected, toGeneration uintFlag
-	fs.Var(&expected, "expected-generation", "generation the scope must be at (required)")
+	var toGeneration uintFlag
 	fs.Var(&toGeneration, "to-generation", "re-activate the revision that generation G activated")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := requireFlag("scope", *scope); err != nil {
+	if err := g.check(); err != nil {
 		return err
-	}
-	if !expected.set {
-		return usagef("--expected-generation is required (see varplane status)")
 	}
 	if *toRevision != "" && toGeneration.set {
 		return usagef("give --to-revision or --to-generation, not both")
 	}
-	cl, err := cf.client(c.m.Stdout)
+	cl, err := g.client(c.m.Stdout)
 	if err != nil {
 		return err
 	}
@@ -52,8 +45,8 @@ current one. Guarded by --expected-generation like activate.`)
 		Actor              string  `json:"actor,omitempty"`
 		Reason             string  `json:"reason,omitempty"`
 		IdempotencyKey     string  `json:"idempotencyKey,omitempty"`
-	}{Scope: *scope, ExpectedGeneration: expected.value, ToRevision: *toRevision,
-		Actor: mf.actor, Reason: mf.reason, IdempotencyKey: mf.idempotencyKey}
+	}{Scope: g.scope, ExpectedGeneration: g.expected.value, ToRevision: *toRevision,
+		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey}
 	if toGeneration.set {
 		req.ToGeneration = &toGeneration.value
 	}
@@ -61,7 +54,7 @@ current one. Guarded by --expected-generation like activate.`)
 	if err != nil {
 		return err
 	}
-	return emit(c.m.Stdout, cf.json(), resp.body, func() error {
+	return emit(c.m.Stdout, g.json(), resp.body, func() error {
 		return printActivation(c.m, "rolled back", resp.body)
 	})
 }
