@@ -393,18 +393,8 @@ func (e *Engine) activate(ctx context.Context, req ActivateRequest, hash string)
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return activationResult(rec), err
 	}
-	ev := &Event{
-		Kind:               EventActivated,
-		Scope:              req.Scope,
-		Revision:           req.Revision,
-		Generation:         req.ExpectedGeneration + 1,
-		PreviousGeneration: GenerationPtr(req.ExpectedGeneration),
-		Actor:              req.Actor,
-		Reason:             req.Reason,
-		IdempotencyKey:     req.IdempotencyKey,
-		RequestHash:        hashIf(req.IdempotencyKey, hash),
-		Timestamp:          e.timestamp(),
-	}
+	ev := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, req.Actor, req.Reason, req.IdempotencyKey, hash)
+	ev.Revision = req.Revision
 	switch err := e.store.Append(ctx, ev, req.ExpectedGeneration); {
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
 		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
@@ -456,17 +446,7 @@ func (e *Engine) Deactivate(ctx context.Context, req DeactivateRequest) (Deactiv
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return deactivationResult(rec), err
 	}
-	ev := &Event{
-		Kind:               EventDeactivated,
-		Scope:              req.Scope,
-		Generation:         req.ExpectedGeneration + 1,
-		PreviousGeneration: GenerationPtr(req.ExpectedGeneration),
-		Actor:              req.Actor,
-		Reason:             req.Reason,
-		IdempotencyKey:     req.IdempotencyKey,
-		RequestHash:        hashIf(req.IdempotencyKey, hash),
-		Timestamp:          e.timestamp(),
-	}
+	ev := e.guardedEvent(EventDeactivated, req.Scope, req.ExpectedGeneration, req.Actor, req.Reason, req.IdempotencyKey, hash)
 	switch err := e.store.AppendSubtreeDeactivation(ctx, ev, req.ExpectedGeneration); {
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
 		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
@@ -670,6 +650,23 @@ func (e *Engine) Replay(ctx context.Context, scope Scope, gen Generation) (Scope
 }
 
 func (e *Engine) timestamp() time.Time { return e.now().UTC() }
+
+// guardedEvent builds the event of a mutation guarded by expected: it takes
+// generation expected+1, and carries the request fingerprint only when the
+// caller gave an idempotency key.
+func (e *Engine) guardedEvent(kind EventKind, scope Scope, expected Generation, actor, reason, key, hash string) *Event {
+	return &Event{
+		Kind:               kind,
+		Scope:              scope,
+		Generation:         expected + 1,
+		PreviousGeneration: GenerationPtr(expected),
+		Actor:              actor,
+		Reason:             reason,
+		IdempotencyKey:     key,
+		RequestHash:        hashIf(key, hash),
+		Timestamp:          e.timestamp(),
+	}
+}
 
 // replayed returns the record of an earlier request with the same
 // idempotency key, nil when the key is new, and idempotency-key-reused when

@@ -366,3 +366,16 @@ func (g *guardedFlags) check() error {
 	}
 	return nil
 }
+
+// parseScoped parses args into fs, requires --scope (whose value scope
+// points at) and returns the client: the opening of every command that
+// names one scope.
+func (c *clientFlags) parseScoped(fs *flag.FlagSet, args []string, scope *string, stdout io.Writer) (*apiClient, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if err := requireFlag("scope", *scope); err != nil {
+		return nil, err
+	}
+	return c.client(stdout)
+}

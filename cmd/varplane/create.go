@@ -32,13 +32,7 @@ keys must be strings.`)
 	file := fs.String("f", "", "file holding the document (JSON or YAML); stdin when absent or -")
 	schemaID := fs.String("schema-id", "", "schemaId to validate the document against")
 	schemaVersion := fs.String("schema-version", "", "schema version, recorded with the revision")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := requireFlag("scope", *scope); err != nil {
-		return err
-	}
-	cl, err := cf.client(c.m.Stdout)
+	cl, err := cf.parseScoped(fs, args, scope, c.m.Stdout)
 	if err != nil {
 		return err
 	}

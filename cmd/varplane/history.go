@@ -24,13 +24,7 @@ generation, actor, reason and time. With -o json the documents are included.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
 	scope := fs.String("scope", "", "scope to list (required)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := requireFlag("scope", *scope); err != nil {
-		return err
-	}
-	cl, err := cf.client(c.m.Stdout)
+	cl, err := cf.parseScoped(fs, args, scope, c.m.Stdout)
 	if err != nil {
 		return err
 	}

@@ -22,13 +22,7 @@ revision, the store serving it and its last rejected revision.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
 	scope := fs.String("scope", "", "scope to inspect (required)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := requireFlag("scope", *scope); err != nil {
-		return err
-	}
-	cl, err := cf.client(c.m.Stdout)
+	cl, err := cf.parseScoped(fs, args, scope, c.m.Stdout)
 	if err != nil {
 		return err
 	}
