@@ -347,6 +347,24 @@ func (h *Hub) onCommit(c varplane.Commit) {
 // ErrHubClosed after Close, and the store's error when the snapshot cannot be
 // read. The caller must Close the subscription.
 func (h *Hub) Subscribe(ctx context.Context, f Filter, held map[varplane.Scope]varplane.Generation) (*Subscription, error) {
+	return h.SubscribeWith(ctx, f, held, SubscribeOptions{})
+}
+
+// SubscribeOptions tune SubscribeWith. The zero value is Subscribe.
+type SubscribeOptions struct {
+	// Notify, when set, replaces the Ready channel: it is called wherever a
+	// value would be sent on Ready (a batch may be available, the
+	// subscription ended, Wake), and Ready never receives. It lets one
+	// goroutine serve many subscriptions (a connection writer) without a
+	// goroutine or a channel receive per subscription. It may be called
+	// before SubscribeWith returns, from the committing goroutine and from
+	// the consumer's own TryNext, so it must be safe for concurrent use,
+	// must not block and must not call back into the subscription.
+	Notify func()
+}
+
+// SubscribeWith is Subscribe with options.
+func (h *Hub) SubscribeWith(ctx context.Context, f Filter, held map[varplane.Scope]varplane.Generation, opts SubscribeOptions) (*Subscription, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -354,6 +372,7 @@ func (h *Hub) Subscribe(ctx context.Context, f Filter, held map[varplane.Scope]v
 		hub:       h,
 		m:         newMatcher(f),
 		ready:     make(chan struct{}, 1),
+		notify:    opts.Notify,
 		done:      make(chan struct{}),
 		pending:   map[varplane.Scope]int{},
 		delivered: make(map[varplane.Scope]varplane.Generation, len(held)),
@@ -462,10 +481,11 @@ func (h *Hub) snapshot(ctx context.Context, s *Subscription) ([]Update, error) {
 // Subscription is one subscriber's bounded queue. Consume it from one
 // goroutine with Next (or Ready + TryNext) and Close it when done.
 type Subscription struct {
-	hub   *Hub
-	m     *matcher
-	ready chan struct{}
-	done  chan struct{}
+	hub    *Hub
+	m      *matcher
+	ready  chan struct{}
+	notify func() // replaces sends on ready when set (SubscribeOptions.Notify)
+	done   chan struct{}
 
 	mu           sync.Mutex
 	queue        []Update
@@ -518,6 +538,10 @@ func (s *Subscription) Held() map[varplane.Scope]varplane.Generation {
 }
 
 func (s *Subscription) signal() {
+	if s.notify != nil {
+		s.notify()
+		return
+	}
 	select {
 	case s.ready <- struct{}{}:
 	default:
@@ -660,7 +684,8 @@ func (s *Subscription) TryNext(ctx context.Context) (b Batch, ok bool, err error
 }
 
 // Next waits for the next batch. It returns ctx's error when ctx ends and
-// Err() when the subscription ends.
+// Err() when the subscription ends. It is for subscriptions without
+// SubscribeOptions.Notify, whose Ready it waits on.
 func (s *Subscription) Next(ctx context.Context) (Batch, error) {
 	for {
 		b, ok, err := s.TryNext(ctx)

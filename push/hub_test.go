@@ -376,3 +376,52 @@ func TestReadyFiresOnWakeAndOnEnd(t *testing.T) {
 		t.Fatal("Ready fired for the end before Done was closed")
 	}
 }
+
+func TestNotifyReplacesReady(t *testing.T) {
+	e := newEngine(t)
+	h := newHub(t, e, push.Options{})
+	var calls atomic.Int32
+	s, err := h.SubscribeWith(context.Background(), push.Filter{Keys: []varplane.Scope{"app.flag"}}, nil,
+		push.SubscribeOptions{Notify: func() { calls.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if calls.Load() == 0 {
+		t.Fatal("the first snapshot did not notify")
+	}
+	if b, ok, err := s.TryNext(context.Background()); err != nil || !ok || !b.Snapshot {
+		t.Fatalf("first batch: %+v %v %v", b, ok, err)
+	}
+	before := calls.Load()
+	g := activate(t, e, "app.flag", `{"on":true}`)
+	if calls.Load() == before {
+		t.Fatal("a commit did not notify")
+	}
+	b, ok, err := s.TryNext(context.Background())
+	if err != nil || !ok || len(b.Updates) != 1 || b.Updates[0].Generation != g {
+		t.Fatalf("after commit: %+v %v %v", b, ok, err)
+	}
+	activate(t, e, "app.other", `{}`) // not selected: no notification
+	before = calls.Load()
+	activate(t, e, "app.other", `{"x":1}`)
+	if calls.Load() != before {
+		t.Fatal("a commit the filter does not select notified")
+	}
+	s.Wake()
+	if calls.Load() != before+1 {
+		t.Fatal("Wake did not notify")
+	}
+	select {
+	case <-s.Ready():
+		t.Fatal("Ready received although Notify replaces it")
+	default:
+	}
+	h.Close()
+	if calls.Load() != before+2 {
+		t.Fatalf("the end of the subscription notified %d times, want once", calls.Load()-before-1)
+	}
+	if _, _, err := s.TryNext(context.Background()); !errors.Is(err, push.ErrHubClosed) {
+		t.Fatalf("TryNext after close: %v", err)
+	}
+}
