@@ -24,6 +24,7 @@ import (
 type sharedBatch struct {
 	msg  *v1.SnapshotBatch
 	wire []byte
+	grpc []byte // wire behind the 5-byte gRPC message prefix, for the fan-out server
 }
 
 // recentShared remembers the last shared batches so the codec can find the
@@ -34,10 +35,10 @@ var (
 	recentNext   atomic.Uint32
 )
 
-func wireOf(m *v1.SnapshotBatch) []byte {
+func sharedOf(m *v1.SnapshotBatch) *sharedBatch {
 	for i := range recentShared {
 		if sb := recentShared[i].Load(); sb != nil && sb.msg == m {
-			return sb.wire
+			return sb
 		}
 	}
 	return nil
@@ -55,7 +56,7 @@ func streamBatch(b push.Batch) *v1.SnapshotBatch {
 		if err != nil {
 			return msg // the codec marshals (and reports) it per stream
 		}
-		recentShared[recentNext.Add(1)%uint32(len(recentShared))].Store(&sharedBatch{msg: msg, wire: wire})
+		recentShared[recentNext.Add(1)%uint32(len(recentShared))].Store(&sharedBatch{msg: msg, wire: wire, grpc: grpcMessage(wire)})
 		return msg
 	}).(*v1.SnapshotBatch)
 }
@@ -71,8 +72,8 @@ func (c wireCodec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil, 
 
 func (wireCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	if sb, ok := m.(*v1.SnapshotBatch); ok {
-		if w := wireOf(sb); w != nil {
-			return append(dst, w...), nil
+		if shared := sharedOf(sb); shared != nil {
+			return append(dst, shared.wire...), nil
 		}
 	}
 	pm, ok := m.(proto.Message)

@@ -9,6 +9,7 @@
 package rpc
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/varplane/varplane"
@@ -90,31 +92,7 @@ var _ varplanev1connect.PushServiceHandler = (*service)(nil)
 
 // Subscribe implements PushService.Subscribe.
 func (s *service) Subscribe(ctx context.Context, req *connect.Request[v1.SubscribeRequest], stream *connect.ServerStream[v1.SnapshotBatch]) error {
-	m := req.Msg
-	f := push.Filter{Keys: scopes(m.GetKeys()), Groups: scopes(m.GetGroups()), Prefixes: scopes(m.GetPrefixes())}
-	if err := f.Validate(); err != nil {
-		return toConnect(err)
-	}
-	held := make(map[varplane.Scope]varplane.Generation, len(m.GetHeldGenerations()))
-	for sc, g := range m.GetHeldGenerations() {
-		held[varplane.Scope(sc)] = varplane.Generation(g)
-	}
-	if s.authorize != nil {
-		token := bearer(req.Header().Get("Authorization"))
-		exact := append(append([]varplane.Scope(nil), f.Keys...), f.Groups...)
-		for _, part := range []struct {
-			subtree bool
-			scopes  []varplane.Scope
-		}{{false, exact}, {true, f.Prefixes}} {
-			if len(part.scopes) == 0 {
-				continue
-			}
-			if err := s.authorize(ctx, token, part.subtree, part.scopes...); err != nil {
-				return toConnect(authError(err))
-			}
-		}
-	}
-	sub, err := s.hub.Subscribe(ctx, f, held)
+	sub, err := subscribe(ctx, s.hub, s.authorize, req.Msg, bearer(req.Header().Get("Authorization")), push.SubscribeOptions{})
 	if err != nil {
 		return toConnect(err)
 	}
@@ -261,17 +239,25 @@ func toConnect(err error) error {
 	return cerr
 }
 
-// Server serves PushService on its own listener with HTTP/1.1 and
-// unencrypted HTTP/2 (h2c), which gRPC clients need without TLS.
+// Server serves PushService on its own listener. HTTP/2 connections (h2c
+// with prior knowledge, which is how gRPC clients connect without TLS) are
+// served by the fan-out gRPC server of this package (see grpcserver.go):
+// gRPC only, the method Subscribe only. Other connections are HTTP/1.1 and
+// get the Connect handler, which also speaks the Connect protocol and
+// gRPC-Web.
 type Server struct {
 	// Addr is the listen address; DefaultAddr when empty. Use
 	// "127.0.0.1:0" in tests and read URL after Open.
 	Addr string
 
 	handler http.Handler
+	hub     *push.Hub
+	auth    Authorizer
+	opts    grpcOptions
 	mu      sync.Mutex
 	ln      net.Listener
 	srv     *http.Server
+	grpc    *grpcServer
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -281,7 +267,7 @@ func NewServer(addr string, hub *push.Hub, authorize Authorizer) *Server {
 	path, h := NewHandler(hub, authorize)
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
-	return &Server{Addr: addr, handler: mux}
+	return &Server{Addr: addr, handler: mux, hub: hub, auth: authorize, opts: defaultGRPCOptions()}
 }
 
 // Open listens on Addr and serves in the background. It returns the listen
@@ -300,33 +286,77 @@ func (s *Server) Open() error {
 	if err != nil {
 		return fmt.Errorf("rpc: listen on %s: %w", addr, err)
 	}
-	// Frames of many streams flushed at once leave in one write: see
-	// coalescingConn.
-	ln = coalescingListener{ln}
 	ctx, cancel := context.WithCancel(context.Background())
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(true)
+	http1 := newConnListener(ln.Addr())
 	s.srv = &http.Server{
 		Handler:           s.handler,
-		Protocols:         &protos,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		// Streams end with the server: Close cancels this context.
 		BaseContext: func(net.Listener) context.Context { return ctx },
-		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams: 1000,
-			SendPingTimeout:      30 * time.Second,
-			PingTimeout:          15 * time.Second,
-		},
 	}
+	s.grpc = newGRPCServer(ctx, s.hub, s.auth, s.opts)
 	s.ln, s.cancel, s.done = ln, cancel, make(chan struct{})
-	srv, done := s.srv, s.done
+	srv, g, done := s.srv, s.grpc, s.done
+	var serving sync.WaitGroup
+	serving.Add(2)
 	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
+		defer serving.Done()
+		_ = srv.Serve(http1)
+	}()
+	go func() {
+		defer serving.Done()
+		defer http1.Close()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				return
+			}
+			go dispatch(nc, g, http1)
+		}
+	}()
+	go func() {
+		serving.Wait()
+		close(done)
 	}()
 	return nil
+}
+
+// dispatch reads the first bytes of a connection and hands it to the gRPC
+// server (the HTTP/2 client preface) or to the HTTP/1.1 server.
+func dispatch(nc net.Conn, g *grpcServer, http1 *connListener) {
+	br := bufio.NewReaderSize(nc, 32<<10)
+	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// Byte by byte, so that a short HTTP/1.1 request is told apart as soon
+	// as it differs from the preface instead of after the deadline.
+	h2 := true
+	for n := 1; n <= len(http2.ClientPreface); n++ {
+		b, err := br.Peek(n)
+		if err != nil {
+			if n == 1 {
+				_ = nc.Close()
+				return
+			}
+			h2 = false
+			break
+		}
+		if b[n-1] != http2.ClientPreface[n-1] {
+			h2 = false
+			break
+		}
+	}
+	if h2 {
+		g.serve(nc, br)
+		return
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+	if !http1.deliver(&peekedConn{Conn: nc, r: br}) {
+		_ = nc.Close()
+	}
 }
 
 // URL returns the base URL of the open server ("http://127.0.0.1:8791"),
@@ -340,20 +370,35 @@ func (s *Server) URL() string {
 	return "http://" + s.ln.Addr().String()
 }
 
-// Close ends every stream and stops the server, waiting for handlers until
-// ctx ends. It is safe to call on a server that is not open.
+// Close ends every stream (gRPC streams with status UNAVAILABLE, so that
+// clients reconnect elsewhere or later) and stops the server, waiting for
+// connections to finish until ctx ends. It is safe to call on a server that
+// is not open.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
-	srv, cancel, done := s.srv, s.cancel, s.done
-	s.ln, s.srv = nil, nil
+	ln, srv, g, cancel, done := s.ln, s.srv, s.grpc, s.cancel, s.done
+	s.ln, s.srv, s.grpc = nil, nil, nil
 	s.mu.Unlock()
 	if srv == nil {
 		return nil
 	}
+	_ = ln.Close()
+	g.shutdown()
+	grpcDone := make(chan struct{})
+	go func() { g.wg.Wait(); close(grpcDone) }()
 	cancel()
 	err := srv.Shutdown(ctx)
 	if err != nil {
 		_ = srv.Close()
+	}
+	select {
+	case <-grpcDone:
+	case <-ctx.Done():
+		g.closeAll()
+		<-grpcDone
+		if err == nil {
+			err = ctx.Err()
+		}
 	}
 	<-done
 	if err != nil {
@@ -361,3 +406,48 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	return nil
 }
+
+// connListener is a net.Listener fed with connections accepted elsewhere.
+type connListener struct {
+	addr   net.Addr
+	ch     chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newConnListener(addr net.Addr) *connListener {
+	return &connListener{addr: addr, ch: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *connListener) deliver(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.closed:
+		return false
+	}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *connListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return l.addr }
+
+// peekedConn is a connection whose first bytes sit in r.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }

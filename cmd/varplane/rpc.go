@@ -13,11 +13,12 @@ func init() {
 	serveExtensions = append(serveExtensions, func() serveExtension { return &rpcExtension{} })
 }
 
-// rpcExtension is `serve --rpc-addr`: the gRPC/Connect Subscribe stream on a
-// listener of its own (HTTP/1.1 and h2c, so stock gRPC clients connect), fed
-// by serve's push hub, so that every commit made through the HTTP admin
-// reaches its subscribers. The same handler is also mounted on the main
-// port, for Connect and gRPC-Web clients that prefer one address.
+// rpcExtension is `serve --rpc-addr`: the gRPC Subscribe stream on a
+// listener of its own (h2c for gRPC clients, served by rpc's fan-out
+// server; HTTP/1.1 for Connect clients), fed by serve's push hub, so that
+// every commit made through the HTTP admin reaches its subscribers. The
+// Connect handler is also mounted on the main port, for Connect, gRPC and
+// gRPC-Web clients that prefer one address.
 type rpcExtension struct {
 	addr string
 }
