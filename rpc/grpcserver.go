@@ -696,6 +696,12 @@ func (c *h2conn) writeLoop() {
 	for {
 		select {
 		case <-c.wake:
+		case <-c.ctx.Done():
+			// The server stops (or the connection closed, and these writes
+			// fail harmlessly): end the streams as a shutdown does.
+			c.apply(&ctrlEvent{kind: ctrlShutdown}, time.Now())
+			c.flush()
+			return
 		case <-tick.C:
 			if !c.onTick() {
 				return
