@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -134,6 +135,7 @@ func benchRevisions(b *testing.B, p *plane) []varplane.Revision {
 // connections; each op waits for all of them.
 func BenchmarkCommitToDeliverySSE(b *testing.B) {
 	b.Run("proc", func(b *testing.B) { benchProc(b, "sse") })
+	b.Run("floor", benchFloor)
 	b.Run("raw", func(b *testing.B) { benchSSE(b, rawSSESubscriber) })
 	b.Run("nethttp", func(b *testing.B) { benchSSE(b, netHTTPSSESubscriber) })
 }
@@ -611,11 +613,104 @@ func runBenchSubscribers(mode, addr, nArg string) error {
 func benchProc(b *testing.B, mode string) {
 	p := startPlane(b, planeOptions{})
 	revs := benchRevisions(b, p)
-	lat := newLatencies(b.N)
 	addr := p.addr
 	if mode == "grpc" {
 		addr = strings.TrimPrefix(p.rpc.URL(), "http://")
 	}
+	runProc(b, mode, addr, func() int64 { return p.hub.Stats().Subscribers }, func(g int) {
+		if _, err := p.engine.Activate(context.Background(), varplane.ActivateRequest{Scope: "bench.x", Revision: revs[g%2], ExpectedGeneration: varplane.Generation(g - 1)}); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// benchFloor is the SSE measurement without varplane: the same child
+// process of raw SSE subscribers, served by a bare TCP server that answers
+// each request with a status line and then writes an event of the same size
+// as the real one to all 1,000 connections from GOMAXPROCS goroutines (the
+// writer count that measured fastest). No HTTP server, hub, store or
+// commit: what is left is the kernel's loopback TCP path and the readers,
+// the floor that one TCP connection per subscriber costs on this machine.
+func benchFloor(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = ln.Close() })
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				br := bufio.NewReader(c)
+				for { // the request head ends with an empty line
+					line, err := br.ReadString('\n')
+					if err != nil {
+						_ = c.Close()
+						return
+					}
+					if line == "\r\n" {
+						break
+					}
+				}
+				if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"); err != nil {
+					_ = c.Close()
+					return
+				}
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}()
+		}
+	}()
+	b.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	// The event the real server sends for bench.x, chunk framing included.
+	const body = `{"scope":"bench.x","revision":"sha256:0000000000000000000000000000000000000000000000000000000000000000","generation":%d,"effectiveAt":"2026-12-01T00:00:00.000000000Z","values":{"bench.x":{"n":1,"flag":true}}}`
+	writers := runtime.GOMAXPROCS(0)
+	runProc(b, "sse", ln.Addr().String(), func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return int64(len(conns))
+	}, func(g int) {
+		ev := fmt.Sprintf("event: head\nid: bench.x@%d\ndata: "+body+"\n\n", g, g)
+		frame := []byte(fmt.Sprintf("%x\r\n%s\r\n", len(ev), ev))
+		mu.Lock()
+		all := conns
+		mu.Unlock()
+		var wg sync.WaitGroup
+		per := (len(all) + writers - 1) / writers
+		for lo := 0; lo < len(all); lo += per {
+			wg.Add(1)
+			go func(part []net.Conn) {
+				defer wg.Done()
+				for _, c := range part {
+					if _, err := c.Write(frame); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}(all[lo:min(lo+per, len(all))])
+		}
+		wg.Wait()
+	})
+}
+
+// runProc starts the subscriber child process on addr, waits until
+// connected reports all of them, then times commit(g) for each generation
+// until the child has acknowledged it, and reports the latencies the child
+// recorded.
+func runProc(b *testing.B, mode, addr string, connected func() int64, commit func(g int)) {
+	lat := newLatencies(b.N)
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), envBenchMode+"="+mode, envBenchAddr+"="+addr, envBenchN+"="+strconv.Itoa(b.N))
 	cmd.Stderr = os.Stderr
@@ -638,9 +733,9 @@ func benchProc(b *testing.B, mode string) {
 		}
 	})
 	deadline := time.Now().Add(30 * time.Second)
-	for p.hub.Stats().Subscribers < benchSubscribers {
+	for connected() < benchSubscribers {
 		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d subscribers connected", p.hub.Stats().Subscribers, benchSubscribers)
+			b.Fatalf("%d of %d subscribers connected", connected(), benchSubscribers)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -664,9 +759,7 @@ func benchProc(b *testing.B, mode string) {
 	b.ResetTimer()
 	for g := 1; g <= b.N; g++ {
 		lat.start[g] = time.Now()
-		if _, err := p.engine.Activate(context.Background(), varplane.ActivateRequest{Scope: "bench.x", Revision: revs[g%2], ExpectedGeneration: varplane.Generation(g - 1)}); err != nil {
-			b.Fatal(err)
-		}
+		commit(g)
 		select {
 		case got, ok := <-acks:
 			if !ok || got != g {
