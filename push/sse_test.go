@@ -4,10 +4,20 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +27,17 @@ import (
 
 type sseEvent struct {
 	Event, ID, Data string
+	Retry           string
 	Comment         string
+}
+
+// String keeps failure messages short: data can be large.
+func (ev sseEvent) String() string {
+	data := ev.Data
+	if len(data) > 80 {
+		data = fmt.Sprintf("%s…(%d bytes)", data[:80], len(data))
+	}
+	return fmt.Sprintf("{event %q id %q data %q retry %q comment %q}", ev.Event, ev.ID, data, ev.Retry, ev.Comment)
 }
 
 type sseStream struct {
@@ -29,15 +49,21 @@ type sseStream struct {
 // openSSE connects to the handler at srv with query q and header hdr.
 func openSSE(t *testing.T, srv *httptest.Server, q url.Values, hdr http.Header) *sseStream {
 	t.Helper()
+	return openSSEWith(t, srv.Client(), srv.URL, q, hdr)
+}
+
+// openSSEWith connects with hc to the handler at base.
+func openSSEWith(t *testing.T, hc *http.Client, base string, q url.Values, hdr http.Header) *sseStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/watch?"+q.Encode(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/watch?"+q.Encode(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
-	resp, err := srv.Client().Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -47,30 +73,36 @@ func openSSE(t *testing.T, srv *httptest.Server, q url.Values, hdr http.Header) 
 	if resp.StatusCode != http.StatusOK {
 		return s
 	}
-	go func() {
-		defer close(s.events)
-		sc := bufio.NewScanner(resp.Body)
-		var ev sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if ev != (sseEvent{}) {
-					s.events <- ev
-				}
-				ev = sseEvent{}
-			case strings.HasPrefix(line, ":"):
-				ev.Comment = strings.TrimSpace(line[1:])
-			case strings.HasPrefix(line, "event: "):
-				ev.Event = line[len("event: "):]
-			case strings.HasPrefix(line, "id: "):
-				ev.ID = line[len("id: "):]
-			case strings.HasPrefix(line, "data: "):
-				ev.Data = line[len("data: "):]
-			}
-		}
-	}()
+	go readEvents(resp.Body, s.events)
 	return s
+}
+
+// readEvents parses the stream from r into events, closing it at the end.
+func readEvents(r io.Reader, events chan<- sseEvent) {
+	defer close(events)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev != (sseEvent{}) {
+				events <- ev
+			}
+			ev = sseEvent{}
+		case strings.HasPrefix(line, ":"):
+			ev.Comment = strings.TrimSpace(line[1:])
+		case strings.HasPrefix(line, "event: "):
+			ev.Event = line[len("event: "):]
+		case strings.HasPrefix(line, "id: "):
+			ev.ID = line[len("id: "):]
+		case strings.HasPrefix(line, "data: "):
+			ev.Data = line[len("data: "):]
+		case strings.HasPrefix(line, "retry: "):
+			ev.Retry = line[len("retry: "):]
+		}
+	}
 }
 
 // next returns the next event that is not a heartbeat or retry hint.
@@ -93,11 +125,44 @@ func (s *sseStream) next() sseEvent {
 	}
 }
 
+// ended waits for the stream to end and returns the events it still
+// carried, heartbeats aside.
+func (s *sseStream) ended() []sseEvent {
+	s.t.Helper()
+	timeout := time.After(5 * time.Second)
+	var rest []sseEvent
+	for {
+		select {
+		case ev, ok := <-s.events:
+			if !ok {
+				return rest
+			}
+			if ev.Comment != "heartbeat" {
+				rest = append(rest, ev)
+			}
+		case <-timeout:
+			s.t.Fatal("stream still open after 5s")
+		}
+	}
+}
+
 func newSSEServer(t *testing.T, h *push.Hub, opts push.SSEOptions) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(push.NewSSEHandler(h, opts))
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// waitSubscribers waits until the hub serves n subscribers.
+func waitSubscribers(t *testing.T, h *push.Hub, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for h.Stats().Subscribers != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("hub has %d subscribers, want %d", h.Stats().Subscribers, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func TestSSEStream(t *testing.T) {
@@ -112,6 +177,18 @@ func TestSSEStream(t *testing.T) {
 		if got := s.resp.Header.Get(k); got != want {
 			t.Errorf("header %s = %q, want %q", k, got, want)
 		}
+	}
+	// The length of a stream is not known up front: HTTP/1.1 chunks it.
+	if !slices.Equal(s.resp.TransferEncoding, []string{"chunked"}) {
+		t.Errorf("transfer encoding = %v, want chunked", s.resp.TransferEncoding)
+	}
+	select {
+	case ev := <-s.events:
+		if ev.Retry != "1000" {
+			t.Errorf("first event = %+v, want retry: 1000", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no retry hint")
 	}
 	ev := s.next()
 	if ev.Event != "head" || ev.ID != "g.k1@1" {
@@ -199,15 +276,19 @@ func TestSSEHeartbeat(t *testing.T) {
 	h := newHub(t, e, push.Options{})
 	srv := newSSEServer(t, h, push.SSEOptions{Heartbeat: 10 * time.Millisecond})
 	s := openSSE(t, srv, url.Values{"key": {"a.x"}}, nil)
-	timeout := time.After(5 * time.Second)
-	for {
+	// Several heartbeats, with an event between them: the timer keeps
+	// running after a delivery.
+	for beats := 0; beats < 3; {
 		select {
 		case ev := <-s.events:
 			if ev.Comment == "heartbeat" {
-				return
+				beats++
+				if beats == 1 {
+					activate(t, e, "a.x", `1`)
+				}
 			}
-		case <-timeout:
-			t.Fatal("no heartbeat")
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d heartbeats, want 3", beats)
 		}
 	}
 }
@@ -258,17 +339,46 @@ func TestSSEErrors(t *testing.T) {
 }
 
 func TestSSEClosedWithReason(t *testing.T) {
-	e := newEngine(t)
-	h := push.New(e, push.Options{})
-	srv := newSSEServer(t, h, push.SSEOptions{})
-	s := openSSE(t, srv, url.Values{"key": {"a.x"}}, nil)
-	if ev := s.next(); ev.Event != "no-head" {
-		t.Fatalf("first event = %+v", ev)
-	}
-	h.Close()
-	if ev := s.next(); ev.Event != "close" || ev.Data != `{"reason":"shutdown"}` {
-		t.Errorf("event = %+v, want close with reason shutdown", ev)
-	}
+	t.Run("shutdown", func(t *testing.T) {
+		e := newEngine(t)
+		h := push.New(e, push.Options{})
+		srv := newSSEServer(t, h, push.SSEOptions{})
+		s := openSSE(t, srv, url.Values{"key": {"a.x"}}, nil)
+		if ev := s.next(); ev.Event != "no-head" {
+			t.Fatalf("first event = %+v", ev)
+		}
+		h.Close()
+		if ev := s.next(); ev.Event != "close" || ev.Data != `{"reason":"shutdown"}` {
+			t.Errorf("event = %+v, want close with reason shutdown", ev)
+		}
+		if rest := s.ended(); len(rest) > 0 {
+			t.Errorf("after the close event: %v", rest)
+		}
+	})
+	t.Run("slow subscriber", func(t *testing.T) {
+		// The hub sees a stall when a commit finds the previous one still
+		// queued past StallTimeout: the client stops reading until the
+		// writer blocks, and the fake clock makes every wait a long one.
+		e := newEngine(t)
+		var now atomic.Int64
+		now.Store(time.Now().UnixNano())
+		clock := func() time.Time { return time.Unix(0, now.Add(int64(time.Hour))) }
+		h := newHub(t, e, push.Options{StallTimeout: time.Minute, Now: clock})
+		srv := newSSEServer(t, h, push.SSEOptions{})
+		c := dialRawSSE(t, srv, url.Values{"key": {"big.x"}})
+		for i := 0; h.Stats().Disconnects == 0; i++ {
+			if i == 500 {
+				t.Fatal("the hub never found the stream stalled")
+			}
+			activate(t, e, "big.x", bigDoc(i))
+		}
+		// Reading again lets the blocked write finish; the stream then
+		// tells why it ends.
+		if ev := c.last(t); ev.Event != "close" || ev.Data != `{"reason":"slow-subscriber"}` {
+			t.Errorf("last event = %+v, want close with reason slow-subscriber", ev)
+		}
+		waitSubscribers(t, h, 0)
+	})
 }
 
 func TestParseHeld(t *testing.T) {
@@ -286,5 +396,332 @@ func TestParseHeld(t *testing.T) {
 	}
 	if got, want := push.EventID("x@y.z", 7), "x@y.z@7"; got != want {
 		t.Errorf("EventID = %q, want %q", got, want)
+	}
+}
+
+// rawSSE is a stream read straight off a TCP connection with a small
+// receive buffer, so that the server's writes block soon after the client
+// stops reading.
+type rawSSE struct {
+	conn net.Conn
+	resp *http.Response
+}
+
+func dialRawSSE(t *testing.T, srv *httptest.Server, q url.Values) *rawSSE {
+	t.Helper()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	// A fixed receive buffer stops the kernel from growing it: what the
+	// server can queue stays bounded. Much smaller would make loopback's
+	// 64 KiB segments crawl.
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(256 << 10)
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/watch?"+q.Encode(), nil)
+	if err := req.Write(conn); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	return &rawSSE{conn: conn, resp: resp}
+}
+
+// last reads the rest of the stream and returns its last event.
+func (c *rawSSE) last(t *testing.T) sseEvent {
+	t.Helper()
+	_ = c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	events := make(chan sseEvent, 16)
+	go readEvents(c.resp.Body, events)
+	var last sseEvent
+	for ev := range events {
+		if ev.Event != "" {
+			last = ev
+		}
+	}
+	return last
+}
+
+// bigDoc is a 256 KiB document, distinct for each i.
+func bigDoc(i int) string {
+	return fmt.Sprintf(`{"i":%d,"pad":%q}`, i, strings.Repeat("x", 256<<10))
+}
+
+func TestSSEClientGoneUnsubscribes(t *testing.T) {
+	e := newEngine(t)
+	h := newHub(t, e, push.Options{})
+	srv := newSSEServer(t, h, push.SSEOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/watch?key=a.x", nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan sseEvent, 16)
+	go readEvents(resp.Body, events)
+	waitSubscribers(t, h, 1)
+	cancel() // the client goes away without a word
+	resp.Body.Close()
+	waitSubscribers(t, h, 0)
+	// The hub still serves others.
+	s := openSSE(t, srv, url.Values{"key": {"a.x"}}, nil)
+	activate(t, e, "a.x", `1`)
+	for ev := s.next(); ev.ID != "a.x@1"; ev = s.next() {
+	}
+}
+
+func TestSSEWriteTimeout(t *testing.T) {
+	e := newEngine(t)
+	h := newHub(t, e, push.Options{})
+	srv := newSSEServer(t, h, push.SSEOptions{WriteTimeout: 100 * time.Millisecond})
+	c := dialRawSSE(t, srv, url.Values{"key": {"big.x"}})
+	// The client never reads again: once the socket buffers are full the
+	// next write waits, and the write timeout cuts the stream.
+	for i := 0; h.Stats().Subscribers != 0; i++ {
+		if i == 1000 {
+			t.Fatal("a client that does not read was never disconnected")
+		}
+		activate(t, e, "big.x", bigDoc(i))
+		time.Sleep(5 * time.Millisecond)
+	}
+	// net/http does not reuse a connection whose write failed: the server
+	// closed it, so reading reaches its end instead of the read deadline.
+	_ = c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.Copy(io.Discard, c.conn)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the connection is still open: %v", err)
+	}
+}
+
+// A client that pauses reading gets everything once it reads again, in
+// order and whole, and the stream goes on afterwards.
+func TestSSESlowReaderCatchesUp(t *testing.T) {
+	e := newEngine(t)
+	h := newHub(t, e, push.Options{})
+	srv := newSSEServer(t, h, push.SSEOptions{})
+	c := dialRawSSE(t, srv, url.Values{"prefix": {"big"}})
+	// Distinct scopes are not coalesced: the server has more to write than
+	// the socket buffers hold.
+	const n = 40
+	for i := 0; i < n; i++ {
+		activate(t, e, varplane.Scope(fmt.Sprintf("big.s%02d", i)), bigDoc(i))
+	}
+	_ = c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	events := make(chan sseEvent, 16)
+	go readEvents(c.resp.Body, events)
+	next := func() sseEvent {
+		for ev := range events {
+			if ev.Event != "" {
+				return ev
+			}
+		}
+		t.Fatal("stream ended")
+		return sseEvent{}
+	}
+	for i := 0; i < n; i++ {
+		ev := next()
+		var body struct {
+			Values map[string]struct {
+				I   int    `json:"i"`
+				Pad string `json:"pad"`
+			} `json:"values"`
+		}
+		sc := fmt.Sprintf("big.s%02d", i)
+		if err := json.Unmarshal([]byte(ev.Data), &body); err != nil || ev.ID != sc+"@1" {
+			t.Fatalf("event %d = %s (%d bytes of data): %v", i, ev.ID, len(ev.Data), err)
+		}
+		if v := body.Values[sc]; v.I != i || len(v.Pad) != 256<<10 {
+			t.Fatalf("event %d carries i=%d and %d bytes of padding", i, v.I, len(v.Pad))
+		}
+	}
+	activate(t, e, "big.s00", `{"i":-1}`)
+	if ev := next(); ev.ID != "big.s00@2" {
+		t.Errorf("after catching up: %+v, want big.s00@2", ev)
+	}
+}
+
+func TestSSEHead(t *testing.T) {
+	e := newEngine(t)
+	h := newHub(t, e, push.Options{})
+	srv := newSSEServer(t, h, push.SSEOptions{})
+	resp, err := srv.Client().Head(srv.URL + "/watch?key=a.x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" || len(body) != 0 {
+		t.Errorf("HEAD = %d %q with %d bytes of body", resp.StatusCode, resp.Header.Get("Content-Type"), len(body))
+	}
+	waitSubscribers(t, h, 0)
+}
+
+// Over HTTP/2 the stream carries the same events, and the hub's close
+// event ends it.
+func TestSSEHTTP2(t *testing.T) {
+	e := newEngine(t)
+	h := push.New(e, push.Options{})
+	defer h.Close()
+	srv := httptest.NewUnstartedServer(push.NewSSEHandler(h, push.SSEOptions{}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	s := openSSE(t, srv, url.Values{"key": {"a.x"}}, nil)
+	if s.resp.ProtoMajor != 2 {
+		t.Fatalf("protocol %s, want HTTP/2", s.resp.Proto)
+	}
+	if ev := s.next(); ev.ID != "a.x@0" {
+		t.Fatalf("first event = %+v", ev)
+	}
+	activate(t, e, "a.x", `1`)
+	if ev := s.next(); ev.ID != "a.x@1" {
+		t.Errorf("commit event = %+v", ev)
+	}
+	h.Close()
+	if ev := s.next(); ev.Event != "close" || ev.Data != `{"reason":"shutdown"}` {
+		t.Errorf("event = %+v, want close with reason shutdown", ev)
+	}
+}
+
+// openFDs counts this process's open file descriptors, -1 where that is
+// not known.
+func openFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(ents)
+}
+
+// Closing the hub (the server stopping) must end every stream with its
+// close event and return its handler, so that nothing (goroutine,
+// descriptor) is left once the clients close their connections.
+func TestSSEHubCloseReleasesStreams(t *testing.T) {
+	e := newEngine(t)
+	h := push.New(e, push.Options{})
+	defer h.Close()
+	srv := newSSEServer(t, h, push.SSEOptions{})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	goroutines, fds := runtime.NumGoroutine(), openFDs()
+
+	const n = 20
+	var streams []chan sseEvent
+	var bodies []io.Closer
+	for i := 0; i < n; i++ {
+		resp, err := hc.Get(srv.URL + "/watch?key=a.x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, resp.Body)
+		ch := make(chan sseEvent, 16)
+		go readEvents(resp.Body, ch)
+		streams = append(streams, ch)
+	}
+	waitSubscribers(t, h, n)
+	activate(t, e, "a.x", `1`)
+	h.Close()
+	for i, ch := range streams {
+		var got []string
+		for ev := range ch { // the response ends: its handler returned
+			if ev.Event != "" {
+				got = append(got, ev.Event+" "+ev.ID+ev.Data)
+			}
+		}
+		if len(got) == 0 || got[len(got)-1] != `close {"reason":"shutdown"}` {
+			t.Errorf("stream %d: %q, want it to end with the close event", i, got)
+		}
+	}
+	if n := h.Stats().Subscribers; n != 0 {
+		t.Errorf("%d subscribers after the hub closed", n)
+	}
+	// The connections outlive their responses (keep-alive): closing them
+	// ends the server's connection goroutines too.
+	for _, b := range bodies {
+		b.Close()
+	}
+	tr.CloseIdleConnections()
+	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= goroutines })
+	if fds >= 0 {
+		waitFor(t, "descriptors to close", func() bool { return openFDs() <= fds })
+	}
+}
+
+// waitFor polls cond until it holds or 5s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Many streams, commits from several goroutines, clients leaving midway:
+// every stream that stays sees each scope's generations only ever grow and
+// ends at the final ones, and every stream that left is unsubscribed.
+func TestSSEManyStreamsConverge(t *testing.T) {
+	e := newEngine(t)
+	h := newHub(t, e, push.Options{})
+	srv := newSSEServer(t, h, push.SSEOptions{})
+	scopes := []varplane.Scope{"m.a", "m.b", "m.c", "m.d"}
+	const streams, leavers, commits = 40, 10, 25
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	var all []*sseStream
+	for i := 0; i < streams; i++ {
+		all = append(all, openSSEWith(t, hc, srv.URL, url.Values{"prefix": {"m"}}, nil))
+	}
+	waitSubscribers(t, h, streams)
+	final := map[string]uint64{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, sc := range scopes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var g varplane.Generation
+			for i := 0; i < commits; i++ {
+				var err error
+				if g, err = tryActivate(e, sc, fmt.Sprint(i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			mu.Lock()
+			final[string(sc)] = uint64(g)
+			mu.Unlock()
+		}()
+	}
+	for _, s := range all[:leavers] { // leave while the commits flow
+		s.resp.Body.Close()
+	}
+	wg.Wait()
+	waitSubscribers(t, h, streams-leavers)
+	for i, s := range all[leavers:] {
+		held := map[string]uint64{}
+		for !maps.Equal(held, final) {
+			ev := s.next()
+			at := strings.LastIndexByte(ev.ID, '@')
+			sc, gen := ev.ID[:at], ev.ID[at+1:]
+			g, err := strconv.ParseUint(gen, 10, 64)
+			if err != nil || g <= held[sc] && held[sc] != 0 {
+				t.Fatalf("stream %d: %s after generation %d", i, ev.ID, held[sc])
+			}
+			held[sc] = g
+		}
 	}
 }
