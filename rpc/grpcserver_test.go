@@ -37,11 +37,20 @@ type fastFixture struct {
 
 func startFast(t *testing.T, popts push.Options, tune func(*grpcOptions)) *fastFixture {
 	t.Helper()
+	e, h, srv := StartTestServer(t, popts, nil, tune)
+	return &fastFixture{engine: e, hub: h, srv: srv}
+}
+
+// StartTestServer opens a Server on a free loopback port over an engine on
+// a memory store, all closed when t ends; tune, when set, changes the
+// fan-out server's limits first. Exported for the external tests.
+func StartTestServer(t *testing.T, popts push.Options, auth Authorizer, tune func(*grpcOptions)) (*varplane.Engine, *push.Hub, *Server) {
+	t.Helper()
 	st := memory.New()
 	e := varplane.NewEngine(st, varplane.Options{})
 	popts.Logger = slog.New(slog.DiscardHandler)
 	h := push.New(e, popts)
-	srv := NewServer("127.0.0.1:0", h, nil)
+	srv := NewServer("127.0.0.1:0", h, auth)
 	if tune != nil {
 		tune(&srv.opts)
 	}
@@ -58,18 +67,25 @@ func startFast(t *testing.T, popts push.Options, tune func(*grpcOptions)) *fastF
 		e.Close()
 		_ = st.Close()
 	})
-	return &fastFixture{engine: e, hub: h, srv: srv}
+	return e, h, srv
 }
 
 func (f *fastFixture) activate(t *testing.T, scope varplane.Scope, doc string) varplane.Generation {
 	t.Helper()
+	return ActivateForTest(t, f.engine, scope, doc)
+}
+
+// ActivateForTest stores doc as a revision of scope and activates it,
+// returning the new generation. Exported for the external tests.
+func ActivateForTest(t *testing.T, e *varplane.Engine, scope varplane.Scope, doc string) varplane.Generation {
+	t.Helper()
 	ctx := context.Background()
-	rev, err := f.engine.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: scope, Document: json.RawMessage(doc)})
+	rev, err := e.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: scope, Document: json.RawMessage(doc)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := f.engine.Status(ctx, scope)
-	res, err := f.engine.Activate(ctx, varplane.ActivateRequest{Scope: scope, Revision: rev.Revision, ExpectedGeneration: st.Generation})
+	st, _ := e.Status(ctx, scope)
+	res, err := e.Activate(ctx, varplane.ActivateRequest{Scope: scope, Revision: rev.Revision, ExpectedGeneration: st.Generation})
 	if err != nil {
 		t.Fatal(err)
 	}

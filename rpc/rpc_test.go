@@ -2,9 +2,7 @@ package rpc_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"log/slog"
 	"net"
 	"net/http"
 	"testing"
@@ -29,24 +27,7 @@ type fixture struct {
 
 func start(t *testing.T, opts push.Options, auth rpc.Authorizer) *fixture {
 	t.Helper()
-	st := memory.New()
-	e := varplane.NewEngine(st, varplane.Options{})
-	opts.Logger = slog.New(slog.DiscardHandler)
-	h := push.New(e, opts)
-	srv := rpc.NewServer("127.0.0.1:0", h, auth)
-	if err := srv.Open(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-		h.Close()
-		e.Close()
-		_ = st.Close()
-	})
+	e, h, srv := rpc.StartTestServer(t, opts, auth, nil)
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	hc := &http.Client{Transport: &http.Transport{Protocols: &protos}}
@@ -55,15 +36,7 @@ func start(t *testing.T, opts push.Options, auth rpc.Authorizer) *fixture {
 
 func (f *fixture) activate(t *testing.T, scope varplane.Scope, doc string) {
 	t.Helper()
-	ctx := context.Background()
-	rev, err := f.engine.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: scope, Document: json.RawMessage(doc)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, _ := f.engine.Status(ctx, scope)
-	if _, err := f.engine.Activate(ctx, varplane.ActivateRequest{Scope: scope, Revision: rev.Revision, ExpectedGeneration: st.Generation}); err != nil {
-		t.Fatal(err)
-	}
+	rpc.ActivateForTest(t, f.engine, scope, doc)
 }
 
 // first opens a stream and returns its first message or its error.
