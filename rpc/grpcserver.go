@@ -54,6 +54,11 @@ type grpcOptions struct {
 	maxStreams    uint32        // concurrent streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS)
 	maxRequest    int           // bytes of request body
 	maxHeaderList uint32        // bytes of decoded request headers
+	// maxQueuedControl bounds the frames the reader has queued for the
+	// writer (ping and settings acks, window updates, resets): a peer that
+	// floods them while it does not read would otherwise grow the queue
+	// without bound. Past it the connection ends with ENHANCE_YOUR_CALM.
+	maxQueuedControl int
 }
 
 func defaultGRPCOptions() grpcOptions {
@@ -66,6 +71,8 @@ func defaultGRPCOptions() grpcOptions {
 		maxStreams:    1000,
 		maxRequest:    1 << 20,
 		maxHeaderList: 16 << 10,
+
+		maxQueuedControl: 10000,
 	}
 }
 
@@ -198,6 +205,7 @@ type h2conn struct {
 	mu        sync.Mutex
 	streams   map[uint32]*h2stream
 	reqs      map[uint32]*requestState // streams whose request is still arriving
+	starting  int                      // streams subscribing (startStream goroutines)
 	ready     []*h2stream
 	ctrl      []ctrlEvent
 	closed    bool
@@ -356,6 +364,13 @@ func (c *h2conn) readLoop() {
 		if !c.handle(f) {
 			return
 		}
+		c.mu.Lock()
+		flooded := len(c.ctrl) > c.srv.opts.maxQueuedControl
+		c.mu.Unlock()
+		if flooded {
+			c.fail(http2.ErrCodeEnhanceYourCalm)
+			return
+		}
 	}
 }
 
@@ -477,7 +492,10 @@ func (c *h2conn) onHeaders(f *http2.MetaHeadersFrame) bool {
 		return false
 	}
 	c.lastID = id
-	if c.goingAway || c.closed || uint32(len(c.streams)) >= c.srv.opts.maxStreams {
+	// Streams still subscribing count too, reset or not: opening and
+	// resetting streams in a loop must not start subscriptions without
+	// bound.
+	if c.goingAway || c.closed || uint32(len(c.streams)) >= c.srv.opts.maxStreams || uint32(c.starting) >= c.srv.opts.maxStreams {
 		c.mu.Unlock()
 		c.push(ctrlEvent{kind: ctrlReset, stream: id, n: uint32(http2.ErrCodeRefusedStream)})
 		return true
@@ -600,7 +618,15 @@ func (c *h2conn) startStream(st *h2stream) {
 	if rs == nil {
 		return
 	}
+	c.mu.Lock()
+	c.starting++
+	c.mu.Unlock()
 	go func() {
+		defer func() {
+			c.mu.Lock()
+			c.starting--
+			c.mu.Unlock()
+		}()
 		msg, err := decodeRequest(rs.body)
 		if err != nil {
 			c.endStream(st, &grpcStatus{code: int(connect.CodeInvalidArgument), message: err.Error()})

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -495,6 +497,69 @@ func TestFastStreamLimit(t *testing.T) {
 	if end, code := c.ending(third); end != nil || code != http2.ErrCodeRefusedStream {
 		t.Fatalf("third stream: %v %v, want REFUSED_STREAM", end, code)
 	}
+}
+
+func TestFastResetLoopIsBounded(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int32
+	slow := func(ctx context.Context, _ string, _ bool, _ ...varplane.Scope) error {
+		calls.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	_, h, srv := StartTestServer(t, push.Options{}, slow, func(o *grpcOptions) { o.maxStreams = 2 })
+	c := dialH2(t, srv.ln.Addr().String())
+	var ids []uint32
+	for i := 0; i < 6; i++ {
+		id := c.subscribe(&v1.SubscribeRequest{Keys: []string{"a.x"}})
+		if err := c.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	// Every stream was reset at once, yet two are still subscribing (held
+	// by the authorizer): the rest are refused instead of started.
+	refused := 0
+	for _, id := range ids[2:] {
+		if _, code := c.ending(id); code == http2.ErrCodeRefusedStream {
+			refused++
+		}
+	}
+	if refused != 4 || calls.Load() > 2 {
+		t.Fatalf("%d of 4 streams refused, %d subscriptions started; want 4 and at most 2", refused, calls.Load())
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for h.Stats().Subscribers != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := h.Stats().Subscribers; n != 0 {
+		t.Fatalf("%d subscriptions outlive their reset streams", n)
+	}
+}
+
+func TestFastControlFloodEndsConnection(t *testing.T) {
+	f := startFast(t, push.Options{}, func(o *grpcOptions) { o.maxQueuedControl = 16 })
+	f.activate(t, "a.big", `{"pad":"`+strings.Repeat("z", 16<<20)+`"}`)
+	// Open every window, ask for 16 MiB and read nothing: the server's
+	// writer blocks on a full socket, and the acks of the pings that follow
+	// pile up behind it.
+	c := dialH2(t, f.srv.ln.Addr().String(), http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+	if err := c.fr.WriteWindowUpdate(0, 1<<31-1-65535); err != nil {
+		t.Fatal(err)
+	}
+	c.subscribe(&v1.SubscribeRequest{Keys: []string{"a.big"}})
+	f.waitSubscribers(t, 1)
+	for i := 0; i < 10000; i++ {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if err := c.fr.WritePing(false, [8]byte{byte(i)}); err != nil {
+			break // the server closed the connection
+		}
+	}
+	f.waitSubscribers(t, 0)
 }
 
 func TestHTTP1ConnectOnTheSameListener(t *testing.T) {
