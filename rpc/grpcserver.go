@@ -85,6 +85,10 @@ const (
 	defaultMaxFrame  = 16 << 10
 )
 
+// notGRPC is the grpcStatus code of a request that is not gRPC at all: it is
+// answered with HTTP 415 and a plain-text hint instead of a gRPC status.
+const notGRPC = -415
+
 // grpcStatus is how a stream ends: a gRPC status, a message and the
 // varplane error code carried as metadata.
 type grpcStatus struct {
@@ -110,9 +114,10 @@ type grpcServer struct {
 	opts      grpcOptions
 	ctx       context.Context // ends with the server: every stream's context
 
-	mu    sync.Mutex
-	conns map[*h2conn]struct{}
-	wg    sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[*h2conn]struct{}
+	stopping bool           // shutdown has begun: no connection is added
+	wg       sync.WaitGroup // one per connection in conns; Server.Close waits on it
 }
 
 func newGRPCServer(ctx context.Context, hub *push.Hub, authorize Authorizer, opts grpcOptions) *grpcServer {
@@ -140,7 +145,7 @@ func (s *grpcServer) serve(nc net.Conn, br *bufio.Reader) {
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	c.lastRead.Store(time.Now().UnixNano())
 	s.mu.Lock()
-	if s.ctx.Err() != nil {
+	if s.stopping || s.ctx.Err() != nil {
 		s.mu.Unlock()
 		_ = nc.Close()
 		cancel()
@@ -162,9 +167,11 @@ func (s *grpcServer) serve(nc net.Conn, br *bufio.Reader) {
 }
 
 // shutdown asks every connection to end its streams as unavailable, send
-// GOAWAY and close; wait reports when they all have.
+// GOAWAY and close, and refuses connections from then on, so that wg only
+// counts down after it.
 func (s *grpcServer) shutdown() {
 	s.mu.Lock()
+	s.stopping = true
 	conns := make([]*h2conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
@@ -531,7 +538,7 @@ func (c *h2conn) onHeaders(f *http2.MetaHeadersFrame) bool {
 	case contentType != "application/grpc" && contentType != "application/grpc+proto":
 		msg := "this listener serves gRPC (application/grpc); Connect and gRPC-Web are served on the main port"
 		if !strings.HasPrefix(contentType, "application/grpc") || strings.HasPrefix(contentType, "application/grpc-web") {
-			c.endStream(st, &grpcStatus{code: -415, message: msg})
+			c.endStream(st, &grpcStatus{code: notGRPC, message: msg})
 		} else {
 			c.endStream(st, &grpcStatus{code: int(connect.CodeUnimplemented), message: "only the proto codec is served"})
 		}
@@ -1050,7 +1057,7 @@ func (c *h2conn) finish(st *h2stream, status *grpcStatus, now time.Time) {
 	case len(st.pending) > 0:
 		_ = c.fr.WriteRSTStream(st.id, http2.ErrCodeCancel)
 		return
-	case status.code == -415: // not gRPC at all: a plain HTTP answer
+	case status.code == notGRPC:
 		c.hbuf.Reset()
 		c.hf(":status", "415")
 		c.hf("content-type", "text/plain; charset=utf-8")
