@@ -205,7 +205,7 @@ func TestGRPCGoErrorsCarryTheVarplaneCode(t *testing.T) {
 
 func TestGRPCGoDeadlineAndServerStop(t *testing.T) {
 	x := startInterop(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	s := x.subscribe(ctx, t, &v1.SubscribeRequest{Keys: []string{"a.x"}})
 	if _, err := recv(s); err != nil {
