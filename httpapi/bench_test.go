@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/varplane/varplane"
@@ -117,4 +118,17 @@ func runLoopback(b *testing.B, h http.Handler, inm string) {
 			_ = resp.Body.Close()
 		}
 	})
+}
+
+// BenchmarkDecodeCreateRevision is the strict decoding of a create request
+// with a 1 KiB document, the largest body on the commit path.
+func BenchmarkDecodeCreateRevision(b *testing.B) {
+	doc := `{"name":"` + strings.Repeat("x", 1000) + `","n":[1,2,3],"on":true}`
+	body := []byte(`{"scope":"bench.decode","document":` + doc + `,"actor":"bench","reason":"measure"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := httpapi.DecodeCreateRevision(body); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

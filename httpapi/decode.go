@@ -60,6 +60,27 @@ func decodeStrict(body []byte, dst any) error {
 	if !utf8.Valid(body) {
 		return badRequest("request body is not valid UTF-8")
 	}
+	// The common case, a valid body, takes one Unmarshal (which checks the
+	// grammar before it stores anything) and a scan of the top-level keys.
+	// Invalid JSON goes the token-by-token way, which knows where and how
+	// the body is wrong. Both ways give the same answers
+	// (FuzzDecodeStrictFastPath): a field error before a type error.
+	err := json.Unmarshal(body, dst)
+	if syn := (*json.SyntaxError)(nil); errors.As(err, &syn) {
+		return decodeStrictTokens(body, dst)
+	}
+	if kerr := checkTopKeys(body, jsonFields(dst)); kerr != nil {
+		return kerr
+	}
+	if err != nil {
+		return decodeError(err)
+	}
+	return nil
+}
+
+// decodeStrictTokens is decodeStrict for any body, with a json.Decoder:
+// slower, and the way that reports where invalid JSON breaks.
+func decodeStrictTokens(body []byte, dst any) error {
 	if err := checkFields(body, jsonFields(dst)); err != nil {
 		return err
 	}
@@ -72,6 +93,89 @@ func decodeStrict(body []byte, dst any) error {
 		return badRequest("request body has data after the JSON object")
 	}
 	return nil
+}
+
+// checkTopKeys is checkFields for a body known to be valid JSON: it walks
+// the top-level object's keys without decoding the values.
+func checkTopKeys(body []byte, fields map[string]bool) error {
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return badRequest("request body must be a JSON object")
+	}
+	seen := make(map[string]bool, len(fields))
+	i = skipSpace(body, i+1)
+	for body[i] != '}' {
+		end := skipString(body, i)
+		raw := body[i:end]
+		name := string(raw[1 : len(raw)-1])
+		if bytes.IndexByte(raw, '\\') >= 0 {
+			if err := json.Unmarshal(raw, &name); err != nil {
+				return badRequest("request body is not a valid request")
+			}
+		}
+		if !fields[name] {
+			if safeName(name) {
+				return badRequest("unknown field %s", name)
+			}
+			return badRequest("request body has an unknown field")
+		}
+		if seen[name] {
+			return badRequest("field %s is given more than once", name)
+		}
+		seen[name] = true
+		i = skipSpace(body, end) // at ':'
+		i = skipSpace(body, i+1) // at the value
+		i = skipSpace(body, skipValue(body, i))
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+	}
+	return nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string that starts at b[i].
+func skipString(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// skipValue returns the index just past the value that starts at b[i], in
+// valid JSON.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+		i++
+	}
+	return i
 }
 
 // checkFields walks the top-level object of body and refuses a key that is
