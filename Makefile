@@ -34,3 +34,4 @@ bench-quick: ## every scenario shortened: under 2 minutes
 
 proto: ## regenerate rpc/gen from proto/ (buf runs from its own tools module; the first build takes a few minutes)
 	cd proto && $(GO) tool -modfile=../tools/buf/go.mod buf lint && $(GO) tool -modfile=../tools/buf/go.mod buf generate
+	cd proto && sha256sum $$(find . -name '*.proto' | LC_ALL=C sort) > ../rpc/gen/proto.sha256
