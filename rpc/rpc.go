@@ -1,11 +1,17 @@
-// Package rpc serves the streaming Subscribe of varplane.v1.PushService over
-// Connect, gRPC and gRPC-Web from one net/http handler (connectrpc.com/connect),
-// fed by a push.Hub that follows the same engine as the HTTP admin.
+// Package rpc serves the streaming Subscribe of varplane.v1.PushService, fed
+// by a push.Hub that follows the same engine as the HTTP admin, in two ways:
+// NewHandler is a net/http handler (connectrpc.com/connect) for Connect,
+// gRPC and gRPC-Web, mounted on the main port; Server is the dedicated
+// listener, whose HTTP/2 connections a fan-out gRPC server of this package
+// serves (grpcserver.go) and whose HTTP/1.1 connections get the handler.
 //
-// Concurrency contract: every stream runs on its own handler goroutine and
-// consumes its own push.Subscription; a stream whose client reads slowly only
-// blocks itself, while the hub coalesces, resyncs or drops it without ever
-// delaying a commit. Server methods are safe for concurrent use.
+// Concurrency contract: each stream consumes its own push.Subscription (on
+// the handler, from its own goroutine; on the fan-out server, from its
+// connection's writer). A stream whose client reads slowly only holds back
+// itself (and, on the fan-out server, at most its own connection, since a
+// shut flow-control window stops only that stream), while the hub
+// coalesces, resyncs or drops it without ever delaying a commit. Server
+// methods are safe for concurrent use.
 package rpc
 
 import (
