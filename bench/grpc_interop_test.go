@@ -139,6 +139,11 @@ func TestGRPCGoSnapshotCommitsAndDeactivation(t *testing.T) {
 			h = m.GetHeads()[0].GetGeneration()
 		}
 	}
+	// A large commit goes out gzip-compressed (once, for every stream).
+	g := x.activate(t, "app.b", `{"pad":"`+strings.Repeat("w", 40<<10)+`"}`)
+	if m, err := recv(s); err != nil || len(m.GetHeads()) != 1 || m.GetHeads()[0].GetGeneration() != uint64(g) || len(m.GetHeads()[0].GetValues()) < 40<<10 {
+		t.Fatalf("large commit: %v", err)
+	}
 	ctx2 := context.Background()
 	st, _ := x.engine.Status(ctx2, "app")
 	if _, err := x.engine.Deactivate(ctx2, varplane.DeactivateRequest{Scope: "app", ExpectedGeneration: st.Generation}); err != nil {

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
@@ -25,6 +26,16 @@ type sharedBatch struct {
 	msg  *v1.SnapshotBatch
 	wire []byte
 	grpc []byte // wire behind the 5-byte gRPC message prefix, for the fan-out server
+
+	zOnce sync.Once
+	z     []byte // the gzip-compressed gRPC message, built on first use
+}
+
+// gzipped returns the compressed gRPC message, compressed once per commit
+// for every stream that accepts gzip.
+func (sb *sharedBatch) gzipped() []byte {
+	sb.zOnce.Do(func() { sb.z = gzipMessage(sb.wire) })
+	return sb.z
 }
 
 // recentShared remembers the last shared batches so the codec can find the

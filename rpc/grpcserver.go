@@ -950,36 +950,50 @@ func (c *h2conn) serveStream(st *h2stream, now time.Time) {
 	if !ok {
 		return
 	}
-	st.pending = c.message(st, b)
+	msg, err := c.message(st, b)
+	if err != nil {
+		// Every field is built by this package from validated input, so
+		// this is a bug; the stream ends visibly rather than skip a batch.
+		c.finish(st, &grpcStatus{code: int(connect.CodeInternal), message: "cannot encode the batch", vpCode: varplane.CodeInternal}, now)
+		return
+	}
+	st.pending = msg
 	c.sendPending(st, now)
 }
 
 // message returns the gRPC message (the 5-byte prefix and the protobuf
 // encoding) for b on st: the shared bytes of a single-update commit batch,
 // or a message encoded for this stream.
-func (c *h2conn) message(st *h2stream, b push.Batch) []byte {
+func (c *h2conn) message(st *h2stream, b push.Batch) ([]byte, error) {
 	m := streamBatch(b)
-	if sb := sharedOf(m); sb != nil && (!st.gzip || len(sb.wire) < CompressMinBytes) {
-		return sb.grpc
+	compress := func(n int) bool { return st.gzip && n >= CompressMinBytes }
+	if sb := sharedOf(m); sb != nil {
+		if compress(len(sb.wire)) {
+			return sb.gzipped(), nil
+		}
+		return sb.grpc, nil
 	}
 	wire, err := proto.Marshal(m)
 	if err != nil {
-		// Every field is built by this package; a failure is a bug, and an
-		// empty batch keeps the stream well-formed while it is logged.
-		wire = nil
+		return nil, err
 	}
-	if st.gzip && len(wire) >= CompressMinBytes {
-		var zb bytes.Buffer
-		zb.Write([]byte{1, 0, 0, 0, 0})
-		zw := gzip.NewWriter(&zb)
-		_, _ = zw.Write(wire)
-		if zw.Close() == nil {
-			out := zb.Bytes()
-			binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
-			return out
-		}
+	if compress(len(wire)) {
+		return gzipMessage(wire), nil
 	}
-	return grpcMessage(wire)
+	return grpcMessage(wire), nil
+}
+
+// gzipMessage returns wire gzip-compressed behind the gRPC message prefix
+// whose flag says so.
+func gzipMessage(wire []byte) []byte {
+	var zb bytes.Buffer
+	zb.Write([]byte{1, 0, 0, 0, 0})
+	zw := gzip.NewWriter(&zb)
+	_, _ = zw.Write(wire) // a bytes.Buffer does not fail
+	_ = zw.Close()
+	out := zb.Bytes()
+	binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
+	return out
 }
 
 // grpcMessage prefixes wire with the uncompressed gRPC message header.

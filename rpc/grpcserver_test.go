@@ -3,9 +3,11 @@ package rpc
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -496,6 +498,44 @@ func TestFastStreamLimit(t *testing.T) {
 	third := c.subscribe(&v1.SubscribeRequest{Keys: []string{"a.x"}})
 	if end, code := c.ending(third); end != nil || code != http2.ErrCodeRefusedStream {
 		t.Fatalf("third stream: %v %v, want REFUSED_STREAM", end, code)
+	}
+}
+
+func TestFastGzipLargeMessages(t *testing.T) {
+	f := startFast(t, push.Options{}, nil)
+	c := dialH2(t, f.srv.ln.Addr().String())
+	gz := c.subscribe(&v1.SubscribeRequest{Keys: []string{"a.big"}}, hpack.HeaderField{Name: "grpc-accept-encoding", Value: "identity, gzip"})
+	plain := c.subscribe(&v1.SubscribeRequest{Keys: []string{"a.big"}})
+	c.nextMessage(gz) // small snapshots go uncompressed
+	c.nextMessage(plain)
+	g := f.activate(t, "a.big", `{"pad":"`+strings.Repeat("q", 40<<10)+`"}`)
+	// The stream that accepts gzip gets the commit compressed (flag 1); the
+	// other one plain.
+	for {
+		if b := c.msgs[gz]; len(b) >= 5 && len(b) >= 5+int(binary.BigEndian.Uint32(b[1:5])) {
+			break
+		}
+		c.read()
+	}
+	b := c.msgs[gz]
+	n := 5 + int(binary.BigEndian.Uint32(b[1:5]))
+	if b[0] != 1 || n > 8<<10 {
+		t.Fatalf("flag %d, %d bytes: want a compressed message well under the 40 KiB document", b[0], n)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(b[5:n]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := new(v1.SnapshotBatch)
+	if err := proto.Unmarshal(wire, m); err != nil || m.GetHeads()[0].GetGeneration() != uint64(g) {
+		t.Fatalf("decompressed commit: %v %v", m, err)
+	}
+	if m := c.nextMessage(plain); m.GetHeads()[0].GetGeneration() != uint64(g) {
+		t.Fatalf("plain stream got %v", m)
 	}
 }
 
