@@ -113,16 +113,9 @@ func checkTopKeys(body []byte, fields map[string]bool) error {
 				return badRequest("request body is not a valid request")
 			}
 		}
-		if !fields[name] {
-			if safeName(name) {
-				return badRequest("unknown field %s", name)
-			}
-			return badRequest("request body has an unknown field")
+		if err := checkField(name, fields, seen); err != nil {
+			return err
 		}
-		if seen[name] {
-			return badRequest("field %s is given more than once", name)
-		}
-		seen[name] = true
 		i = skipSpace(body, end) // at ':'
 		i = skipSpace(body, i+1) // at the value
 		i = skipSpace(body, skipValue(body, i))
@@ -130,6 +123,22 @@ func checkTopKeys(body []byte, fields map[string]bool) error {
 			i = skipSpace(body, i+1)
 		}
 	}
+	return nil
+}
+
+// checkField refuses a top-level key that is not exactly one of fields, or
+// that seen already holds, and records it in seen.
+func checkField(name string, fields, seen map[string]bool) error {
+	if !fields[name] {
+		if safeName(name) {
+			return badRequest("unknown field %s", name)
+		}
+		return badRequest("request body has an unknown field")
+	}
+	if seen[name] {
+		return badRequest("field %s is given more than once", name)
+	}
+	seen[name] = true
 	return nil
 }
 
@@ -196,16 +205,9 @@ func checkFields(body []byte, fields map[string]bool) error {
 			return decodeError(err)
 		}
 		name, _ := tok.(string)
-		if !fields[name] {
-			if safeName(name) {
-				return badRequest("unknown field %s", name)
-			}
-			return badRequest("request body has an unknown field")
+		if err := checkField(name, fields, seen); err != nil {
+			return err
 		}
-		if seen[name] {
-			return badRequest("field %s is given more than once", name)
-		}
-		seen[name] = true
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
 			return decodeError(err)

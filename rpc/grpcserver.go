@@ -810,10 +810,17 @@ func (c *h2conn) apply(ev *ctrlEvent, now time.Time) bool {
 		}
 	case ctrlWindow:
 		if ev.stream == 0 {
+			// sendPending stops only at a window of zero, so streams wait
+			// on the connection's window only when it was spent; the walk
+			// is skipped on the frequent updates that arrive before.
+			wasSpent := c.connWindow <= 0
 			c.connWindow += int64(ev.n)
 			if c.connWindow > 1<<31-1 {
 				c.writeGoAway(http2.ErrCodeFlowControl)
 				return false
+			}
+			if !wasSpent {
+				return true
 			}
 			for _, st := range c.streamList() {
 				if len(st.pending) > 0 {
@@ -1108,32 +1115,4 @@ func percentEncode(s string) string {
 		fmt.Fprintf(&b, "%%%02X", ch)
 	}
 	return b.String()
-}
-
-// subscribe validates and authorizes a Subscribe request and registers its
-// subscription; the Connect handler and the fan-out server share it.
-func subscribe(ctx context.Context, hub *push.Hub, authorize Authorizer, m *v1.SubscribeRequest, token string, opts push.SubscribeOptions) (*push.Subscription, error) {
-	f := push.Filter{Keys: scopes(m.GetKeys()), Groups: scopes(m.GetGroups()), Prefixes: scopes(m.GetPrefixes())}
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
-	held := make(map[varplane.Scope]varplane.Generation, len(m.GetHeldGenerations()))
-	for sc, g := range m.GetHeldGenerations() {
-		held[varplane.Scope(sc)] = varplane.Generation(g)
-	}
-	if authorize != nil {
-		exact := append(append([]varplane.Scope(nil), f.Keys...), f.Groups...)
-		for _, part := range []struct {
-			subtree bool
-			scopes  []varplane.Scope
-		}{{false, exact}, {true, f.Prefixes}} {
-			if len(part.scopes) == 0 {
-				continue
-			}
-			if err := authorize(ctx, token, part.subtree, part.scopes...); err != nil {
-				return nil, authError(err)
-			}
-		}
-	}
-	return hub.SubscribeWith(ctx, f, held, opts)
 }

@@ -391,6 +391,34 @@ func TestFastFlowControl(t *testing.T) {
 	}
 }
 
+func TestFastConnectionWindow(t *testing.T) {
+	f := startFast(t, push.Options{}, nil)
+	f.activate(t, "a.x", `{"pad":"`+strings.Repeat("c", 100<<10)+`"}`)
+	// Streams may take everything; the connection keeps its first 64 KiB.
+	c := dialH2(t, f.srv.ln.Addr().String(), http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+	id := c.subscribe(&v1.SubscribeRequest{Keys: []string{"a.x"}})
+	granted, got := 65535, 0
+	var msg *v1.SnapshotBatch
+	for msg == nil {
+		if fr, ok := c.read().(*http2.DataFrame); ok && fr.StreamID == id {
+			got += len(fr.Data())
+			if got > granted {
+				t.Fatalf("server sent %d bytes on a connection window of %d", got, granted)
+			}
+			if got == granted {
+				granted += 20000
+				if err := c.fr.WriteWindowUpdate(0, 20000); err != nil {
+					t.Fatal(err)
+				}
+			}
+			msg, _ = c.message(id)
+		}
+	}
+	if len(msg.GetHeads()) != 1 || len(msg.GetHeads()[0].GetValues()) < 100<<10 {
+		t.Fatalf("reassembled snapshot is wrong: %d heads", len(msg.GetHeads()))
+	}
+}
+
 func TestFastStalledStreamDoesNotHoldOthers(t *testing.T) {
 	f := startFast(t, push.Options{StallTimeout: 20 * time.Millisecond}, nil)
 	f.activate(t, "a.x", `{"n":0}`)

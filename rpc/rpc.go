@@ -155,6 +155,34 @@ func (s *service) Subscribe(ctx context.Context, req *connect.Request[v1.Subscri
 	return nil
 }
 
+// subscribe validates and authorizes a Subscribe request and registers its
+// subscription; the Connect handler and the fan-out server share it.
+func subscribe(ctx context.Context, hub *push.Hub, authorize Authorizer, m *v1.SubscribeRequest, token string, opts push.SubscribeOptions) (*push.Subscription, error) {
+	f := push.Filter{Keys: scopes(m.GetKeys()), Groups: scopes(m.GetGroups()), Prefixes: scopes(m.GetPrefixes())}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	held := make(map[varplane.Scope]varplane.Generation, len(m.GetHeldGenerations()))
+	for sc, g := range m.GetHeldGenerations() {
+		held[varplane.Scope(sc)] = varplane.Generation(g)
+	}
+	if authorize != nil {
+		exact := append(append([]varplane.Scope(nil), f.Keys...), f.Groups...)
+		for _, part := range []struct {
+			subtree bool
+			scopes  []varplane.Scope
+		}{{false, exact}, {true, f.Prefixes}} {
+			if len(part.scopes) == 0 {
+				continue
+			}
+			if err := authorize(ctx, token, part.subtree, part.scopes...); err != nil {
+				return nil, authError(err)
+			}
+		}
+	}
+	return hub.SubscribeWith(ctx, f, held, opts)
+}
+
 // Batch converts a hub batch to its wire form.
 func Batch(b push.Batch) *v1.SnapshotBatch {
 	out := &v1.SnapshotBatch{Snapshot: b.Snapshot}
