@@ -48,6 +48,10 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives listener panics and internal errors; slog.Default when nil.
 	Logger *slog.Logger
+	// Limits bound every document the engine stores or validates; the wire
+	// layer enforces the same numbers on request bodies. Zero fields take
+	// their defaults (DefaultLimits).
+	Limits Limits
 }
 
 // Engine applies varplane's rules on top of a Store: content-addressed
@@ -60,6 +64,7 @@ type Engine struct {
 	validator Validator
 	now       func() time.Time
 	log       *slog.Logger
+	limits    Limits
 
 	mu        sync.Mutex
 	listeners atomic.Pointer[[]*listener]
@@ -72,7 +77,7 @@ type listener struct{ fn func(Commit) }
 // so OnCommit listeners hear of every commit the store reports, including
 // those made by other processes on a shared store.
 func NewEngine(store Store, opts Options) *Engine {
-	e := &Engine{store: store, validator: opts.Validator, now: opts.Now, log: opts.Logger}
+	e := &Engine{store: store, validator: opts.Validator, now: opts.Now, log: opts.Logger, limits: opts.Limits.WithDefaults()}
 	if e.now == nil {
 		e.now = time.Now
 	}
@@ -86,6 +91,10 @@ func NewEngine(store Store, opts Options) *Engine {
 
 // Store returns the store the Engine runs on.
 func (e *Engine) Store() Store { return e.store }
+
+// Limits returns the document limits the engine enforces, with defaults
+// filled in; transports bound their request bodies with the same numbers.
+func (e *Engine) Limits() Limits { return e.limits }
 
 // Close stops following the store. It does not close the store.
 func (e *Engine) Close() { e.cancel() }
@@ -161,7 +170,7 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 	if err := validateScope(string(req.Scope)); err != nil {
 		return CreateRevisionResult{}, err
 	}
-	doc, err := compactDocument(req.Document)
+	doc, err := e.compactDocument(req.Document)
 	if err != nil {
 		return CreateRevisionResult{}, err
 	}
@@ -249,7 +258,7 @@ func (e *Engine) Validate(ctx context.Context, req ValidateRequest) (ValidateRes
 			return ValidateResult{}, err
 		}
 	}
-	doc, err := compactDocument(req.Document)
+	doc, err := e.compactDocument(req.Document)
 	if err != nil {
 		return ValidateResult{}, err
 	}
@@ -719,9 +728,14 @@ func hashIf(key, hash string) string {
 
 // compactDocument checks that doc is present and valid JSON and removes
 // insignificant whitespace, keeping key order and number text as authored.
-func compactDocument(doc json.RawMessage) (json.RawMessage, error) {
+// compactDocument checks doc against the engine's limits (so that no store
+// is asked to keep what it could not read back) and compacts it.
+func (e *Engine) compactDocument(doc json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(doc)) == 0 {
 		return nil, Errorf(CodeBadRequest, "document is required")
+	}
+	if err := e.limits.CheckJSON(doc, 0); err != nil {
+		return nil, err
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, doc); err != nil {

@@ -25,6 +25,23 @@ const (
 	CodeIdempotencyReused Code = "idempotency-key-reused"
 	CodeTooManyRequests   Code = "too-many-subscribers"
 	CodeInternal          Code = "internal"
+
+	// CodeLimitExceeded: a document or body passes one of the Limits other
+	// than its size (depth, string, number, members); the error names it.
+	CodeLimitExceeded Code = "limit-exceeded"
+	// CodeUnsupportedMediaType: a write route was sent a Content-Type it
+	// does not take.
+	CodeUnsupportedMediaType Code = "unsupported-media-type"
+	// CodeMethodNotAllowed: the route exists but not for this method.
+	CodeMethodNotAllowed Code = "method-not-allowed"
+	// CodeScopeOwned: the scope belongs to a subsystem (the values service,
+	// reviewed changes, access control) and is written only through its API.
+	CodeScopeOwned Code = "scope-owned"
+	// CodeUnknownComponent and CodeInvalidConfiguration are the values
+	// service's refusals (seed 001's UNKNOWN_COMPONENT and
+	// INVALID_CONFIGURATION).
+	CodeUnknownComponent     Code = "unknown-component"
+	CodeInvalidConfiguration Code = "invalid-configuration"
 )
 
 // Error is the one error type of the domain. Its Code decides the HTTP status
@@ -39,8 +56,16 @@ type Error struct {
 	Expected *Generation
 	Current  *Generation
 
-	// Issues is set for revision-invalid.
+	// Issues is set for revision-invalid (and the values service's
+	// invalid-configuration).
 	Issues []Issue
+
+	// Limit names the limit passed, for limit-exceeded.
+	Limit string
+
+	// Hint is an optional sentence that helps the caller recover (the base a
+	// server is mounted under, say); it is safe to show.
+	Hint string
 
 	// Err is the underlying cause, kept for logs and errors.Is; it is never
 	// sent to a client.

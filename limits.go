@@ -1,0 +1,346 @@
+package varplane
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// Limits bound the size and shape of what varplane accepts: request bodies
+// at every entrance, and every document the engine stores. The same numbers
+// hold at decode time (the wire layer) and in the engine, and every store
+// reads back whatever they allow (a store's reader accepts at least
+// MaxDepthCeiling+EnvelopeDepth levels), so a document that was acknowledged
+// can always be read again.
+//
+// A zero field takes its default; see DefaultLimits.
+type Limits struct {
+	// MaxBodyBytes bounds a request body, and a document (413
+	// payload-too-large beyond).
+	MaxBodyBytes int64
+	// MaxDepth bounds the nesting of objects and arrays in a document: a
+	// scalar is depth 0, {"a":1} depth 1. At most MaxDepthCeiling.
+	MaxDepth int
+	// MaxStringBytes bounds every string and object member name, in bytes
+	// of its JSON text (escapes included).
+	MaxStringBytes int
+	// MaxNumberBytes bounds the text of a number literal.
+	MaxNumberBytes int
+	// MaxMembers bounds the members of one object or the elements of one
+	// array.
+	MaxMembers int
+}
+
+// The defaults of Limits, and the ceilings no configuration may pass.
+const (
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultMaxDepth       = 64
+	DefaultMaxStringBytes = 256 << 10
+	DefaultMaxNumberBytes = 64
+	DefaultMaxMembers     = 10_000
+
+	// MaxDepthCeiling is the largest MaxDepth a deployment may choose.
+	MaxDepthCeiling = 512
+	// EnvelopeDepth is the nesting a store or a request adds around a
+	// document (a log line, a request body, a batch answer). A store's
+	// reader accepts MaxDepthCeiling+EnvelopeDepth levels.
+	EnvelopeDepth = 8
+	// MaxBodyCeiling is the largest MaxBodyBytes a deployment may choose.
+	MaxBodyCeiling = 64 << 20
+)
+
+// DefaultLimits returns the limits in force when none are configured.
+func DefaultLimits() Limits { return Limits{}.WithDefaults() }
+
+// WithDefaults returns l with every zero field set to its default.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxBodyBytes <= 0 {
+		l.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = DefaultMaxDepth
+	}
+	if l.MaxStringBytes <= 0 {
+		l.MaxStringBytes = DefaultMaxStringBytes
+	}
+	if l.MaxNumberBytes <= 0 {
+		l.MaxNumberBytes = DefaultMaxNumberBytes
+	}
+	if l.MaxMembers <= 0 {
+		l.MaxMembers = DefaultMaxMembers
+	}
+	return l
+}
+
+// Validate reports a limit beyond its ceiling, as a bad-request error naming
+// it. Zero fields are valid (they take their defaults).
+func (l Limits) Validate() error {
+	switch {
+	case l.MaxDepth > MaxDepthCeiling:
+		return Errorf(CodeBadRequest, "the document depth limit is %d at most, not %d", MaxDepthCeiling, l.MaxDepth)
+	case l.MaxBodyBytes > MaxBodyCeiling:
+		return Errorf(CodeBadRequest, "the body size limit is %d bytes at most, not %d", MaxBodyCeiling, l.MaxBodyBytes)
+	case l.MaxStringBytes > MaxBodyCeiling, l.MaxNumberBytes > MaxBodyCeiling, l.MaxMembers > MaxBodyCeiling:
+		return Errorf(CodeBadRequest, "a document limit is larger than %d", MaxBodyCeiling)
+	}
+	return nil
+}
+
+// LimitError is the error of a document or body beyond a limit: code
+// limit-exceeded (or payload-too-large for the size), naming the limit and
+// the byte offset where it was passed, never the content.
+func limitError(what string, max int, offset int) *Error {
+	return &Error{
+		Code:    CodeLimitExceeded,
+		Message: fmt.Sprintf("%s (limit %d) at byte %d", what, max, offset),
+		Limit:   what,
+	}
+}
+
+// CheckJSON checks that b is one valid JSON value (valid UTF-8, nothing but
+// white space after it) within l, allowing extraDepth levels of nesting
+// beyond l.MaxDepth for the envelope around a document (0 for a document
+// itself). It is a single pass with no recursion and no allocation beyond a
+// stack of MaxDepth+extraDepth entries, so it is safe to run on hostile input
+// before anything else parses it. It returns a limit-exceeded *Error for a
+// limit, payload-too-large for the size, and bad-request for malformed JSON.
+func (l Limits) CheckJSON(b []byte, extraDepth int) error {
+	l = l.WithDefaults()
+	if int64(len(b)) > l.MaxBodyBytes {
+		return Errorf(CodePayloadTooLarge, "the body is larger than %d bytes", l.MaxBodyBytes)
+	}
+	s := scanner{b: b, lim: l, maxDepth: l.MaxDepth + extraDepth}
+	return s.run()
+}
+
+type scanner struct {
+	b        []byte
+	i        int
+	lim      Limits
+	maxDepth int
+	// stack holds, per open container, '{' or '[' and its member count.
+	kinds  []byte
+	counts []int
+}
+
+func (s *scanner) syntax(what string) error {
+	return Errorf(CodeBadRequest, "not valid JSON: %s at byte %d", what, s.i)
+}
+
+func (s *scanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// run walks the value with an explicit stack. After each value it decides,
+// from the innermost open container, what may follow.
+func (s *scanner) run() error {
+	s.space()
+	for {
+		// Expect a value.
+		if s.i >= len(s.b) {
+			return s.syntax("unexpected end")
+		}
+		switch c := s.b[s.i]; {
+		case c == '{' || c == '[':
+			if len(s.kinds) >= s.maxDepth {
+				return limitError("nesting deeper than the depth limit", s.lim.MaxDepth, s.i)
+			}
+			s.kinds = append(s.kinds, c)
+			s.counts = append(s.counts, 0)
+			s.i++
+			s.space()
+			if s.i < len(s.b) && (s.b[s.i] == '}' && c == '{' || s.b[s.i] == ']' && c == '[') {
+				s.i++
+				s.kinds, s.counts = s.kinds[:len(s.kinds)-1], s.counts[:len(s.counts)-1]
+				break // an empty container is a complete value
+			}
+			if err := s.member(); err != nil {
+				return err
+			}
+			continue
+		case c == '"':
+			if err := s.str(); err != nil {
+				return err
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			if err := s.number(); err != nil {
+				return err
+			}
+		case c == 't':
+			if err := s.literal("true"); err != nil {
+				return err
+			}
+		case c == 'f':
+			if err := s.literal("false"); err != nil {
+				return err
+			}
+		case c == 'n':
+			if err := s.literal("null"); err != nil {
+				return err
+			}
+		default:
+			return s.syntax("unexpected character")
+		}
+		// A value is complete: close containers or move to the next member.
+		for {
+			s.space()
+			if len(s.kinds) == 0 {
+				if s.i != len(s.b) {
+					return s.syntax("data after the value")
+				}
+				return nil
+			}
+			if s.i >= len(s.b) {
+				return s.syntax("unexpected end")
+			}
+			top := s.kinds[len(s.kinds)-1]
+			c := s.b[s.i]
+			if c == ',' {
+				s.i++
+				s.space()
+				if err := s.member(); err != nil {
+					return err
+				}
+				break
+			}
+			if top == '{' && c == '}' || top == '[' && c == ']' {
+				s.i++
+				s.kinds, s.counts = s.kinds[:len(s.kinds)-1], s.counts[:len(s.counts)-1]
+				continue
+			}
+			return s.syntax("expected a comma or the end of the container")
+		}
+	}
+}
+
+// member starts the next member of the innermost container: it counts it
+// and, in an object, reads its name and colon, leaving s.i at the value.
+func (s *scanner) member() error {
+	n := len(s.counts) - 1
+	s.counts[n]++
+	if s.counts[n] > s.lim.MaxMembers {
+		return limitError("more members than the member limit", s.lim.MaxMembers, s.i)
+	}
+	if s.kinds[n] == '[' {
+		return nil
+	}
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return s.syntax("expected a member name")
+	}
+	if err := s.str(); err != nil {
+		return err
+	}
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != ':' {
+		return s.syntax("expected a colon")
+	}
+	s.i++
+	s.space()
+	return nil
+}
+
+func (s *scanner) str() error {
+	start := s.i
+	s.i++ // the opening quote
+	for {
+		if s.i >= len(s.b) {
+			return s.syntax("unterminated string")
+		}
+		if s.i-start-1 > s.lim.MaxStringBytes {
+			return limitError("a string longer than the string limit", s.lim.MaxStringBytes, start)
+		}
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			return nil
+		case c == '\\':
+			if s.i+1 >= len(s.b) {
+				return s.syntax("unterminated string")
+			}
+			switch s.b[s.i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i += 2
+			case 'u':
+				if s.i+6 > len(s.b) || !isHex4(s.b[s.i+2:s.i+6]) {
+					return s.syntax("invalid \\u escape")
+				}
+				s.i += 6
+			default:
+				return s.syntax("invalid escape")
+			}
+		case c < 0x20:
+			return s.syntax("control character in a string")
+		case c < utf8.RuneSelf:
+			s.i++
+		default:
+			r, size := utf8.DecodeRune(s.b[s.i:])
+			if r == utf8.RuneError && size == 1 {
+				return s.syntax("invalid UTF-8")
+			}
+			s.i += size
+		}
+	}
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *scanner) number() error {
+	start := s.i
+	if s.b[s.i] == '-' {
+		s.i++
+	}
+	digits := func() int {
+		n := 0
+		for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+			s.i++
+			n++
+		}
+		return n
+	}
+	if s.i < len(s.b) && s.b[s.i] == '0' {
+		s.i++
+	} else if digits() == 0 {
+		return s.syntax("invalid number")
+	}
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		s.i++
+		if digits() == 0 {
+			return s.syntax("invalid number")
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		if digits() == 0 {
+			return s.syntax("invalid number")
+		}
+	}
+	if s.i-start > s.lim.MaxNumberBytes {
+		return limitError("a number longer than the number limit", s.lim.MaxNumberBytes, start)
+	}
+	return nil
+}
+
+func (s *scanner) literal(word string) error {
+	if len(s.b)-s.i < len(word) || string(s.b[s.i:s.i+len(word)]) != word {
+		return s.syntax("invalid literal")
+	}
+	s.i += len(word)
+	return nil
+}

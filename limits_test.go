@@ -1,0 +1,99 @@
+package varplane_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/varplane/varplane"
+)
+
+func TestLimitsCheckJSON(t *testing.T) {
+	small := varplane.Limits{MaxBodyBytes: 1 << 10, MaxDepth: 3, MaxStringBytes: 10, MaxNumberBytes: 6, MaxMembers: 3}
+	tests := []struct {
+		name  string
+		in    string
+		extra int
+		code  varplane.Code
+	}{
+		{"scalar", `1`, 0, ""},
+		{"depth at the limit", `{"a":[{"b":1}]}`, 0, ""},
+		{"depth over the limit", `{"a":[{"b":[1]}]}`, 0, varplane.CodeLimitExceeded},
+		{"envelope allowance", `{"a":[{"b":[1]}]}`, 1, ""},
+		{"empty containers count", `[[[[]]]]`, 0, varplane.CodeLimitExceeded},
+		{"string at the limit", `"1234567890"`, 0, ""},
+		{"string over the limit", `"12345678901"`, 0, varplane.CodeLimitExceeded},
+		{"member name over the limit", `{"12345678901":1}`, 0, varplane.CodeLimitExceeded},
+		{"number at the limit", `123456`, 0, ""},
+		{"number over the limit", `1234567`, 0, varplane.CodeLimitExceeded},
+		{"members at the limit", `[1,2,3]`, 0, ""},
+		{"members over the limit", `[1,2,3,4]`, 0, varplane.CodeLimitExceeded},
+		{"object members over the limit", `{"a":1,"b":2,"c":3,"d":4}`, 0, varplane.CodeLimitExceeded},
+		{"body over the limit", `"` + strings.Repeat("a", 2000) + `"`, 0, varplane.CodePayloadTooLarge},
+		{"trailing data", `{} {}`, 0, varplane.CodeBadRequest},
+		{"trailing comma", `[1,]`, 0, varplane.CodeBadRequest},
+		{"bad utf-8", "\"\xff\"", 0, varplane.CodeBadRequest},
+		{"control character", "\"\x01\"", 0, varplane.CodeBadRequest},
+		{"bad escape", `"\x"`, 0, varplane.CodeBadRequest},
+		{"leading zero", `01`, 0, varplane.CodeBadRequest},
+		{"empty", ``, 0, varplane.CodeBadRequest},
+		{"white space", " \n[ 1 , 2 ]\t", 0, ""},
+		{"unclosed", `[1`, 0, varplane.CodeBadRequest},
+		{"mismatched", `[1}`, 0, varplane.CodeBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := small.CheckJSON([]byte(tt.in), tt.extra)
+			if got := code(err); got != tt.code {
+				t.Fatalf("CheckJSON(%q) = %v, want code %q", tt.in, err, tt.code)
+			}
+		})
+	}
+}
+
+func code(err error) varplane.Code {
+	if err == nil {
+		return ""
+	}
+	return varplane.ErrorCode(err)
+}
+
+func TestLimitsDeepDocumentIsRefusedCheaply(t *testing.T) {
+	// 200 KB of brackets: refused at the 65th level without recursion.
+	doc := []byte(strings.Repeat("[", 200_000) + strings.Repeat("]", 200_000))
+	err := varplane.DefaultLimits().CheckJSON(doc, 0)
+	var e *varplane.Error
+	if !errors.As(err, &e) || e.Code != varplane.CodeLimitExceeded || !strings.Contains(e.Message, "byte 64") {
+		t.Fatalf("got %v, want limit-exceeded at byte 64", err)
+	}
+}
+
+func TestLimitsValidate(t *testing.T) {
+	if err := (varplane.Limits{MaxDepth: varplane.MaxDepthCeiling}).Validate(); err != nil {
+		t.Fatalf("the ceiling itself: %v", err)
+	}
+	if err := (varplane.Limits{MaxDepth: varplane.MaxDepthCeiling + 1}).Validate(); err == nil {
+		t.Fatal("a depth over the ceiling was accepted")
+	}
+	if err := (varplane.Limits{MaxBodyBytes: varplane.MaxBodyCeiling + 1}).Validate(); err == nil {
+		t.Fatal("a body limit over the ceiling was accepted")
+	}
+}
+
+// FuzzLimitsCheckJSON holds the scanner to encoding/json's grammar: with
+// limits too wide to matter, it accepts exactly the valid UTF-8 that
+// json.Valid accepts (encoding/json alone lets invalid UTF-8 through).
+func FuzzLimitsCheckJSON(f *testing.F) {
+	for _, s := range []string{`{}`, `[1,2]`, `{"a":"b\u00e9"}`, `-0.5e+3`, `"\ud800"`, `[`, `{"a" 1}`, "\"\xc3\x28\"", ` true `, `nul`} {
+		f.Add([]byte(s))
+	}
+	wide := varplane.Limits{MaxBodyBytes: 1 << 30, MaxDepth: 1 << 20, MaxStringBytes: 1 << 30, MaxNumberBytes: 1 << 30, MaxMembers: 1 << 30}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := wide.CheckJSON(b, 0)
+		if got, want := err == nil, json.Valid(b) && utf8.Valid(b); got != want {
+			t.Fatalf("CheckJSON(%q) = %v, json.Valid = %v", b, err, want)
+		}
+	})
+}
