@@ -1,0 +1,549 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/varplane/varplane"
+)
+
+// BadRequest returns a bad-request error with a formatted message.
+func BadRequest(format string, args ...any) *varplane.Error {
+	return varplane.Errorf(varplane.CodeBadRequest, format, args...)
+}
+
+func tooLarge(limit int64) *varplane.Error {
+	return varplane.Errorf(varplane.CodePayloadTooLarge, "request body is larger than %d bytes", limit)
+}
+
+// DrainBytes bounds how much of an over-limit body ReadBody reads and throws
+// away before it answers 413, and DrainTimeout how long it spends on that.
+const (
+	DrainBytes   = 4 << 20
+	DrainTimeout = 2 * time.Second
+)
+
+// ReadBody reads the whole body of r, bounded by limit. Beyond the limit
+// (declared by Content-Length or found while reading) it answers
+// payload-too-large, after reading and discarding up to DrainBytes more of
+// the body: a client that writes its whole body before it reads (most do)
+// would otherwise meet a reset connection instead of the 413. The connection
+// is closed after the answer. A missing body is bad-request.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, BadRequest("request body is required")
+	}
+	if r.ContentLength > limit {
+		drain(w, r)
+		return nil, tooLarge(limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			drain(w, r)
+			return nil, tooLarge(limit)
+		}
+		return nil, BadRequest("request body could not be read")
+	}
+	return body, nil
+}
+
+// drain discards what is left of r's body, bounded in bytes and time, and
+// marks the connection to close after the answer.
+func drain(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Connection", "close")
+	if r.ProtoMajor >= 2 {
+		return // a stream is reset on its own; the connection lives on
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(DrainTimeout))
+	_, _ = io.CopyN(io.Discard, r.Body, DrainBytes)
+}
+
+// CheckContentType refuses (415 unsupported-media-type) a write whose
+// Content-Type is present and is none of types (compared without
+// parameters, case-insensitively). A missing Content-Type is accepted, so
+// that curl without -H works; the form types a browser sends across origins
+// without asking (urlencoded, multipart, text/plain) are never among types.
+func CheckContentType(r *http.Request, types ...string) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil {
+		for _, t := range types {
+			if strings.EqualFold(mt, t) {
+				return nil
+			}
+		}
+	}
+	return varplane.Errorf(varplane.CodeUnsupportedMediaType, "the body must be %s", strings.Join(types, " or "))
+}
+
+// DecodeStrict decodes one JSON object from body into dst (a pointer to a
+// struct of the request shape). It first holds the whole body to lim (its
+// document may sit one level down, so the body may nest one level more than
+// a document), then refuses unknown fields (matched exactly: encoding/json
+// alone would accept "expectedgeneration"), duplicate fields, wrongly typed
+// fields and trailing data, as bad-request naming the field (never its
+// value); a limit passed is limit-exceeded, invalid JSON or UTF-8
+// bad-request.
+func DecodeStrict(body []byte, dst any, lim varplane.Limits) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return BadRequest("request body is required")
+	}
+	if err := lim.CheckJSON(body, 1); err != nil {
+		return err
+	}
+	// The common case, a valid body, takes one Unmarshal (which checks the
+	// grammar before it stores anything) and a scan of the top-level keys.
+	// Invalid JSON goes the token-by-token way, which knows where and how
+	// the body is wrong. Both ways give the same answers
+	// (FuzzDecodeStrictFastPath): a field error before a type error.
+	err := json.Unmarshal(body, dst)
+	if syn := (*json.SyntaxError)(nil); errors.As(err, &syn) {
+		return decodeStrictTokens(body, dst)
+	}
+	if kerr := checkTopKeys(body, jsonFields(dst)); kerr != nil {
+		return kerr
+	}
+	if err != nil {
+		return decodeError(err)
+	}
+	return nil
+}
+
+// decodeStrictTokens is decodeStrict for any body, with a json.Decoder:
+// slower, and the way that reports where invalid JSON breaks.
+func decodeStrictTokens(body []byte, dst any) error {
+	if err := checkFields(body, jsonFields(dst)); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return BadRequest("request body has data after the JSON object")
+	}
+	return nil
+}
+
+// checkTopKeys is checkFields for a body known to be valid JSON: it walks
+// the top-level object's keys without decoding the values.
+func checkTopKeys(body []byte, fields map[string]bool) error {
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return BadRequest("request body must be a JSON object")
+	}
+	seen := make(map[string]bool, len(fields))
+	i = skipSpace(body, i+1)
+	for body[i] != '}' {
+		end := skipString(body, i)
+		raw := body[i:end]
+		name := string(raw[1 : len(raw)-1])
+		if bytes.IndexByte(raw, '\\') >= 0 {
+			if err := json.Unmarshal(raw, &name); err != nil {
+				return BadRequest("request body is not a valid request")
+			}
+		}
+		if err := checkField(name, fields, seen); err != nil {
+			return err
+		}
+		i = skipSpace(body, end) // at ':'
+		i = skipSpace(body, i+1) // at the value
+		i = skipSpace(body, skipValue(body, i))
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+	}
+	return nil
+}
+
+// checkField refuses a top-level key that is not exactly one of fields, or
+// that seen already holds, and records it in seen.
+func checkField(name string, fields, seen map[string]bool) error {
+	if !fields[name] {
+		if safeName(name) {
+			return BadRequest("unknown field %s", name)
+		}
+		return BadRequest("request body has an unknown field")
+	}
+	if seen[name] {
+		return BadRequest("field %s is given more than once", name)
+	}
+	seen[name] = true
+	return nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string that starts at b[i].
+func skipString(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// skipValue returns the index just past the value that starts at b[i], in
+// valid JSON.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+		i++
+	}
+	return i
+}
+
+// checkFields walks the top-level object of body and refuses a key that is
+// not exactly one of fields, or that appears twice.
+func checkFields(body []byte, fields map[string]bool) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.Token()
+	if err != nil {
+		return decodeError(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return BadRequest("request body must be a JSON object")
+	}
+	seen := make(map[string]bool, len(fields))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return decodeError(err)
+		}
+		name, _ := tok.(string)
+		if err := checkField(name, fields, seen); err != nil {
+			return err
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return decodeError(err)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err == nil || errors.As(err, new(*json.SyntaxError)) {
+			return BadRequest("request body has data after the JSON object")
+		}
+		return decodeError(err)
+	}
+	return nil
+}
+
+var fieldSets sync.Map // reflect.Type -> map[string]bool
+
+// jsonFields returns the JSON names of the struct dst points to.
+func jsonFields(dst any) map[string]bool {
+	t := reflect.TypeOf(dst).Elem()
+	if f, ok := fieldSets.Load(t); ok {
+		return f.(map[string]bool)
+	}
+	f := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			f[name] = true
+		}
+	}
+	fieldSets.Store(t, f)
+	return f
+}
+
+func decodeError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return BadRequest("request body is not valid JSON (at byte %d)", syn.Offset)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return BadRequest("request body must be a JSON object")
+		}
+		return BadRequest("field %s must be %s", typ.Field, jsonKind(typ.Type.Kind().String()))
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return BadRequest("request body is truncated JSON")
+	}
+	const prefix = "json: unknown field "
+	if msg := err.Error(); strings.HasPrefix(msg, prefix) {
+		name, uerr := strconv.Unquote(strings.TrimPrefix(msg, prefix))
+		if uerr == nil && safeName(name) {
+			return BadRequest("unknown field %s", name)
+		}
+		return BadRequest("request body has an unknown field")
+	}
+	return BadRequest("request body is not a valid request")
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "struct", "map":
+		return "an object"
+	case "slice", "array":
+		return "an array"
+	case "bool":
+		return "a boolean"
+	}
+	return "of another type"
+}
+
+// safeName reports whether an unknown field name may be shown back: short and
+// made of identifier characters only, so that an error never carries
+// arbitrary client text.
+func safeName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Generation reads a generation given as raw JSON: a non-negative
+// integer literal, at most the largest uint64. Negative, fractional and
+// exponent forms, strings and other types are refused naming the field.
+func Generation(field string, raw json.RawMessage) (varplane.Generation, error) {
+	s := string(bytes.TrimSpace(raw))
+	return GenerationText(field, s)
+}
+
+func GenerationText(field, s string) (varplane.Generation, error) {
+	if s == "" {
+		return 0, BadRequest("%s is required", field)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, BadRequest("%s must be a non-negative integer", field)
+		}
+	}
+	if len(s) > 1 && s[0] == '0' {
+		return 0, BadRequest("%s must be a non-negative integer without leading zeros", field)
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, BadRequest("%s is larger than the largest generation", field)
+	}
+	return varplane.Generation(n), nil
+}
+
+// IsNull reports whether a raw field is absent or JSON null.
+func IsNull(raw json.RawMessage) bool {
+	s := bytes.TrimSpace(raw)
+	return len(s) == 0 || string(s) == "null"
+}
+
+// RequiredScope parses a required scope field of a body, naming field in
+// its errors.
+func RequiredScope(field string, s *string) (varplane.Scope, error) {
+	if s == nil {
+		return "", BadRequest("%s is required", field)
+	}
+	return ScopeField(field, *s)
+}
+
+// ScopeField parses a scope given as field, naming field in its errors.
+func ScopeField(field, s string) (varplane.Scope, error) {
+	sc, err := varplane.ParseScope(s)
+	if err != nil {
+		return "", BadRequest("%s: %s", field, varplane.ErrorMessage(err))
+	}
+	return sc, nil
+}
+
+// Optional returns *s, or "" when the field was absent.
+func Optional(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// QueryParams walks a raw query string, calling fn for each name=value pair
+// with both unescaped. It allocates only when a part is escaped, so the read
+// path stays cheap. A malformed escape is bad-request.
+func QueryParams(raw string, fn func(name, value string) error) error {
+	for raw != "" {
+		var part string
+		if i := strings.IndexByte(raw, '&'); i >= 0 {
+			part, raw = raw[:i], raw[i+1:]
+		} else {
+			part, raw = raw, ""
+		}
+		if part == "" {
+			continue
+		}
+		name, value, _ := strings.Cut(part, "=")
+		var err error
+		if name, err = unescape(name); err != nil {
+			return err
+		}
+		if value, err = unescape(value); err != nil {
+			return err
+		}
+		if err := fn(name, value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func unescape(s string) (string, error) {
+	if strings.IndexByte(s, '%') < 0 && strings.IndexByte(s, '+') < 0 {
+		return s, nil
+	}
+	u, err := url.QueryUnescape(s)
+	if err != nil {
+		return "", BadRequest("query string has a malformed escape")
+	}
+	return u, nil
+}
+
+// ParseReadScope extracts the scope of GET {base} from a raw query string:
+// exactly one key (which must contain a dot) or one group (which must not).
+// Missing, doubled, conflicting or malformed scopes are bad-request.
+// Unrelated parameters are ignored.
+func ParseReadScope(rawQuery string) (varplane.Scope, error) {
+	var scope, field string
+	err := QueryParams(rawQuery, func(name, value string) error {
+		if name != "key" && name != "group" {
+			return nil
+		}
+		if field != "" {
+			return BadRequest("give exactly one key or group parameter")
+		}
+		field, scope = name, value
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if field == "" {
+		return "", BadRequest("a key or group parameter is required")
+	}
+	return CheckKind(field, scope)
+}
+
+// CheckKind validates a key/group/prefix query value.
+func CheckKind(field, value string) (varplane.Scope, error) {
+	sc, err := ScopeField(field, value)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case field == "key" && sc.IsGroup():
+		return "", BadRequest("key must contain a dot (use group for a single segment)")
+	case field == "group" && sc.IsKey():
+		return "", BadRequest("group must not contain a dot (use key)")
+	}
+	return sc, nil
+}
+
+// SingleParams extracts the named parameters of an admin query, each at
+// most once; a repeated one is bad-request.
+func SingleParams(rawQuery string, names ...string) (map[string]string, error) {
+	out := make(map[string]string, len(names))
+	err := QueryParams(rawQuery, func(name, value string) error {
+		for _, n := range names {
+			if n == name {
+				if _, dup := out[name]; dup {
+					return BadRequest("parameter %s is given more than once", name)
+				}
+				out[name] = value
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// MaxBatchScopes bounds the scopes of one batch read or watch request.
+const MaxBatchScopes = 256
+
+// Target is one scope a batch or watch request names. Subtree is set for a
+// watch prefix: the scope and all its descendants.
+type Target struct {
+	Scope   varplane.Scope
+	Subtree bool
+}
+
+// Targets reads the repeatable key, group and (when prefixes) prefix
+// parameters in request order.
+func Targets(rawQuery string, prefixes bool) ([]Target, error) {
+	var out []Target
+	err := QueryParams(rawQuery, func(name, value string) error {
+		switch {
+		case name == "key" || name == "group":
+		case name == "prefix" && prefixes:
+		default:
+			return nil
+		}
+		if len(out) == MaxBatchScopes {
+			return BadRequest("at most %d scopes per request", MaxBatchScopes)
+		}
+		var sc varplane.Scope
+		var err error
+		if name == "prefix" {
+			sc, err = ScopeField(name, value)
+		} else {
+			sc, err = CheckKind(name, value)
+		}
+		if err != nil {
+			return err
+		}
+		out = append(out, Target{Scope: sc, Subtree: name == "prefix"})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, BadRequest("at least one key or group parameter is required")
+	}
+	return out, nil
+}
