@@ -78,6 +78,7 @@ type Event struct {
 	Generation         Generation      `json:"generation,omitempty"`
 	PreviousGeneration *Generation     `json:"previousGeneration,omitempty"`
 	Actor              string          `json:"actor,omitempty"`
+	OnBehalfOf         string          `json:"onBehalfOf,omitempty"`
 	Reason             string          `json:"reason,omitempty"`
 	IdempotencyKey     string          `json:"idempotencyKey,omitempty"`
 	RequestHash        string          `json:"requestHash,omitempty"`

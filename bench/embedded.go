@@ -47,8 +47,7 @@ func embeddedMain(args []string) int {
 	defer engine.Close()
 	hub := push.New(engine, push.Options{Logger: log})
 	defer hub.Close()
-	allow := func(context.Context, httpapi.Request) error { return nil }
-	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Logger: log, Authorizer: httpapi.AuthorizerFunc(allow),
+	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Logger: log, Authorizer: varplane.AllowAll,
 		Watch: push.NewSSEHandler(hub, push.SSEOptions{Logger: log})})
 	defer api.Close()
 	srv := httpapi.NewServer(addr, api)

@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -15,56 +14,24 @@ import (
 	"github.com/varplane/varplane"
 )
 
-// Kind is what a request does, as the Authorizer sees it.
-type Kind string
+// Kind is varplane.Kind, the kind of a request as an Authorizer sees it.
+type Kind = varplane.Kind
 
-// The request kinds. Audit is distinct from read so that the audit trail
-// (actors, reasons, past documents) can be guarded without closing the data
-// plane.
+// The request kinds of the var API (see varplane.Kind).
 const (
-	KindRead   Kind = "read"   // GET {base}, {base}/batch, {base}/watch
-	KindAudit  Kind = "audit"  // GET {base}/admin/*
-	KindMutate Kind = "mutate" // POST {base}/admin/*
+	KindRead   = varplane.KindRead   // GET {base}, {base}/batch, {base}/watch
+	KindAudit  = varplane.KindAudit  // GET {base}/admin/*
+	KindMutate = varplane.KindMutate // POST {base}/admin/*
 )
 
-// Request is what an Authorizer decides on. Scope is taken from the query
-// (key, group, scope, prefix) for reads and audits and from the already
-// parsed, size-limited body for mutations; it is empty only for a validate
-// request without a scope. Subtree is set when the request covers Scope and
-// all its descendants (a watch prefix). Token is the bearer token of the
-// Authorization header, empty when there is none.
-type Request struct {
-	Kind    Kind
-	Scope   varplane.Scope
-	Subtree bool
-	Token   string
-	Method  string
-	Path    string
-}
+// Authorizer is varplane.Authorizer: the one authorizer shape every entrance
+// of the server calls.
+type Authorizer = varplane.Authorizer
 
-// Authorizer decides whether a request may proceed. Authorize returns nil to
-// allow; a *varplane.Error with code forbidden (403) or unauthorized (401) to
-// deny; any other error (or a panic) fails the request closed with 500
-// internal, and nothing of the error reaches the client. It is called once
-// per scope a request names, concurrently from many requests.
-type Authorizer interface {
-	Authorize(ctx context.Context, req Request) error
-}
-
-// AuthorizerFunc adapts a function to Authorizer.
-type AuthorizerFunc func(ctx context.Context, req Request) error
-
-// Authorize calls f.
-func (f AuthorizerFunc) Authorize(ctx context.Context, req Request) error { return f(ctx, req) }
-
-// AllowAll allows every request. Passing it explicitly as Options.Authorizer
-// documents the choice and silences the warning NewHandler prints when no
-// authorizer is given.
-var AllowAll Authorizer = allowAll{}
-
-type allowAll struct{}
-
-func (allowAll) Authorize(context.Context, Request) error { return nil }
+// AllowAll allows every request as varplane.Anonymous. Passing it explicitly
+// as Options.Authorizer documents the choice and silences the warning
+// NewHandler prints when no authorizer is given.
+var AllowAll = varplane.AllowAll
 
 var (
 	warnAllowAll sync.Once
@@ -78,28 +45,16 @@ func defaultAuthorizer() Authorizer {
 	return AllowAll
 }
 
-// bearerToken returns the token of an "Authorization: Bearer <token>"
-// header (scheme case-insensitive), or "".
-func bearerToken(r *http.Request) string {
-	// Direct map access: the server canonicalizes header names already.
-	vs := r.Header["Authorization"]
-	if len(vs) == 0 {
-		return ""
-	}
-	v := vs[0]
-	const scheme = "bearer "
-	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
-		return ""
-	}
-	return strings.TrimSpace(v[len(scheme):])
-}
-
 // Grant is what one bearer token may do. Empty Kinds allows every kind;
 // empty Prefixes allows every scope. A prefix ending in "." matches the
 // scopes below it ("a." matches "a.b" but not "a"); any other prefix matches
 // that scope and its descendants ("b" matches "b" and "b.c", not "bc"); "*"
-// matches everything. ID and Roles are carried for identity-aware
-// authorizers and are not interpreted here.
+// matches everything. ID names the caller in the audit log (a grant without
+// one is named by its position, "token-<n>", never by anything derived from
+// its secret). Roles are the caller's roles on role-guarded routes; a grant
+// without roles holds every role when it is bare (no kinds, no prefixes) and
+// none when kinds or prefixes narrow it, so a token narrowed on one API is
+// never wider on another.
 type Grant struct {
 	Token    string
 	Kinds    []Kind
@@ -108,7 +63,10 @@ type Grant struct {
 	Roles    []string
 }
 
-func (g *Grant) allows(req Request) bool {
+func (g *Grant) allows(req varplane.Access) bool {
+	if req.Kind == varplane.KindIdentify {
+		return true // identify only authenticates; the route checks roles
+	}
 	if len(g.Kinds) > 0 {
 		ok := false
 		for _, k := range g.Kinds {
@@ -150,8 +108,9 @@ type ScopedAuthorizer struct {
 }
 
 type scopedGrant struct {
-	digest [sha256.Size]byte
-	grant  Grant
+	digest   [sha256.Size]byte
+	grant    Grant
+	identity varplane.Identity
 }
 
 // Scoped returns an authorizer for grants. It returns an error when a grant
@@ -174,9 +133,21 @@ func Scoped(grants []Grant) (*ScopedAuthorizer, error) {
 			return nil, fmt.Errorf("grant %d: token given twice", i+1)
 		}
 		seen[d] = true
-		a.grants = append(a.grants, scopedGrant{digest: d, grant: g})
+		a.grants = append(a.grants, scopedGrant{digest: d, grant: g, identity: grantIdentity(i, g)})
 	}
 	return a, nil
+}
+
+// grantIdentity is the identity a grant acts as (see Grant).
+func grantIdentity(i int, g Grant) varplane.Identity {
+	id := varplane.Identity{ID: g.ID, Roles: g.Roles}
+	if id.ID == "" {
+		id.ID = fmt.Sprintf("token-%d", i+1)
+	}
+	if id.Roles == nil && len(g.Kinds) == 0 && len(g.Prefixes) == 0 {
+		id.Roles = []string{"*"}
+	}
+	return id
 }
 
 // StaticTokens returns an authorizer that accepts any of tokens for every
@@ -192,6 +163,14 @@ func StaticTokens(tokens []string) (*ScopedAuthorizer, error) {
 // Lookup returns the grant of token, or false. The comparison is constant
 // time per grant.
 func (a *ScopedAuthorizer) Lookup(token string) (Grant, bool) {
+	g := a.lookup(token)
+	if g == nil {
+		return Grant{}, false
+	}
+	return g.grant, true
+}
+
+func (a *ScopedAuthorizer) lookup(token string) *scopedGrant {
 	d := sha256.Sum256([]byte(token))
 	found := -1
 	for i := range a.grants {
@@ -200,24 +179,26 @@ func (a *ScopedAuthorizer) Lookup(token string) (Grant, bool) {
 		}
 	}
 	if found < 0 {
-		return Grant{}, false
+		return nil
 	}
-	return a.grants[found].grant, true
+	return &a.grants[found]
 }
 
-// Authorize implements Authorizer.
-func (a *ScopedAuthorizer) Authorize(_ context.Context, req Request) error {
+// Authorize implements varplane.Authorizer: 401 without a token, 403 for an
+// unknown token or one whose grant does not cover the request, and the
+// grant's identity otherwise.
+func (a *ScopedAuthorizer) Authorize(_ context.Context, req varplane.Access) (varplane.Identity, error) {
 	if req.Token == "" {
-		return varplane.Errorf(varplane.CodeUnauthorized, "a bearer token is required")
+		return varplane.Identity{}, varplane.Errorf(varplane.CodeUnauthorized, "a bearer token is required")
 	}
-	g, ok := a.Lookup(req.Token)
-	if !ok {
-		return varplane.Errorf(varplane.CodeForbidden, "the token is not accepted")
+	g := a.lookup(req.Token)
+	if g == nil {
+		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token is not accepted")
 	}
-	if !g.allows(req) {
-		return varplane.Errorf(varplane.CodeForbidden, "the token does not allow %s on this scope", req.Kind)
+	if !g.grant.allows(req) {
+		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token does not allow %s on this scope", req.Kind)
 	}
-	return nil
+	return g.identity, nil
 }
 
 // LoadTokenFile reads a tokens file (see ParseTokens) from path.

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,15 +14,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
 
 // DefaultBase is the base path when Options.Base is empty.
 const DefaultBase = "/vars"
 
 // CodeMethodNotAllowed is the code of a 405 answer: the route exists, the
-// method does not. It is an HTTP routing condition, not a domain error, so it
-// has no counterpart in package varplane.
-const CodeMethodNotAllowed varplane.Code = "method-not-allowed"
+// method does not.
+const CodeMethodNotAllowed = varplane.CodeMethodNotAllowed
 
 // Options configure a Handler. The zero value serves the route table under
 // /vars, allows every request (with a one-time warning) and bounds bodies at
@@ -37,8 +38,10 @@ type Options struct {
 	// AllowAll, with a one-time warning on stderr.
 	Authorizer Authorizer
 
-	// MaxBodyBytes bounds request bodies (DefaultMaxBodyBytes when 0).
-	// Larger bodies are answered 413 payload-too-large.
+	// MaxBodyBytes bounds request bodies (the engine's Limits.MaxBodyBytes
+	// when 0). Larger bodies are answered 413 payload-too-large. The other
+	// document limits are the engine's (varplane.Options.Limits): a body is
+	// held to the same numbers at decode time as its document in the engine.
 	MaxBodyBytes int64
 
 	// Logger receives request logs and internal errors (slog.Default when
@@ -76,7 +79,7 @@ type Handler struct {
 	engine  *varplane.Engine
 	base    string
 	auth    Authorizer
-	maxBody int64
+	limits  varplane.Limits
 	log     *slog.Logger
 	ready   func(ctx context.Context) error
 	watch   http.Handler
@@ -107,7 +110,7 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 		engine:  engine,
 		base:    normalizeBase(opts.Base),
 		auth:    opts.Authorizer,
-		maxBody: opts.MaxBodyBytes,
+		limits:  engine.Limits(),
 		log:     opts.Logger,
 		ready:   opts.Ready,
 		watch:   opts.Watch,
@@ -118,8 +121,8 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	if h.auth == nil {
 		h.auth = defaultAuthorizer()
 	}
-	if h.maxBody <= 0 {
-		h.maxBody = DefaultMaxBodyBytes
+	if opts.MaxBodyBytes > 0 {
+		h.limits.MaxBodyBytes = opts.MaxBodyBytes
 	}
 	if h.log == nil {
 		h.log = slog.Default()
@@ -220,7 +223,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.log.LogAttrs(r.Context(), slog.LevelError, "handler panicked",
 				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("panic", fmt.Sprint(p)))
 			if !sw.wrote {
-				writeJSON(sw, http.StatusInternalServerError, ErrorBody{Code: varplane.CodeInternal, Error: "internal error"})
+				h.writeError(sw, r, errors.New("handler panicked"))
 			}
 		}
 		h.finish(r, rt, sw, start)
@@ -256,7 +259,11 @@ func (h *Handler) answerUnmatched(w http.ResponseWriter, r *http.Request, next h
 		h.writeError(w, r, &varplane.Error{Code: CodeMethodNotAllowed, Message: "method " + r.Method + " is not allowed on this route"})
 		return
 	}
-	h.writeError(w, r, varplane.Errorf(varplane.CodeNotFound, "no such route"))
+	e := varplane.Errorf(varplane.CodeNotFound, "no such route")
+	if h.base != "" && r.URL.Path != h.base && !strings.HasPrefix(r.URL.Path, h.base+"/") {
+		e.Hint = "the var API is mounted under " + h.base
+	}
+	h.writeError(w, r, e)
 }
 
 func (h *Handler) finish(r *http.Request, rt *route, sw *statusWriter, start time.Time) {
@@ -285,23 +292,13 @@ func (h *Handler) finish(r *http.Request, rt *route, sw *statusWriter, start tim
 		slog.Int64("bytes", sw.bytes))
 }
 
-// authorize runs the authorizer for one scope. A denial is returned as is;
-// any other failure, including a panic, becomes internal so that the request
-// fails closed and nothing of the cause reaches the client.
-func (h *Handler) authorize(r *http.Request, kind Kind, scope varplane.Scope, subtree bool) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("authorizer panicked: %v", p)
-		}
-	}()
-	err = h.auth.Authorize(r.Context(), Request{
-		Kind: kind, Scope: scope, Subtree: subtree, Token: bearerToken(r),
-		Method: r.Method, Path: r.URL.Path,
+// authorize runs the authorizer for one scope through varplane.Authorize,
+// which fails closed: a denial is returned as is, anything else is internal
+// and nothing of the cause reaches the client.
+func (h *Handler) authorize(r *http.Request, kind Kind, scope varplane.Scope, subtree bool) (varplane.Identity, error) {
+	return varplane.Authorize(r.Context(), h.auth, varplane.Access{
+		Kind: kind, Scope: scope, Subtree: subtree, Token: wire.RequestBearer(r),
 	})
-	if err != nil && varplane.ErrorCode(err) == varplane.CodeInternal {
-		return fmt.Errorf("authorizer failed: %w", err)
-	}
-	return err
 }
 
 // statusWriter records the status and size of a response. It unwraps to

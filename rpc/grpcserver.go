@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
 	v1 "github.com/varplane/varplane/rpc/gen/varplane/v1"
 	"github.com/varplane/varplane/rpc/gen/varplane/v1/varplanev1connect"
@@ -639,7 +640,7 @@ func (c *h2conn) startStream(st *h2stream) {
 			c.endStream(st, &grpcStatus{code: int(connect.CodeInvalidArgument), message: err.Error()})
 			return
 		}
-		sub, err := subscribe(c.ctx, c.srv.hub, c.srv.authorize, msg, bearer(rs.auth), push.SubscribeOptions{Notify: func() { c.markReady(st) }})
+		sub, err := subscribe(c.ctx, c.srv.hub, c.srv.authorize, msg, wire.Bearer(rs.auth), push.SubscribeOptions{Notify: func() { c.markReady(st) }})
 		if err != nil {
 			c.endStream(st, statusOf(err))
 			return

@@ -22,7 +22,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
 	v1 "github.com/varplane/varplane/rpc/gen/varplane/v1"
 	"github.com/varplane/varplane/rpc/gen/varplane/v1/varplanev1connect"
@@ -48,15 +48,11 @@ const DefaultHeartbeat = 15 * time.Second
 // client accepts compression).
 const CompressMinBytes = 8 << 10
 
-// Authorizer decides whether the bearer token (empty when the request had
-// none) may read every one of scopes; subtree is true when the scopes are
-// prefixes, so that each one covers itself and all its descendants (the
-// same as httpapi.Request.Subtree). Subscribe calls it once for the keys and
-// groups (subtree false) and once for the prefixes (subtree true), skipping
-// an empty list. It returns nil to allow, varplane.ErrForbidden (or any
-// *varplane.Error with code forbidden or unauthorized) to deny; any other
-// error fails closed as Internal.
-type Authorizer func(ctx context.Context, token string, subtree bool, scopes ...varplane.Scope) error
+// Authorizer is varplane.Authorizer, the one authorizer shape of every
+// entrance. Subscribe asks it for kind read once per key and group, and once
+// per prefix with Subtree set; nil allows every request.
+type Authorizer = varplane.Authorizer
+
 
 // HandlerOptions tune NewHandlerWith. The zero value selects the defaults.
 type HandlerOptions struct {
@@ -98,7 +94,7 @@ var _ varplanev1connect.PushServiceHandler = (*service)(nil)
 
 // Subscribe implements PushService.Subscribe.
 func (s *service) Subscribe(ctx context.Context, req *connect.Request[v1.SubscribeRequest], stream *connect.ServerStream[v1.SnapshotBatch]) error {
-	sub, err := subscribe(ctx, s.hub, s.authorize, req.Msg, bearer(req.Header().Get("Authorization")), push.SubscribeOptions{})
+	sub, err := subscribe(ctx, s.hub, s.authorize, req.Msg, wire.Bearer(req.Header().Get("Authorization")), push.SubscribeOptions{})
 	if err != nil {
 		return toConnect(err)
 	}
@@ -172,11 +168,10 @@ func subscribe(ctx context.Context, hub *push.Hub, authorize Authorizer, m *v1.S
 			subtree bool
 			scopes  []varplane.Scope
 		}{{false, exact}, {true, f.Prefixes}} {
-			if len(part.scopes) == 0 {
-				continue
-			}
-			if err := authorize(ctx, token, part.subtree, part.scopes...); err != nil {
-				return nil, authError(err)
+			for _, sc := range part.scopes {
+				if _, err := varplane.Authorize(ctx, authorize, varplane.Access{Kind: varplane.KindRead, Scope: sc, Subtree: part.subtree, Token: token}); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -221,24 +216,6 @@ func scopes(in []string) []varplane.Scope {
 		out[i] = varplane.Scope(s)
 	}
 	return out
-}
-
-func bearer(h string) string {
-	const p = "bearer "
-	if len(h) > len(p) && strings.EqualFold(h[:len(p)], p) {
-		return strings.TrimSpace(h[len(p):])
-	}
-	return ""
-}
-
-// authError keeps a denial a denial and turns anything else into a
-// fail-closed internal error that echoes nothing.
-func authError(err error) error {
-	switch varplane.ErrorCode(err) {
-	case varplane.CodeForbidden, varplane.CodeUnauthorized:
-		return err
-	}
-	return &varplane.Error{Code: varplane.CodeInternal, Message: "internal error", Err: err}
 }
 
 // CodeOf maps a varplane error code to the Connect/gRPC code; this is the one

@@ -432,6 +432,7 @@ func (tx *Tx) apply(e *varplane.Event) {
 				Generation:         c.Generation,
 				PreviousGeneration: &prev,
 				Actor:              e.Actor,
+				OnBehalfOf:         e.OnBehalfOf,
 				Reason:             reason,
 				Timestamp:          e.Timestamp,
 			})
@@ -538,7 +539,7 @@ func wellFormed(ev *varplane.Event, known, decoded bool) error {
 		return badRequest("event kind %q is not one of revision-created, activated, deactivated, rejected", ev.Kind)
 	}
 	for _, f := range [...]struct{ name, v string }{
-		{"actor", ev.Actor}, {"reason", ev.Reason}, {"schemaId", ev.SchemaID}, {"schemaVersion", ev.SchemaVersion},
+		{"actor", ev.Actor}, {"onBehalfOf", ev.OnBehalfOf}, {"reason", ev.Reason}, {"schemaId", ev.SchemaID}, {"schemaVersion", ev.SchemaVersion},
 		{"idempotencyKey", ev.IdempotencyKey}, {"requestHash", ev.RequestHash}, {"rejectionReason", ev.RejectionReason},
 	} {
 		if !utf8.ValidString(f.v) {

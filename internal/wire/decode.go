@@ -372,6 +372,14 @@ func GenerationText(field, s string) (varplane.Generation, error) {
 	return varplane.Generation(n), nil
 }
 
+// RequiredGeneration is Generation for a field that must be given.
+func RequiredGeneration(field string, raw json.RawMessage) (varplane.Generation, error) {
+	if IsNull(raw) {
+		return 0, BadRequest("%s is required", field)
+	}
+	return Generation(field, raw)
+}
+
 // IsNull reports whether a raw field is absent or JSON null.
 func IsNull(raw json.RawMessage) bool {
 	s := bytes.TrimSpace(raw)

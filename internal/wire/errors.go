@@ -100,10 +100,10 @@ func BodyOf(err error) ErrorBody {
 	if code == varplane.CodeInternal || !errors.As(err, &e) {
 		return b
 	}
-	b.Hint, b.Limit = e.Hint, e.Limit
+	b.Hint, b.Limit, b.Scope = e.Hint, e.Limit, e.Scope
 	switch code {
 	case varplane.CodeRevisionConflict:
-		b.Scope, b.ExpectedGeneration, b.CurrentGeneration = e.Scope, e.Expected, e.Current
+		b.ExpectedGeneration, b.CurrentGeneration = e.Expected, e.Current
 	case varplane.CodeRevisionInvalid, varplane.CodeInvalidConfiguration:
 		b.Issues = e.Issues
 		if b.Issues == nil {

@@ -41,6 +41,7 @@ func AppendEvent(b []byte, ev *varplane.Event) []byte {
 		b = strconv.AppendUint(b, uint64(*ev.PreviousGeneration), 10)
 	}
 	b = appendField(b, "actor", ev.Actor)
+	b = appendField(b, "onBehalfOf", ev.OnBehalfOf)
 	b = appendField(b, "reason", ev.Reason)
 	b = appendField(b, "idempotencyKey", ev.IdempotencyKey)
 	b = appendField(b, "requestHash", ev.RequestHash)
@@ -282,6 +283,8 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 		}
 	case "actor":
 		err = d.strField(&ev.Actor)
+	case "onBehalfOf":
+		err = d.strField(&ev.OnBehalfOf)
 	case "reason":
 		err = d.strField(&ev.Reason)
 	case "idempotencyKey":

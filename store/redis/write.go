@@ -320,9 +320,10 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 // cascadeTail is the part of a descendant's deactivated event after its
 // generations.
 type cascadeTail struct {
-	Actor     string    `json:"actor,omitempty"`
-	Reason    string    `json:"reason"`
-	Timestamp time.Time `json:"timestamp"`
+	Actor      string    `json:"actor,omitempty"`
+	OnBehalfOf string    `json:"onBehalfOf,omitempty"`
+	Reason     string    `json:"reason"`
+	Timestamp  time.Time `json:"timestamp"`
 }
 
 // AppendSubtreeDeactivation deactivates ev.Scope at generation expected+1
@@ -354,7 +355,7 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
 	evJSON = bytes.TrimSuffix(evJSON, []byte("}"))
-	tail, err := json.Marshal(cascadeTail{Actor: ev.Actor, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
+	tail, err := json.Marshal(cascadeTail{Actor: ev.Actor, OnBehalfOf: ev.OnBehalfOf, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
