@@ -210,4 +210,3 @@ func DecodeRollback(body []byte, lim varplane.Limits) (varplane.RollbackRequest,
 	}
 	return req, nil
 }
-

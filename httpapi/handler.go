@@ -76,13 +76,13 @@ type Options struct {
 
 // Handler serves the route table of one plane. Build it with NewHandler.
 type Handler struct {
-	engine  *varplane.Engine
-	base    string
-	auth    Authorizer
-	limits  varplane.Limits
-	log     *slog.Logger
-	ready   func(ctx context.Context) error
-	watch   http.Handler
+	engine *varplane.Engine
+	base   string
+	auth   Authorizer
+	limits varplane.Limits
+	log    *slog.Logger
+	ready  func(ctx context.Context) error
+	watch  http.Handler
 
 	mux       *http.ServeMux
 	ops       *http.ServeMux
@@ -107,16 +107,16 @@ type route struct {
 // registry). Call Close to stop following the engine's commits.
 func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h := &Handler{
-		engine:  engine,
-		base:    normalizeBase(opts.Base),
-		auth:    opts.Authorizer,
-		limits:  engine.Limits(),
-		log:     opts.Logger,
-		ready:   opts.Ready,
-		watch:   opts.Watch,
-		mux:     http.NewServeMux(),
-		ops:     http.NewServeMux(),
-		routes:  map[string]*route{},
+		engine: engine,
+		base:   normalizeBase(opts.Base),
+		auth:   opts.Authorizer,
+		limits: engine.Limits(),
+		log:    opts.Logger,
+		ready:  opts.Ready,
+		watch:  opts.Watch,
+		mux:    http.NewServeMux(),
+		ops:    http.NewServeMux(),
+		routes: map[string]*route{},
 	}
 	if h.auth == nil {
 		h.auth = defaultAuthorizer()

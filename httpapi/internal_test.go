@@ -36,4 +36,3 @@ func TestDefaultAuthorizerWarnsOnce(t *testing.T) {
 		t.Errorf("explicit AllowAll warned: %q", buf.String())
 	}
 }
-

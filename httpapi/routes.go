@@ -128,7 +128,6 @@ func (h *Handler) handleBatch(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-
 type watchKey struct{}
 
 // WatchTargets returns the scopes of a GET {base}/watch request, in request

@@ -53,7 +53,6 @@ const CompressMinBytes = 8 << 10
 // per prefix with Subtree set; nil allows every request.
 type Authorizer = varplane.Authorizer
 
-
 // HandlerOptions tune NewHandlerWith. The zero value selects the defaults.
 type HandlerOptions struct {
 	// Heartbeat is the interval of empty keep-alive batches on an idle

@@ -42,4 +42,3 @@ func (e *rpcExtension) Start(_ context.Context, rt *serveRuntime) (func(context.
 	rt.Logger.Info("gRPC Subscribe listening", "url", srv.URL(), "path", path)
 	return srv.Close, nil
 }
-
