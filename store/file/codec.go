@@ -258,7 +258,7 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 		err = d.strField((*string)(&ev.Revision))
 	case "document":
 		start := d.p
-		if err = d.skipValue(0); err == nil {
+		if err = d.skipValue(1); err == nil {
 			ev.Document = append([]byte(nil), d.b[start:d.p]...)
 		}
 	case "schemaId":
@@ -301,7 +301,7 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 			}
 		}
 	default:
-		err = d.skipValue(0)
+		err = d.skipValue(1)
 	}
 	return err
 }
@@ -539,7 +539,7 @@ func (d *decoder) cascade() ([]varplane.CascadeEntry, error) {
 						c.Generation = varplane.Generation(g)
 					}
 				default:
-					err = d.skipValue(0)
+					err = d.skipValue(3)
 				}
 				if err != nil {
 					return nil, err
@@ -566,13 +566,17 @@ func (d *decoder) cascade() ([]varplane.CascadeEntry, error) {
 	}
 }
 
-const maxDepth = 1000
+// maxLineDepth bounds the nesting of one log line: the deepest document any
+// allowed configuration accepts, plus the envelope around it. The bound must
+// never be below what the engine accepts, or a document that was
+// acknowledged would make the next Open refuse the log; it exists only so
+// that a hostile line cannot exhaust the stack.
+const maxLineDepth = varplane.MaxDepthCeiling + varplane.EnvelopeDepth
 
-// skipValue validates and skips one JSON value.
+// skipValue validates and skips one JSON value. depth is the number of
+// containers of the line that enclose the value (1 for a field of the event
+// object).
 func (d *decoder) skipValue(depth int) error {
-	if depth > maxDepth {
-		return d.fail("nested too deeply")
-	}
 	if d.p >= len(d.b) {
 		return d.fail("want a value")
 	}
@@ -580,6 +584,9 @@ func (d *decoder) skipValue(depth int) error {
 	case c == '"':
 		return d.skipString()
 	case c == '{':
+		if depth >= maxLineDepth {
+			return d.fail("nested deeper than %d levels", maxLineDepth)
+		}
 		d.p++
 		d.ws()
 		if d.eat('}') {
@@ -608,6 +615,9 @@ func (d *decoder) skipValue(depth int) error {
 			return d.fail("want ',' or '}'")
 		}
 	case c == '[':
+		if depth >= maxLineDepth {
+			return d.fail("nested deeper than %d levels", maxLineDepth)
+		}
 		d.p++
 		d.ws()
 		if d.eat(']') {

@@ -12,6 +12,20 @@ import (
 	"github.com/varplane/varplane"
 )
 
+// marshalJSON is json.Marshal without HTML escaping, so that a document is
+// stored with the bytes it was given (json.Marshal would rewrite "<", ">",
+// "&", U+2028 and U+2029 inside it as \u escapes: the same value, but not
+// the bytes the revision digest and the other stores keep).
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
 // errReadOnly is returned by every mutation of a ReadOnly store.
 var errReadOnly = &varplane.Error{
 	Code:    varplane.CodeStoreUnsupported,
@@ -198,11 +212,11 @@ func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
 		Scope: ev.Scope, Revision: ev.Revision, Document: ev.Document,
 		SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp,
 	}
-	recJSON, err := json.Marshal(&rec)
+	recJSON, err := marshalJSON(&rec)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "revision record cannot be encoded: %v", err)
 	}
-	evJSON, err := json.Marshal(ev)
+	evJSON, err := marshalJSON(ev)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
@@ -233,7 +247,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 			return err
 		}
 	}
-	evJSON, err := json.Marshal(ev)
+	evJSON, err := marshalJSON(ev)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
@@ -299,7 +313,7 @@ func (s *Store) refreshAfterCommit(ctx context.Context, kind varplane.EventKind,
 }
 
 func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
-	evJSON, err := json.Marshal(ev)
+	evJSON, err := marshalJSON(ev)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
@@ -349,12 +363,12 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	defer cancel()
 	base := *ev
 	base.Cascade = nil
-	evJSON, err := json.Marshal(&base)
+	evJSON, err := marshalJSON(&base)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
 	evJSON = bytes.TrimSuffix(evJSON, []byte("}"))
-	tail, err := json.Marshal(cascadeTail{Actor: ev.Actor, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
+	tail, err := marshalJSON(cascadeTail{Actor: ev.Actor, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
