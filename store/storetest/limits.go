@@ -269,7 +269,11 @@ func appendValue(t *rapid.T, b []byte, depth int) []byte {
 	if depth == 1 {
 		lo = 0 // an empty container is one level deep
 	}
-	n := rapid.IntRange(lo, 4).Draw(t, "members")
+	hi := 4
+	if depth > 16 {
+		hi = 2 // deep documents stay small: most levels have one sibling at most
+	}
+	n := rapid.IntRange(lo, hi).Draw(t, "members")
 	spine := rapid.IntRange(0, max(n-1, 0)).Draw(t, "spine")
 	opening, closing := byte('['), byte(']')
 	if object {
@@ -301,7 +305,7 @@ var specialRunes = []rune{'"', '\\', '/', '\b', '\f', '\n', '\r', '\t', 0, 0x1f,
 // spelled one of the ways JSON allows (as it is, short escape, \u escape in
 // either case, surrogate pair), with an occasional lone surrogate escape.
 func appendGenString(t *rapid.T, b []byte) []byte {
-	runes := rapid.SliceOfN(rapid.OneOf(rapid.Rune(), rapid.SampledFrom(specialRunes)), 0, 16).Draw(t, "runes")
+	runes := rapid.SliceOfN(rapid.OneOf(rapid.Rune(), rapid.SampledFrom(specialRunes)), 0, 10).Draw(t, "runes")
 	b = append(b, '"')
 	for _, r := range runes {
 		style := rapid.IntRange(0, 3).Draw(t, "spelling")
@@ -319,9 +323,9 @@ func appendGenString(t *rapid.T, b []byte) []byte {
 		default:
 			b = utf8.AppendRune(b, r)
 		}
-		if rapid.IntRange(0, 30).Draw(t, "lone surrogate") == 0 {
-			b = append(b, rapid.SampledFrom([]string{`\ud800`, `\uDBFF`, `\udc00`, `\uDFFF`}).Draw(t, "surrogate")...)
-		}
+	}
+	if rapid.IntRange(0, 15).Draw(t, "lone surrogate") == 0 {
+		b = append(b, rapid.SampledFrom([]string{`\ud800`, `\uDBFF`, `\udc00`, `\uDFFF`}).Draw(t, "surrogate")...)
 	}
 	return append(b, '"')
 }
