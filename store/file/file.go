@@ -111,10 +111,11 @@ type request struct {
 // Open fails with an error naming the line number and its byte offset and
 // changes nothing in the file. Complete lines after the last fsync (written
 // whole, but not yet acknowledged when the process died) are kept; that
-// loses nothing a client was told was stored. A tail of zero bytes that a
-// filesystem exposes after a crash is cut like any fragment when no newline
-// follows it; zero bytes followed by a newline stop Open, because they
-// cannot be told from an acknowledged line whose block was zeroed.
+// loses nothing a client was told was stored. Zero bytes that a filesystem
+// exposes after a crash (the writer never writes a zero byte) are cut like
+// any fragment when no newline follows them; zero bytes followed by a
+// newline stop Open like any damage, because they cannot be told from an
+// acknowledged line whose block was zeroed: the operator decides.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	logger := opts.Logger
 	if logger == nil {
@@ -211,8 +212,8 @@ type decodedBatch struct {
 }
 
 // replay folds the log into s.st and sets s.off to the end of its last
-// complete line, cutting a torn tail (a fragment without newline). Decoding runs on a goroutine of its
-// own, one batch ahead of folding.
+// complete line, cutting a torn tail (a fragment without newline). Decoding
+// runs on a goroutine of its own, one batch ahead of folding.
 func (s *Store) replay(ctx context.Context) error {
 	out := make(chan *decodedBatch, 4)
 	free := make(chan *decodedBatch, 6)
