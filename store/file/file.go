@@ -2,9 +2,10 @@
 // one JSON object per line (the JSON form of varplane.Event), folded in memory
 // for reads. A commit is written and fdatasync'ed before it is acknowledged
 // and before any reader can see it. Concurrent commits share one write and
-// one fsync (group commit). On Open the log is replayed; a torn final line
-// left by a crash is cut off with a warning, while damage anywhere before
-// the final line stops Open with an error naming the line.
+// one fsync (group commit). On Open the log is replayed; a torn tail left by
+// a crash (a final fragment without its newline) is cut off with a warning,
+// while a complete line that does not decode, wherever it is, stops Open
+// with an error naming the line and its byte offset (see Open).
 //
 // Concurrency contract: every method is safe for concurrent use. Reads never
 // wait for a commit; State takes no lock and does not allocate for a scope
@@ -95,11 +96,26 @@ type request struct {
 
 // Open opens (creating it and its directory when absent, 0700/0600) the log
 // at path, replays it, and starts the committer. It returns ErrLocked
-// (wrapped, naming the path) when the log is already open for writing, and
-// an error naming the line when a line other than the last is damaged or
-// inconsistent with the lines before it. A torn last line (no newline, or
-// undecodable) is cut off and logged as a warning: it was never
-// acknowledged.
+// (wrapped, naming the path) when the log is already open for writing.
+//
+// The torn-tail rule: only bytes that were never acknowledged may be cut.
+// Every acknowledged event is a whole line, newline included, that was
+// written and fdatasync'ed before its answer; the log keeps no separate
+// record of the synced offset, so Open tells a torn write from damage by the
+// newline alone. A crash during a write leaves a prefix of that write, so
+// the only torn thing it can leave after the last complete line is a
+// fragment without a newline: Open cuts that fragment (and only it) and logs
+// a warning naming the line and offset. A complete line that does not
+// decode, or that does not follow from the lines before it, is damage
+// whether it is the last line or not: it may be an acknowledged event, so
+// Open fails with an error naming the line number and its byte offset and
+// changes nothing in the file. Complete lines after the last fsync (written
+// whole, but not yet acknowledged when the process died) are kept; that
+// loses nothing a client was told was stored. Zero bytes that a filesystem
+// exposes after a crash (the writer never writes a zero byte) are cut like
+// any fragment when no newline follows them; zero bytes followed by a
+// newline stop Open like any damage, because they cannot be told from an
+// acknowledged line whose block was zeroed: the operator decides.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	logger := opts.Logger
 	if logger == nil {
@@ -185,18 +201,19 @@ const batchLines = 1024
 // a replay may also report how the log ends: a torn tail to cut or an error.
 type decodedBatch struct {
 	evs       []varplane.Event
-	firstLine int   // line number of evs[0]
-	end       int64 // offset just past the last line of evs
+	starts    []int64 // byte offset of each line of evs
+	firstLine int     // line number of evs[0]
+	end       int64   // offset just past the last line of evs
 
-	torn    bool // a torn final line starts at end
+	torn    bool // a final fragment without newline starts at end
 	tornLen int
 	tornWhy string
 	err     error
 }
 
 // replay folds the log into s.st and sets s.off to the end of its last
-// complete line, cutting a torn tail. Decoding runs on a goroutine of its
-// own, one batch ahead of folding.
+// complete line, cutting a torn tail (a fragment without newline). Decoding
+// runs on a goroutine of its own, one batch ahead of folding.
 func (s *Store) replay(ctx context.Context) error {
 	out := make(chan *decodedBatch, 4)
 	free := make(chan *decodedBatch, 6)
@@ -213,7 +230,7 @@ func (s *Store) replay(ctx context.Context) error {
 		for i := range b.evs {
 			if err := tx.Apply(&b.evs[i]); err != nil {
 				stop()
-				return fmt.Errorf("file store: %s line %d does not follow from the lines before it: %w", s.path, b.firstLine+i, err)
+				return fmt.Errorf("file store: %s line %d (byte offset %d) does not follow from the lines before it: %w", s.path, b.firstLine+i, b.starts[i], err)
 			}
 		}
 		if len(b.evs) > 0 {
@@ -260,10 +277,10 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		select {
 		case b := <-free:
 			clear(b.evs)
-			*b = decodedBatch{evs: b.evs[:0], firstLine: lineNo + 1, end: off}
+			*b = decodedBatch{evs: b.evs[:0], starts: b.starts[:0], firstLine: lineNo + 1, end: off}
 			return b
 		default:
-			return &decodedBatch{evs: make([]varplane.Event, 0, batchLines), firstLine: lineNo + 1, end: off}
+			return &decodedBatch{evs: make([]varplane.Event, 0, batchLines), starts: make([]int64, 0, batchLines), firstLine: lineNo + 1, end: off}
 		}
 	}
 	send := func(b *decodedBatch) bool {
@@ -288,6 +305,7 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		}
 		if errors.Is(err, io.EOF) {
 			if len(line) > 0 {
+				// A fragment without its newline was never acknowledged.
 				b.torn, b.tornLen, b.tornWhy = true, len(line), "no trailing newline"
 			}
 			send(b)
@@ -301,15 +319,14 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		lineNo++
 		b.evs = append(b.evs, varplane.Event{})
 		if derr := decodeEvent(line[:len(line)-1], &b.evs[len(b.evs)-1], in); derr != nil {
+			// A complete line may be an acknowledged event, even the last
+			// one: never cut it (see Open).
 			b.evs = b.evs[:len(b.evs)-1]
-			if _, perr := r.Peek(1); errors.Is(perr, io.EOF) {
-				b.torn, b.tornLen, b.tornWhy = true, len(line), derr.Error()
-			} else {
-				b.err = fmt.Errorf("file store: %s line %d is damaged: %w", s.path, lineNo, derr)
-			}
+			b.err = fmt.Errorf("file store: %s line %d (byte offset %d) is damaged: %w", s.path, lineNo, off, derr)
 			send(b)
 			return
 		}
+		b.starts = append(b.starts, off)
 		off += int64(len(line))
 		b.end = off
 		long = long[:0]
@@ -327,7 +344,8 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 	}
 }
 
-// cutTail truncates the log at off, dropping a torn final line.
+// cutTail truncates the log at off, dropping a final fragment without
+// newline: the only bytes of a log that cannot hold an acknowledged event.
 func (s *Store) cutTail(off int64, lineNo, n int, why string) error {
 	s.log.Warn("file store: cutting torn final line of the log",
 		"path", s.path, "line", lineNo, "offset", off, "bytes", n, "reason", why)

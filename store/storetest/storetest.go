@@ -62,6 +62,8 @@ func Run(t *testing.T, h Harness) {
 		{"SnapshotConsistency", testSnapshotConsistency},
 		{"Restart", testRestart},
 		{"Replay", testReplay},
+		{"DocumentAtTheCeilings", testDocumentAtTheCeilings},
+		{"DocumentRoundTrip", testDocumentRoundTrip},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {
