@@ -22,7 +22,7 @@ const defaultStore = "file:./.varplane/var-log.jsonl"
 //	redis://… rediss://  Redis as the shared store of record
 //	postgres://…         not available yet
 //
-// rf carries the --redis-* flags; other stores ignore them.
+// rf carries the --redis-* flags (checkStore refuses them with another store).
 func openStore(ctx context.Context, spec string, rf redisFlags, log *slog.Logger) (varplane.Store, error) {
 	scheme, rest, _ := strings.Cut(spec, ":")
 	switch strings.ToLower(scheme) {
@@ -50,5 +50,5 @@ func openStore(ctx context.Context, spec string, rf redisFlags, log *slog.Logger
 	case "postgres", "postgresql":
 		return nil, usagef("--store %s://…: the PostgreSQL store is not built yet; use file:PATH, memory: or redis://…", scheme)
 	}
-	return nil, usagef("--store %q: want file:PATH, memory: or redis://HOST:PORT", spec)
+	return nil, usagef("--store %q: want file:PATH, memory: or redis://HOST:PORT", redactURL(spec))
 }
