@@ -130,6 +130,9 @@ func checkStoreParams(kind *storeKind, scheme, spec string) error {
 			}
 			return usagef("--store %s: bad URL: %v", label, err)
 		}
+		if u.Fragment != "" || strings.HasSuffix(spec, "#") {
+			return usagef("--store %s: a '#' fragment is not read (parameters go after '?')", label)
+		}
 		raw = u.RawQuery
 	}
 	q, err := url.ParseQuery(raw)

@@ -53,6 +53,8 @@ func TestServeRefusesStoreConfig(t *testing.T) {
 		{"prefix twice", nil, []string{"--store", rd + "?prefix=a&prefix=b"}, []string{`query parameter(s) "prefix" given more than once`}},
 		{"malformed query", nil, []string{"--store", rd + "?prefix=%zz"}, []string{"malformed query"}},
 		{"malformed URL", nil, []string{"--store", "redis://varplane:" + secretPW + "@127.0.0.1:1/%zz"}, []string{`"redis://…": bad URL`}},
+		{"fragment", nil, []string{"--store", rd + "#prefix=a"}, []string{`"redis://…": a '#' fragment is not read`}},
+		{"value the store refuses", nil, []string{"--store", rd + "?db=x"}, []string{"invalid database number"}},
 		{"typo through the environment", map[string]string{"VARPLANE_STORE": rd + "?prefx=zz"}, nil, []string{`"prefx"`}},
 		{"unknown scheme with a password", nil, []string{"--store", "redis+tls://varplane:" + secretPW + "@h:1"}, []string{"want file:PATH, memory: or redis://", "varplane:xxxxx@h:1"}},
 
