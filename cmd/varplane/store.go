@@ -22,7 +22,7 @@ const defaultStore = "file:./.varplane/var-log.jsonl"
 //	redis://… rediss://  Redis as the shared store of record
 //	postgres://…         not available yet
 //
-// rf carries the --redis-* flags (checkStore refuses them with another store).
+// rf carries the --redis-* flags; other stores ignore them.
 func openStore(ctx context.Context, spec string, rf redisFlags, log *slog.Logger) (varplane.Store, error) {
 	scheme, rest, _ := strings.Cut(spec, ":")
 	switch strings.ToLower(scheme) {
