@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -201,7 +202,8 @@ func (a *ScopedAuthorizer) Authorize(_ context.Context, req varplane.Access) (va
 	return g.identity, nil
 }
 
-// LoadTokenFile reads a tokens file (see ParseTokens) from path.
+// LoadTokenFile reads a tokens file (see ParseTokens) from path. An error
+// in the file is a *TokenFileError naming path and the line.
 func LoadTokenFile(path string) ([]Grant, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -210,10 +212,34 @@ func LoadTokenFile(path string) ([]Grant, error) {
 	defer f.Close()
 	grants, err := ParseTokens(f)
 	if err != nil {
-		return nil, fmt.Errorf("tokens file %s: %w", path, err)
+		var te *TokenFileError
+		if errors.As(err, &te) {
+			te.Path = path
+		}
+		return nil, err
 	}
 	return grants, nil
 }
+
+// TokenFileError is an error of a tokens file. It names the line and the
+// reason, and never holds a token: a token may be what is wrong, and an
+// error reaches logs that a token must not.
+type TokenFileError struct {
+	Path   string // the file, when known (set by LoadTokenFile)
+	Line   int    // 1-based
+	Reason string
+}
+
+// Error returns "tokens file [PATH ]line N: reason".
+func (e *TokenFileError) Error() string {
+	if e.Path == "" {
+		return fmt.Sprintf("tokens file line %d: %s", e.Line, e.Reason)
+	}
+	return fmt.Sprintf("tokens file %s line %d: %s", e.Path, e.Line, e.Reason)
+}
+
+// maxTokenLine bounds one line of a tokens file.
+const maxTokenLine = 64 << 10
 
 // ParseTokens parses the tokens file format: one grant per line, the token
 // first, then optional space-separated attributes:
@@ -223,63 +249,127 @@ func LoadTokenFile(path string) ([]Grant, error) {
 //	reader-token kinds=read prefixes=agentic.,billing
 //	alice-token id=alice roles=system:configuration:get,system:configuration:list
 //
-// Attributes are kinds= (read, audit, mutate), prefixes= (see Grant), id= and
-// roles= (comma-separated lists). An unknown attribute or an attribute given
-// twice is an error naming the line, never the token, so that a typo cannot
-// silently widen or narrow access. A token may not start with '#' nor contain
-// '='.
+// Attributes are kinds= (read, audit, mutate), prefixes= (a scope, a scope
+// followed by ".", or "*"; see Grant), id= and roles= (comma-separated
+// lists without empty items). A token may not start with '#' nor contain
+// '='; a '#' word after the token starts a comment.
+//
+// Anything else is refused with a *TokenFileError naming the line: an
+// unknown attribute, an attribute given twice or without a value, an
+// unknown kind, a malformed prefix, a stray word, a token given twice, a
+// line longer than 64 KiB. The error never quotes the token, nor any word
+// that might be one (an attribute name or kind is quoted only when it is a
+// short lowercase word), so that a typo can neither silently widen or
+// narrow access nor leak a secret into a log.
 func ParseTokens(r io.Reader) ([]Grant, error) {
 	var grants []Grant
+	firstLine := map[string]int{} // token → the line that gave it
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	sc.Buffer(make([]byte, 0, 4096), maxTokenLine)
 	line := 0
 	for sc.Scan() {
 		line++
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+		g, ok, err := parseTokenLine(sc.Text())
+		if err != nil {
+			return nil, &TokenFileError{Line: line, Reason: err.Error()}
+		}
+		if !ok {
 			continue
 		}
-		if strings.Contains(fields[0], "=") {
-			return nil, fmt.Errorf("line %d: the token must come first and may not contain '='", line)
+		if first, dup := firstLine[g.Token]; dup {
+			return nil, &TokenFileError{Line: line, Reason: fmt.Sprintf("the token of line %d is given again", first)}
 		}
-		g := Grant{Token: fields[0]}
-		seen := map[string]bool{}
-		for i, f := range fields[1:] {
-			if strings.HasPrefix(f, "#") {
-				break
-			}
-			name, value, ok := strings.Cut(f, "=")
-			if !ok || value == "" {
-				// Not echoed: a stray word may be a second secret.
-				return nil, fmt.Errorf("line %d: word %d after the token is not name=value", line, i+2)
-			}
-			if seen[name] {
-				return nil, fmt.Errorf("line %d: attribute %q given twice", line, name)
-			}
-			seen[name] = true
-			list := strings.Split(value, ",")
-			switch name {
-			case "kinds":
-				for _, k := range list {
-					g.Kinds = append(g.Kinds, Kind(k))
-				}
-			case "prefixes":
-				g.Prefixes = list
-			case "roles":
-				g.Roles = list
-			case "id":
-				g.ID = value
-			default:
-				return nil, fmt.Errorf("line %d: unknown attribute %q", line, name)
-			}
-		}
+		firstLine[g.Token] = line
 		grants = append(grants, g)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read tokens: %w", err)
-	}
-	if _, err := Scoped(grants); err != nil {
-		return nil, err
+		reason := "read: " + err.Error()
+		if errors.Is(err, bufio.ErrTooLong) {
+			reason = fmt.Sprintf("longer than %d bytes", maxTokenLine)
+		}
+		return nil, &TokenFileError{Line: line + 1, Reason: reason}
 	}
 	return grants, nil
+}
+
+// parseTokenLine parses one line of a tokens file; ok is false for a blank
+// or comment line. Its errors never quote the token.
+func parseTokenLine(text string) (g Grant, ok bool, err error) {
+	fields := strings.Fields(text)
+	if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+		return Grant{}, false, nil
+	}
+	if strings.Contains(fields[0], "=") {
+		return Grant{}, false, errors.New("the token must come first and may not contain '='")
+	}
+	g.Token = fields[0]
+	seen := map[string]bool{}
+	for i, f := range fields[1:] {
+		word := i + 2
+		if strings.HasPrefix(f, "#") {
+			break
+		}
+		name, value, hasEq := strings.Cut(f, "=")
+		if !hasEq {
+			// Not echoed: a stray word may be a second secret.
+			return Grant{}, false, fmt.Errorf("word %d is not name=value (one token a line)", word)
+		}
+		if !quotable(name) {
+			return Grant{}, false, fmt.Errorf("word %d: unknown attribute (want id=, roles=, kinds= or prefixes=)", word)
+		}
+		if seen[name] {
+			return Grant{}, false, fmt.Errorf("attribute %q given twice", name)
+		}
+		seen[name] = true
+		if value == "" {
+			return Grant{}, false, fmt.Errorf("attribute %q has no value", name)
+		}
+		list := strings.Split(value, ",")
+		for j, item := range list {
+			if item == "" {
+				return Grant{}, false, fmt.Errorf("attribute %q: item %d is empty", name, j+1)
+			}
+		}
+		switch name {
+		case "kinds":
+			for j, k := range list {
+				if kind := Kind(k); kind != KindRead && kind != KindAudit && kind != KindMutate {
+					if quotable(k) {
+						return Grant{}, false, fmt.Errorf("unknown kind %q (want read, audit or mutate)", k)
+					}
+					return Grant{}, false, fmt.Errorf("kinds: item %d is not a kind (want read, audit or mutate)", j+1)
+				}
+				g.Kinds = append(g.Kinds, Kind(k))
+			}
+		case "prefixes":
+			for j, p := range list {
+				if p != "*" && !varplane.Scope(strings.TrimSuffix(p, ".")).Valid() {
+					return Grant{}, false, fmt.Errorf(`prefixes: item %d is not a scope, a scope followed by ".", or "*"`, j+1)
+				}
+			}
+			g.Prefixes = list
+		case "roles":
+			g.Roles = list
+		case "id":
+			g.ID = value
+		default:
+			return Grant{}, false, fmt.Errorf("unknown attribute %q (want id=, roles=, kinds= or prefixes=)", name)
+		}
+	}
+	return g, true, nil
+}
+
+// quotable reports whether a word of a tokens file may appear in an error:
+// a short lowercase word, as attribute names and kinds are, and as a token
+// worth the name is not.
+func quotable(s string) bool {
+	if len(s) == 0 || len(s) > 16 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < 'a' || c > 'z') && c != '_' {
+			return false
+		}
+	}
+	return true
 }

@@ -65,7 +65,12 @@ func (c *clientFlags) client(stdout io.Writer) (*apiClient, error) {
 	}
 	u, err := url.Parse(c.server)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usagef("--server must be an http:// or https:// URL, not %q", c.server)
+		return nil, usagef("--server must be an http:// or https:// URL, not %q", redactURL(c.server))
+	}
+	// Refused here, never shown: the transport would fail on it later and
+	// look like an unreachable server.
+	if strings.ContainsFunc(c.token, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return nil, usagef("--token (env VARPLANE_TOKEN) holds a control character or a line break")
 	}
 	base, err := cleanBase(c.base)
 	if err != nil {

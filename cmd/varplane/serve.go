@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/varplane/varplane"
@@ -119,6 +118,9 @@ Stores (--store):
 	if err != nil {
 		return &usageError{err: err}
 	}
+	if err := checkStore(fs, c.m.Getenv, cfg.store); err != nil {
+		return err
+	}
 	if err := cfg.redis.check(); err != nil {
 		return err
 	}
@@ -162,6 +164,10 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 
 	store, err := openStore(openCtx, cfg.store, cfg.redis, log)
 	if err != nil {
+		// A URL or option the store refuses is the caller's mistake.
+		if varplane.ErrorCode(err) == varplane.CodeBadRequest {
+			return &usageError{err: err}
+		}
 		return err
 	}
 	defer func() {
@@ -204,7 +210,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	if err := srv.Open(); err != nil {
 		return err
 	}
-	log.Info("varplane listening", "url", srv.URL(), "base", base, "store", storeLabel(cfg.store), "source", store.Name())
+	log.Info("varplane listening", "url", srv.URL(), "base", base, "store", redactURL(cfg.store), "source", store.Name())
 
 	select {
 	case <-ctx.Done():
@@ -220,15 +226,6 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	}
 	log.Info("stopped")
 	return nil
-}
-
-// storeLabel returns the store URL without credentials, for logs.
-func storeLabel(spec string) string {
-	scheme, rest, _ := strings.Cut(spec, "://")
-	if at := strings.LastIndex(rest, "@"); at >= 0 && (scheme == "redis" || scheme == "rediss" || strings.HasPrefix(scheme, "postgres")) {
-		return scheme + "://…@" + rest[at+1:]
-	}
-	return spec
 }
 
 // newLogger returns the slog logger serve writes to w.

@@ -50,5 +50,5 @@ func openStore(ctx context.Context, spec string, rf redisFlags, log *slog.Logger
 	case "postgres", "postgresql":
 		return nil, usagef("--store %s://…: the PostgreSQL store is not built yet; use file:PATH, memory: or redis://…", scheme)
 	}
-	return nil, usagef("--store %q: want file:PATH, memory: or redis://HOST:PORT", spec)
+	return nil, usagef("--store %q: want file:PATH, memory: or redis://HOST:PORT", redactURL(spec))
 }
