@@ -68,6 +68,13 @@ type Options struct {
 	// Subscribers feeds varplane_subscribers; see also SetSubscribers.
 	Subscribers func() int
 
+	// TrustedOrigins are origins ("https://console.example.com") whose pages
+	// may send writes across origins. Every other cross-origin write, told
+	// by Sec-Fetch-Site or by an Origin that is not the request's host, is
+	// refused 403: with no tokens configured, a page on another site must
+	// not be able to create or activate.
+	TrustedOrigins []string
+
 	// DisableOps stops the handler from serving /healthz, /readyz and
 	// /metrics (for embedders whose own mux already has them; they can serve
 	// OpsHandler themselves).
@@ -90,6 +97,8 @@ type Handler struct {
 	readRoute *route
 	unmatched *route
 	metrics   *metrics
+
+	cross *http.CrossOriginProtection
 
 	closeOnce   sync.Once
 	unsubscribe func()
@@ -118,14 +127,20 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 		ops:    http.NewServeMux(),
 		routes: map[string]*route{},
 	}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
 	if h.auth == nil {
 		h.auth = defaultAuthorizer()
 	}
+	h.cross = http.NewCrossOriginProtection()
+	for _, o := range opts.TrustedOrigins {
+		if err := h.cross.AddTrustedOrigin(o); err != nil {
+			h.log.Warn("trusted origin ignored", "origin", o, "error", err)
+		}
+	}
 	if opts.MaxBodyBytes > 0 {
 		h.limits.MaxBodyBytes = opts.MaxBodyBytes
-	}
-	if h.log == nil {
-		h.log = slog.Default()
 	}
 	h.metrics = newMetrics(engine, &opts)
 	h.unsubscribe = engine.OnCommit(h.metrics.commit)
@@ -142,11 +157,11 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	}
 	h.handle(h.mux, "GET "+b+"/batch", true, h.handleBatch)
 	h.handle(h.mux, "GET "+b+"/watch", false, h.handleWatch)
-	h.handle(h.mux, "POST "+b+"/admin/revisions", false, h.handleCreateRevision)
-	h.handle(h.mux, "POST "+b+"/admin/validate", false, h.handleValidate)
-	h.handle(h.mux, "POST "+b+"/admin/activate", false, h.handleActivate)
-	h.handle(h.mux, "POST "+b+"/admin/deactivate", false, h.handleDeactivate)
-	h.handle(h.mux, "POST "+b+"/admin/rollback", false, h.handleRollback)
+	h.handle(h.mux, "POST "+b+"/admin/revisions", false, h.sameOrigin(h.handleCreateRevision))
+	h.handle(h.mux, "POST "+b+"/admin/validate", false, h.sameOrigin(h.handleValidate))
+	h.handle(h.mux, "POST "+b+"/admin/activate", false, h.sameOrigin(h.handleActivate))
+	h.handle(h.mux, "POST "+b+"/admin/deactivate", false, h.sameOrigin(h.handleDeactivate))
+	h.handle(h.mux, "POST "+b+"/admin/rollback", false, h.sameOrigin(h.handleRollback))
 	h.handle(h.mux, "GET "+b+"/admin/status", false, h.handleStatus)
 	h.handle(h.mux, "GET "+b+"/admin/history", false, h.handleHistory)
 	h.handle(h.mux, "GET "+b+"/admin/replay", false, h.handleReplay)
@@ -183,6 +198,18 @@ func (h *Handler) handle(mux *http.ServeMux, pattern string, quiet bool, fn http
 	h.routes[pattern] = rt
 	mux.Handle(pattern, fn)
 	return rt
+}
+
+// sameOrigin refuses a cross-origin write (see Options.TrustedOrigins)
+// before anything of it is read.
+func (h *Handler) sameOrigin(fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h.cross.Check(r); err != nil {
+			h.writeError(w, r, varplane.Errorf(varplane.CodeForbidden, "cross-origin writes are refused"))
+			return
+		}
+		fn(w, r)
+	}
 }
 
 // Base returns the normalized base path ("" for the root).

@@ -21,6 +21,8 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 		Logger:       rt.Logger,
 		Watch:        pushWatch(rt),
 		Subscribers:  func() int { return int(rt.Hub.Stats().Subscribers) },
+		// Writes from pages of other origins are refused unless listed.
+		TrustedOrigins: splitList(cfg.origins),
 	}
 	if base == "" {
 		opts.Base = "/"
@@ -49,6 +51,7 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 	rt.Mux.Handle("/", api)
 	srv := httpapi.NewServer(cfg.addr, rt.Mux)
 	srv.Logger = rt.Logger
+	srv.AllowedHosts = splitList(cfg.allowedHosts)
 	// Live streams never become idle: end them when the drain begins so
 	// that in-flight requests, not subscribers, decide how long it takes.
 	srv.RegisterOnShutdown(rt.Hub.Close)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/varplane/varplane"
@@ -37,9 +38,23 @@ type serveConfig struct {
 	documents    string
 	tokens       string
 	maxBodyBytes int64
+	limits       varplane.Limits
+	allowedHosts string
+	origins      string
 	logFormat    string
 	logLevel     string
 	redis        redisFlags
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // serveRuntime is what an extension can build on: the one engine every
@@ -98,6 +113,11 @@ Stores (--store):
 	fs.StringVar(&cfg.documents, "documents", "", "directory of JSON Schemas (.json/.yaml); a file's path without extension is its schemaId")
 	fs.StringVar(&cfg.tokens, "tokens", envOr(c.m.Getenv, "VARPLANE_TOKENS_FILE", ""), "file of accepted bearer tokens, one a line, # comments (env VARPLANE_TOKENS_FILE); without it every request is allowed")
 	fs.Int64Var(&cfg.maxBodyBytes, "max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted; larger ones are 413")
+	fs.IntVar(&cfg.limits.MaxDepth, "max-document-depth", varplane.DefaultMaxDepth, fmt.Sprintf("deepest nesting of objects and arrays in a document (at most %d)", varplane.MaxDepthCeiling))
+	fs.IntVar(&cfg.limits.MaxStringBytes, "max-string-bytes", varplane.DefaultMaxStringBytes, "longest string or member name in a document, in bytes")
+	fs.IntVar(&cfg.limits.MaxMembers, "max-members", varplane.DefaultMaxMembers, "most members of one object or elements of one array in a document")
+	fs.StringVar(&cfg.allowedHosts, "allowed-hosts", envOr(c.m.Getenv, "VARPLANE_ALLOWED_HOSTS", ""), "comma-separated Host names answered besides loopback and the listen address (.example.com for subdomains, * for any) (env VARPLANE_ALLOWED_HOSTS)")
+	fs.StringVar(&cfg.origins, "trusted-origins", "", "comma-separated origins (https://console.example) whose pages may send writes across origins")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cfg.redis.register(fs)
@@ -126,6 +146,13 @@ Stores (--store):
 	}
 	if cfg.maxBodyBytes <= 0 {
 		return usagef("--max-body-bytes must be positive")
+	}
+	if cfg.limits.MaxDepth <= 0 || cfg.limits.MaxStringBytes <= 0 || cfg.limits.MaxMembers <= 0 {
+		return usagef("--max-document-depth, --max-string-bytes and --max-members must be positive")
+	}
+	cfg.limits.MaxBodyBytes = cfg.maxBodyBytes
+	if err := cfg.limits.Validate(); err != nil {
+		return usagef("%s", varplane.ErrorMessage(err))
 	}
 	return c.serve(ctx, cfg, base, log, exts)
 }
@@ -176,7 +203,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 		}
 	}()
-	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log})
+	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log, Limits: cfg.limits})
 	defer engine.Close()
 	hub := push.New(engine, push.Options{Logger: log})
 	defer hub.Close()
