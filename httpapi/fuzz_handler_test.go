@@ -77,4 +77,3 @@ func (p *plane) snapshot(t testing.TB) string {
 	}
 	return b.String()
 }
-
