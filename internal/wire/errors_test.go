@@ -12,8 +12,6 @@ import (
 	"github.com/varplane/varplane"
 )
 
-func gen(n varplane.Generation) *varplane.Generation { return &n }
-
 // TestErrorRoundTrip checks the error model both ways: what a server writes
 // for an error, a client reads back as the same *varplane.Error, details
 // included, so errors.Is works across the wire.
