@@ -226,6 +226,12 @@ var errKicked = errors.New("client: followed scopes changed")
 func (c *Client) follow() {
 	attempt := 0
 	for c.ctx.Err() == nil {
+		// The set read below holds every change signalled so far: a kick
+		// left from before would only cut the stream about to open.
+		select {
+		case <-c.kick:
+		default:
+		}
 		keys, groups, gens := c.held()
 		if len(keys)+len(groups) == 0 {
 			select {

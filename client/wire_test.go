@@ -110,6 +110,10 @@ func TestOverLargeEventReconnects(t *testing.T) {
 	var conns atomic.Int32
 	written := make(chan int64, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/vars/watch" { // Fetch's batch reads: nothing served, so only the stream can serve
+			wire.WriteJSON(w, http.StatusOK, map[string]any{"items": []any{}})
+			return
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		if conns.Add(1) == 1 {
