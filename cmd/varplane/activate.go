@@ -14,7 +14,7 @@ type ActivateCommand struct {
 }
 
 // Run parses args and activates. A stale --expected-generation is a
-// revision-conflict *ServerError carrying currentGeneration.
+// revision-conflict *varplane.Error carrying currentGeneration.
 func (c *ActivateCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.newFlagSet("activate", "--scope SCOPE --revision sha256:… --expected-generation N [flags]", `
 Make a stored revision the head of a scope, at the next generation. The

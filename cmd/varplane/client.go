@@ -10,10 +10,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // Defaults of the client flags.
@@ -80,7 +83,7 @@ func (c *clientFlags) client(stdout io.Writer) (*apiClient, error) {
 	cl := &apiClient{
 		root:  root + base,
 		token: c.token,
-		http:  &http.Client{Timeout: c.timeout},
+		http:  wire.NewHTTPClient(nil, c.timeout),
 	}
 	if c.json() {
 		cl.errJSON = stdout
@@ -119,42 +122,27 @@ type response struct {
 }
 
 // newRequest builds a request for path (relative to the base) with the
-// token, a JSON body when body is not nil, and header.
+// token, a JSON body when body is not nil (wire.NewRequest), and header.
 func (c *apiClient) newRequest(ctx context.Context, method, path string, query url.Values, body any, header http.Header) (*http.Request, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("encode request: %w", err)
-		}
-		rd = bytes.NewReader(b)
-	}
 	target := c.root + path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	req, err := wire.NewRequest(ctx, method, target, c.token, body)
 	if err != nil {
-		return nil, &usageError{err: fmt.Errorf("build request: %w", err)}
+		return nil, &usageError{err: err}
 	}
 	for k, vs := range header {
 		req.Header[k] = vs
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if req.Header.Get("Accept") == "" {
-		req.Header.Set("Accept", "application/json")
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	return req, nil
 }
 
 // do sends one request to path (relative to the base) and returns the answer.
-// A 4xx/5xx answer is a *ServerError; a transport failure is an
-// *unreachableError; the caller's cancellation is ctx.Err().
+// A 4xx/5xx answer is the *varplane.Error the server sent (wire.ParseError:
+// its code and details; a proxy's page is the code of its status, never its
+// text); a transport failure is an *unreachableError; the caller's
+// cancellation is ctx.Err().
 func (c *apiClient) do(ctx context.Context, method, path string, query url.Values, body any, header http.Header) (*response, error) {
 	req, err := c.newRequest(ctx, method, path, query, body, header)
 	if err != nil {
@@ -176,77 +164,38 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 		if c.errJSON != nil && json.Valid(data) {
 			_ = emit(c.errJSON, true, data, nil)
 		}
-		return nil, newServerError(resp.StatusCode, data)
+		return nil, wire.ParseError(resp.StatusCode, data)
 	}
 	return &response{status: resp.StatusCode, header: resp.Header, body: data}, nil
 }
 
-// ServerError is an error answer of the server: its HTTP status, its stable
-// code, its message and every other detail field it carried.
-type ServerError struct {
-	Status  int
-	Code    string
-	Message string
-	// Body is the answer as received.
-	Body []byte
-	// Details holds every field of the body besides code and error.
-	Details map[string]json.RawMessage
-}
-
-func newServerError(status int, body []byte) *ServerError {
-	e := &ServerError{Status: status, Body: body}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(body, &fields) == nil && fields != nil {
-		_ = json.Unmarshal(fields["code"], &e.Code)
-		_ = json.Unmarshal(fields["error"], &e.Message)
-		delete(fields, "code")
-		delete(fields, "error")
-		e.Details = fields
+// printServerError writes a refusal and its details, one a line, to w:
+// "error: <code>: <message>", then each detail the error carries under its
+// wire name, in name order (values as JSON, issues one a line).
+func printServerError(w io.Writer, e *varplane.Error) {
+	fmt.Fprintf(w, "error: %s\n", e.Error())
+	if e.Current != nil {
+		fmt.Fprintf(w, "  currentGeneration: %d\n", *e.Current)
 	}
-	if e.Code == "" {
-		e.Code = fmt.Sprintf("http-%d", status)
+	if e.Expected != nil {
+		fmt.Fprintf(w, "  expectedGeneration: %d\n", *e.Expected)
 	}
-	if e.Message == "" {
-		e.Message = http.StatusText(status)
-		if t := strings.TrimSpace(string(body)); t != "" && len(t) < 200 && e.Details == nil {
-			e.Message = t
-		}
+	if e.Hint != "" {
+		fmt.Fprintf(w, "  hint: %s\n", jsontext.AppendString(nil, e.Hint))
 	}
-	return e
-}
-
-// Error returns "<code>: <message>".
-func (e *ServerError) Error() string { return e.Code + ": " + e.Message }
-
-// print writes the error and its details, one a line, to w.
-func (e *ServerError) print(w io.Writer) {
-	fmt.Fprintf(w, "error: %s: %s\n", e.Code, e.Message)
-	keys := make([]string, 0, len(e.Details))
-	for k := range e.Details {
-		keys = append(keys, k)
+	if e.Issues != nil {
+		fmt.Fprintf(w, "  issues:\n")
+		printIssues(w, e.Issues, "    ")
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if k == "issues" {
-			var issues []issue
-			if json.Unmarshal(e.Details[k], &issues) == nil {
-				fmt.Fprintf(w, "  issues:\n")
-				printIssues(w, issues, "    ")
-				continue
-			}
-		}
-		fmt.Fprintf(w, "  %s: %s\n", k, e.Details[k])
+	if e.Limit != "" {
+		fmt.Fprintf(w, "  limit: %s\n", jsontext.AppendString(nil, e.Limit))
+	}
+	if e.Scope != "" {
+		fmt.Fprintf(w, "  scope: %s\n", jsontext.AppendString(nil, string(e.Scope)))
 	}
 }
 
-// issue is one validation finding as the server reports it.
-type issue struct {
-	Code    string `json:"code"`
-	Path    string `json:"path"`
-	Message string `json:"message"`
-}
-
-func printIssues(w io.Writer, issues []issue, indent string) {
+func printIssues(w io.Writer, issues []varplane.Issue, indent string) {
 	for _, is := range issues {
 		p := is.Path
 		if p == "" {

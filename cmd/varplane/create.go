@@ -13,7 +13,7 @@ type CreateCommand struct {
 }
 
 // Run parses args and creates the revision. A document the server finds
-// invalid is a *ServerError with code revision-invalid and its issues.
+// invalid is a *varplane.Error with code revision-invalid and its issues.
 func (c *CreateCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.newFlagSet("create", "--scope SCOPE [-f FILE] [flags]", `
 Store a document as a new immutable revision of a scope. The revision is the
@@ -22,8 +22,10 @@ returns the same revision (reported as unchanged). Creating does not activate:
 use "varplane activate" with the printed revision.
 
 The document is read from -f FILE, or from stdin when -f is absent or "-". It
-may be JSON or YAML (a .yaml/.yml file, or any input that is not JSON); YAML
-keys must be strings.`)
+may be JSON or YAML (a .yaml/.yml file, or any input that is not JSON). YAML
+is read by the YAML 1.2 core schema, as the server reads it: an integer with
+a leading zero (010) is refused as ambiguous (write 10, 0o10 or "010"), and
+anchors, aliases and merge keys are refused.`)
 	var cf clientFlags
 	var mf mutationFlags
 	cf.register(fs, c.m.Getenv)

@@ -13,7 +13,7 @@ type DeactivateCommand struct {
 }
 
 // Run parses args and deactivates. A stale --expected-generation is a
-// revision-conflict *ServerError.
+// revision-conflict *varplane.Error.
 func (c *DeactivateCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.newFlagSet("deactivate", "--scope SCOPE --expected-generation N [flags]", `
 Clear the head of a scope so that it serves nothing, together with every active

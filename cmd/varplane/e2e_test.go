@@ -897,9 +897,9 @@ func TestCLI(t *testing.T) {
 		for _, args := range cases {
 			run(t, 2, "", args...)
 		}
-		r := run(t, 2, "1: one\n", "create", "--scope", "a.b")
-		if !strings.Contains(r.stderr, "not a string") {
-			t.Fatalf("YAML with an integer key: %q", r.stderr)
+		r := run(t, 2, "mode: 010\n", "create", "--scope", "a.b")
+		if !strings.Contains(r.stderr, "leading zero") {
+			t.Fatalf("YAML with an ambiguous integer: %q", r.stderr)
 		}
 		r = run(t, 2, "", "serve", "--store", "postgres://localhost/db")
 		if !strings.Contains(r.stderr, "PostgreSQL") {

@@ -16,7 +16,7 @@ type GetCommand struct {
 }
 
 // Run parses args and prints the scope's values. A scope without a head is a
-// no-head *ServerError (exit 1); an unchanged head with --if-none-match is a
+// no-head *varplane.Error (exit 1); an unchanged head with --if-none-match is a
 // success that prints "not modified".
 func (c *GetCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.newFlagSet("get", "(--key SCOPE | --group GROUP) [--if-none-match REVISION] [flags]", `

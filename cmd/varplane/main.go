@@ -24,6 +24,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/varplane/varplane"
 )
 
 // Exit codes of the varplane command.
@@ -154,9 +156,9 @@ func (m *Main) exit(err error) int {
 		}
 		return ExitUsage
 	}
-	var se *ServerError
+	var se *varplane.Error
 	if errors.As(err, &se) {
-		se.print(m.Stderr)
+		printServerError(m.Stderr, se)
 		return ExitRefused
 	}
 	var re *refusedError

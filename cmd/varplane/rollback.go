@@ -12,7 +12,7 @@ type RollbackCommand struct {
 }
 
 // Run parses args and rolls back. A missing target is a not-found
-// *ServerError, a stale generation a revision-conflict one.
+// *varplane.Error, a stale generation a revision-conflict one.
 func (c *RollbackCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.newFlagSet("rollback", "--scope SCOPE --expected-generation N [--to-revision sha256:… | --to-generation G] [flags]", `
 Re-activate an earlier revision of a scope as a NEW generation: history only

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/varplane/varplane"
 )
 
 // ValidateCommand checks a document without storing it:
@@ -47,8 +49,8 @@ invalid, after listing its issues.`)
 		return err
 	}
 	var out struct {
-		Valid  bool    `json:"valid"`
-		Issues []issue `json:"issues"`
+		Valid  bool             `json:"valid"`
+		Issues []varplane.Issue `json:"issues"`
 	}
 	if err := decodeAnswer(resp.body, &out); err != nil {
 		return err

@@ -1,26 +1,31 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
 
-// Bounds of the watch stream.
+// Bounds of the watch stream: reconnects wait by wire.Backoff between these.
 const (
-	watchMinBackoff  = 250 * time.Millisecond
-	watchMaxBackoff  = 15 * time.Second
-	maxSSEEventBytes = 64 << 20
+	watchMinBackoff = 250 * time.Millisecond
+	watchMaxBackoff = 15 * time.Second
 )
+
+// maxSSEEventBytes bounds one event watch reads: as large as the largest
+// body a server may be configured to take, since an event carries a
+// document. A variable so that tests can lower it.
+var maxSSEEventBytes = varplane.MaxBodyCeiling
 
 // WatchCommand follows commits as Server-Sent Events: GET {base}/watch.
 type WatchCommand struct {
@@ -57,9 +62,9 @@ resumes after the last event it printed (Last-Event-ID). Stop it with Ctrl-C.
 	}
 	// The stream has no overall deadline; --timeout bounds how long the
 	// server may take to answer the request.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	cl.http = wire.NewHTTPClient(nil, -1)
+	tr := cl.http.Transport.(*http.Transport)
 	tr.ResponseHeaderTimeout = cf.timeout
-	cl.http = &http.Client{Transport: tr}
 	defer tr.CloseIdleConnections()
 
 	q := url.Values{}
@@ -73,31 +78,32 @@ resumes after the last event it printed (Last-Event-ID). Stop it with Ctrl-C.
 		q.Add("prefix", p)
 	}
 	w := &watcher{c: cl, out: c.m.Stdout, errOut: c.m.Stderr, asJSON: cf.json(), query: q, lastID: *lastID, idle: *idle, held: map[string]string{}}
-	backoff := watchMinBackoff
+	attempt := 0
 	for {
 		got, err := w.stream(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		var se *ServerError
-		if errors.As(err, &se) && se.Status < 500 && se.Status != http.StatusTooManyRequests {
+		// A refusal below 500 (forbidden, bad scope…) will not change by
+		// retrying; nor will an answer that is no event stream.
+		var se *varplane.Error
+		if (errors.As(err, &se) && wire.Status(se.Code) < 500) || errors.Is(err, wire.ErrNotEventStream) {
 			return err
 		}
 		if got {
-			backoff = watchMinBackoff
+			attempt = 0
 		}
 		if err == nil {
 			err = errors.New("stream ended")
 		}
-		// Full jitter keeps a fleet of watchers from reconnecting in step.
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := wire.Backoff(attempt, watchMinBackoff, watchMaxBackoff)
+		attempt++
 		fmt.Fprintf(c.m.Stderr, "watch: %v; reconnecting in %v\n", err, wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, watchMaxBackoff)
 	}
 }
 
@@ -121,7 +127,7 @@ type watcher struct {
 func (w *watcher) stream(ctx context.Context) (got bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	hdr := http.Header{"Accept": {"text/event-stream"}, "Cache-Control": {"no-cache"}}
+	hdr := http.Header{}
 	if w.lastID != "" {
 		hdr.Set("Last-Event-ID", w.lastID)
 	}
@@ -136,122 +142,55 @@ func (w *watcher) stream(ctx context.Context) (got bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	wire.SetStreamHeaders(req)
 	resp, err := w.c.http.Do(req)
 	if err != nil {
 		return false, &unreachableError{err: err}
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if resp.StatusCode >= 400 {
-			return false, newServerError(resp.StatusCode, data)
-		}
-		return false, fmt.Errorf("unexpected answer %s", resp.Status)
-	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		return false, &ServerError{Status: resp.StatusCode, Code: "not-an-event-stream", Message: "the server answered " + ct}
+	if err := wire.CheckStream(resp); err != nil {
+		return false, err
 	}
 	idle := time.AfterFunc(w.idle, func() { cancel(fmt.Errorf("nothing received for %v", w.idle)) })
 	defer idle.Stop()
 
-	r := bufio.NewReaderSize(resp.Body, 64<<10)
-	var ev sseEvent
+	r := wire.NewSSEReader(resp.Body, maxSSEEventBytes)
 	for {
-		line, err := readLine(r)
+		ev, err := r.Next()
 		if err != nil {
 			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 				return got, cause
+			}
+			if errors.Is(err, wire.ErrEventTooLarge) {
+				return got, fmt.Errorf("an event larger than %d bytes", maxSSEEventBytes)
 			}
 			return got, err
 		}
 		idle.Reset(w.idle)
 		got = true
-		if len(line) == 0 {
-			if ev.dispatchable() {
-				if ev.id != "" {
-					w.lastID = ev.id
-					if i := strings.LastIndexByte(ev.id, '@'); i > 0 {
-						w.held[ev.id[:i]] = ev.id
-					}
-				}
-				if err := w.print(ev); err != nil {
-					return got, err
-				}
-			}
-			ev = sseEvent{}
-			continue
+		if ev.Name == "" && ev.Data == "" {
+			continue // a heartbeat or a retry field
 		}
-		if err := ev.field(line); err != nil {
+		if ev.ID != "" {
+			w.lastID = ev.ID
+			if i := strings.LastIndexByte(ev.ID, '@'); i > 0 {
+				w.held[ev.ID[:i]] = ev.ID
+			}
+		}
+		if err := w.print(ev); err != nil {
 			return got, err
 		}
 	}
 }
 
-// readLine reads one line of an event stream (LF, CRLF or CR-LF endings are
-// all LF-terminated in practice), bounded by maxSSEEventBytes.
-func readLine(r *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		line = append(line, chunk...)
-		if len(line) > maxSSEEventBytes {
-			return nil, fmt.Errorf("event stream line longer than %d bytes", maxSSEEventBytes)
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return bytes.TrimRight(line, "\r\n"), nil
-	}
-}
-
-// sseEvent is one event being assembled from its fields.
-type sseEvent struct {
-	name   string
-	id     string
-	data   bytes.Buffer
-	hasDat bool
-}
-
-func (e *sseEvent) dispatchable() bool { return e.hasDat }
-
-// field applies one "name: value" line; comments (":…") are heartbeats.
-func (e *sseEvent) field(line []byte) error {
-	if line[0] == ':' {
-		return nil
-	}
-	name, value, _ := bytes.Cut(line, []byte(":"))
-	value = bytes.TrimPrefix(value, []byte(" "))
-	switch string(name) {
-	case "event":
-		e.name = string(value)
-	case "data":
-		if e.hasDat {
-			e.data.WriteByte('\n')
-		}
-		e.data.Write(value)
-		e.hasDat = true
-		if e.data.Len() > maxSSEEventBytes {
-			return fmt.Errorf("event larger than %d bytes", maxSSEEventBytes)
-		}
-	case "id":
-		if !bytes.ContainsRune(value, 0) {
-			e.id = string(value)
-		}
-	}
-	return nil
-}
-
 // print writes one event: a readable line, or with -o json one JSON object a
 // line ({"event","id","data"}).
-func (w *watcher) print(ev sseEvent) error {
-	name := ev.name
+func (w *watcher) print(ev wire.Event) error {
+	name := ev.Name
 	if name == "" {
 		name = "message"
 	}
-	data := ev.data.Bytes()
+	data := []byte(ev.Data)
 	if name == "close" { // the server ends the stream; the caller reconnects
 		_, err := fmt.Fprintf(w.errOut, "watch: server closed the stream: %s\n", data)
 		return err
@@ -261,7 +200,7 @@ func (w *watcher) print(ev sseEvent) error {
 			Event string          `json:"event"`
 			ID    string          `json:"id,omitempty"`
 			Data  json.RawMessage `json:"data"`
-		}{Event: name, ID: ev.id}
+		}{Event: name, ID: ev.ID}
 		if json.Valid(data) {
 			var buf bytes.Buffer
 			if json.Compact(&buf, data) == nil {
