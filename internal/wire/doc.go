@@ -14,7 +14,11 @@
 //   - JSON bodies written one way (WriteJSON, and jsontext for hand-built
 //     bodies);
 //   - Server-Sent Events frames, written (AppendEvent) and read (SSEReader);
-//   - the HTTP client timeouts and the reconnect backoff every client uses.
+//   - the client side: the HTTP client and its timeouts (NewHTTPClient),
+//     requests with a JSON body and the bearer (NewRequest), answers read
+//     back as the server's error (Do), event streams checked (CheckStream),
+//     and the reconnect backoff (Backoff);
+//   - the Host names a listener answers (HostPolicy), against DNS rebinding.
 //
 // Transports add framing only. Everything here is safe for concurrent use.
 package wire
