@@ -463,6 +463,9 @@ const (
 	modeAppend = iota
 	modeSubtree
 	modeReplay
+	// modePublish checks an activation whose revision the same publish
+	// creates: everything of modeAppend but the revision's existence.
+	modePublish
 )
 
 // check validates e against the fold including the transaction.
@@ -500,7 +503,7 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 			return badRequest("%s event for scope %q carries previousGeneration %d, want %d", e.Kind, e.Scope, *e.PreviousGeneration, expected)
 		}
 		if e.Kind == varplane.EventActivated {
-			if tx.rev(e.Scope, e.Revision) == nil {
+			if mode != modePublish && tx.rev(e.Scope, e.Revision) == nil {
 				return &varplane.Error{Code: varplane.CodeNotFound, Message: fmt.Sprintf("revision %s not found in scope %q", e.Revision, e.Scope)}
 			}
 			break

@@ -19,6 +19,7 @@ package file
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -86,12 +87,20 @@ type Store struct {
 
 type request struct {
 	ev       *varplane.Event
+	act      *varplane.Event // a publish: ev is its revision-created event
 	expected varplane.Generation
 	subtree  bool
 	stored   *varplane.Event
+	created  bool // a publish appended its revision-created event
 	err      error
 	done     chan struct{}
 }
+
+// publishMark ends the revision-created line of a publish, whose next line
+// is the activation. It is a field of the log line only (decoders skip it):
+// Open cuts a log that ends right after such a line, as it cuts a torn line,
+// so that a crash between a publish's two lines shows neither.
+const publishMark = `,"publish":true}`
 
 // Open opens (creating it and its directory when absent, 0700/0600) the log
 // at path, replays it, and starts the committer. It returns ErrLocked
@@ -255,6 +264,10 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		off    int64
 		lineNo int
 		long   []byte
+		// pub is the offset of the last line when it is the first line of
+		// a publish (publishMark), -1 otherwise: a log that ends there is
+		// cut back to it, like a torn line.
+		pub int64 = -1
 	)
 	next := func() *decodedBatch {
 		select {
@@ -290,6 +303,7 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 			if len(line) > 0 {
 				b.torn, b.tornLen, b.tornWhy = true, len(line), "no trailing newline"
 			}
+			cutPublish(b, pub, off)
 			send(b)
 			return
 		}
@@ -304,16 +318,23 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 			b.evs = b.evs[:len(b.evs)-1]
 			if _, perr := r.Peek(1); errors.Is(perr, io.EOF) {
 				b.torn, b.tornLen, b.tornWhy = true, len(line), derr.Error()
+				cutPublish(b, pub, off)
 			} else {
 				b.err = fmt.Errorf("file store: %s line %d is damaged: %w", s.path, lineNo, derr)
 			}
 			send(b)
 			return
 		}
+		pub = -1
+		if bytes.HasSuffix(line, publishLine) {
+			pub = off
+		}
 		off += int64(len(line))
 		b.end = off
 		long = long[:0]
-		if len(b.evs) == batchLines {
+		// A publish's first line stays in the batch until the line after
+		// it is read, so that cutPublish can still take it out.
+		if len(b.evs) >= batchLines && pub < 0 {
 			if err := ctx.Err(); err != nil {
 				b.err = err
 				send(b)
@@ -324,6 +345,28 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 			}
 			b = next()
 		}
+	}
+}
+
+// publishLine is how the first line of a publish ends, newline included.
+var publishLine = []byte(publishMark + "\n")
+
+// cutPublish drops from b, the last batch of a log that ends at off, the
+// first line of a publish whose activation line is missing (it starts at
+// pub, or pub < 0 when the last complete line is no such line): the log is
+// cut back to pub as if that line were torn too.
+func cutPublish(b *decodedBatch, pub, off int64) {
+	if pub < 0 {
+		return
+	}
+	b.evs = b.evs[:len(b.evs)-1]
+	b.end = pub
+	b.tornLen += int(off - pub)
+	b.torn = true
+	if b.tornWhy == "" {
+		b.tornWhy = "a publish cut between its revision and its activation"
+	} else {
+		b.tornWhy = "a publish cut between its revision and its activation (" + b.tornWhy + ")"
 	}
 }
 
@@ -380,12 +423,22 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		}
 		return buf
 	}
-	accepted := 0
+	accepted, events := 0, 0
 	for _, r := range batch {
 		var err error
-		if r.subtree {
+		switch {
+		case r.act != nil:
+			var c *varplane.Event
+			if c, r.stored, err = tx.AppendPublish(r.ev, r.act, r.expected); err == nil && c != nil {
+				r.created = true
+				buf = AppendEvent(buf, c)
+				buf = append(buf[:len(buf)-1], publishMark...)
+				buf = append(buf, '\n')
+				events++
+			}
+		case r.subtree:
 			r.stored, err = tx.AppendSubtree(r.ev, r.expected)
-		} else {
+		default:
 			r.stored, err = tx.Append(r.ev, r.expected)
 		}
 		if err != nil {
@@ -395,6 +448,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		buf = AppendEvent(buf, r.stored)
 		buf = append(buf, '\n')
 		accepted++
+		events++
 	}
 	s.rejected.Add(uint64(len(batch) - accepted))
 	if accepted == 0 {
@@ -413,7 +467,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		return buf
 	}
 	s.off += int64(len(buf))
-	s.commits.Add(uint64(accepted))
+	s.commits.Add(uint64(events))
 	s.batches.Add(1)
 	s.watchers.Notify(tx.Commit())
 	return buf
@@ -440,25 +494,31 @@ func (s *Store) write(buf []byte) error {
 }
 
 func (s *Store) submit(ctx context.Context, ev *varplane.Event, expected varplane.Generation, subtree bool) (*varplane.Event, error) {
+	r := &request{ev: ev, expected: expected, subtree: subtree}
+	return r.stored, s.send(ctx, r)
+}
+
+// send queues r for the committer and waits for its outcome.
+func (s *Store) send(ctx context.Context, r *request) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	r := &request{ev: ev, expected: expected, subtree: subtree, done: make(chan struct{})}
+	r.done = make(chan struct{})
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return nil, varplane.ErrClosed
+		return varplane.ErrClosed
 	}
 	if p := s.failed.Load(); p != nil {
 		s.mu.RUnlock()
-		return nil, varplane.Unavailable(*p)
+		return varplane.Unavailable(*p)
 	}
 	s.reqs <- r
 	s.mu.RUnlock()
 	// Once queued, the commit may happen: wait for its outcome whatever ctx
 	// says, so that the answer is never ambiguous.
 	<-r.done
-	return r.stored, r.err
+	return r.err
 }
 
 // Name returns "file".
@@ -499,6 +559,17 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		ev.Cascade = slices.Clone(stored.Cascade)
 	}
 	return err
+}
+
+// AppendPublish commits a publish (see varplane.Store.AppendPublish) in one
+// write and one fdatasync, shared with the other commits of its batch: the
+// revision-created line, marked as the first of a publish, unless the
+// revision is already stored, then the activation line. Errors and
+// durability as Append.
+func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation) (bool, error) {
+	r := &request{ev: created, act: activated, expected: expected}
+	err := s.send(ctx, r)
+	return r.created && err == nil, err
 }
 
 // Watch registers fn for every commit that changes a head, called on the
