@@ -179,19 +179,7 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 		return CreateRevisionResult{}, err
 	}
 	if len(issues) > 0 {
-		rej := &Event{
-			Kind:            EventRejected,
-			Scope:           req.Scope,
-			SchemaID:        req.SchemaID,
-			SchemaVersion:   req.SchemaVersion,
-			Actor:           req.Actor,
-			RejectionReason: RejectionReason(issues),
-			Timestamp:       e.timestamp(),
-		}
-		if err := e.store.Append(ctx, rej, 0); err != nil {
-			return CreateRevisionResult{}, fmt.Errorf("record rejection of %s: %w", req.Scope, err)
-		}
-		return CreateRevisionResult{}, InvalidError(issues)
+		return CreateRevisionResult{}, e.reject(ctx, req.Scope, req.SchemaID, req.SchemaVersion, req.Actor, issues)
 	}
 	rev := Revision(canonical.DigestCanonical(canon))
 	hash := requestHash("create", req.Scope, string(rev), req.SchemaID, req.SchemaVersion)
@@ -226,6 +214,24 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 		return CreateRevisionResult{}, err
 	}
 	return CreateRevisionResult{Scope: req.Scope, Revision: rev, Generation: st.Generation, Created: created}, nil
+}
+
+// reject records a rejected event for an invalid document of scope and
+// returns the revision-invalid error carrying issues.
+func (e *Engine) reject(ctx context.Context, scope Scope, schemaID, schemaVersion, actor string, issues []Issue) error {
+	rej := &Event{
+		Kind:            EventRejected,
+		Scope:           scope,
+		SchemaID:        schemaID,
+		SchemaVersion:   schemaVersion,
+		Actor:           actor,
+		RejectionReason: RejectionReason(issues),
+		Timestamp:       e.timestamp(),
+	}
+	if err := e.store.Append(ctx, rej, 0); err != nil {
+		return fmt.Errorf("record rejection of %s: %w", scope, err)
+	}
+	return InvalidError(issues)
 }
 
 func createResult(rec *IdempotencyRecord) CreateRevisionResult {

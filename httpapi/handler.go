@@ -142,6 +142,7 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h.handle(h.mux, "POST "+b+"/admin/revisions", false, h.handleCreateRevision)
 	h.handle(h.mux, "POST "+b+"/admin/validate", false, h.handleValidate)
 	h.handle(h.mux, "POST "+b+"/admin/activate", false, h.handleActivate)
+	h.handle(h.mux, "POST "+b+"/admin/publish", false, h.handlePublish)
 	h.handle(h.mux, "POST "+b+"/admin/deactivate", false, h.handleDeactivate)
 	h.handle(h.mux, "POST "+b+"/admin/rollback", false, h.handleRollback)
 	h.handle(h.mux, "GET "+b+"/admin/status", false, h.handleStatus)
