@@ -12,41 +12,47 @@ import "github.com/varplane/varplane"
 // activation to the created event (the publish's first), as the Store
 // contract records it.
 func (tx *Tx) AppendPublish(created, activated *varplane.Event, expected varplane.Generation) (*varplane.Event, *varplane.Event, error) {
-	if created.Kind != varplane.EventRevisionCreated || activated.Kind != varplane.EventActivated {
-		return nil, nil, badRequest("a publish commits a revision-created and an activated event, not %s and %s", created.Kind, activated.Kind)
-	}
-	if created.Scope != activated.Scope || created.Revision != activated.Revision {
-		return nil, nil, badRequest("a publish activates the revision it creates, not %s of %q", activated.Revision, activated.Scope)
-	}
-	if created.IdempotencyKey != "" || created.RequestHash != "" {
-		return nil, nil, badRequest("a publish carries its idempotency key on the activation, not on the revision")
-	}
-	c, err := normalize(created, 0)
+	c, a, err := PreparePublish(created, activated, expected)
 	if err != nil {
 		return nil, nil, err
 	}
-	a, err := normalize(activated, expected)
+	isNew, err := tx.AppendPublishPrepared(c, a, expected)
 	if err != nil {
 		return nil, nil, err
 	}
-	found := c.Scope.Valid() && tx.rev(c.Scope, c.Revision) != nil
+	if !isNew {
+		c = nil
+	}
+	return c, a, nil
+}
+
+// AppendPublishPrepared is AppendPublish for the events PreparePublish
+// returned: it checks them against the fold and folds them (created only
+// when the fold does not store its revision), reporting whether created
+// was folded. When it is, the idempotency key has moved from a to c, as
+// AppendPublish describes. On error the transaction is unchanged.
+func (tx *Tx) AppendPublishPrepared(c, a *varplane.Event, expected varplane.Generation) (bool, error) {
+	found := tx.rev(c.Scope, c.Revision) != nil
 	mode := modePublish
 	if found {
 		mode = modeAppend
 	}
-	if err := tx.check(&a, expected, mode); err != nil {
-		return nil, nil, err
+	if err := tx.check(a, expected, mode); err != nil {
+		return false, err
 	}
 	if found {
-		tx.apply(&a)
-		return nil, &a, nil
+		tx.apply(a)
+		return false, nil
 	}
-	c.IdempotencyKey, c.RequestHash = a.IdempotencyKey, a.RequestHash
+	key, hash := a.IdempotencyKey, a.RequestHash
+	c.IdempotencyKey, c.RequestHash = key, hash
 	a.IdempotencyKey, a.RequestHash = "", ""
-	if err := tx.check(&c, 0, modeAppend); err != nil {
-		return nil, nil, err
+	if err := tx.check(c, 0, modeAppend); err != nil {
+		c.IdempotencyKey, c.RequestHash = "", ""
+		a.IdempotencyKey, a.RequestHash = key, hash
+		return false, err
 	}
-	tx.apply(&c)
-	tx.apply(&a)
-	return &c, &a, nil
+	tx.apply(c)
+	tx.apply(a)
+	return true, nil
 }

@@ -474,7 +474,10 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 	// appeared, and an activation's revision is looked up below: skipping
 	// those checks is most of what replay saves on validation.
 	_, known := tx.view(e.Scope)
-	if err := wellFormed(e, mode == modeReplay && known, mode == modeReplay); err != nil {
+	// Every event reaching here has a valid document: normalize compacted
+	// it (json.Compact refuses invalid JSON), or the log decoder delimited
+	// it; so wellFormed need not parse it again.
+	if err := wellFormed(e, mode == modeReplay && known, true); err != nil {
 		return err
 	}
 	switch {

@@ -85,11 +85,19 @@ type Store struct {
 	commits, batches, rejected atomic.Uint64
 }
 
+// A request is one commit for the committer. A plain append or a publish
+// arrives prepared: normalised, checked for what does not depend on the
+// state, and encoded by the submitting goroutine, so that the committer
+// only checks it against the state, orders, writes and syncs. A subtree
+// deactivation, whose cascade depends on the state, is prepared there.
 type request struct {
-	ev       *varplane.Event
-	act      *varplane.Event // a publish: ev is its revision-created event
+	ev       *varplane.Event // subtree: as given; otherwise prepared
+	act      *varplane.Event // a publish: its prepared activation (ev is its revision)
 	expected varplane.Generation
 	subtree  bool
+	line     []byte // ev's log line; a publish: its first line, marked
+	actLine  []byte // a publish: the activation's line without the key (after a created revision)
+	keyLine  []byte // a publish: the activation's line with the key (a found revision)
 	stored   *varplane.Event
 	created  bool // a publish appended its revision-created event
 	err      error
@@ -428,25 +436,29 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		var err error
 		switch {
 		case r.act != nil:
-			var c *varplane.Event
-			if c, r.stored, err = tx.AppendPublish(r.ev, r.act, r.expected); err == nil && c != nil {
-				r.created = true
-				buf = AppendEvent(buf, c)
-				buf = append(buf[:len(buf)-1], publishMark...)
-				buf = append(buf, '\n')
-				events++
+			if r.created, err = tx.AppendPublishPrepared(r.ev, r.act, r.expected); err == nil {
+				r.stored = r.act
+				if r.created {
+					buf = append(append(buf, r.line...), r.actLine...)
+					events++
+				} else {
+					buf = append(buf, r.keyLine...)
+				}
 			}
 		case r.subtree:
-			r.stored, err = tx.AppendSubtree(r.ev, r.expected)
+			if r.stored, err = tx.AppendSubtree(r.ev, r.expected); err == nil {
+				buf = append(AppendEvent(buf, r.stored), '\n')
+			}
 		default:
-			r.stored, err = tx.Append(r.ev, r.expected)
+			if err = tx.AppendPrepared(r.ev, r.expected); err == nil {
+				r.stored = r.ev
+				buf = append(buf, r.line...)
+			}
 		}
 		if err != nil {
 			r.err = err
 			continue
 		}
-		buf = AppendEvent(buf, r.stored)
-		buf = append(buf, '\n')
 		accepted++
 		events++
 	}
@@ -495,7 +507,44 @@ func (s *Store) write(buf []byte) error {
 
 func (s *Store) submit(ctx context.Context, ev *varplane.Event, expected varplane.Generation, subtree bool) (*varplane.Event, error) {
 	r := &request{ev: ev, expected: expected, subtree: subtree}
+	if !subtree {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		p, err := logstate.Prepare(ev, expected)
+		if err != nil {
+			s.rejected.Add(1)
+			return nil, err
+		}
+		r.ev, r.line = p, append(AppendEvent(nil, p), '\n')
+	}
 	return r.stored, s.send(ctx, r)
+}
+
+// preparePublish fills r, a publish of created and activated, with the
+// prepared events and the lines the committer may write: the marked first
+// line and the activation without the key when the revision is new, the
+// activation with the key when it is found.
+func (s *Store) preparePublish(r *request, created, activated *varplane.Event) error {
+	c, a, err := logstate.PreparePublish(created, activated, r.expected)
+	if err != nil {
+		s.rejected.Add(1)
+		return err
+	}
+	r.ev, r.act = c, a
+	key, hash := a.IdempotencyKey, a.RequestHash
+	r.keyLine = append(AppendEvent(nil, a), '\n')
+	r.actLine = r.keyLine
+	if key != "" {
+		a.IdempotencyKey, a.RequestHash = "", ""
+		r.actLine = append(AppendEvent(nil, a), '\n')
+		a.IdempotencyKey, a.RequestHash = key, hash
+		c.IdempotencyKey, c.RequestHash = key, hash
+	}
+	line := AppendEvent(nil, c)
+	r.line = append(append(line[:len(line)-1], publishMark...), '\n')
+	c.IdempotencyKey, c.RequestHash = "", ""
+	return nil
 }
 
 // send queues r for the committer and waits for its outcome.
@@ -567,7 +616,13 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 // revision is already stored, then the activation line. Errors and
 // durability as Append.
 func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation) (bool, error) {
-	r := &request{ev: created, act: activated, expected: expected}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	r := &request{expected: expected}
+	if err := s.preparePublish(r, created, activated); err != nil {
+		return false, err
+	}
 	err := s.send(ctx, r)
 	return r.created && err == nil, err
 }

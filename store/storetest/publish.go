@@ -28,6 +28,7 @@ func testPublish(t *testing.T, h Harness) {
 		{"Watch", testPublishWatch},
 		{"Restart", testPublishRestart},
 		{"CrashBetweenEvents", testPublishCrash},
+		{"Closed", testPublishClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}
@@ -350,4 +351,15 @@ func oneWinner(t testing.TB, errs []error, expected, current varplane.Generation
 		t.Fatal("no racer won")
 	}
 	return winner
+}
+
+func testPublishClosed(t *testing.T, h Harness) {
+	s := h.Open(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := CreatedEvent("pub.closed", Doc(1))
+	if _, err := s.AppendPublish(context.Background(), c, ActivatedEvent("pub.closed", c.Revision, 0), 0); !errors.Is(err, varplane.ErrClosed) {
+		t.Errorf("publish after Close: err = %v, want ErrClosed", err)
+	}
 }
