@@ -112,6 +112,15 @@ func SafeNumbers(data []byte) error {
 // data is not one JSON value, unless limit numbers were found before the
 // malformed part.
 func UnsafeNumbers(data []byte, limit int) ([]UnsafeNumber, error) {
+	if shortIntegersOnly(data) {
+		return nil, nil
+	}
+	return unsafeNumbersTokens(data, limit)
+}
+
+// unsafeNumbersTokens is UnsafeNumbers for any data: it tokenises the
+// document to find each number and the path to it.
+func unsafeNumbersTokens(data []byte, limit int) ([]UnsafeNumber, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var out []UnsafeNumber
