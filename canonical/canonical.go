@@ -46,6 +46,9 @@ func Transform(data []byte) ([]byte, error) {
 // TransformChecked is Transform for data whose numbers the caller has
 // already checked with SafeNumbers or UnsafeNumbers: it skips that pass.
 func TransformChecked(data []byte) ([]byte, error) {
+	if simpleCanonical(data) {
+		return append([]byte(nil), data...), nil
+	}
 	out, err := jcs.Transform(data)
 	if err != nil {
 		return nil, fmt.Errorf("canonical: %w", err)
