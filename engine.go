@@ -744,6 +744,7 @@ func (e *Engine) compactDocument(doc json.RawMessage) (json.RawMessage, error) {
 		return nil, err
 	}
 	var buf bytes.Buffer
+	buf.Grow(len(doc)) // one allocation: compacting never grows a document
 	if err := json.Compact(&buf, doc); err != nil {
 		return nil, Errorf(CodeBadRequest, "document is not valid JSON")
 	}
