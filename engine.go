@@ -167,21 +167,10 @@ type CreateRevisionResult struct {
 // records the issue codes and paths, and the error is revision-invalid with
 // the issues. Creating a revision does not activate it.
 func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) (CreateRevisionResult, error) {
-	if err := validateScope(string(req.Scope)); err != nil {
-		return CreateRevisionResult{}, err
-	}
-	doc, err := e.compactDocument(req.Document)
+	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.SchemaID, req.SchemaVersion, req.Actor)
 	if err != nil {
 		return CreateRevisionResult{}, err
 	}
-	issues, canon, err := e.check(req.Scope, true, doc, req.SchemaID)
-	if err != nil {
-		return CreateRevisionResult{}, err
-	}
-	if len(issues) > 0 {
-		return CreateRevisionResult{}, e.reject(ctx, req.Scope, req.SchemaID, req.SchemaVersion, req.Actor, issues)
-	}
-	rev := Revision(canonical.DigestCanonical(canon))
 	hash := requestHash("create", req.Scope, string(rev), req.SchemaID, req.SchemaVersion)
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return createResult(rec), err
@@ -216,22 +205,39 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 	return CreateRevisionResult{Scope: req.Scope, Revision: rev, Generation: st.Generation, Created: created}, nil
 }
 
-// reject records a rejected event for an invalid document of scope and
-// returns the revision-invalid error carrying issues.
-func (e *Engine) reject(ctx context.Context, scope Scope, schemaID, schemaVersion, actor string, issues []Issue) error {
-	rej := &Event{
-		Kind:            EventRejected,
-		Scope:           scope,
-		SchemaID:        schemaID,
-		SchemaVersion:   schemaVersion,
-		Actor:           actor,
-		RejectionReason: RejectionReason(issues),
-		Timestamp:       e.timestamp(),
+// admit checks a document offered as a revision of scope: a valid scope, a
+// document within the limits, and no validation issues. It returns the
+// compacted document and its revision (the digest of its canonical form).
+// An invalid document is recorded as a rejected event of scope, by codes and
+// paths only, and answered revision-invalid with the issues.
+func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessage, schemaID, schemaVersion, actor string) (json.RawMessage, Revision, error) {
+	if err := validateScope(string(scope)); err != nil {
+		return nil, "", err
 	}
-	if err := e.store.Append(ctx, rej, 0); err != nil {
-		return fmt.Errorf("record rejection of %s: %w", scope, err)
+	doc, err := e.compactDocument(document)
+	if err != nil {
+		return nil, "", err
 	}
-	return InvalidError(issues)
+	issues, canon, err := e.check(scope, true, doc, schemaID)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(issues) > 0 {
+		rej := &Event{
+			Kind:            EventRejected,
+			Scope:           scope,
+			SchemaID:        schemaID,
+			SchemaVersion:   schemaVersion,
+			Actor:           actor,
+			RejectionReason: RejectionReason(issues),
+			Timestamp:       e.timestamp(),
+		}
+		if err := e.store.Append(ctx, rej, 0); err != nil {
+			return nil, "", fmt.Errorf("record rejection of %s: %w", scope, err)
+		}
+		return nil, "", InvalidError(issues)
+	}
+	return doc, Revision(canonical.DigestCanonical(canon)), nil
 }
 
 func createResult(rec *IdempotencyRecord) CreateRevisionResult {

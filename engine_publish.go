@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/varplane/varplane/canonical"
 )
 
 // PublishRequest asks to store a document as a revision of a scope (or find
@@ -39,21 +37,10 @@ type PublishResult struct {
 // no revision is left behind), idempotency-key-reused. A repeated request
 // with the same idempotency key answers the first result, Created included.
 func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult, error) {
-	if err := validateScope(string(req.Scope)); err != nil {
-		return PublishResult{}, err
-	}
-	doc, err := e.compactDocument(req.Document)
+	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.SchemaID, req.SchemaVersion, req.Actor)
 	if err != nil {
 		return PublishResult{}, err
 	}
-	issues, canon, err := e.check(req.Scope, true, doc, req.SchemaID)
-	if err != nil {
-		return PublishResult{}, err
-	}
-	if len(issues) > 0 {
-		return PublishResult{}, e.reject(ctx, req.Scope, req.SchemaID, req.SchemaVersion, req.Actor, issues)
-	}
-	rev := Revision(canonical.DigestCanonical(canon))
 	hash := requestHash("publish", req.Scope, string(rev), req.SchemaID, req.SchemaVersion, fmt.Sprint(req.ExpectedGeneration))
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return publishResult(rec), err

@@ -26,17 +26,7 @@ import (
 func BenchmarkDurablePublish(b *testing.B) {
 	for _, par := range []int{1, 64} {
 		b.Run(fmt.Sprintf("writers=%d", par), func(b *testing.B) {
-			s, err := file.Open(context.Background(), filepath.Join(b.TempDir(), "log.jsonl"), file.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			e := varplane.NewEngine(s, varplane.Options{})
-			defer e.Close()
-			h := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, Logger: slog.New(slog.DiscardHandler)})
-			defer h.Close()
-			srv := httptest.NewServer(h)
-			defer srv.Close()
+			srv, s := durableServer(b)
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 			pad := strings.Repeat("x", 960)
 			var next atomic.Int64
@@ -63,4 +53,22 @@ func BenchmarkDurablePublish(b *testing.B) {
 			b.ReportMetric(s.Stats().EventsPerFsync(), "events/fsync")
 		})
 	}
+}
+
+// durableServer serves the handler over loopback HTTP on a file store in a
+// temporary directory (fdatasync before every answer), for the commit
+// benchmarks; everything is closed when b ends.
+func durableServer(b *testing.B) (*httptest.Server, *file.Store) {
+	s, err := file.Open(context.Background(), filepath.Join(b.TempDir(), "log.jsonl"), file.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	e := varplane.NewEngine(s, varplane.Options{})
+	b.Cleanup(e.Close)
+	h := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, Logger: slog.New(slog.DiscardHandler)})
+	b.Cleanup(h.Close)
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	return srv, s
 }
