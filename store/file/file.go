@@ -516,9 +516,19 @@ func (s *Store) submit(ctx context.Context, ev *varplane.Event, expected varplan
 			s.rejected.Add(1)
 			return nil, err
 		}
-		r.ev, r.line = p, append(AppendEvent(nil, p), '\n')
+		r.ev, r.line = p, encodeLine(p, "")
 	}
 	return r.stored, s.send(ctx, r)
+}
+
+// encodeLine returns the log line of ev, newline included, in one
+// allocation; a non-empty mark replaces the closing brace (publishMark).
+func encodeLine(ev *varplane.Event, mark string) []byte {
+	b := AppendEvent(make([]byte, 0, len(ev.Document)+len(ev.Scope)+len(ev.Actor)+len(ev.Reason)+len(ev.RejectionReason)+320), ev)
+	if mark != "" {
+		b = append(b[:len(b)-1], mark...)
+	}
+	return append(b, '\n')
 }
 
 // preparePublish fills r, a publish of created and activated, with the
@@ -533,16 +543,15 @@ func (s *Store) preparePublish(r *request, created, activated *varplane.Event) e
 	}
 	r.ev, r.act = c, a
 	key, hash := a.IdempotencyKey, a.RequestHash
-	r.keyLine = append(AppendEvent(nil, a), '\n')
+	r.keyLine = encodeLine(a, "")
 	r.actLine = r.keyLine
 	if key != "" {
 		a.IdempotencyKey, a.RequestHash = "", ""
-		r.actLine = append(AppendEvent(nil, a), '\n')
+		r.actLine = encodeLine(a, "")
 		a.IdempotencyKey, a.RequestHash = key, hash
 		c.IdempotencyKey, c.RequestHash = key, hash
 	}
-	line := AppendEvent(nil, c)
-	r.line = append(append(line[:len(line)-1], publishMark...), '\n')
+	r.line = encodeLine(c, publishMark)
 	c.IdempotencyKey, c.RequestHash = "", ""
 	return nil
 }
