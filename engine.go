@@ -174,34 +174,10 @@ type CreateRevisionResult struct {
 // records the issue codes and paths, and the error is revision-invalid with
 // the issues. Creating a revision does not activate it.
 func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) (CreateRevisionResult, error) {
-	if err := e.writable(req.Scope, req.Owner); err != nil {
-		return CreateRevisionResult{}, err
-	}
-	doc, err := e.compactDocument(req.Document)
+	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
 	if err != nil {
 		return CreateRevisionResult{}, err
 	}
-	issues, canon, err := e.check(req.Scope, true, doc, req.SchemaID)
-	if err != nil {
-		return CreateRevisionResult{}, err
-	}
-	if len(issues) > 0 {
-		rej := &Event{
-			Kind:            EventRejected,
-			Scope:           req.Scope,
-			SchemaID:        req.SchemaID,
-			SchemaVersion:   req.SchemaVersion,
-			Actor:           req.Actor,
-			OnBehalfOf:      req.OnBehalfOf,
-			RejectionReason: RejectionReason(issues),
-			Timestamp:       e.timestamp(),
-		}
-		if err := e.store.Append(ctx, rej, 0); err != nil {
-			return CreateRevisionResult{}, fmt.Errorf("record rejection of %s: %w", req.Scope, err)
-		}
-		return CreateRevisionResult{}, InvalidError(issues)
-	}
-	rev := Revision(canonical.DigestCanonical(canon))
 	hash := requestHash("create", req.Scope, string(rev), req.SchemaID, req.SchemaVersion)
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return createResult(rec), err
@@ -235,6 +211,42 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 		return CreateRevisionResult{}, err
 	}
 	return CreateRevisionResult{Scope: req.Scope, Revision: rev, Generation: st.Generation, Created: created}, nil
+}
+
+// admit checks a document offered as a revision of scope: a valid scope, a
+// document within the limits, and no validation issues. It returns the
+// compacted document and its revision (the digest of its canonical form).
+// An invalid document is recorded as a rejected event of scope, by codes and
+// paths only, and answered revision-invalid with the issues.
+func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessage, schemaID, schemaVersion string, by author, owner string) (json.RawMessage, Revision, error) {
+	if err := e.writable(scope, owner); err != nil {
+		return nil, "", err
+	}
+	doc, err := e.compactDocument(document)
+	if err != nil {
+		return nil, "", err
+	}
+	issues, canon, err := e.check(scope, true, doc, schemaID)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(issues) > 0 {
+		rej := &Event{
+			Kind:            EventRejected,
+			Scope:           scope,
+			SchemaID:        schemaID,
+			SchemaVersion:   schemaVersion,
+			Actor:           by.actor,
+			OnBehalfOf:      by.onBehalfOf,
+			RejectionReason: RejectionReason(issues),
+			Timestamp:       e.timestamp(),
+		}
+		if err := e.store.Append(ctx, rej, 0); err != nil {
+			return nil, "", fmt.Errorf("record rejection of %s: %w", scope, err)
+		}
+		return nil, "", InvalidError(issues)
+	}
+	return doc, Revision(canonical.DigestCanonical(canon)), nil
 }
 
 func createResult(rec *IdempotencyRecord) CreateRevisionResult {
@@ -783,6 +795,7 @@ func (e *Engine) compactDocument(doc json.RawMessage) (json.RawMessage, error) {
 		return nil, err
 	}
 	var buf bytes.Buffer
+	buf.Grow(len(doc)) // one allocation: compacting never grows a document
 	if err := json.Compact(&buf, doc); err != nil {
 		return nil, Errorf(CodeBadRequest, "document is not valid JSON")
 	}

@@ -56,6 +56,24 @@ type Store interface {
 	// ev.Cascade before returning.
 	AppendSubtreeDeactivation(ctx context.Context, ev *Event, expected Generation) error
 
+	// AppendPublish commits a revision and its activation as one atomic,
+	// durable step (one fsync, one script, one transaction): created, a
+	// revision-created event, is stored unless (scope, revision) is already
+	// stored, and activated, the activation of that same revision at
+	// generation expected+1, makes it the head. It reports whether created
+	// was appended (false: the revision was found and only activated). The
+	// checks are those of Append for each event, made before either is
+	// written; on any error (a conflict carrying the current generation
+	// included) nothing is appended, not even the revision. A crash leaves
+	// both events or neither.
+	//
+	// The idempotency key is given on activated (created carries none, or
+	// the publish is a bad request). The store records it with the first
+	// event the publish appends: with created, at the generation before the
+	// activation, when the revision is new; with activated otherwise. So
+	// Idempotency(key) tells a replay whether the revision was created.
+	AppendPublish(ctx context.Context, created, activated *Event, expected Generation) (bool, error)
+
 	// Watch registers fn to receive every commit that changes a head, after
 	// the store's snapshot is updated, in commit order per scope. It includes
 	// commits made through this store value and, for shared stores, those

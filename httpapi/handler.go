@@ -160,6 +160,7 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h.handle(h.mux, "POST "+b+"/admin/revisions", false, h.sameOrigin(h.handleCreateRevision))
 	h.handle(h.mux, "POST "+b+"/admin/validate", false, h.sameOrigin(h.handleValidate))
 	h.handle(h.mux, "POST "+b+"/admin/activate", false, h.sameOrigin(h.handleActivate))
+	h.handle(h.mux, "POST "+b+"/admin/publish", false, h.sameOrigin(h.handlePublish))
 	h.handle(h.mux, "POST "+b+"/admin/deactivate", false, h.sameOrigin(h.handleDeactivate))
 	h.handle(h.mux, "POST "+b+"/admin/rollback", false, h.sameOrigin(h.handleRollback))
 	h.handle(h.mux, "GET "+b+"/admin/status", false, h.handleStatus)

@@ -75,6 +75,7 @@ var commands = []commandInfo{
 	{"create", "store a document as a new immutable revision of a scope", func(m *Main) command { return &CreateCommand{m: m} }},
 	{"validate", "check a document without storing it", func(m *Main) command { return &ValidateCommand{m: m} }},
 	{"activate", "make a revision the head of a scope (guarded by --expected-generation)", func(m *Main) command { return &ActivateCommand{m: m} }},
+	{"set", "store a document and make it the head of a scope in one commit", func(m *Main) command { return &SetCommand{m: m} }},
 	{"deactivate", "clear the head of a scope and of its active descendants", func(m *Main) command { return &DeactivateCommand{m: m} }},
 	{"rollback", "re-activate an earlier revision as a new generation", func(m *Main) command { return &RollbackCommand{m: m} }},
 	{"status", "show whether a scope has a head, its generation and revision", func(m *Main) command { return &StatusCommand{m: m} }},

@@ -20,6 +20,7 @@ package file
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -85,14 +86,30 @@ type Store struct {
 	commits, batches, rejected atomic.Uint64
 }
 
+// A request is one commit for the committer. A plain append or a publish
+// arrives prepared: normalised, checked for what does not depend on the
+// state, and encoded by the submitting goroutine, so that the committer
+// only checks it against the state, orders, writes and syncs. A subtree
+// deactivation, whose cascade depends on the state, is prepared there.
 type request struct {
-	ev       *varplane.Event
+	ev       *varplane.Event // subtree: as given; otherwise prepared
+	act      *varplane.Event // a publish: its prepared activation (ev is its revision)
 	expected varplane.Generation
 	subtree  bool
+	line     []byte // ev's log line; a publish: its first line, marked
+	actLine  []byte // a publish: the activation's line without the key (after a created revision)
+	keyLine  []byte // a publish: the activation's line with the key (a found revision)
 	stored   *varplane.Event
+	created  bool // a publish appended its revision-created event
 	err      error
 	done     chan struct{}
 }
+
+// publishMark ends the revision-created line of a publish, whose next line
+// is the activation. It is a field of the log line only (decoders skip it):
+// Open cuts a log that ends right after such a line, as it cuts a torn line,
+// so that a crash between a publish's two lines shows neither.
+const publishMark = `,"publish":true}`
 
 // Open opens (creating it and its directory when absent, 0700/0600) the log
 // at path, replays it, and starts the committer. It returns ErrLocked
@@ -272,6 +289,10 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		off    int64
 		lineNo int
 		long   []byte
+		// pub is the offset of the last line when it is the first line of
+		// a publish (publishMark), -1 otherwise: a log that ends there is
+		// cut back to it, like a torn line.
+		pub int64 = -1
 	)
 	next := func() *decodedBatch {
 		select {
@@ -308,6 +329,7 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 				// A fragment without its newline was never acknowledged.
 				b.torn, b.tornLen, b.tornWhy = true, len(line), "no trailing newline"
 			}
+			cutPublish(b, pub, off)
 			send(b)
 			return
 		}
@@ -327,10 +349,16 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 			return
 		}
 		b.starts = append(b.starts, off)
+		pub = -1
+		if bytes.HasSuffix(line, publishLine) {
+			pub = off
+		}
 		off += int64(len(line))
 		b.end = off
 		long = long[:0]
-		if len(b.evs) == batchLines {
+		// A publish's first line stays in the batch until the line after
+		// it is read, so that cutPublish can still take it out.
+		if len(b.evs) >= batchLines && pub < 0 {
 			if err := ctx.Err(); err != nil {
 				b.err = err
 				send(b)
@@ -344,8 +372,31 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 	}
 }
 
+// publishLine is how the first line of a publish ends, newline included.
+var publishLine = []byte(publishMark + "\n")
+
+// cutPublish drops from b, the last batch of a log that ends at off, the
+// first line of a publish whose activation line is missing (it starts at
+// pub, or pub < 0 when the last complete line is no such line): the log is
+// cut back to pub as if that line were torn too.
+func cutPublish(b *decodedBatch, pub, off int64) {
+	if pub < 0 {
+		return
+	}
+	b.evs = b.evs[:len(b.evs)-1]
+	b.end = pub
+	b.tornLen += int(off - pub)
+	b.torn = true
+	if b.tornWhy == "" {
+		b.tornWhy = "a publish cut between its revision and its activation"
+	} else {
+		b.tornWhy = "a publish cut between its revision and its activation (" + b.tornWhy + ")"
+	}
+}
+
 // cutTail truncates the log at off, dropping a final fragment without
-// newline: the only bytes of a log that cannot hold an acknowledged event.
+// newline (or a publish cut between its two lines): the only bytes of a log
+// that cannot hold an acknowledged event.
 func (s *Store) cutTail(off int64, lineNo, n int, why string) error {
 	s.log.Warn("file store: cutting torn final line of the log",
 		"path", s.path, "line", lineNo, "offset", off, "bytes", n, "reason", why)
@@ -398,21 +449,36 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		}
 		return buf
 	}
-	accepted := 0
+	accepted, events := 0, 0
 	for _, r := range batch {
 		var err error
-		if r.subtree {
-			r.stored, err = tx.AppendSubtree(r.ev, r.expected)
-		} else {
-			r.stored, err = tx.Append(r.ev, r.expected)
+		switch {
+		case r.act != nil:
+			if r.created, err = tx.AppendPublishPrepared(r.ev, r.act, r.expected); err == nil {
+				r.stored = r.act
+				if r.created {
+					buf = append(append(buf, r.line...), r.actLine...)
+					events++
+				} else {
+					buf = append(buf, r.keyLine...)
+				}
+			}
+		case r.subtree:
+			if r.stored, err = tx.AppendSubtree(r.ev, r.expected); err == nil {
+				buf = append(AppendEvent(buf, r.stored), '\n')
+			}
+		default:
+			if err = tx.AppendPrepared(r.ev, r.expected); err == nil {
+				r.stored = r.ev
+				buf = append(buf, r.line...)
+			}
 		}
 		if err != nil {
 			r.err = err
 			continue
 		}
-		buf = AppendEvent(buf, r.stored)
-		buf = append(buf, '\n')
 		accepted++
+		events++
 	}
 	s.rejected.Add(uint64(len(batch) - accepted))
 	if accepted == 0 {
@@ -431,7 +497,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		return buf
 	}
 	s.off += int64(len(buf))
-	s.commits.Add(uint64(accepted))
+	s.commits.Add(uint64(events))
 	s.batches.Add(1)
 	s.watchers.Notify(tx.Commit())
 	return buf
@@ -458,25 +524,77 @@ func (s *Store) write(buf []byte) error {
 }
 
 func (s *Store) submit(ctx context.Context, ev *varplane.Event, expected varplane.Generation, subtree bool) (*varplane.Event, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	r := &request{ev: ev, expected: expected, subtree: subtree}
+	if !subtree {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		p, err := logstate.Prepare(ev, expected)
+		if err != nil {
+			s.rejected.Add(1)
+			return nil, err
+		}
+		r.ev, r.line = p, encodeLine(p, "")
 	}
-	r := &request{ev: ev, expected: expected, subtree: subtree, done: make(chan struct{})}
+	return r.stored, s.send(ctx, r)
+}
+
+// encodeLine returns the log line of ev, newline included, in one
+// allocation; a non-empty mark replaces the closing brace (publishMark).
+func encodeLine(ev *varplane.Event, mark string) []byte {
+	b := AppendEvent(make([]byte, 0, len(ev.Document)+len(ev.Scope)+len(ev.Actor)+len(ev.Reason)+len(ev.RejectionReason)+320), ev)
+	if mark != "" {
+		b = append(b[:len(b)-1], mark...)
+	}
+	return append(b, '\n')
+}
+
+// preparePublish fills r, a publish of created and activated, with the
+// prepared events and the lines the committer may write: the marked first
+// line and the activation without the key when the revision is new, the
+// activation with the key when it is found.
+func (s *Store) preparePublish(r *request, created, activated *varplane.Event) error {
+	c, a, err := logstate.PreparePublish(created, activated, r.expected)
+	if err != nil {
+		s.rejected.Add(1)
+		return err
+	}
+	r.ev, r.act = c, a
+	key, hash := a.IdempotencyKey, a.RequestHash
+	r.keyLine = encodeLine(a, "")
+	r.actLine = r.keyLine
+	if key != "" {
+		a.IdempotencyKey, a.RequestHash = "", ""
+		r.actLine = encodeLine(a, "")
+		a.IdempotencyKey, a.RequestHash = key, hash
+		c.IdempotencyKey, c.RequestHash = key, hash
+	}
+	r.line = encodeLine(c, publishMark)
+	c.IdempotencyKey, c.RequestHash = "", ""
+	return nil
+}
+
+// send queues r for the committer and waits for its outcome.
+func (s *Store) send(ctx context.Context, r *request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.done = make(chan struct{})
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return nil, varplane.ErrClosed
+		return varplane.ErrClosed
 	}
 	if p := s.failed.Load(); p != nil {
 		s.mu.RUnlock()
-		return nil, varplane.Unavailable(*p)
+		return varplane.Unavailable(*p)
 	}
 	s.reqs <- r
 	s.mu.RUnlock()
 	// Once queued, the commit may happen: wait for its outcome whatever ctx
 	// says, so that the answer is never ambiguous.
 	<-r.done
-	return r.stored, r.err
+	return r.err
 }
 
 // Name returns "file".
@@ -517,6 +635,23 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		ev.Cascade = slices.Clone(stored.Cascade)
 	}
 	return err
+}
+
+// AppendPublish commits a publish (see varplane.Store.AppendPublish) in one
+// write and one fdatasync, shared with the other commits of its batch: the
+// revision-created line, marked as the first of a publish, unless the
+// revision is already stored, then the activation line. Errors and
+// durability as Append.
+func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	r := &request{expected: expected}
+	if err := s.preparePublish(r, created, activated); err != nil {
+		return false, err
+	}
+	err := s.send(ctx, r)
+	return r.created && err == nil, err
 }
 
 // Watch registers fn for every commit that changes a head, called on the

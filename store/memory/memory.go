@@ -67,6 +67,27 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	return err
 }
 
+// AppendPublish commits created (unless its revision is already stored)
+// and its activation at expected+1 together, all or nothing, and reports
+// whether the revision was created. Errors as Append.
+func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.IsShut() {
+		return false, varplane.ErrClosed
+	}
+	c, _, err := s.tx.AppendPublish(created, activated, expected)
+	if err != nil {
+		s.tx.Discard()
+		return false, err
+	}
+	s.watchers.Notify(s.tx.Commit())
+	return c != nil, nil
+}
+
 func (s *Store) commit(ctx context.Context, ev *varplane.Event, expected varplane.Generation, subtree bool) (*varplane.Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
