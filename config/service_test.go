@@ -43,7 +43,7 @@ alpha.bare: |
 
 func testDeployment(t *testing.T) *Deployment {
 	t.Helper()
-	v, err := DecodeYAML([]byte(testManifests))
+	v, err := Decode([]byte(testManifests), true, FileLimits, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
