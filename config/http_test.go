@@ -385,4 +385,3 @@ func TestPage(t *testing.T) {
 		t.Errorf("cross-site post = %d, want 403", resp.StatusCode)
 	}
 }
-

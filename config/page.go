@@ -13,7 +13,6 @@ import (
 	"github.com/varplane/varplane/internal/wire"
 )
 
-
 // The page is server-rendered with no script and no external asset, so it
 // works under a strict Content-Security-Policy and offline.
 var pageTemplate = template.Must(template.New("page").Parse(`<!doctype html>
