@@ -303,9 +303,9 @@ func (s *Service) List(ctx context.Context) ([]Listed, error) {
 
 // Create stores req.Configuration as a new object for the component's
 // deployed epoch, recording req.Originator, and makes it current; the created
-// event follows through the commit seam. It returns an UNKNOWN_COMPONENT
+// event follows through the commit seam. It returns an unknown-component
 // error for a component the deployment does not declare, and
-// INVALID_CONFIGURATION with the issues when the configuration does not fit
+// invalid-configuration error with the issues when the configuration does not fit
 // the schema (secret references are checked as the strings they are) or is
 // not valid JSON; a configuration beyond the engine's limits is
 // limit-exceeded (or payload-too-large). Concurrent creates all succeed, each
