@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -132,5 +133,24 @@ func TestConceal(t *testing.T) {
 	}
 	if _, err := Conceal(nil, "", []string{"bad"}); err == nil {
 		t.Error("a malformed assignment was accepted")
+	}
+}
+
+// TestDecodeJSONDeepMemory: a deep document costs DecodeJSON memory in
+// proportion to its size, even with no limit in front of it (a path string
+// per level made 200 KB of "[[[[" cost gigabytes).
+func TestDecodeJSONDeepMemory(t *testing.T) {
+	doc := []byte(strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if _, err := DecodeJSON(doc); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d bytes decoded with %.1f MiB allocated", len(doc), float64(allocated)/(1<<20))
+	if allocated > 64<<20 {
+		t.Fatalf("decoding %d bytes allocated %d bytes", len(doc), allocated)
 	}
 }
