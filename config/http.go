@@ -30,7 +30,7 @@ type HandlerOptions struct {
 	// Authorizer tells who a caller is (it is asked with
 	// varplane.KindIdentify and the request's bearer token); the handler
 	// then checks the route's role with Identity.Has. varplane.AllowAll
-	// when nil.
+	// when nil, with a warning on Logger.
 	Authorizer varplane.Authorizer
 	// Logger receives internal errors; slog.Default when nil.
 	Logger *slog.Logger
@@ -76,11 +76,14 @@ var (
 // issues).
 func Handler(svc *Service, opts HandlerOptions) http.Handler {
 	h := &handler{svc: svc, authz: opts.Authorizer, log: opts.Logger, lim: opts.Limits, heartbeat: opts.Heartbeat, buffer: opts.WatchBuffer}
-	if h.authz == nil {
-		h.authz = varplane.AllowAll
-	}
 	if h.log == nil {
 		h.log = slog.Default()
+	}
+	if h.authz == nil {
+		// Passing varplane.AllowAll documents the choice; falling back to
+		// it is worth a warning, as every server gives.
+		h.log.Warn("values service: no authorizer configured; every caller is anonymous with every role")
+		h.authz = varplane.AllowAll
 	}
 	if h.lim == (varplane.Limits{}) {
 		h.lim = svc.Engine().Limits()
