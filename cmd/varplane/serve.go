@@ -87,6 +87,13 @@ type serveExtension interface {
 	Start(ctx context.Context, rt *serveRuntime) (stop func(context.Context) error, err error)
 }
 
+// scopeOwner is an extension that owns scopes (the values service its
+// "<component>@<epoch>" scopes): serve reserves them in the engine it
+// builds (varplane.Options.Owners), after the flags are parsed.
+type scopeOwner interface {
+	Owners() []varplane.Owner
+}
+
 // serveExtensions holds one constructor per extension; see serveExtension.
 var serveExtensions []func() serveExtension
 
@@ -203,7 +210,13 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 		}
 	}()
-	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log, Limits: cfg.limits})
+	var owners []varplane.Owner
+	for _, ext := range exts {
+		if o, ok := ext.(scopeOwner); ok {
+			owners = append(owners, o.Owners()...)
+		}
+	}
+	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log, Limits: cfg.limits, Owners: owners})
 	defer engine.Close()
 	hub := push.New(engine, push.Options{Logger: log})
 	defer hub.Close()

@@ -15,6 +15,7 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/config/consumer"
+	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/store/memory"
 )
@@ -35,9 +36,15 @@ func TestHTTPFetchErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	real := httptest.NewServer(config.Handler(svc, config.HandlerOptions{Identity: config.StaticTokens([]config.TokenEntry{
-		{Token: "writer", ID: "writer", Roles: []string{config.RoleCreate}},
-	})}))
+	grants, err := httpapi.ParseTokens(strings.NewReader("writer id=writer roles=" + config.RoleCreate + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := httpapi.Scoped(grants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := httptest.NewServer(config.Handler(svc, config.HandlerOptions{Authorizer: auth}))
 	t.Cleanup(real.Close)
 
 	exp, cur := varplane.Generation(2), varplane.Generation(5)
@@ -50,7 +57,7 @@ func TestHTTPFetchErrors(t *testing.T) {
 		check   func(t *testing.T, e *varplane.Error)
 	}{
 		{name: "the service refuses a token without the get role", url: real.URL, token: "writer", is: varplane.ErrForbidden},
-		{name: "the service refuses an unknown token", url: real.URL, token: "nobody", is: &varplane.Error{Code: varplane.CodeUnauthorized}},
+		{name: "the service refuses an unknown token", url: real.URL, token: "nobody", is: varplane.ErrForbidden},
 		{name: "conflict keeps its generations", handler: func(w http.ResponseWriter, r *http.Request) {
 			wire.WriteError(w, r, nil, varplane.ConflictError("a.b", exp, cur))
 		}, is: varplane.ErrConflict, check: func(t *testing.T, e *varplane.Error) {
