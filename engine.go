@@ -480,6 +480,9 @@ func (e *Engine) Deactivate(ctx context.Context, req DeactivateRequest) (Deactiv
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return deactivationResult(rec), err
 	}
+	if err := e.cascadeWritable(ctx, req.Scope, req.Owner); err != nil {
+		return DeactivationResult{}, err
+	}
 	ev := e.guardedEvent(EventDeactivated, req.Scope, req.ExpectedGeneration, author{req.Actor, req.OnBehalfOf}, req.Reason, req.IdempotencyKey, hash)
 	switch err := e.store.AppendSubtreeDeactivation(ctx, ev, req.ExpectedGeneration); {
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
@@ -700,6 +703,40 @@ type author struct{ actor, onBehalfOf string }
 type Owner struct {
 	Name string
 	Owns func(Scope) bool
+}
+
+// cascadeWritable refuses a deactivation whose cascade would clear a live
+// scope owned by another subsystem (deactivating "dummies" must not switch
+// off the values service's "dummies.dummy@<epoch>" behind its back). The
+// store chooses the descendants when it commits; a scope its owner activates
+// between this check and that commit is the one case it cannot see.
+func (e *Engine) cascadeWritable(ctx context.Context, scope Scope, owner string) error {
+	if len(e.owners) == 0 {
+		return nil
+	}
+	scopes, err := e.store.Scopes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sc := range scopes {
+		if !sc.IsDescendantOf(scope) {
+			continue
+		}
+		for _, o := range e.owners {
+			if !o.Owns(sc) || o.Name == owner {
+				continue
+			}
+			st, err := e.store.State(ctx, sc)
+			if err != nil {
+				return err
+			}
+			if st.Head != nil {
+				return &Error{Code: CodeScopeOwned, Scope: sc,
+					Message: fmt.Sprintf("deactivating %q would clear %q, which belongs to the %s", scope, sc, o.Name)}
+			}
+		}
+	}
+	return nil
 }
 
 // writable checks scope and that a request as owner may write it.

@@ -10,7 +10,8 @@
 //     (CheckContentType), and one strict JSON decoder held to varplane.Limits
 //     (DecodeStrict);
 //   - one YAML-to-JSON converter with one policy (YAMLToJSON);
-//   - bearer tokens (Bearer), query parameters (QueryParams, Targets);
+//   - credentials (Bearer, and BasicPassword for a browser's page), query
+//     parameters (QueryParams, Targets);
 //   - JSON bodies written one way (WriteJSON, and jsontext for hand-built
 //     bodies);
 //   - Server-Sent Events frames, written (AppendEvent) and read (SSEReader);
