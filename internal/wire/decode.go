@@ -14,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/varplane/varplane"
 )
 
@@ -106,175 +109,130 @@ func DecodeStrict(body []byte, dst any, lim varplane.Limits) error {
 	if err := lim.CheckJSON(body, 1); err != nil {
 		return err
 	}
-	// The common case, a valid body, takes one Unmarshal (which checks the
-	// grammar before it stores anything) and a scan of the top-level keys.
-	// Invalid JSON goes the token-by-token way, which knows where and how
-	// the body is wrong. Both ways give the same answers
-	// (FuzzDecodeStrictFastPath): a field error before a type error.
-	err := json.Unmarshal(body, dst)
-	if syn := (*json.SyntaxError)(nil); errors.As(err, &syn) {
-		return decodeStrictTokens(body, dst)
-	}
-	if kerr := checkTopKeys(body, jsonFields(dst)); kerr != nil {
-		return kerr
-	}
-	if err != nil {
-		return decodeError(err)
-	}
-	return nil
-}
-
-// decodeStrictTokens is decodeStrict for any body, with a json.Decoder:
-// slower, and the way that reports where invalid JSON breaks.
-func decodeStrictTokens(body []byte, dst any) error {
-	if err := checkFields(body, jsonFields(dst)); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return decodeError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return BadRequest("request body has data after the JSON object")
-	}
-	return nil
-}
-
-// checkTopKeys is checkFields for a body known to be valid JSON: it walks
-// the top-level object's keys without decoding the values.
-func checkTopKeys(body []byte, fields map[string]bool) error {
-	i := skipSpace(body, 0)
-	if body[i] != '{' {
+	// One strict decoding (json/v2 semantics): names matched exactly, an
+	// unknown or repeated member refused, at every level, nothing after the
+	// object. The old token-by-token decoder stays in the tests as the
+	// oracle of these answers (FuzzDecodeStrict).
+	if bytes.TrimLeft(body, " \t\r\n")[0] != '{' {
 		return BadRequest("request body must be a JSON object")
 	}
-	seen := make(map[string]bool, len(fields))
-	i = skipSpace(body, i+1)
-	for body[i] != '}' {
-		end := skipString(body, i)
-		raw := body[i:end]
-		name := string(raw[1 : len(raw)-1])
-		if bytes.IndexByte(raw, '\\') >= 0 {
-			if err := json.Unmarshal(raw, &name); err != nil {
-				return BadRequest("request body is not a valid request")
-			}
-		}
-		if err := checkField(name, fields, seen); err != nil {
-			return err
-		}
-		i = skipSpace(body, end) // at ':'
-		i = skipSpace(body, i+1) // at the value
-		i = skipSpace(body, skipValue(body, i))
-		if body[i] == ',' {
-			i = skipSpace(body, i+1)
-		}
+	if err := jsonv2.Unmarshal(body, dst, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return strictError(body, dst, err)
 	}
 	return nil
 }
 
-// checkField refuses a top-level key that is not exactly one of fields, or
-// that seen already holds, and records it in seen.
-func checkField(name string, fields, seen map[string]bool) error {
-	if !fields[name] {
-		if safeName(name) {
-			return BadRequest("unknown field %s", name)
-		}
-		return BadRequest("request body has an unknown field")
-	}
-	if seen[name] {
-		return BadRequest("field %s is given more than once", name)
-	}
-	seen[name] = true
-	return nil
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index just past the string that starts at b[i].
-func skipString(b []byte, i int) int {
-	for i++; b[i] != '"'; i++ {
-		if b[i] == '\\' {
-			i++
+// strictError turns a json/v2 decoding error into a bad-request naming the
+// top-level field it concerns (never a value). A wrong name is reported
+// before a wrong type wherever they stand, so that a typo is named first.
+func strictError(body []byte, dst any, err error) error {
+	var se *jsonv2.SemanticError
+	var syn *jsontext.SyntacticError
+	if errors.As(err, &se) && !errors.Is(err, jsonv2.ErrUnknownName) {
+		if nerr := checkNames(body, fieldNames(dst)); nerr != nil {
+			return nerr
 		}
 	}
-	return i + 1
-}
-
-// skipValue returns the index just past the value that starts at b[i], in
-// valid JSON.
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for ; ; i++ {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
+	switch {
+	case errors.Is(err, jsontext.ErrDuplicateName):
+		if name := duplicateTopName(body); name != "" && safeName(name) {
+			return BadRequest("field %s is given more than once", name)
+		}
+		return BadRequest("request body has a member given more than once")
+	case errors.As(err, &se):
+		field := topField(string(se.JSONPointer))
+		if errors.Is(err, jsonv2.ErrUnknownName) {
+			if safeName(field) {
+				return BadRequest("unknown field %s", field)
 			}
+			return BadRequest("request body has an unknown field")
 		}
+		if field == "" || se.GoType == nil {
+			return BadRequest("request body must be a JSON object")
+		}
+		if !safeName(field) {
+			return BadRequest("a field has the wrong type")
+		}
+		return BadRequest("field %s must be %s", field, kindName(se.GoType))
+	case errors.As(err, &syn):
+		if bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) && errors.Is(err, io.ErrUnexpectedEOF) {
+			return BadRequest("request body is truncated JSON")
+		}
+		return BadRequest("request body is not valid JSON (at byte %d)", syn.ByteOffset)
 	}
-	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
-		i++
-	}
-	return i
+	return BadRequest("request body is not a valid request")
 }
 
-// checkFields walks the top-level object of body and refuses a key that is
-// not exactly one of fields, or that appears twice.
-func checkFields(body []byte, fields map[string]bool) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	tok, err := dec.Token()
-	if err != nil {
-		return decodeError(err)
+// topField is the first token of a JSON Pointer, unescaped: the top-level
+// field an error is about.
+func topField(ptr string) string {
+	if !strings.HasPrefix(ptr, "/") {
+		return ""
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return BadRequest("request body must be a JSON object")
+	tok, _, _ := strings.Cut(ptr[1:], "/")
+	return strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
+}
+
+// duplicateTopName finds the top-level member given twice, to name it.
+func duplicateTopName(body []byte) string {
+	var dup string
+	walkNames(body, func(name string, seen bool) bool {
+		if seen {
+			dup = name
+		}
+		return !seen
+	})
+	return dup
+}
+
+// checkNames refuses the first top-level name that is not one of fields,
+// or that is given twice; nil when every name is right.
+func checkNames(body []byte, fields map[string]bool) error {
+	var err error
+	walkNames(body, func(name string, seen bool) bool {
+		switch {
+		case !fields[name] && safeName(name):
+			err = BadRequest("unknown field %s", name)
+		case !fields[name]:
+			err = BadRequest("request body has an unknown field")
+		case seen && safeName(name):
+			err = BadRequest("field %s is given more than once", name)
+		case seen:
+			err = BadRequest("request body has a member given more than once")
+		}
+		return err == nil
+	})
+	return err
+}
+
+// walkNames calls fn with each top-level member name of body, in order, and
+// whether it was seen before, until fn returns false.
+func walkNames(body []byte, fn func(name string, seen bool) bool) {
+	dec := jsontext.NewDecoder(bytes.NewReader(body), jsontext.AllowDuplicateNames(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return
 	}
-	seen := make(map[string]bool, len(fields))
-	for dec.More() {
-		tok, err := dec.Token()
+	seen := map[string]bool{}
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
 		if err != nil {
-			return decodeError(err)
+			return
 		}
-		name, _ := tok.(string)
-		if err := checkField(name, fields, seen); err != nil {
-			return err
+		name := tok.String()
+		if !fn(name, seen[name]) {
+			return
 		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return decodeError(err)
+		seen[name] = true
+		if err := dec.SkipValue(); err != nil {
+			return
 		}
 	}
-	if _, err := dec.Token(); err != nil {
-		return decodeError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err == nil || errors.As(err, new(*json.SyntaxError)) {
-			return BadRequest("request body has data after the JSON object")
-		}
-		return decodeError(err)
-	}
-	return nil
 }
 
 var fieldSets sync.Map // reflect.Type -> map[string]bool
 
-// jsonFields returns the JSON names of the struct dst points to.
-func jsonFields(dst any) map[string]bool {
+// fieldNames returns the JSON names of the struct dst points to.
+func fieldNames(dst any) map[string]bool {
 	t := reflect.TypeOf(dst).Elem()
 	if f, ok := fieldSets.Load(t); ok {
 		return f.(map[string]bool)
@@ -290,41 +248,23 @@ func jsonFields(dst any) map[string]bool {
 	return f
 }
 
-func decodeError(err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return BadRequest("request body is not valid JSON (at byte %d)", syn.Offset)
-	case errors.As(err, &typ):
-		if typ.Field == "" {
-			return BadRequest("request body must be a JSON object")
-		}
-		return BadRequest("field %s must be %s", typ.Field, jsonKind(typ.Type.Kind().String()))
-	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
-		return BadRequest("request body is truncated JSON")
+// kindName names what a Go type takes in JSON.
+func kindName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
-	const prefix = "json: unknown field "
-	if msg := err.Error(); strings.HasPrefix(msg, prefix) {
-		name, uerr := strconv.Unquote(strings.TrimPrefix(msg, prefix))
-		if uerr == nil && safeName(name) {
-			return BadRequest("unknown field %s", name)
-		}
-		return BadRequest("request body has an unknown field")
-	}
-	return BadRequest("request body is not a valid request")
-}
-
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "string":
+	switch t.Kind() {
+	case reflect.String:
 		return "a string"
-	case "struct", "map":
+	case reflect.Struct, reflect.Map:
 		return "an object"
-	case "slice", "array":
+	case reflect.Slice, reflect.Array:
 		return "an array"
-	case "bool":
+	case reflect.Bool:
 		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
 	}
 	return "of another type"
 }

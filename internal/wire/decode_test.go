@@ -65,10 +65,12 @@ func TestDecodeStrict(t *testing.T) {
 	}
 }
 
-// FuzzDecodeStrictFastPath checks that DecodeStrict's fast path for valid
-// JSON answers exactly as the token-by-token decoding does: the same error
-// message, or the same decoded request. It is the oracle of the decoder.
-func FuzzDecodeStrictFastPath(f *testing.F) {
+// FuzzDecodeStrict holds DecodeStrict (json/v2 semantics) to the decoder it
+// replaced (oracle_test.go): the same verdict, the same message, the same
+// decoded request. The one intended difference: a member name repeated
+// inside a nested object (a document) is refused at decode time now, where
+// the old decoder let it through to the canonicaliser.
+func FuzzDecodeStrict(f *testing.F) {
 	for _, s := range []string{
 		`{"scope":"a.b","document":{"x":[1,{"y":"}"}]},"tags":["t"]}`,
 		`{"scope":"a.b","revision":"r","expectedGeneration":0}`,
@@ -92,6 +94,9 @@ func FuzzDecodeStrictFastPath(f *testing.F) {
 		}
 		compare := func(fast, slow any) {
 			errFast, errSlow := DecodeStrict(body, fast, lim), decodeStrictTokens(body, slow)
+			if errFast != nil && errSlow == nil && strings.Contains(errFast.Error(), "member given more than once") {
+				return // a nested duplicate: refused now, by design
+			}
 			if (errFast == nil) != (errSlow == nil) || (errFast != nil && errFast.Error() != errSlow.Error()) {
 				t.Fatalf("%T: fast path says %v, token path %v", fast, errFast, errSlow)
 			}
