@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
 )
 
@@ -245,7 +246,7 @@ func TestSubscriberCap(t *testing.T) {
 	if got, want := varplane.ErrorCode(err), varplane.Code("too-many-subscribers"); got != want {
 		t.Errorf("code = %q, want %q", got, want)
 	}
-	if got, want := push.StatusOf(varplane.ErrorCode(err)), 503; got != want {
+	if got, want := wire.Status(varplane.ErrorCode(err)), 503; got != want {
 		t.Errorf("status = %d, want %d", got, want)
 	}
 	second.Close()
