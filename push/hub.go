@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
 
 // Source is what the Hub follows: the engine's commit seam and the store it
@@ -138,22 +139,34 @@ type Filter struct {
 	Prefixes []varplane.Scope
 }
 
-// MaxFilterScopes bounds the scopes one filter names, as the HTTP API
-// bounds a batch or watch request.
-const MaxFilterScopes = 256
+// MaxFilterScopes bounds the scopes one filter names: the bound of a batch
+// or watch request of the HTTP API (wire.MaxBatchScopes).
+const MaxFilterScopes = wire.MaxBatchScopes
 
 // Validate returns a bad-request error when the filter is empty, names more
-// than MaxFilterScopes scopes, or names an invalid scope.
+// than MaxFilterScopes scopes, or names an invalid scope, by the rules of
+// the HTTP API's key, group and prefix parameters (wire.CheckKind: a key
+// contains a dot, a group does not), so that every transport refuses the
+// same filters.
 func (f Filter) Validate() error {
 	switch n := len(f.Keys) + len(f.Groups) + len(f.Prefixes); {
 	case n == 0:
-		return varplane.Errorf(varplane.CodeBadRequest, "name at least one key, group or prefix")
+		return wire.BadRequest("name at least one key, group or prefix")
 	case n > MaxFilterScopes:
-		return varplane.Errorf(varplane.CodeBadRequest, "at most %d scopes per subscription", MaxFilterScopes)
+		return wire.BadRequest("at most %d scopes per subscription", MaxFilterScopes)
 	}
-	for _, list := range [][]varplane.Scope{f.Keys, f.Groups, f.Prefixes} {
-		for _, s := range list {
-			if _, err := varplane.ParseScope(string(s)); err != nil {
+	for _, list := range []struct {
+		field  string
+		scopes []varplane.Scope
+	}{{"key", f.Keys}, {"group", f.Groups}, {"prefix", f.Prefixes}} {
+		for _, s := range list.scopes {
+			var err error
+			if list.field == "prefix" {
+				_, err = wire.ScopeField(list.field, string(s))
+			} else {
+				_, err = wire.CheckKind(list.field, string(s))
+			}
+			if err != nil {
 				return err
 			}
 		}

@@ -48,6 +48,9 @@ func TestFilterValidate(t *testing.T) {
 		{"bad key", push.Filter{Keys: []varplane.Scope{"a..b"}}, false},
 		{"bad prefix", push.Filter{Prefixes: []varplane.Scope{"a b"}}, false},
 		{"ok", push.Filter{Groups: []varplane.Scope{"g"}}, true},
+		{"group as a key", push.Filter{Keys: []varplane.Scope{"g"}}, false},
+		{"key as a group", push.Filter{Groups: []varplane.Scope{"g.k"}}, false},
+		{"single-segment prefix", push.Filter{Prefixes: []varplane.Scope{"g"}}, true},
 		{"at the bound", push.Filter{Keys: manyKeys(push.MaxFilterScopes)}, true},
 		{"too many", push.Filter{Keys: manyKeys(push.MaxFilterScopes + 1)}, false},
 	}
