@@ -310,7 +310,7 @@ func (u *Update) sseFrame() []byte {
 
 // buildSSEFrame writes the event of u: "head" with the scope spliced into
 // the head's read body as its first member, or "no-head" with the scope and
-// generation.
+// generation. The data is written in place (one allocation for the frame).
 func buildSSEFrame(u *Update) []byte {
 	id := EventID(u.Scope, u.Generation)
 	var body []byte
@@ -318,21 +318,21 @@ func buildSSEFrame(u *Update) []byte {
 	if u.Head != nil {
 		body, event = u.Head.ReadBody(), "head"
 	}
-	data := make([]byte, 0, len(body)+2*len(u.Scope)+40)
-	data = append(data, `{"scope":`...)
-	data = jsontext.AppendString(data, string(u.Scope))
-	switch {
-	case u.Head == nil:
-		data = append(data, `,"generation":`...)
-		data = strconv.AppendUint(data, uint64(u.Generation), 10)
-		data = append(data, '}')
-	case len(body) > 2: // body is a JSON object: splice "scope" in as its first member
-		data = append(data, ',')
-		data = append(data, body[1:]...)
-	default:
-		data = append(data, '}')
-	}
-	// "event: " event "\n" "id: " id "\n" "data: " data "\n\n"
-	size := len("event: \nid: \ndata: \n\n") + len(event) + len(id) + len(data)
-	return wire.AppendEvent(make([]byte, 0, size), event, id, data)
+	// "event: " event "\n" "id: " id "\n" "data: " data "\n\n", data being
+	// at most the body, the scope escaped and 40 bytes of ours.
+	size := len("event: \nid: \ndata: \n\n") + len(event) + len(id) + len(body) + 2*len(u.Scope) + 40
+	return wire.AppendEventWith(make([]byte, 0, size), event, id, func(b []byte) []byte {
+		b = append(b, `{"scope":`...)
+		b = jsontext.AppendString(b, string(u.Scope))
+		switch {
+		case u.Head == nil:
+			b = append(b, `,"generation":`...)
+			b = strconv.AppendUint(b, uint64(u.Generation), 10)
+			return append(b, '}')
+		case len(body) > 2: // body is a JSON object: splice "scope" in as its first member
+			b = append(b, ',')
+			return append(b, body[1:]...)
+		}
+		return append(b, '}')
+	})
 }
