@@ -131,9 +131,9 @@ func EventID(scope varplane.Scope, gen varplane.Generation) string {
 	return string(scope) + "@" + strconv.FormatUint(uint64(gen), 10)
 }
 
-// FilterOf returns the filter of a watch request's targets: keys and groups
+// filterOf returns the filter of a watch request's targets: keys and groups
 // match exactly, Subtree targets are prefixes.
-func FilterOf(targets []wire.Target) Filter {
+func filterOf(targets []wire.Target) Filter {
 	var f Filter
 	for _, t := range targets {
 		switch {
@@ -184,7 +184,7 @@ func (h *sseHandler) request(r *http.Request) (Filter, map[varplane.Scope]varpla
 	if err := addHeld(held, r.Header.Get("Last-Event-ID")); err != nil {
 		return Filter{}, nil, err
 	}
-	return FilterOf(targets), held, nil
+	return filterOf(targets), held, nil
 }
 
 func (h *sseHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
