@@ -13,13 +13,14 @@ import (
 	"github.com/varplane/varplane/internal/wire"
 )
 
-// Server defaults, applied by NewServer.
+// Server defaults, applied by NewServer: the one set of server limits of the
+// wire layer, shared with the RPC listener.
 const (
-	DefaultReadHeaderTimeout = 5 * time.Second
-	DefaultReadTimeout       = 30 * time.Second
-	DefaultWriteTimeout      = 30 * time.Second
-	DefaultIdleTimeout       = 120 * time.Second
-	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultReadHeaderTimeout = wire.ServerReadHeaderTimeout
+	DefaultReadTimeout       = wire.ServerReadTimeout
+	DefaultWriteTimeout      = wire.ServerWriteTimeout
+	DefaultIdleTimeout       = wire.ServerIdleTimeout
+	DefaultMaxHeaderBytes    = wire.ServerMaxHeaderBytes
 )
 
 // Server is an HTTP server for a Handler (or any http.Handler) with

@@ -70,7 +70,7 @@ func defaultGRPCOptions() grpcOptions {
 		pingAfter:     30 * time.Second,
 		pingTimeout:   15 * time.Second,
 		maxStreams:    1000,
-		maxRequest:    1 << 20,
+		maxRequest:    MaxRequestBytes,
 		maxHeaderList: 16 << 10,
 
 		maxQueuedControl: 10000,
@@ -102,9 +102,6 @@ type grpcStatus struct {
 // table Connect uses on the main port (CodeOf).
 func statusOf(err error) *grpcStatus {
 	code := varplane.ErrorCode(err)
-	if errors.Is(err, push.ErrHubClosed) {
-		code = varplane.CodeStoreUnavailable
-	}
 	return &grpcStatus{code: int(CodeOf(code)), message: varplane.ErrorMessage(err), vpCode: code}
 }
 

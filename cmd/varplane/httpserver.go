@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/push"
 	"github.com/varplane/varplane/store/file"
@@ -42,6 +44,7 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 		}
 	}
 	api := httpapi.NewHandler(rt.Engine, opts)
+	registerPushMetrics(api.Registry(), rt.Hub)
 	if rw != nil {
 		rw.mount(rt.Mux, api)
 	}
@@ -58,7 +61,25 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 	return srv, api
 }
 
-// pushWatch serves GET {base}/watch from the hub, after httpapi authorized it.
+// pushWatch serves GET {base}/watch from the hub, after httpapi parsed and
+// authorized its targets (which the handler takes instead of parsing the
+// query again).
 func pushWatch(rt *serveRuntime) http.Handler {
-	return push.NewSSEHandler(rt.Hub, push.SSEOptions{Logger: rt.Logger})
+	return push.NewSSEHandler(rt.Hub, push.SSEOptions{Logger: rt.Logger, Targets: httpapi.WatchTargets})
+}
+
+// registerPushMetrics exposes the hub's refusals on /metrics:
+// varplane_push_subscribers_refused_total by the cap that refused
+// (max-subscribers, max-subscribers-per-token), over every transport.
+func registerPushMetrics(reg *prometheus.Registry, hub *push.Hub) {
+	for limit, count := range map[string]func(push.Stats) uint64{
+		push.LimitSubscribers:         func(s push.Stats) uint64 { return s.RefusedFull },
+		push.LimitSubscribersPerToken: func(s push.Stats) uint64 { return s.RefusedPerToken },
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "varplane_push_subscribers_refused_total",
+			Help:        "Subscriptions refused 503 too-many-subscribers (SSE, Connect, gRPC), by the cap that refused them.",
+			ConstLabels: prometheus.Labels{"limit": limit},
+		}, func() float64 { return float64(count(hub.Stats())) }))
+	}
 }

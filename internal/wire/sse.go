@@ -13,6 +13,22 @@ import (
 // and id, and data (which must not contain a newline: varplane's data is
 // always one line of JSON), followed by the blank line that ends it.
 func AppendEvent(b []byte, event, id string, data []byte) []byte {
+	b = appendEventHead(b, event, id)
+	b = append(b, data...)
+	return append(b, '\n', '\n')
+}
+
+// AppendEventWith is AppendEvent with the data appended by data(b) in
+// place, for a server that builds large data (a document) and would
+// otherwise build it once and copy it again. data must append one line (no
+// newline) and return the extended slice.
+func AppendEventWith(b []byte, event, id string, data func([]byte) []byte) []byte {
+	b = data(appendEventHead(b, event, id))
+	return append(b, '\n', '\n')
+}
+
+// appendEventHead appends the event and id lines and the "data: " prefix.
+func appendEventHead(b []byte, event, id string) []byte {
 	if event != "" {
 		b = append(b, "event: "...)
 		b = append(b, event...)
@@ -23,9 +39,7 @@ func AppendEvent(b []byte, event, id string, data []byte) []byte {
 		b = append(b, id...)
 		b = append(b, '\n')
 	}
-	b = append(b, "data: "...)
-	b = append(b, data...)
-	return append(b, '\n', '\n')
+	return append(b, "data: "...)
 }
 
 // AppendComment appends an SSE comment line (a heartbeat), ended by a blank

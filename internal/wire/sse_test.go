@@ -75,3 +75,18 @@ func FuzzSSEReader(f *testing.F) {
 		}
 	})
 }
+
+// AppendEventWith writes the frame AppendEvent writes for the same data.
+func TestAppendEventWith(t *testing.T) {
+	for _, tt := range []struct{ event, id, data string }{
+		{"head", "a.b@3", `{"scope":"a.b"}`},
+		{"", "", `{}`},
+		{"close", "", ``},
+	} {
+		want := AppendEvent([]byte("prefix\n"), tt.event, tt.id, []byte(tt.data))
+		got := AppendEventWith([]byte("prefix\n"), tt.event, tt.id, func(b []byte) []byte { return append(b, tt.data...) })
+		if string(got) != string(want) {
+			t.Errorf("AppendEventWith = %q, want %q", got, want)
+		}
+	}
+}
