@@ -511,7 +511,10 @@ func TestSSEWriteTimeout(t *testing.T) {
 func TestSSESlowReaderCatchesUp(t *testing.T) {
 	e := newEngine(t)
 	h := newHub(t, e, push.Options{})
-	srv := newSSEServer(t, h, push.SSEOptions{})
+	// The writes block until the reader starts; on a loaded machine (the
+	// race detector, a busy CI) the commits alone can outlast the default
+	// write timeout, which this test is not about.
+	srv := newSSEServer(t, h, push.SSEOptions{WriteTimeout: 5 * time.Minute})
 	c := dialRawSSE(t, srv, url.Values{"prefix": {"big"}})
 	// Distinct scopes are not coalesced: the server has more to write than
 	// the socket buffers hold.
