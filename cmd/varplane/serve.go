@@ -40,10 +40,13 @@ type serveConfig struct {
 	maxBodyBytes int64
 	limits       varplane.Limits
 	allowedHosts string
-	origins      string
-	logFormat    string
-	logLevel     string
-	redis        redisFlags
+	maxSubs      int
+	// maxSubsPerToken: 0 takes push's default (a tenth of maxSubs).
+	maxSubsPerToken int
+	origins         string
+	logFormat       string
+	logLevel        string
+	redis           redisFlags
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.
@@ -123,6 +126,8 @@ Stores (--store):
 	fs.IntVar(&cfg.limits.MaxDepth, "max-document-depth", varplane.DefaultMaxDepth, fmt.Sprintf("deepest nesting of objects and arrays in a document (at most %d)", varplane.MaxDepthCeiling))
 	fs.IntVar(&cfg.limits.MaxStringBytes, "max-string-bytes", varplane.DefaultMaxStringBytes, "longest string or member name in a document, in bytes")
 	fs.IntVar(&cfg.limits.MaxMembers, "max-members", varplane.DefaultMaxMembers, "most members of one object or elements of one array in a document")
+	fs.IntVar(&cfg.maxSubs, "max-subscribers", push.DefaultMaxSubscribers, "most live-stream subscriptions (SSE, Connect, gRPC) at once")
+	fs.IntVar(&cfg.maxSubsPerToken, "max-subscribers-per-token", 0, "most subscriptions one bearer token may hold at once (0: a tenth of --max-subscribers; -1: no per-token cap)")
 	fs.StringVar(&cfg.allowedHosts, "allowed-hosts", envOr(c.m.Getenv, "VARPLANE_ALLOWED_HOSTS", ""), "comma-separated Host names answered besides loopback and the listen address (.example.com for subdomains, * for any) (env VARPLANE_ALLOWED_HOSTS)")
 	fs.StringVar(&cfg.origins, "trusted-origins", "", "comma-separated origins (https://console.example) whose pages may send writes across origins")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format on stderr: text or json")
@@ -153,6 +158,9 @@ Stores (--store):
 	}
 	if cfg.maxBodyBytes <= 0 {
 		return usagef("--max-body-bytes must be positive")
+	}
+	if cfg.maxSubs <= 0 {
+		return usagef("--max-subscribers must be positive")
 	}
 	if cfg.limits.MaxDepth <= 0 || cfg.limits.MaxStringBytes <= 0 || cfg.limits.MaxMembers <= 0 {
 		return usagef("--max-document-depth, --max-string-bytes and --max-members must be positive")
@@ -218,7 +226,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	}
 	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log, Limits: cfg.limits, Owners: owners})
 	defer engine.Close()
-	hub := push.New(engine, push.Options{Logger: log})
+	hub := push.New(engine, push.Options{Logger: log, MaxSubscribers: cfg.maxSubs, MaxSubscribersPerToken: cfg.maxSubsPerToken})
 	defer hub.Close()
 
 	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz}

@@ -124,12 +124,14 @@ func (b ErrorBody) Err() *varplane.Error {
 }
 
 // WriteError answers err with its status and body. Answers of 500 and above
-// are logged with their cause on log (when not nil); the client only ever
-// sees the body. A 503 carries Retry-After.
+// (but too-many-subscribers, which comes in floods and has its metric) are
+// logged with their cause on log (when not nil); the client only ever sees
+// the body. A 503 carries Retry-After.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	body := BodyOf(err)
 	status := Status(body.Code)
-	if status >= 500 && log != nil {
+	// A full push layer refuses in floods; its metric counts them.
+	if status >= 500 && log != nil && body.Code != varplane.CodeTooManyRequests {
 		log.LogAttrs(r.Context(), slog.LevelError, "request failed",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.String("code", string(body.Code)), slog.String("error", err.Error()))
