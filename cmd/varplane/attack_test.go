@@ -9,9 +9,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
+	bin "encoding/binary"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -227,4 +230,81 @@ func TestAttackWholeBodyBeforeReading(t *testing.T) {
 	}
 	a.unchanged(t)
 	a.checkRSS(t)
+}
+
+// TestAttackConnectGzipBomb: a Connect Subscribe of 512 KiB that inflates to
+// 512 MiB, sent without a token, is refused without the server's memory
+// following it.
+func TestAttackConnectGzipBomb(t *testing.T) {
+	a := startTarget(t)
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zero := make([]byte, 1<<20)
+	for i := 0; i < 512; i++ {
+		_, _ = zw.Write(zero)
+	}
+	_ = zw.Close()
+	env := make([]byte, 5, 5+zipped.Len())
+	env[0] = 1 // compressed
+	bin.BigEndian.PutUint32(env[1:], uint32(zipped.Len()))
+	env = append(env, zipped.Bytes()...)
+	req, err := http.NewRequest("POST", a.URL+"/varplane.v1.PushService/Subscribe", bytes.NewReader(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/connect+proto")
+	req.Header.Set("Connect-Content-Encoding", "gzip")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if !bytes.Contains(body, []byte("resource_exhausted")) && resp.StatusCode < 400 {
+		t.Fatalf("the bomb was not refused: %d %s", resp.StatusCode, body)
+	}
+	a.unchanged(t)
+	a.checkRSS(t)
+}
+
+// TestAttackSubscriberSlots: one read token opening stream after stream
+// meets its own cap, and another token still subscribes.
+func TestAttackSubscriberSlots(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("greedy-token id=greedy kinds=read\nother-token id=other kinds=read\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "--tokens", tokens, "--max-subscribers", "20", "--max-subscribers-per-token", "5")
+	open := func(token string) (*http.Response, error) {
+		req, _ := http.NewRequest("GET", s.Base+"/watch?key=a.b", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		return (&http.Client{}).Do(req)
+	}
+	var held []*http.Response
+	defer func() {
+		for _, r := range held {
+			r.Body.Close()
+		}
+	}()
+	for i := 0; i < 5; i++ {
+		r, err := open("greedy-token")
+		if err != nil || r.StatusCode != 200 {
+			t.Fatalf("stream %d of the greedy token: %v %v", i, err, r)
+		}
+		held = append(held, r)
+	}
+	r, err := open("greedy-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 503 || !bytes.Contains(body, []byte("too-many-subscribers")) {
+		t.Fatalf("the sixth stream of one token: %d %s", r.StatusCode, body)
+	}
+	r, err = open("other-token")
+	if err != nil || r.StatusCode != 200 {
+		t.Fatalf("another token is locked out: %v %v", err, r)
+	}
+	held = append(held, r)
 }
