@@ -30,36 +30,6 @@ func decodeStrictTokens(body []byte, dst any) error {
 	return nil
 }
 
-// checkTopKeys is checkFields for a body known to be valid JSON: it walks
-// the top-level object's keys without decoding the values.
-func checkTopKeys(body []byte, fields map[string]bool) error {
-	i := skipSpace(body, 0)
-	if body[i] != '{' {
-		return BadRequest("request body must be a JSON object")
-	}
-	seen := make(map[string]bool, len(fields))
-	i = skipSpace(body, i+1)
-	for body[i] != '}' {
-		end := skipString(body, i)
-		raw := body[i:end]
-		name := string(raw[1 : len(raw)-1])
-		if bytes.IndexByte(raw, '\\') >= 0 {
-			if err := json.Unmarshal(raw, &name); err != nil {
-				return BadRequest("request body is not a valid request")
-			}
-		}
-		if err := checkField(name, fields, seen); err != nil {
-			return err
-		}
-		i = skipSpace(body, end) // at ':'
-		i = skipSpace(body, i+1) // at the value
-		i = skipSpace(body, skipValue(body, i))
-		if body[i] == ',' {
-			i = skipSpace(body, i+1)
-		}
-	}
-	return nil
-}
 
 // checkField refuses a top-level key that is not exactly one of fields, or
 // that seen already holds, and records it in seen.
@@ -77,50 +47,8 @@ func checkField(name string, fields, seen map[string]bool) error {
 	return nil
 }
 
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
 
-// skipString returns the index just past the string that starts at b[i].
-func skipString(b []byte, i int) int {
-	for i++; b[i] != '"'; i++ {
-		if b[i] == '\\' {
-			i++
-		}
-	}
-	return i + 1
-}
 
-// skipValue returns the index just past the value that starts at b[i], in
-// valid JSON.
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for ; ; i++ {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-	}
-	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
-		i++
-	}
-	return i
-}
 
 // checkFields walks the top-level object of body and refuses a key that is
 // not exactly one of fields, or that appears twice.
