@@ -30,7 +30,6 @@ func decodeStrictTokens(body []byte, dst any) error {
 	return nil
 }
 
-
 // checkField refuses a top-level key that is not exactly one of fields, or
 // that seen already holds, and records it in seen.
 func checkField(name string, fields, seen map[string]bool) error {
@@ -46,9 +45,6 @@ func checkField(name string, fields, seen map[string]bool) error {
 	seen[name] = true
 	return nil
 }
-
-
-
 
 // checkFields walks the top-level object of body and refuses a key that is
 // not exactly one of fields, or that appears twice.
