@@ -68,7 +68,8 @@ func ParseDocument(b []byte) (*Document, error) {
 		if err := checkID(id); err != nil {
 			return nil, err
 		}
-		if !validDigest(p.TokenDigest) {
+		// A digest has the form of a revision: "sha256:" and 64 hex digits.
+		if _, err := varplane.ParseRevision(p.TokenDigest); err != nil {
 			return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: principal %q: tokenDigest must be sha256: and 64 lowercase hex digits", id)
 		}
 		if other, dup := seen[p.TokenDigest]; dup {

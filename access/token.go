@@ -2,10 +2,9 @@ package access
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
-	"strings"
+
+	"github.com/varplane/varplane/canonical"
 )
 
 // TokenPrefix starts every token this package issues, so that a token is
@@ -21,22 +20,7 @@ func NewToken() string {
 }
 
 // Digest returns what the access document stores for token: "sha256:" and
-// the 64 lowercase hex digits of its SHA-256. A token holds 256 random bits,
+// the 64 lowercase hex digits of its SHA-256 (canonical.DigestCanonical of
+// its bytes: the one digest form). A token holds 256 random bits,
 // so a fast hash is enough: there is nothing to guess.
-func Digest(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-func validDigest(d string) bool {
-	h, ok := strings.CutPrefix(d, "sha256:")
-	if !ok || len(h) != 64 {
-		return false
-	}
-	for _, c := range []byte(h) {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
+func Digest(token string) string { return canonical.DigestCanonical([]byte(token)) }
