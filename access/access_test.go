@@ -232,6 +232,7 @@ func TestParseDocument(t *testing.T) {
 		{"one", `{"principals":{"a":{"tokenDigest":` + d + `,"kinds":["read"],"prefixes":["x."],"createdAt":"2026-01-01T00:00:00Z"}}}`, true},
 		{"no principals", `{}`, false},
 		{"unknown field", `{"principals":{},"x":1}`, false},
+		{"trailing data", `{"principals":{}} {}`, false},
 		{"short digest", `{"principals":{"a":{"tokenDigest":"sha256:ab","createdAt":"2026-01-01T00:00:00Z"}}}`, false},
 		{"shared digest", `{"principals":{"a":{"tokenDigest":` + d + `,"createdAt":"2026-01-01T00:00:00Z"},"b":{"tokenDigest":` + d + `,"createdAt":"2026-01-01T00:00:00Z"}}}`, false},
 		{"bad kind", `{"principals":{"a":{"tokenDigest":` + d + `,"kinds":["write"],"createdAt":"2026-01-01T00:00:00Z"}}}`, false},

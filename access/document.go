@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"sort"
 	"time"
 
@@ -48,8 +49,8 @@ type Principal struct {
 	CreatedBy   string          `json:"createdBy,omitempty"`
 }
 
-// ParseDocument decodes and checks an access document: strict JSON (no
-// unknown or duplicate-sensitive surprises), every principal with a valid
+// ParseDocument decodes and checks an access document: one JSON object
+// with no unknown field, every principal with a valid
 // id, a well-formed digest, known kinds and valid prefixes, and no digest
 // held twice. Its errors are bad-request and never quote a digest.
 func ParseDocument(b []byte) (*Document, error) {
@@ -58,6 +59,9 @@ func ParseDocument(b []byte) (*Document, error) {
 	var d Document
 	if err := dec.Decode(&d); err != nil {
 		return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: data after the document")
 	}
 	if d.Principals == nil {
 		return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: principals is required")
