@@ -48,7 +48,19 @@ func Handler(svc *Service, opts HandlerOptions) http.Handler {
 	mux.HandleFunc("POST "+base+"/access/tokens", h.create)
 	mux.HandleFunc("DELETE "+base+"/access/tokens/{id}", h.revoke)
 	mux.HandleFunc(base+"/access/", func(w http.ResponseWriter, r *http.Request) {
-		wire.WriteError(w, r, nil, varplane.Errorf(varplane.CodeNotFound, "no such access route"))
+		allow := ""
+		switch p := r.URL.Path; {
+		case p == base+"/access/tokens":
+			allow = "GET, POST"
+		case strings.HasPrefix(p, base+"/access/tokens/") && !strings.Contains(p[len(base+"/access/tokens/"):], "/"):
+			allow = "DELETE"
+		}
+		if allow == "" {
+			wire.WriteError(w, r, nil, varplane.Errorf(varplane.CodeNotFound, "no such access route"))
+			return
+		}
+		w.Header().Set("Allow", allow)
+		wire.WriteError(w, r, nil, varplane.Errorf(varplane.CodeMethodNotAllowed, "%s is not allowed here (allowed: %s)", r.Method, allow))
 	})
 	return mux
 }

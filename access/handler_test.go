@@ -104,6 +104,9 @@ func TestHandler(t *testing.T) {
 				{"POST", "/vars/access/tokens", ops.Token, map[string]any{"id": "reader"}, 400},
 				{"DELETE", "/vars/access/tokens/nobody", ops.Token, nil, 404},
 				{"GET", "/vars/access/other", ops.Token, nil, 404},
+				{"PUT", "/vars/access/tokens", ops.Token, nil, 405},
+				{"GET", "/vars/access/tokens/reader", ops.Token, nil, 405},
+				{"DELETE", "/vars/access/tokens/a/b", ops.Token, nil, 404},
 			} {
 				st, body := call(t, srv, tc.method, tc.path, tc.token, tc.body)
 				if st != tc.status {
