@@ -64,7 +64,11 @@ type Grant struct {
 	Roles    []string
 }
 
-func (g *Grant) allows(req varplane.Access) bool {
+// Allows reports whether the grant covers req's kind and scope (see Grant);
+// an identify request is always covered, since it only authenticates. The
+// store-held principals of package access are grants without their secret,
+// and decide by this same rule.
+func (g *Grant) Allows(req varplane.Access) bool {
 	if req.Kind == varplane.KindIdentify {
 		return true // identify only authenticates; the route checks roles
 	}
@@ -86,6 +90,12 @@ func (g *Grant) allows(req varplane.Access) bool {
 		}
 	}
 	return false
+}
+
+// ValidPrefix reports whether p is a grant's scope prefix: a scope, a scope
+// followed by ".", or "*".
+func ValidPrefix(p string) bool {
+	return p == "*" || varplane.Scope(strings.TrimSuffix(p, ".")).Valid()
 }
 
 func prefixMatches(p, s string) bool {
@@ -196,7 +206,7 @@ func (a *ScopedAuthorizer) Authorize(_ context.Context, req varplane.Access) (va
 	if g == nil {
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token is not accepted")
 	}
-	if !g.grant.allows(req) {
+	if !g.grant.Allows(req) {
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token does not allow %s on this scope", req.Kind)
 	}
 	return g.identity, nil
@@ -343,7 +353,7 @@ func parseTokenLine(text string) (g Grant, ok bool, err error) {
 			}
 		case "prefixes":
 			for j, p := range list {
-				if p != "*" && !varplane.Scope(strings.TrimSuffix(p, ".")).Valid() {
+				if !ValidPrefix(p) {
 					return Grant{}, false, fmt.Errorf(`prefixes: item %d is not a scope, a scope followed by ".", or "*"`, j+1)
 				}
 			}

@@ -84,6 +84,8 @@ var commands = []commandInfo{
 	{"get", "read the values a scope serves (the data plane), with ETag support", func(m *Main) command { return &GetCommand{m: m} }},
 	{"watch", "follow commits to scopes as they happen (Server-Sent Events)", func(m *Main) command { return &WatchCommand{m: m} }},
 	{"config", "component configuration: deploy manifests, conceal secrets", func(m *Main) command { return &ConfigCommand{m: m} }},
+	{"token", "manage the principals held in the store: create, list, revoke", func(m *Main) command { return &TokenCommand{m: m} }},
+	{"migrate", "publish a directory into a store, bootstrap the first administrator, export", func(m *Main) command { return &MigrateCommand{m: m} }},
 }
 
 // Run runs the command named by args[0] and returns the process exit code.

@@ -71,8 +71,10 @@ type serveRuntime struct {
 	Logger *slog.Logger
 	Base   string
 	Mux    *http.ServeMux
-	// Authorizer is the one --tokens builds (httpapi.AllowAll without it),
-	// so that every transport authorizes exactly as the HTTP API does.
+	// Authorizer is the one --tokens builds, combined with the store's
+	// principals under --access-control (an authorizing extension), and
+	// httpapi.AllowAll without either, so that every transport authorizes
+	// exactly as the HTTP API does.
 	Authorizer httpapi.Authorizer
 }
 
@@ -228,6 +230,11 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	defer engine.Close()
 	hub := push.New(engine, push.Options{Logger: log, MaxSubscribers: cfg.maxSubs, MaxSubscribersPerToken: cfg.maxSubsPerToken})
 	defer hub.Close()
+	for _, ext := range exts {
+		if a, ok := ext.(authorizing); ok {
+			authz = a.Authorizer(engine, authz)
+		}
+	}
 
 	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz}
 	if rt.Authorizer == nil {
