@@ -395,8 +395,8 @@ func (s *Store) cutTail(off int64, lineNo, n int, why string) error {
 	return nil
 }
 
-// committer validates, writes, syncs and publishes batches of requests in
-// arrival order until reqs is closed.
+// committer checks against the state, writes, syncs and publishes batches
+// of requests in arrival order until reqs is closed.
 func (s *Store) committer() {
 	defer close(s.done)
 	tx := s.st.Begin()
