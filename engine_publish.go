@@ -36,9 +36,26 @@ type PublishResult struct {
 // req.ExpectedGeneration+1. Its refusals are those of CreateRevision and
 // Activate: revision-invalid with the issues (a rejected event is recorded
 // and nothing else), revision-conflict carrying the current generation (and
-// no revision is left behind), idempotency-key-reused. A repeated request
+// no revision is left behind), idempotency-key-reused. Without an
+// idempotency key, a scope already past req.ExpectedGeneration is a conflict
+// before the document is even validated. A repeated request
 // with the same idempotency key answers the first result, Created included.
 func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult, error) {
+	if err := e.writable(req.Scope, req.Owner); err != nil {
+		return PublishResult{}, err
+	}
+	if req.IdempotencyKey == "" {
+		// A publish that has already lost its race is refused before its
+		// document is validated: losers of a contended scope retry often.
+		// Generations only grow, so a snapshot past the expected one (even
+		// a shared store's, which may lag) proves the conflict; one at or
+		// behind it proves nothing, and the store decides. A request with
+		// a key goes the whole way, so that a retry of a publish that won
+		// answers its first result.
+		if st, err := e.store.State(ctx, req.Scope); err == nil && st.Generation > req.ExpectedGeneration {
+			return PublishResult{}, ConflictError(req.Scope, req.ExpectedGeneration, st.Generation)
+		}
+	}
 	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
 	if err != nil {
 		return PublishResult{}, err

@@ -74,6 +74,14 @@ func TestPublishRefusals(t *testing.T) {
 		{"group shape", nil, publishReq("grp", `{"other.x":1}`, 0), varplane.CodeRevisionInvalid},
 		{"stale generation", func(e *varplane.Engine) { mustActivate(t, e, "s.k", mustCreate(t, e, "s.k", `{"v":0}`), 0) }, publishReq("s.k", `{"v":1}`, 0), varplane.CodeRevisionConflict},
 		{"future generation", nil, publishReq("s.k", `{"v":1}`, 4), varplane.CodeRevisionConflict},
+		// A publish that has lost its race is refused before validation:
+		// no rejection is recorded for it.
+		{"stale generation before validation", func(e *varplane.Engine) { mustActivate(t, e, "s.k", mustCreate(t, e, "s.k", `{"v":0}`), 0) },
+			varplane.PublishRequest{Scope: "s.k", Document: json.RawMessage(`{"x":1}`), SchemaID: "strict/v1"}, varplane.CodeRevisionConflict},
+		// With an idempotency key it goes the whole way: the document's
+		// issues are found (and recorded) first.
+		{"stale generation with a key", func(e *varplane.Engine) { mustActivate(t, e, "s.k", mustCreate(t, e, "s.k", `{"v":0}`), 0) },
+			varplane.PublishRequest{Scope: "s.k", Document: json.RawMessage(`{"x":1}`), SchemaID: "strict/v1", IdempotencyKey: "k"}, varplane.CodeRevisionInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,6 +90,7 @@ func TestPublishRefusals(t *testing.T) {
 				tc.setup(e)
 			}
 			before, _ := e.History(ctx, tc.req.Scope)
+			was, _ := e.Store().State(ctx, tc.req.Scope)
 			_, err := e.Publish(ctx, tc.req)
 			if got := varplane.ErrorCode(err); got != tc.code {
 				t.Fatalf("err = %v (code %s), want %s", err, got, tc.code)
@@ -92,7 +101,7 @@ func TestPublishRefusals(t *testing.T) {
 			case varplane.CodeRevisionInvalid:
 				// Only the rejection is recorded, as CreateRevision does.
 				st, _ := e.Store().State(ctx, tc.req.Scope)
-				if grew != 1 || after[len(after)-1].Kind != varplane.EventRejected || st.LastRejected == nil || st.Head != nil {
+				if grew != 1 || after[len(after)-1].Kind != varplane.EventRejected || st.LastRejected == nil || st.Head != was.Head {
 					t.Errorf("after an invalid publish: %d new events, state %+v; want one rejection", grew, st)
 				}
 			case varplane.CodeRevisionConflict:

@@ -281,6 +281,12 @@ func profileCases() []profileCase {
 		{"commit-64", func(ctx context.Context, cfg *config, vp *vpServer) (side, error) {
 			return vpCommitSide(cfg, "commit-64", vp, 64, "bench.p64"), nil
 		}},
+		{"publish-1", func(ctx context.Context, cfg *config, vp *vpServer) (side, error) {
+			return vpPublishSide(cfg, "publish-1", vp, 1, "bench.pp1"), nil
+		}},
+		{"publish-64", func(ctx context.Context, cfg *config, vp *vpServer) (side, error) {
+			return vpPublishSide(cfg, "publish-64", vp, 64, "bench.pp64"), nil
+		}},
 		{"contended-64", func(ctx context.Context, cfg *config, vp *vpServer) (side, error) {
 			return vpContendedSide(ctx, cfg, vp)
 		}},

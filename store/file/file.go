@@ -2,15 +2,19 @@
 // one JSON object per line (the JSON form of varplane.Event), folded in memory
 // for reads. A commit is written and fdatasync'ed before it is acknowledged
 // and before any reader can see it. Concurrent commits share one write and
-// one fsync (group commit). On Open the log is replayed; a torn tail left by
-// a crash (a final fragment without its newline) is cut off with a warning,
-// while a complete line that does not decode, wherever it is, stops Open
-// with an error naming the line and its byte offset (see Open).
+// one fsync (group commit); a publish's two lines are in one batch. On Open
+// the log is replayed; a torn tail left by a crash (a final fragment without
+// its newline, or the first line of a publish whose second line the crash
+// lost) is cut off with a warning, while a complete line that does not
+// decode, wherever it is, stops Open with an error naming the line and its
+// byte offset (see Open).
 //
 // Concurrency contract: every method is safe for concurrent use. Reads never
 // wait for a commit; State takes no lock and does not allocate for a scope
-// that exists. Commits are validated, written and published in order by one
-// committer goroutine that the Store owns and Close stops. Watch callbacks
+// that exists. Commits are checked against the state, written and published
+// in order by one committer goroutine that the Store owns and Close stops;
+// the checks that need no state, and the encoding of the log lines, run on
+// the committing caller's goroutine before it queues the commit. Watch callbacks
 // run on that goroutine, after the snapshot is installed and before the
 // commits are acknowledged, so they must not block nor commit to the store.
 // One log has one writer: Open takes an exclusive lock (flock on
@@ -409,8 +413,8 @@ func (s *Store) cutTail(off int64, lineNo, n int, why string) error {
 	return nil
 }
 
-// committer validates, writes, syncs and publishes batches of requests in
-// arrival order until reqs is closed.
+// committer checks against the state, writes, syncs and publishes batches
+// of requests in arrival order until reqs is closed.
 func (s *Store) committer() {
 	defer close(s.done)
 	tx := s.st.Begin()
