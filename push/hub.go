@@ -101,7 +101,8 @@ func Reason(err error) string {
 }
 
 // Filter selects scopes. A key matches exactly; a group matches the group
-// scope itself; a prefix P matches P and every scope below it (P.*).
+// scope itself; a prefix P matches P and every scope below it (P.*); the
+// empty prefix (wire.Everything, a watch's all=1) matches every scope.
 type Filter struct {
 	Keys     []varplane.Scope
 	Groups   []varplane.Scope
@@ -121,8 +122,11 @@ func (f Filter) Validate() error {
 	case n > MaxFilterScopes:
 		return varplane.Errorf(varplane.CodeBadRequest, "at most %d scopes per subscription", MaxFilterScopes)
 	}
-	for _, list := range [][]varplane.Scope{f.Keys, f.Groups, f.Prefixes} {
+	for i, list := range [][]varplane.Scope{f.Keys, f.Groups, f.Prefixes} {
 		for _, s := range list {
+			if i == 2 && s == "" {
+				continue // the empty prefix: every scope
+			}
 			if _, err := varplane.ParseScope(string(s)); err != nil {
 				return err
 			}
@@ -172,7 +176,7 @@ func (m *matcher) match(s varplane.Scope) bool {
 		return true
 	}
 	for _, p := range m.prefixes {
-		if s == p || s.IsDescendantOf(p) {
+		if p == "" || s == p || s.IsDescendantOf(p) {
 			return true
 		}
 	}
