@@ -400,16 +400,27 @@ func (a *Admin) ResolveRevision(ctx context.Context, scope varplane.Scope, prefi
 	if rev, err := varplane.ParseRevision(prefix); err == nil {
 		return rev, nil
 	}
-	hex := strings.TrimPrefix(prefix, "sha256:")
-	if len(hex) < MinRevisionPrefix || len(hex) > 64 || strings.Trim(hex, "0123456789abcdef") != "" {
-		return "", varplane.Errorf(varplane.CodeBadRequest,
-			"revision %q must be sha256: and 64 lowercase hex digits, or a prefix of at least %d of them", prefix, MinRevisionPrefix)
+	hex, err := ParseRevisionPrefix(prefix)
+	if err != nil {
+		return "", err
 	}
 	events, err := a.History(ctx, scope)
 	if err != nil {
 		return "", err
 	}
 	return MatchRevision(events, hex)
+}
+
+// ParseRevisionPrefix returns the hex digits of a revision or revision
+// prefix ("sha256:" optional), or a bad-request error when s is not one:
+// fewer than MinRevisionPrefix or more than 64 digits, or not lowercase hex.
+func ParseRevisionPrefix(s string) (string, error) {
+	hex := strings.TrimPrefix(s, "sha256:")
+	if len(hex) < MinRevisionPrefix || len(hex) > 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return "", varplane.Errorf(varplane.CodeBadRequest,
+			"revision %q must be sha256: and 64 lowercase hex digits, or a prefix of at least %d of them", s, MinRevisionPrefix)
+	}
+	return hex, nil
 }
 
 // MatchRevision returns the one revision among the events' revisions whose

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -105,9 +106,18 @@ func TestServerErrorsCrossTheWire(t *testing.T) {
 			_, _ = io.WriteString(w, "<html>upstream db-7.internal refused</html>")
 		}))
 		defer proxy.Close()
-		code, out, errOut := inProcess(proxy.URL, "", "status", "--scope", "a.b", "-o", "json")
+		code, out, errOut := inProcess(proxy.URL, "", "status", "--scope", "a.b")
 		if code != ExitRefused || !strings.HasPrefix(errOut, "error: store-unavailable: ") {
 			t.Fatalf("exit %d, stderr %q; want exit 1 and store-unavailable", code, errOut)
+		}
+		if strings.Contains(errOut+out, "db-7") || strings.Contains(errOut+out, "html") {
+			t.Fatalf("the proxy's text reached the output: %q %q", out, errOut)
+		}
+		// With -o json the error is one JSON object on stderr.
+		code, out, errOut = inProcess(proxy.URL, "", "status", "--scope", "a.b", "-o", "json")
+		var body struct{ Code, Error string }
+		if code != ExitRefused || json.Unmarshal([]byte(errOut), &body) != nil || body.Code != "store-unavailable" {
+			t.Fatalf("-o json: exit %d, stderr %q; want exit 1 and one store-unavailable object", code, errOut)
 		}
 		if strings.Contains(errOut+out, "db-7") || strings.Contains(errOut+out, "html") {
 			t.Fatalf("the proxy's text reached the output: %q %q", out, errOut)

@@ -94,6 +94,23 @@ func Equal(a, b []byte) bool {
 	return err == nil && equal(x, y)
 }
 
+// Get returns the value at pointer (RFC 6901) in doc, or an error when doc
+// is not JSON or has nothing there.
+func Get(doc []byte, pointer string) (json.RawMessage, error) {
+	v, err := decode(doc)
+	if err != nil {
+		return nil, fmt.Errorf("jsonpatch: document: %w", err)
+	}
+	path, err := parsePointer(pointer)
+	if err != nil {
+		return nil, fmt.Errorf("jsonpatch: %w", err)
+	}
+	if v, err = get(v, path); err != nil {
+		return nil, fmt.Errorf("jsonpatch: %s: %w", pointer, err)
+	}
+	return encode(v)
+}
+
 // AppendPointer appends the JSON Pointer token for key to path ("~" as
 // "~0", "/" as "~1").
 func AppendPointer(path, key string) string {

@@ -166,3 +166,17 @@ func TestAppendPointer(t *testing.T) {
 		t.Fatalf("parsePointer = %q, %v", toks, err)
 	}
 }
+
+func TestGet(t *testing.T) {
+	doc := []byte(`{"a":{"b/c":[1,{"d":"<x>"}]}}`)
+	for ptr, want := range map[string]string{"": `{"a":{"b/c":[1,{"d":"<x>"}]}}`, "/a/b~1c/1": `{"d":"<x>"}`, "/a/b~1c/0": `1`} {
+		if got, err := Get(doc, ptr); err != nil || string(got) != want {
+			t.Errorf("Get(%q) = %s, %v; want %s", ptr, got, err, want)
+		}
+	}
+	for _, ptr := range []string{"/x", "/a/b~1c/2", "a", "/a/b~1c/-"} {
+		if _, err := Get(doc, ptr); err == nil {
+			t.Errorf("Get(%q) succeeded", ptr)
+		}
+	}
+}
