@@ -60,7 +60,7 @@ for confirmation first; --yes skips the question (scripts never get it).`)
 		}
 		if *dryRun {
 			return emit(c.m.Stdout, g.json(), struct {
-				Scope  varplane.Scope          `json:"scope"`
+				Scope  varplane.Scope        `json:"scope"`
 				Scopes []client.ScopeSummary `json:"scopes"`
 			}{scope, hit}, func() error {
 				if len(hit) == 0 {
