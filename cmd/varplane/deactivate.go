@@ -52,7 +52,11 @@ for confirmation first; --yes skips the question (scripts never get it).`)
 		return err
 	}
 	scope := varplane.Scope(g.scope)
-	ask := !*yes && !*dryRun && isTerminal(c.m.Stdin)
+	terminal := c.m.terminal
+	if terminal == nil {
+		terminal = isTerminal
+	}
+	ask := !*yes && !*dryRun && terminal(c.m.Stdin)
 	if *dryRun || ask {
 		hit, err := c.cascade(ctx, a, scope)
 		if err != nil {

@@ -64,6 +64,9 @@ type Main struct {
 	// serverPath and base are the path of --server and the base, for the
 	// hint of a route-not-found answer.
 	serverPath, base string
+	// terminal reports whether a stream is a terminal (isTerminal when nil;
+	// tests stand in for one).
+	terminal func(f any) bool
 	// lastFlags is the flag set of the command that ran last (completion
 	// reads the flags from it).
 	lastFlags *flag.FlagSet
