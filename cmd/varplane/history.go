@@ -19,7 +19,8 @@ func (c *HistoryCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.newFlagSet("history", "SCOPE [flags]", `
 List every event of a scope's append-only audit log, oldest first: revisions
 created, activations (rollbacks included), deactivations and rejections, with
-generation, actor, reason and time. With -o json the documents are included.
+generation, actor (the authenticated caller, "for" the actor it claimed with
+--actor), reason and time. With -o json the documents are included.
 SCOPE may also be given as --scope.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
@@ -62,7 +63,11 @@ SCOPE may also be given as --scope.`)
 				}
 				reason = strings.TrimSpace(reason + " (also " + strings.Join(names, ", ") + ")")
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", shortTime(ev.Timestamp), ev.Kind, gen, shortRevision(string(ev.Revision)), dash(ev.Actor), dash(reason))
+			actor := dash(ev.Actor)
+			if ev.OnBehalfOf != "" {
+				actor += " for " + ev.OnBehalfOf
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", shortTime(ev.Timestamp), ev.Kind, gen, shortRevision(string(ev.Revision)), actor, dash(reason))
 		}
 		return tw.Flush()
 	})
