@@ -49,14 +49,7 @@ func decodeOut(t *testing.T, r cliResult, v any) {
 func TestCLICommands(t *testing.T) {
 	s := startServer(t, "--store", "file:"+filepath.Join(t.TempDir(), "log"))
 	env := []string{"VARPLANE_SERVER=" + s.URL}
-	run := func(t *testing.T, want int, stdin string, args ...string) cliResult {
-		t.Helper()
-		r := runCLI(t, env, stdin, args...)
-		if r.code != want {
-			t.Fatalf("varplane %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, want, r.stdout, r.stderr)
-		}
-		return r
-	}
+	run := expectCLI(env)
 	const key = "agentic.lanes.vinci"
 	var rev1, rev2 string
 
