@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -463,4 +464,57 @@ func TestWatchCommand(t *testing.T) {
 			t.Fatalf("watch (everything): %q; stderr %s", got, stderr)
 		}
 	})
+}
+
+// TestVersionRevision builds the binary with VCS stamping and checks that
+// varplane version reports the commit it was built from.
+func TestVersionRevision(t *testing.T) {
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git checkout (or no git): %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "varplane")
+	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".")
+	build.Env = append(os.Environ(), "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version", "-o", "json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Revision string `json:"revision"`
+		Time     string `json:"time"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("version -o json = %q: %v", out, err)
+	}
+	if v.Revision == "" {
+		t.Skip("the go command stamped no VCS information into this build (a checkout it does not read, such as some git worktrees); TestVersionOf covers the reading")
+	}
+	if v.Revision != strings.TrimSpace(string(head)) || v.Time == "" {
+		t.Fatalf("version = %+v, want revision %s", v, head)
+	}
+	text, err := exec.Command(bin, "--version").Output()
+	if err != nil || !strings.Contains(string(text), "("+v.Revision) {
+		t.Fatalf("--version = %q, %v", text, err)
+	}
+}
+
+// TestVersionOf reads the module version and the VCS settings of build
+// info, and falls back to (devel) without them.
+func TestVersionOf(t *testing.T) {
+	info := &debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.time", Value: "2026-07-20T12:00:00Z"}, {Key: "vcs.modified", Value: "true"}, {Key: "GOOS", Value: "linux"},
+	}}
+	if got, want := versionOf(info, "go1.x"), (buildVersion{Version: "v1.2.3", Revision: "abc123", Time: "2026-07-20T12:00:00Z", Modified: true, Go: "go1.x"}); got != want {
+		t.Fatalf("versionOf = %+v, want %+v", got, want)
+	}
+	if got := versionOf(nil, "go1.x"); got != (buildVersion{Version: "(devel)", Go: "go1.x"}) {
+		t.Fatalf("versionOf(nil) = %+v", got)
+	}
+	if got := versionOf(&debug.BuildInfo{}, "go1.x"); got.Version != "(devel)" || got.Revision != "" {
+		t.Fatalf("versionOf(empty) = %+v", got)
+	}
 }

@@ -25,9 +25,17 @@ type buildVersion struct {
 // readBuildVersion reads the build info: "(devel)" and no revision when the
 // binary was built without module or VCS information.
 func readBuildVersion() buildVersion {
-	v := buildVersion{Version: "(devel)", Go: runtime.Version()}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
+		info = nil
+	}
+	return versionOf(info, runtime.Version())
+}
+
+// versionOf reads the version out of build info (nil: none).
+func versionOf(info *debug.BuildInfo, goVersion string) buildVersion {
+	v := buildVersion{Version: "(devel)", Go: goVersion}
+	if info == nil {
 		return v
 	}
 	if info.Main.Version != "" {
