@@ -518,3 +518,43 @@ func TestVersionOf(t *testing.T) {
 		t.Fatalf("versionOf(empty) = %+v", got)
 	}
 }
+
+// TestCLITokens: list shows what the token may audit, and a token narrowed
+// by prefixes= is refused the watch of everything (403, exit 1) but may
+// watch its own prefix.
+func TestCLITokens(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("ops-token\nagentic-token kinds=read,audit prefixes=agentic.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "--store", "memory:", "--tokens", tokens)
+	ops := expectCLI([]string{"VARPLANE_SERVER=" + s.URL, "VARPLANE_TOKEN=ops-token"})
+	narrow := expectCLI([]string{"VARPLANE_SERVER=" + s.URL, "VARPLANE_TOKEN=agentic-token"})
+	ops(t, 0, `{"n": 1}`, "set", "agentic.lanes.vinci")
+	ops(t, 0, `{"n": 1}`, "set", "billing.x")
+
+	var page struct {
+		Items []struct {
+			Scope string `json:"scope"`
+		} `json:"items"`
+	}
+	decodeOut(t, ops(t, 0, "", "list", "-o", "json"), &page)
+	if len(page.Items) != 2 {
+		t.Fatalf("ops list = %+v", page)
+	}
+	decodeOut(t, narrow(t, 0, "", "list", "-o", "json"), &page)
+	if len(page.Items) != 1 || page.Items[0].Scope != "agentic.lanes.vinci" {
+		t.Fatalf("narrow list = %+v", page)
+	}
+	if r := runCLI(t, []string{"VARPLANE_SERVER=" + s.URL}, "", "list"); r.code != ExitRefused || !strings.Contains(r.stderr, "error: unauthorized:") {
+		t.Fatalf("list without a token: %+v", r)
+	}
+	r := narrow(t, 1, "", "watch")
+	if !strings.Contains(r.stderr, "error: forbidden:") {
+		t.Fatalf("narrow watch of everything: %q", r.stderr)
+	}
+	r = narrow(t, 1, "", "deactivate", "billing", "--dry-run")
+	if !strings.Contains(r.stderr, "error: forbidden:") {
+		t.Fatalf("dry run of a scope the token may not audit: %q", r.stderr)
+	}
+}

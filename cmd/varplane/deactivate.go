@@ -104,8 +104,14 @@ for confirmation first; --yes skips the question (scripts never get it).`)
 }
 
 // cascade lists the active scopes a deactivation of scope would clear now:
-// the scope itself and its active descendants, from the scope listing.
+// the scope itself and its active descendants, from the scope listing. The
+// scope's status is read first: the listing leaves out what the token may
+// not audit, and a token that may not audit the scope itself gets that
+// refusal rather than an empty list.
 func (c *DeactivateCommand) cascade(ctx context.Context, a *client.Admin, scope varplane.Scope) ([]client.ScopeSummary, error) {
+	if _, err := a.Status(ctx, scope); err != nil {
+		return nil, classify(ctx, err)
+	}
 	all, err := a.AllScopes(ctx, scope)
 	if err != nil {
 		return nil, classify(ctx, err)
