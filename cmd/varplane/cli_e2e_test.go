@@ -558,3 +558,17 @@ func TestCLITokens(t *testing.T) {
 		t.Fatalf("dry run of a scope the token may not audit: %q", r.stderr)
 	}
 }
+
+// TestCLIRootBase: a var API served at the root (--base /) is reached by
+// clients given --base /.
+func TestCLIRootBase(t *testing.T) {
+	s := startServer(t, "--store", "memory:", "--base", "/")
+	run := expectCLI([]string{"VARPLANE_SERVER=" + s.URL, "VARPLANE_BASE=/"})
+	run(t, 0, `{"n": 1}`, "set", "root.x")
+	if r := run(t, 0, "", "get", "root.x", "--value"); strings.TrimSpace(r.stdout) != "{\n  \"n\": 1\n}" {
+		t.Fatalf("get at the root: %q", r.stdout)
+	}
+	if r := run(t, 0, "", "list"); !strings.Contains(r.stdout, "root.x") {
+		t.Fatalf("list at the root: %q", r.stdout)
+	}
+}

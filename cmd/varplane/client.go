@@ -82,8 +82,10 @@ func (c *clientFlags) admin(m *Main) (*client.Admin, error) {
 	if err != nil {
 		return nil, &usageError{err: err}
 	}
-	m.serverPath = strings.TrimRight(u.Path, "/")
-	m.base = strings.TrimRight(base, "/")
+	m.serverPath, m.base = strings.TrimRight(u.Path, "/"), base
+	if base == "" {
+		base = "/" // the root; an empty Base would be the default
+	}
 	a, err := client.NewAdmin(c.server, client.AdminOptions{Base: base, Token: c.token, Timeout: c.timeout, MaxResponseBytes: maxResponseBytes})
 	if err != nil {
 		return nil, &usageError{err: err}
@@ -91,13 +93,17 @@ func (c *clientFlags) admin(m *Main) (*client.Admin, error) {
 	return a, nil
 }
 
-// cleanBase returns base with one leading slash and no trailing one ("/"
-// for the root), as client.AdminOptions takes it.
+// cleanBase returns base with one leading slash and no trailing slash; "/"
+// becomes "" (the root).
 func cleanBase(base string) (string, error) {
 	if strings.ContainsAny(base, "?#") {
 		return "", fmt.Errorf("--base %q must be a path", base)
 	}
-	return "/" + strings.Trim(base, "/"), nil
+	base = "/" + strings.Trim(base, "/")
+	if base == "/" {
+		return "", nil
+	}
+	return base, nil
 }
 
 // classify turns what an Admin call returned into the CLI's error kinds: a
