@@ -166,6 +166,7 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h.handle(h.mux, "GET "+b+"/admin/status", false, h.handleStatus)
 	h.handle(h.mux, "GET "+b+"/admin/history", false, h.handleHistory)
 	h.handle(h.mux, "GET "+b+"/admin/replay", false, h.handleReplay)
+	h.handle(h.mux, "GET "+b+"/admin/scopes", false, h.handleScopes)
 
 	ops := []struct {
 		pattern string

@@ -132,7 +132,8 @@ func Reason(err error) string {
 }
 
 // Filter selects scopes. A key matches exactly; a group matches the group
-// scope itself; a prefix P matches P and every scope below it (P.*).
+// scope itself; a prefix P matches P and every scope below it (P.*); the
+// empty prefix (wire.Everything, a watch's all=1) matches every scope.
 type Filter struct {
 	Keys     []varplane.Scope
 	Groups   []varplane.Scope
@@ -160,6 +161,9 @@ func (f Filter) Validate() error {
 		scopes []varplane.Scope
 	}{{"key", f.Keys}, {"group", f.Groups}, {"prefix", f.Prefixes}} {
 		for _, s := range list.scopes {
+			if list.field == "prefix" && s == "" {
+				continue // the empty prefix: every scope
+			}
 			var err error
 			if list.field == "prefix" {
 				_, err = wire.ScopeField(list.field, string(s))
@@ -215,7 +219,7 @@ func (m *matcher) match(s varplane.Scope) bool {
 		return true
 	}
 	for _, p := range m.prefixes {
-		if s == p || s.IsDescendantOf(p) {
+		if p == "" || s == p || s.IsDescendantOf(p) {
 			return true
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -74,4 +75,12 @@ func yamlDocument(name string, data []byte) (json.RawMessage, error) {
 		return nil, usagef("document %s: %s", name, varplane.ErrorMessage(err))
 	}
 	return out, nil
+}
+
+// fileFlag registers -f and its long form --file on fs, both setting the
+// path of the document ("" or "-" for stdin).
+func fileFlag(fs *flag.FlagSet) *string {
+	file := fs.String("f", "", "file holding the document (JSON or YAML); stdin when absent or -")
+	fs.StringVar(file, "file", "", "same as -f")
+	return file
 }

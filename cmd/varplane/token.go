@@ -79,20 +79,16 @@ varplane.access scope.`)
 	if err := requireFlag("id", *id); err != nil {
 		return err
 	}
-	cl, err := cf.client(c.m.Stdout)
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
 	req := map[string]any{"id": *id, "kinds": splitList(*kinds), "prefixes": splitList(*prefixes), "roles": splitList(*roles), "reason": *reason}
-	resp, err := cl.do(ctx, http.MethodPost, "/access/tokens", nil, req, nil)
-	if err != nil {
-		return err
+	var out access.Created
+	if err := a.Call(ctx, http.MethodPost, "/access/tokens", nil, req, &out); err != nil {
+		return classify(ctx, err)
 	}
-	return emit(c.m.Stdout, cf.json(), resp.body, func() error {
-		var out access.Created
-		if err := decodeAnswer(resp.body, &out); err != nil {
-			return err
-		}
+	return emit(c.m.Stdout, cf.json(), out, func() error {
 		fmt.Fprintf(c.m.Stdout, "created principal %s (generation %d)\n", out.ID, out.Generation)
 		fmt.Fprintf(c.m.Stdout, "token: %s\n", out.Token)
 		fmt.Fprintln(c.m.Stderr, "The token is shown once: store it now.")
@@ -115,21 +111,17 @@ created them when. Tokens are never shown (the store does not keep them).`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cl, err := cf.client(c.m.Stdout)
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
-	resp, err := cl.do(ctx, http.MethodGet, "/access/tokens", nil, nil, nil)
-	if err != nil {
-		return err
+	var out struct {
+		Principals []access.Info `json:"principals"`
 	}
-	return emit(c.m.Stdout, cf.json(), resp.body, func() error {
-		var out struct {
-			Principals []access.Info `json:"principals"`
-		}
-		if err := decodeAnswer(resp.body, &out); err != nil {
-			return err
-		}
+	if err := a.Call(ctx, http.MethodGet, "/access/tokens", nil, nil, &out); err != nil {
+		return classify(ctx, err)
+	}
+	return emit(c.m.Stdout, cf.json(), out, func() error {
 		tw := tabwriter.NewWriter(c.m.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tKINDS\tPREFIXES\tROLES\tCREATED\tBY")
 		for _, p := range out.Principals {
@@ -185,7 +177,7 @@ revoked it and when. NAME may also be the first argument.`)
 	if err := requireFlag("id", *id); err != nil {
 		return err
 	}
-	cl, err := cf.client(c.m.Stdout)
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
@@ -193,18 +185,14 @@ revoked it and when. NAME may also be the first argument.`)
 	if *reason != "" {
 		query = url.Values{"reason": {*reason}}
 	}
-	resp, err := cl.do(ctx, http.MethodDelete, "/access/tokens/"+url.PathEscape(*id), query, nil, nil)
-	if err != nil {
-		return err
+	var out struct {
+		ID         string `json:"id"`
+		Generation uint64 `json:"generation"`
 	}
-	return emit(c.m.Stdout, cf.json(), resp.body, func() error {
-		var out struct {
-			ID         string `json:"id"`
-			Generation uint64 `json:"generation"`
-		}
-		if err := decodeAnswer(resp.body, &out); err != nil {
-			return err
-		}
+	if err := a.Call(ctx, http.MethodDelete, "/access/tokens/"+url.PathEscape(*id), query, nil, &out); err != nil {
+		return classify(ctx, err)
+	}
+	return emit(c.m.Stdout, cf.json(), out, func() error {
 		_, err := fmt.Fprintf(c.m.Stdout, "revoked principal %s (generation %d)\n", out.ID, out.Generation)
 		return err
 	})

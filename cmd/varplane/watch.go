@@ -36,12 +36,16 @@ type WatchCommand struct {
 // stream is resumed with backoff, sending the last event id; an answer the
 // server refuses (4xx) ends the watch with that error.
 func (c *WatchCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.newFlagSet("watch", "[--key SCOPE]… [--group GROUP]… [--prefix P]… [flags]", `
+	fs := c.m.newFlagSet("watch", "[SCOPE…] [--key K]… [--group G]… [--prefix P]… [flags]", `
 Follow commits as they happen. Each activation (rollbacks included) prints a
 "head" line with the new generation, revision and values; each deactivation a
 "no-head" line. When the stream drops, watch reconnects with backoff and
 resumes after the last event it printed (Last-Event-ID). Stop it with Ctrl-C.
---key, --group and --prefix may be repeated.`)
+
+Each SCOPE argument is a key (it has a dot) or a group; --key, --group and
+--prefix (a scope and everything below it) may be repeated. With no scope at
+all, watch follows every scope (all=1), which the server allows only to a
+token that may read every scope.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
 	var keys, groups, prefixes listFlag
@@ -50,34 +54,59 @@ resumes after the last event it printed (Last-Event-ID). Stop it with Ctrl-C.
 	fs.Var(&prefixes, "prefix", "follow every scope under this prefix (repeatable)")
 	lastID := fs.String("last-event-id", "", "resume after this event id")
 	idle := fs.Duration("idle-timeout", time.Minute, "reconnect when nothing (not even a heartbeat) arrives for this long")
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseArgs(fs, args, wire.MaxBatchScopes)
+	if err != nil {
 		return err
 	}
 	if *idle <= 0 {
 		return usagef("--idle-timeout must be positive")
 	}
-	cl, err := cf.client(c.m.Stdout)
+	q := url.Values{}
+	add := func(field, value string) error {
+		if field == "prefix" {
+			if _, err := wire.ScopeField(field, value); err != nil {
+				return &usageError{err: errors.New(varplane.ErrorMessage(err))}
+			}
+		} else if _, err := wire.CheckKind(field, value); err != nil {
+			return &usageError{err: errors.New(varplane.ErrorMessage(err))}
+		}
+		q.Add(field, value)
+		return nil
+	}
+	for _, p := range pos {
+		field := "group"
+		if varplane.Scope(p).IsKey() {
+			field = "key"
+		}
+		if err := add(field, p); err != nil {
+			return err
+		}
+	}
+	for _, list := range []struct {
+		field  string
+		values []string
+	}{{"key", keys}, {"group", groups}, {"prefix", prefixes}} {
+		for _, v := range list.values {
+			if err := add(list.field, v); err != nil {
+				return err
+			}
+		}
+	}
+	if len(q) == 0 {
+		q.Set("all", "1")
+	}
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
 	// The stream has no overall deadline; --timeout bounds how long the
 	// server may take to answer the request.
-	cl.http = wire.NewHTTPClient(nil, -1)
-	tr := cl.http.Transport.(*http.Transport)
+	hc := wire.NewHTTPClient(nil, -1)
+	tr := hc.Transport.(*http.Transport)
 	tr.ResponseHeaderTimeout = cf.timeout
 	defer tr.CloseIdleConnections()
 
-	q := url.Values{}
-	for _, k := range keys {
-		q.Add("key", k)
-	}
-	for _, g := range groups {
-		q.Add("group", g)
-	}
-	for _, p := range prefixes {
-		q.Add("prefix", p)
-	}
-	w := &watcher{c: cl, out: c.m.Stdout, errOut: c.m.Stderr, asJSON: cf.json(), query: q, lastID: *lastID, idle: *idle, held: map[string]string{}}
+	w := &watcher{url: a.URL("/watch"), token: a.Token(), http: hc, out: c.m.Stdout, errOut: c.m.Stderr, asJSON: cf.json(), query: q, lastID: *lastID, idle: *idle, held: map[string]string{}}
 	attempt := 0
 	for {
 		got, err := w.stream(ctx)
@@ -109,7 +138,9 @@ resumes after the last event it printed (Last-Event-ID). Stop it with Ctrl-C.
 
 // watcher holds the state of one watch across reconnections.
 type watcher struct {
-	c      *apiClient
+	url    string // {base}/watch
+	token  string
+	http   *http.Client
 	out    io.Writer
 	errOut io.Writer
 	asJSON bool
@@ -138,12 +169,15 @@ func (w *watcher) stream(ctx context.Context) (got bool, err error) {
 	for _, id := range w.held {
 		q.Add("since", id)
 	}
-	req, err := w.c.newRequest(ctx, http.MethodGet, "/watch", q, nil, hdr)
+	req, err := wire.NewRequest(ctx, http.MethodGet, w.url+"?"+q.Encode(), w.token, nil)
 	if err != nil {
 		return false, err
 	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
 	wire.SetStreamHeaders(req)
-	resp, err := w.c.http.Do(req)
+	resp, err := w.http.Do(req)
 	if err != nil {
 		return false, &unreachableError{err: err}
 	}

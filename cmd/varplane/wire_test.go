@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -105,9 +106,18 @@ func TestServerErrorsCrossTheWire(t *testing.T) {
 			_, _ = io.WriteString(w, "<html>upstream db-7.internal refused</html>")
 		}))
 		defer proxy.Close()
-		code, out, errOut := inProcess(proxy.URL, "", "status", "--scope", "a.b", "-o", "json")
+		code, out, errOut := inProcess(proxy.URL, "", "status", "--scope", "a.b")
 		if code != ExitRefused || !strings.HasPrefix(errOut, "error: store-unavailable: ") {
 			t.Fatalf("exit %d, stderr %q; want exit 1 and store-unavailable", code, errOut)
+		}
+		if strings.Contains(errOut+out, "db-7") || strings.Contains(errOut+out, "html") {
+			t.Fatalf("the proxy's text reached the output: %q %q", out, errOut)
+		}
+		// With -o json the error is one JSON object on stderr.
+		code, out, errOut = inProcess(proxy.URL, "", "status", "--scope", "a.b", "-o", "json")
+		var body struct{ Code, Error string }
+		if code != ExitRefused || json.Unmarshal([]byte(errOut), &body) != nil || body.Code != "store-unavailable" {
+			t.Fatalf("-o json: exit %d, stderr %q; want exit 1 and one store-unavailable object", code, errOut)
 		}
 		if strings.Contains(errOut+out, "db-7") || strings.Contains(errOut+out, "html") {
 			t.Fatalf("the proxy's text reached the output: %q %q", out, errOut)
@@ -157,5 +167,59 @@ func TestWatchSurvivesOverLargeEvent(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), fmt.Sprintf("an event larger than %d bytes; reconnecting", 1024)) {
 		t.Fatalf("stderr = %q, want the over-large event reported", errb.String())
+	}
+}
+
+// TestDeactivateAsksInATerminal: a cascade over more than one scope asks
+// when stdin is a terminal; anything but yes changes nothing; --yes skips
+// the question; a single scope is never asked about.
+func TestDeactivateAsksInATerminal(t *testing.T) {
+	st := memory.New()
+	e := varplane.NewEngine(st, varplane.Options{})
+	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, DisableOps: true, Logger: slog.New(slog.DiscardHandler)})
+	srv := httptest.NewServer(api)
+	t.Cleanup(func() { srv.Close(); api.Close(); e.Close(); _ = st.Close() })
+	run := func(stdin string, args ...string) (int, string, string) {
+		var out, errb syncBuffer
+		m := &Main{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb, terminal: func(any) bool { return true },
+			Getenv: func(k string) string {
+				if k == "VARPLANE_SERVER" {
+					return srv.URL
+				}
+				return ""
+			}}
+		return m.Run(context.Background(), args), out.String(), errb.String()
+	}
+	for _, sc := range []string{"g", "g.a"} {
+		doc := `{"g.x": 1}`
+		if sc == "g.a" {
+			doc = `1`
+		}
+		if code, out, errOut := run(doc, "set", sc, "--expected-generation", "0"); code != 0 {
+			t.Fatalf("set %s: %d %s %s", sc, code, out, errOut)
+		}
+	}
+	code, out, errOut := run("n\n", "deactivate", "g", "--expected-generation", "1")
+	if code != ExitRefused || !strings.Contains(errOut, "clears 2 active scopes") || !strings.Contains(errOut, "not confirmed; nothing changed") || out != "" {
+		t.Fatalf("declined: exit %d stdout %q stderr %q", code, out, errOut)
+	}
+	if code, out, _ := run("", "status", "g.a"); code != 0 || !strings.Contains(out, "state:       active") {
+		t.Fatalf("a declined deactivation changed g.a: %s", out)
+	}
+	if code, out, errOut := run("", "deactivate", "g.a", "--expected-generation", "1", "--dry-run"); code != 0 || strings.Contains(errOut, "proceed?") || !strings.Contains(out, "would deactivate g.a") {
+		t.Fatalf("dry run asked: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = run("yes\n", "deactivate", "g", "--expected-generation", "1")
+	if code != 0 || !strings.Contains(errOut, "proceed? [y/N]") || !strings.Contains(out, "also deactivated g.a generation 2") {
+		t.Fatalf("confirmed: exit %d stdout %q stderr %q", code, out, errOut)
+	}
+	if code, out, _ := run("", "set", "g.a", "--expected-generation", "2"); code == 0 {
+		t.Fatalf("set without a document succeeded: %s", out)
+	}
+	if code, _, errOut := run(`2`, "set", "g.a", "--expected-generation", "2"); code != 0 {
+		t.Fatalf("set g.a: %s", errOut)
+	}
+	if code, _, errOut := run("", "deactivate", "g", "--expected-generation", "2", "--yes"); code != 0 || strings.Contains(errOut, "proceed?") {
+		t.Fatalf("--yes asked: %d %q", code, errOut)
 	}
 }

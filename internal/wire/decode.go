@@ -454,20 +454,40 @@ func SingleParams(rawQuery string, names ...string) (map[string]string, error) {
 const MaxBatchScopes = 256
 
 // Target is one scope a batch or watch request names. Subtree is set for a
-// watch prefix: the scope and all its descendants.
+// watch prefix: the scope and all its descendants. The "everything" target
+// of a watch (all=1) is the empty scope with Subtree set: the subtree of
+// every scope (see Everything).
 type Target struct {
 	Scope   varplane.Scope
 	Subtree bool
 }
 
+// Everything is the target of GET {base}/watch?all=1: every scope. An
+// authorizer sees it as Access{Scope: "", Subtree: true}, which a grant
+// limited to some prefixes does not cover.
+var Everything = Target{Scope: "", Subtree: true}
+
+// IsEverything reports whether t is the Everything target.
+func (t Target) IsEverything() bool { return t == Everything }
+
 // Targets reads the repeatable key, group and (when prefixes) prefix
-// parameters in request order.
+// parameters in request order. With prefixes (a watch), all=1 asks for
+// every scope instead and must stand alone: it returns [Everything]. An
+// empty prefix is refused rather than read as everything, so that an unset
+// shell variable never widens a watch.
 func Targets(rawQuery string, prefixes bool) ([]Target, error) {
 	var out []Target
+	all := false
 	err := QueryParams(rawQuery, func(name, value string) error {
 		switch {
 		case name == "key" || name == "group":
 		case name == "prefix" && prefixes:
+		case name == "all" && prefixes:
+			if value != "1" || all {
+				return BadRequest("all must be given once, as all=1")
+			}
+			all = true
+			return nil
 		default:
 			return nil
 		}
@@ -477,6 +497,9 @@ func Targets(rawQuery string, prefixes bool) ([]Target, error) {
 		var sc varplane.Scope
 		var err error
 		if name == "prefix" {
+			if value == "" {
+				return BadRequest("prefix is empty (to watch every scope, send all=1)")
+			}
 			sc, err = ScopeField(name, value)
 		} else {
 			sc, err = CheckKind(name, value)
@@ -490,7 +513,14 @@ func Targets(rawQuery string, prefixes bool) ([]Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(out) == 0 {
+	switch {
+	case all && len(out) > 0:
+		return nil, BadRequest("all=1 watches every scope: give it without key, group or prefix")
+	case all:
+		return []Target{Everything}, nil
+	case len(out) == 0 && prefixes:
+		return nil, BadRequest("at least one key, group or prefix parameter is required (or all=1 for every scope)")
+	case len(out) == 0:
 		return nil, BadRequest("at least one key or group parameter is required")
 	}
 	return out, nil
