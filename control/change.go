@@ -59,9 +59,12 @@ type Change struct {
 	// Revision is the candidate, stored as a revision of Scope; empty when
 	// schema validation refused the document (the change then failed).
 	Revision varplane.Revision `json:"revision,omitempty"`
-	Document json.RawMessage   `json:"document"`
-	SchemaID string            `json:"schemaId,omitempty"`
-	Note     string            `json:"note,omitempty"`
+	// Document is the candidate, read from its revision: the record does
+	// not repeat it, so a record stays within the limits of the document
+	// it proposes. Absent when it failed validation or was reclaimed.
+	Document json.RawMessage `json:"document,omitempty"`
+	SchemaID string          `json:"schemaId,omitempty"`
+	Note     string          `json:"note,omitempty"`
 	// RollbackTo is the generation whose document a rollback change
 	// restores.
 	RollbackTo *varplane.Generation `json:"rollbackTo,omitempty"`
