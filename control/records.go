@@ -115,12 +115,22 @@ func (g *Guard) Owners() []varplane.Owner {
 func isRecordScope(s varplane.Scope) bool { return s == RecordRoot || s.IsDescendantOf(RecordRoot) }
 
 // underPolicy reports whether a policy covers s, as the store holds the
-// policies now. A failed read of them refuses the write (fails closed).
+// policies now. When the store cannot be reached it judges by the policies
+// it last read (none when it never read them): the write it guards goes to
+// that same store, which refuses it with store-unavailable, so the caller
+// is told the truth rather than change-required. Any other failure to read
+// them (a record that does not decode) refuses the write.
 func (g *Guard) underPolicy(s varplane.Scope) bool {
 	if isRecordScope(s) {
 		return false
 	}
 	ps, err := g.policies(context.Background())
+	if err != nil && varplane.ErrorCode(err) == varplane.CodeStoreUnavailable {
+		ps, err = g.cached.Load(), nil
+		if ps == nil {
+			return false
+		}
+	}
 	if err != nil {
 		return true
 	}
