@@ -24,6 +24,7 @@ const (
 	StateFailed     State = "failed"     // a check found issues
 	StateCanary     State = "canary"     // a canary window is open
 	StateApproved   State = "approved"   // approved as the policy asks; may publish
+	StatePublishing State = "publishing" // claimed by a publish; only a publish moves it
 	StateConflicted State = "conflicted" // its base moved; rebase re-checks it
 	StatePublished  State = "published"
 	StateRejected   State = "rejected"
@@ -42,7 +43,7 @@ func (s State) Open() bool {
 
 func validState(s State) bool {
 	switch s {
-	case StateProposed, StateChecked, StateFailed, StateCanary, StateApproved, StateConflicted,
+	case StateProposed, StateChecked, StateFailed, StateCanary, StateApproved, StatePublishing, StateConflicted,
 		StatePublished, StateRejected, StateWithdrawn, StateExpired:
 		return true
 	}
@@ -367,43 +368,57 @@ func (svc *Service) Rebase(ctx context.Context, by varplane.Identity, id string,
 // change publishes. When the base moved the change becomes conflicted and
 // the answer is revision-conflict carrying the current generation: the
 // head is untouched.
+//
+// It takes three steps, each a compare-and-set: the change is claimed
+// (publishing), so no reject or withdraw can land while the head moves;
+// the candidate is activated, with an idempotency key of the change and its
+// base; the change is recorded published (or conflicted). A publish cut
+// short after its claim is finished by the next publish of the change: the
+// key makes the activation answer what it did the first time.
 func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string) (*Change, error) {
-	var conflict error
-	c, err := svc.transition(ctx, id, "publish", func(c *Change, pol Policy, hasPolicy bool) error {
-		switch {
-		case c.State == StateApproved:
-		case c.State == StateChecked && !hasPolicy:
-		case c.State == StateChecked || c.State == StateCanary:
-			return varplane.Errorf(varplane.CodeChangeState, "change %s has %d of %d approvals", c.ID, len(c.Approvals), pol.Approvals)
-		default:
-			return stateError(c, "publish")
-		}
-		if hasPolicy && pol.Canary && !c.Canary.passed() {
-			return &varplane.Error{Code: varplane.CodeStoreUnavailable, Message: fmt.Sprintf("change %s needs a passed canary window", c.ID)}
-		}
-		res, err := svc.engine.Activate(ctx, varplane.ActivateRequest{
-			Scope: c.Scope, Revision: c.Revision, ExpectedGeneration: c.Base,
-			Actor: by.ID, Owner: OwnerName, Reason: changeReason(c.ID),
-			IdempotencyKey: fmt.Sprintf("control:%s:%d", c.ID, c.Base),
-		})
-		now := svc.now()
-		if errors.Is(err, varplane.ErrConflict) {
-			conflict = err
-			c.move(StateConflicted, by.ID, now, "base moved")
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		c.Published = &Publication{Generation: res.Generation, By: by.ID, At: now}
-		c.move(StatePublished, by.ID, now, "")
-		return nil
-	})
+	c, err := svc.load(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if conflict != nil {
-		return c, conflict
+	if c.State != StatePublishing {
+		if c, err = svc.transition(ctx, id, "publish", func(c *Change, pol Policy, hasPolicy bool) error {
+			switch {
+			case c.State == StateApproved:
+			case c.State == StateChecked && !hasPolicy:
+			case c.State == StateChecked || c.State == StateCanary:
+				return varplane.Errorf(varplane.CodeChangeState, "change %s has %d of %d approvals", c.ID, len(c.Approvals), pol.Approvals)
+			default:
+				return stateError(c, "publish")
+			}
+			if hasPolicy && pol.Canary && !c.Canary.passed() {
+				return &varplane.Error{Code: varplane.CodeStoreUnavailable, Message: fmt.Sprintf("change %s needs a passed canary window", c.ID)}
+			}
+			c.move(StatePublishing, by.ID, svc.now(), "")
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	res, actErr := svc.engine.Activate(ctx, varplane.ActivateRequest{
+		Scope: c.Scope, Revision: c.Revision, ExpectedGeneration: c.Base,
+		Actor: by.ID, Owner: OwnerName, Reason: changeReason(c.ID),
+		IdempotencyKey: fmt.Sprintf("control:%s:%d", c.ID, c.Base),
+	})
+	if actErr != nil && !errors.Is(actErr, varplane.ErrConflict) {
+		return nil, actErr // still publishing: the next publish finishes it
+	}
+	version, now := c.Version, svc.now()
+	if actErr != nil {
+		c.move(StateConflicted, by.ID, now, "base moved")
+	} else {
+		c.Published = &Publication{Generation: res.Generation, By: by.ID, At: now}
+		c.move(StatePublished, by.ID, now, "")
+	}
+	if err := svc.save(ctx, c, version, "publish"); err != nil {
+		return nil, err
+	}
+	if actErr != nil {
+		return c, actErr
 	}
 	svc.detectAfterPublish(ctx, c)
 	return c, nil
@@ -432,7 +447,7 @@ func (svc *Service) transition(ctx context.Context, id, op string, fn func(c *Ch
 	if err := svc.expireIfDue(ctx, c); err != nil {
 		return nil, err
 	}
-	if !c.State.Open() {
+	if !c.State.Open() || (c.State == StatePublishing && op != "publish") {
 		return nil, stateError(c, op)
 	}
 	pol, has, err := svc.PolicyFor(ctx, c.Scope)
@@ -493,7 +508,7 @@ func (svc *Service) expireIfDue(ctx context.Context, c *Change) error {
 // expire moves c to expired when it is open and its time is up, and
 // reports whether this call expired it.
 func (svc *Service) expire(ctx context.Context, c *Change) (bool, error) {
-	if !c.State.Open() || svc.now().Before(c.ExpiresAt) {
+	if !c.State.Open() || c.State == StatePublishing || svc.now().Before(c.ExpiresAt) {
 		return false, nil
 	}
 	version := c.Version

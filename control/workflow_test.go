@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
+	"github.com/varplane/varplane/store/memory"
 )
 
 func TestPublishWithoutPolicy(t *testing.T) {
@@ -42,7 +44,7 @@ func TestPublishWithoutPolicy(t *testing.T) {
 	for _, tr := range got.Transitions {
 		moves = append(moves, fmt.Sprintf("%s>%s by %s", tr.From, tr.To, tr.By))
 	}
-	if fmt.Sprint(moves) != "[>proposed by alice proposed>checked by alice checked>published by alice]" {
+	if fmt.Sprint(moves) != "[>proposed by alice proposed>checked by alice checked>publishing by alice publishing>published by alice]" {
 		t.Fatalf("transitions = %v", moves)
 	}
 	hist, err := e.engine.History(context.Background(), varplane.Scope("varplane-control.change."+c.ID))
@@ -402,5 +404,48 @@ func TestRoutes(t *testing.T) {
 	want(t, "policies", st, b, 200, "")
 	if len(pols.Policies) != 1 || pols.Policies[0].Scope != "app" || pols.Policies[0].Approvals != 1 {
 		t.Fatalf("policies = %+v", pols.Policies)
+	}
+}
+
+// failOnce fails the first activation of scope with store-unavailable, as
+// a store that went away in the middle of a publish.
+type failOnce struct {
+	varplane.Store
+	scope  varplane.Scope
+	failed atomic.Bool
+}
+
+func (f *failOnce) Append(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
+	if ev.Kind == varplane.EventActivated && ev.Scope == f.scope && !f.failed.Swap(true) {
+		return varplane.Unavailable(fmt.Errorf("injected"))
+	}
+	return f.Store.Append(ctx, ev, expected)
+}
+
+// TestPublishCutShort: a publish whose activation fails leaves the change
+// claimed (publishing): nobody can reject or withdraw it meanwhile, and the
+// next publish finishes it.
+func TestPublishCutShort(t *testing.T) {
+	st := &failOnce{Store: memory.New(), scope: "app.flags"}
+	e := newEnv(t, envOpts{store: st})
+	c := e.propose("alice", "app.flags", 0, `{"a":1}`)
+	s, b, _ := e.act("alice", c.ID, "publish", nil)
+	want(t, "publish with the store away", s, b, 503, varplane.CodeStoreUnavailable)
+	got, err := e.svc.Get(context.Background(), c.ID)
+	if err != nil || got.State != control.StatePublishing {
+		t.Fatalf("after the failed publish: %+v %v", got, err)
+	}
+	s, b, _ = e.act("bob", c.ID, "reject", nil)
+	want(t, "reject while publishing", s, b, 409, varplane.CodeChangeState)
+	s, b, _ = e.act("alice", c.ID, "withdraw", nil)
+	want(t, "withdraw while publishing", s, b, 409, varplane.CodeChangeState)
+	e.clock.Advance(8 * 24 * time.Hour)
+	if n, err := e.svc.ExpireDue(context.Background()); err != nil || n != 0 {
+		t.Fatalf("ExpireDue of a publishing change = %d, %v", n, err)
+	}
+	s, b, got2 := e.act("bob", c.ID, "publish", nil)
+	want(t, "publish again", s, b, 200, "")
+	if got2.State != control.StatePublished || headOf(t, e, "app.flags").Generation != 1 {
+		t.Fatalf("after the second publish: %s, generation %d", got2.State, headOf(t, e, "app.flags").Generation)
 	}
 }
