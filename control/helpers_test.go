@@ -93,6 +93,7 @@ type envOpts struct {
 	checks    []control.Check
 	instances control.Instances
 	expire    time.Duration
+	detect    time.Duration
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -105,7 +106,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	guard := control.NewGuard()
 	eng := varplane.NewEngine(o.store, varplane.Options{Validator: rejectBad{}, Now: clk.Now, Owners: guard.Owners()})
 	t.Cleanup(eng.Close)
-	svc := control.New(eng, guard, control.Options{Now: clk.Now, Checks: o.checks, Instances: o.instances, ExpireAfter: o.expire})
+	svc := control.New(eng, guard, control.Options{Now: clk.Now, Checks: o.checks, Instances: o.instances, ExpireAfter: o.expire, DetectTimeout: o.detect})
 	mux := http.NewServeMux()
 	mux.Handle("/v1/control/", http.StripPrefix("/v1/control", control.Handler(svc, control.HandlerOptions{Authorizer: authz})))
 	api := httpapi.NewHandler(eng, httpapi.Options{Base: "/v1", Authorizer: authz, Logger: slog.New(slog.DiscardHandler)})

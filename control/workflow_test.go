@@ -449,3 +449,44 @@ func TestPublishCutShort(t *testing.T) {
 		t.Fatalf("after the second publish: %s, generation %d", got2.State, headOf(t, e, "app.flags").Generation)
 	}
 }
+
+// TestDetectionTimedOut: a comparison after publish that does not finish
+// in time is recorded as detection-timed-out, and the publish stands.
+func TestDetectionTimedOut(t *testing.T) {
+	var calls atomic.Int32
+	hook := control.CheckFunc{CheckName: "slow", Fn: func(ctx context.Context, in *control.CheckInput) ([]varplane.Issue, error) {
+		if _, err := in.Head(ctx, "platform.caps"); err != nil {
+			return nil, err
+		}
+		if calls.Add(1) > 1 { // the re-run after publish outlasts the bound
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return nil, nil
+	}}
+	e := newEnv(t, envOpts{checks: []control.Check{hook}, detect: 20 * time.Millisecond})
+	e.publish("platform.caps", `{"max":1}`)
+	c := e.propose("alice", "app.x", 0, `{"max":1}`)
+	e.publish("platform.caps", `{"max":2}`)
+	s, b, pub := e.act("alice", c.ID, "publish", nil)
+	want(t, "publish", s, b, 200, "")
+	if pub.AfterPublish == nil || pub.AfterPublish.Outcome != control.DetectionTimedOut {
+		t.Fatalf("after publish = %+v", pub.AfterPublish)
+	}
+	if headOf(t, e, "app.x").Generation != 1 {
+		t.Fatal("the publish did not stand")
+	}
+}
+
+// TestGuardFailsClosed: a policies record that cannot be read refuses
+// every direct write rather than letting it around a policy.
+func TestGuardFailsClosed(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx := context.Background()
+	if _, err := e.engine.Publish(ctx, varplane.PublishRequest{Scope: "varplane-control.policies", Document: json.RawMessage(`{"policies":5}`), Owner: control.OwnerName}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.engine.Publish(ctx, varplane.PublishRequest{Scope: "any.scope", Document: json.RawMessage(`{}`)}); !isCode(err, varplane.CodeChangeRequired) {
+		t.Fatalf("a write with unreadable policies = %v, want change-required", err)
+	}
+}
