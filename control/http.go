@@ -22,6 +22,10 @@ type HandlerOptions struct {
 	Limits varplane.Limits
 	// Logger receives failed requests (status >= 500).
 	Logger *slog.Logger
+	// TrustedOrigins are origins (https://console.example) whose pages may
+	// send writes across origins; every other cross-origin write is 403,
+	// as on the var API.
+	TrustedOrigins []string
 }
 
 // Handler serves the control API over svc; mount it with its paths below
@@ -44,7 +48,16 @@ func Handler(svc *Service, opts HandlerOptions) http.Handler {
 	if opts.Authorizer == nil {
 		opts.Authorizer = varplane.AllowAll
 	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	opts.Limits = opts.Limits.WithDefaults()
+	cross := http.NewCrossOriginProtection()
+	for _, o := range opts.TrustedOrigins {
+		if err := cross.AddTrustedOrigin(o); err != nil {
+			opts.Logger.Warn("trusted origin ignored", "origin", o, "error", err)
+		}
+	}
 	h := &handler{svc: svc, opts: opts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/documents/{scope}", h.methods(map[string]http.HandlerFunc{"GET": h.handleHead, "POST": h.handleRollback}))
@@ -59,7 +72,15 @@ func Handler(svc *Service, opts HandlerOptions) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, varplane.Errorf(varplane.CodeNotFound, "no control route %s", r.URL.Path))
 	})
-	return mux
+	// Cross-origin writes are refused before anything of them is read
+	// (safe methods pass the check).
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := cross.Check(r); err != nil {
+			h.fail(w, r, varplane.Errorf(varplane.CodeForbidden, "cross-origin writes are refused"))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 type handler struct {

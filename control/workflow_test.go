@@ -490,3 +490,33 @@ func TestGuardFailsClosed(t *testing.T) {
 		t.Fatalf("a write with unreadable policies = %v, want change-required", err)
 	}
 }
+
+// TestCrossOriginWriteRefused: a write from a page of another origin is
+// refused before it is read; a read is not.
+func TestCrossOriginWriteRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	c := e.propose("alice", "app.x", 0, `{"a":1}`)
+	for _, tc := range []struct {
+		method string
+		status int
+	}{{"POST", 403}, {"GET", 200}} {
+		path := "/v1/control/changes/" + c.ID
+		if tc.method == "POST" {
+			path += ":withdraw"
+		}
+		req, _ := http.NewRequest(tc.method, e.srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer alice")
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("cross-site %s: %d, want %d", tc.method, resp.StatusCode, tc.status)
+		}
+	}
+	if got, _ := e.svc.Get(context.Background(), c.ID); got.State != control.StateChecked {
+		t.Fatalf("a refused cross-origin write changed the change: %s", got.State)
+	}
+}

@@ -35,10 +35,14 @@ type controlExtension struct {
 	enabled bool
 	expire  time.Duration
 	guard   *control.Guard
+	// fs is serve's FlagSet, kept to read --trusted-origins after parsing
+	// (serve's flag: one flag, one meaning for every API it serves).
+	fs *flag.FlagSet
 }
 
 // RegisterFlags adds --control and --change-expiry.
 func (e *controlExtension) RegisterFlags(fs *flag.FlagSet) {
+	e.fs = fs
 	fs.BoolVar(&e.enabled, "control", true, "serve the control API under {base}/control (reviewed changes, review policies, paged history, diff)")
 	fs.DurationVar(&e.expire, "change-expiry", control.DefaultExpireAfter, "how long after it was proposed an open change request expires")
 }
@@ -64,6 +68,7 @@ func (e *controlExtension) Start(ctx context.Context, rt *serveRuntime) (func(co
 	prefix := rt.Base + "/control"
 	rt.Mux.Handle(prefix+"/", http.StripPrefix(prefix, control.Handler(svc, control.HandlerOptions{
 		Authorizer: rt.Authorizer, Limits: rt.Engine.Limits(), Logger: rt.Logger,
+		TrustedOrigins: e.trustedOrigins(),
 	})))
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -112,4 +117,14 @@ func runControlPasses(ctx context.Context, rt *serveRuntime, svc *control.Servic
 	if err := svc.CanaryPass(ctx, holder); err != nil {
 		rt.Logger.Error("control: canary pass", "err", err)
 	}
+}
+
+func (e *controlExtension) trustedOrigins() []string {
+	if e.fs == nil {
+		return nil
+	}
+	if f := e.fs.Lookup("trusted-origins"); f != nil {
+		return splitList(f.Value.String())
+	}
+	return nil
 }
