@@ -319,7 +319,7 @@ func (svc *Service) Reject(ctx context.Context, by varplane.Identity, id, note s
 			return varplane.Errorf(varplane.CodeForbidden, "the author of change %s withdraws it rather than rejecting it", c.ID)
 		}
 		c.move(StateRejected, by.ID, svc.now(), note)
-		return nil
+		return svc.closeWindow(ctx, c)
 	})
 }
 
@@ -330,7 +330,7 @@ func (svc *Service) Withdraw(ctx context.Context, by varplane.Identity, id, note
 			return varplane.Errorf(varplane.CodeForbidden, "only the author of change %s may withdraw it", c.ID)
 		}
 		c.move(StateWithdrawn, by.ID, svc.now(), note)
-		return nil
+		return svc.closeWindow(ctx, c)
 	})
 }
 
@@ -349,6 +349,9 @@ func (svc *Service) Rebase(ctx context.Context, by varplane.Identity, id string,
 			cur := st.Generation
 			return &varplane.Error{Code: varplane.CodeRevisionConflict, Scope: c.Scope, Expected: &base, Current: &cur,
 				Message: fmt.Sprintf("scope %q is at generation %d: rebase on that", c.Scope, cur)}
+		}
+		if err := svc.closeWindow(ctx, c); err != nil {
+			return err
 		}
 		c.Base, c.Approvals, c.Canary = base, []Approval{}, nil
 		if err := svc.runChecks(ctx, c); err != nil {
@@ -461,6 +464,19 @@ func (svc *Service) transition(ctx context.Context, id, op string, fn func(c *Ch
 	return c, svc.save(ctx, c, version, op)
 }
 
+// closeWindow unstages the candidate of c's open canary window, for a
+// change that leaves the window another way (rejected, withdrawn, rebased,
+// expired).
+func (svc *Service) closeWindow(ctx context.Context, c *Change) error {
+	if c.Canary == nil || c.Canary.State != WindowOpen || svc.opts.Instances == nil {
+		return nil
+	}
+	w := *c.Canary
+	w.State, w.Reason = WindowBlocked, "the change left the window"
+	c.Canary = &w
+	return svc.opts.Instances.Unstage(ctx, w, c)
+}
+
 func stateError(c *Change, op string) error {
 	return varplane.Errorf(varplane.CodeChangeState, "change %s is %s: it cannot %s", c.ID, c.State, op)
 }
@@ -513,6 +529,9 @@ func (svc *Service) expire(ctx context.Context, c *Change) (bool, error) {
 	}
 	version := c.Version
 	c.move(StateExpired, ExpiryActor, svc.now(), "")
+	if err := svc.closeWindow(ctx, c); err != nil {
+		return false, err
+	}
 	err := svc.save(ctx, c, version, "expire")
 	if errors.Is(err, varplane.ErrConflict) {
 		// Another replica moved it first: read what it wrote.

@@ -154,6 +154,9 @@ type Detection struct {
 // c, within DetectTimeout and even when the publishing request is gone.
 // A failure to record it is logged: the publish stands.
 func (svc *Service) detectAfterPublish(ctx context.Context, c *Change) {
+	if !slices.ContainsFunc(c.Checks, func(r CheckResult) bool { return len(r.Reads) > 0 }) {
+		return // no check read another head: nothing to compare
+	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), svc.opts.DetectTimeout)
 	defer cancel()
 	d := svc.detect(dctx, c)

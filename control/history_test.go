@@ -267,6 +267,17 @@ func TestCanaryWindow(t *testing.T) {
 	s, b, _ = e.act("alice", c.ID, "publish", nil)
 	want(t, "publish after the canary", s, b, 200, "")
 
+	// Withdrawing a change in a window unstages its candidate.
+	x := e.propose("alice", "pay.third", 0, `{"max":2}`)
+	_, _, w = e.act("alice", x.ID, "canary", map[string]any{"duration": "1m", "minInstances": 0})
+	if !in.staged[w.Canary.ID] {
+		t.Fatal("the window's candidate is not staged")
+	}
+	e.act("alice", x.ID, "withdraw", nil)
+	if in.staged[w.Canary.ID] {
+		t.Fatal("a withdrawn change's candidate is still staged")
+	}
+
 	// A candidate error blocks: the change fails.
 	d := e.propose("alice", "pay.other", 0, `{"max":1}`)
 	_, _, w = e.act("alice", d.ID, "canary", map[string]any{"duration": "1m", "minInstances": 0})

@@ -366,7 +366,20 @@ func (h *handler) handlePropose(w http.ResponseWriter, r *http.Request) {
 	wire.WriteJSON(w, http.StatusCreated, c)
 }
 
+// identify authenticates a caller of a list route before anything is
+// read, so an empty list is never an answer to an unauthenticated request.
+func (h *handler) identify(w http.ResponseWriter, r *http.Request) bool {
+	if _, err := h.authorize(r, varplane.KindIdentify, "", false); err != nil {
+		h.fail(w, r, err)
+		return false
+	}
+	return true
+}
+
 func (h *handler) handleChanges(w http.ResponseWriter, r *http.Request) {
+	if !h.identify(w, r) {
+		return
+	}
 	q, err := wire.SingleParams(r.URL.RawQuery, "scope", "state")
 	if err != nil {
 		h.fail(w, r, err)
@@ -488,6 +501,9 @@ func (h *handler) handleTransition(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) handlePolicies(w http.ResponseWriter, r *http.Request) {
+	if !h.identify(w, r) {
+		return
+	}
 	list, err := h.svc.Policies(r.Context())
 	if err != nil {
 		h.fail(w, r, err)

@@ -386,6 +386,11 @@ func TestRoutes(t *testing.T) {
 		st, b := e.do(tc.method, tc.path, "admin", tc.body, nil)
 		want(t, tc.method+" "+tc.path, st, b, tc.status, tc.code)
 	}
+	// The list routes authenticate first, even when there is nothing to list.
+	for _, p := range []string{"/v1/control/policies", "/v1/control/changes"} {
+		st, b := e.do("GET", p, "", nil, nil)
+		want(t, p+" without a token", st, b, 401, varplane.CodeUnauthorized)
+	}
 	// A body of another type is 415.
 	req, _ := http.NewRequest("POST", e.srv.URL+"/v1/control/changes", nil)
 	req.Header.Set("Content-Type", "text/plain")
