@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/varplane/varplane"
@@ -52,6 +53,25 @@ func (ps *policySet) lookup(s varplane.Scope) (Policy, bool) {
 		}
 	}
 	return best, found
+}
+
+// Prepare writes an empty policies record when the store holds none. The
+// guard reads the policies on every write; a shared store such as Redis
+// serves a scope it holds from memory (kept fresh by its change feed) but
+// asks the server again each time for a scope that was never written, so
+// a server calls Prepare once at start. Two replicas preparing at once are
+// harmless: the second one's write is a conflict, and it is ignored.
+func (svc *Service) Prepare(ctx context.Context) error {
+	var doc policiesDoc
+	version, found, err := readRecord(ctx, svc.store, policiesScope, &doc)
+	if err != nil || found {
+		return err
+	}
+	_, err = writeRecord(ctx, svc.engine, policiesScope, version, policiesDoc{Policies: []Policy{}}, "varplane:control", "policies prepared")
+	if errors.Is(err, varplane.ErrConflict) {
+		return nil
+	}
+	return err
 }
 
 // Policies returns every review policy, sorted by scope.

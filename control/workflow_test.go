@@ -525,3 +525,23 @@ func TestCrossOriginWriteRefused(t *testing.T) {
 		t.Fatalf("a refused cross-origin write changed the change: %s", got.State)
 	}
 }
+
+func TestPrepare(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx := context.Background()
+	for range 2 {
+		if err := e.svc.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := headOf(t, e, "varplane-control.policies"); st.Generation != 1 || string(st.Head.Document) != `{"policies":[]}` {
+		t.Fatalf("policies record after Prepare twice: %d %v", st.Generation, st.Head)
+	}
+	e.setPolicy("app", 1, nil, false)
+	if err := e.svc.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pols, err := e.svc.Policies(ctx); err != nil || len(pols) != 1 {
+		t.Fatalf("Prepare over a policy: %v %v", pols, err)
+	}
+}
