@@ -72,14 +72,16 @@ func testLeaseRenew(t *testing.T, h Harness) {
 	if err := s.RenewLease(ctx, "renew", "holder-1", time.Minute); !errors.Is(err, varplane.ErrLeaseLost) {
 		t.Fatalf("RenewLease of a lease nobody holds = %v, want ErrLeaseLost", err)
 	}
-	mustAcquire(t, s, "renew", "holder-1", 50*time.Millisecond)
+	// Long enough that the renewal comes before the end even on a loaded
+	// machine; the sleep then outlasts it.
+	mustAcquire(t, s, "renew", "holder-1", 500*time.Millisecond)
 	if err := s.RenewLease(ctx, "renew", "holder-2", time.Minute); !errors.Is(err, varplane.ErrLeaseLost) {
 		t.Fatalf("RenewLease by another holder = %v, want ErrLeaseLost", err)
 	}
 	if err := s.RenewLease(ctx, "renew", "holder-1", time.Minute); err != nil {
 		t.Fatalf("RenewLease by its holder: %v", err)
 	}
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond)
 	wantHeld(t, s, "renew", "holder-2")
 }
 
