@@ -700,9 +700,24 @@ type author struct{ actor, onBehalfOf string }
 // name it in their request's Owner field; transports never set that field
 // from a request, so the var admin API cannot write an owned scope around
 // the subsystem's own rules (a values service schema, a review policy).
+//
+// Code is the code of the refusal, scope-owned when empty; reviewed changes
+// register the scopes under a review policy with change-required, so the
+// refusal tells the caller to propose a change rather than that the scope
+// is out of reach.
 type Owner struct {
 	Name string
 	Owns func(Scope) bool
+	Code Code
+}
+
+// refusal is the error of a write to scope that o refuses.
+func (o Owner) refusal(scope Scope, msg string) *Error {
+	code := o.Code
+	if code == "" {
+		code = CodeScopeOwned
+	}
+	return &Error{Code: code, Scope: scope, Message: msg}
 }
 
 // cascadeWritable refuses a deactivation whose cascade would clear a live
@@ -731,8 +746,7 @@ func (e *Engine) cascadeWritable(ctx context.Context, scope Scope, owner string)
 				return err
 			}
 			if st.Head != nil {
-				return &Error{Code: CodeScopeOwned, Scope: sc,
-					Message: fmt.Sprintf("deactivating %q would clear %q, which belongs to the %s", scope, sc, o.Name)}
+				return o.refusal(sc, fmt.Sprintf("deactivating %q would clear %q, which belongs to the %s", scope, sc, o.Name))
 			}
 		}
 	}
@@ -746,8 +760,7 @@ func (e *Engine) writable(scope Scope, owner string) error {
 	}
 	for _, o := range e.owners {
 		if o.Owns(scope) && o.Name != owner {
-			return &Error{Code: CodeScopeOwned, Scope: scope,
-				Message: fmt.Sprintf("scope %q belongs to the %s and is written only through its API", scope, o.Name)}
+			return o.refusal(scope, fmt.Sprintf("scope %q belongs to the %s and is written only through its API", scope, o.Name))
 		}
 	}
 	return nil
