@@ -330,6 +330,10 @@ func CodeOf(code varplane.Code) connect.Code {
 		return connect.CodePermissionDenied
 	case varplane.CodeNotFound, varplane.CodeNoHead, varplane.CodeUnknownComponent:
 		return connect.CodeNotFound
+	case varplane.CodeRevisionReclaimed:
+		return connect.CodeNotFound
+	case varplane.CodeChangeRequired, varplane.CodeChangeState:
+		return connect.CodeFailedPrecondition
 	case varplane.CodeRevisionConflict:
 		return connect.CodeAborted
 	case varplane.CodeIdempotencyReused:

@@ -10,6 +10,9 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/client"
 )
 
 func init() {
@@ -124,7 +127,7 @@ func (c *ChangeCommand) propose(ctx context.Context, args []string) error {
 	if err := requireFlag("scope (the first argument)", scope); err != nil {
 		return err
 	}
-	cl, err := cf.client(c.m.Stdout)
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
@@ -133,7 +136,7 @@ func (c *ChangeCommand) propose(ctx context.Context, args []string) error {
 		return err
 	}
 	if !base.set {
-		if base.value, err = currentGeneration(ctx, cl, scope); err != nil {
+		if base.value, err = currentGeneration(ctx, a, scope); err != nil {
 			return err
 		}
 	}
@@ -144,23 +147,20 @@ func (c *ChangeCommand) propose(ctx context.Context, args []string) error {
 		SchemaID string          `json:"schemaId,omitempty"`
 		Note     string          `json:"note,omitempty"`
 	}{scope, base.value, doc, *schemaID, *note}
-	resp, err := cl.do(ctx, http.MethodPost, "/control/changes", nil, req, nil)
-	if err != nil {
-		return err
+	var ch json.RawMessage
+	if err := a.Call(ctx, http.MethodPost, "/control/changes", nil, req, &ch); err != nil {
+		return classify(ctx, err)
 	}
-	return c.show(&cf, resp.body)
+	return c.show(&cf, ch)
 }
 
 // currentGeneration reads scope's generation from the var API's status.
-func currentGeneration(ctx context.Context, cl *apiClient, scope string) (uint64, error) {
-	resp, err := cl.do(ctx, http.MethodGet, "/admin/status", url.Values{"scope": {scope}}, nil, nil)
+func currentGeneration(ctx context.Context, a *client.Admin, scope string) (uint64, error) {
+	st, err := a.Status(ctx, varplane.Scope(scope))
 	if err != nil {
-		return 0, err
+		return 0, classify(ctx, err)
 	}
-	var st struct {
-		Generation uint64 `json:"generation"`
-	}
-	return st.Generation, decodeAnswer(resp.body, &st)
+	return uint64(st.Generation), nil
 }
 
 // transition is show (GET) and the transitions that take only a note.
@@ -178,23 +178,23 @@ func (c *ChangeCommand) transition(ctx context.Context, sub string, args []strin
 	if err := requireFlag("change id (the first argument)", id); err != nil {
 		return err
 	}
-	cl, err := cf.client(c.m.Stdout)
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
-	var resp *response
+	var ch json.RawMessage
 	if sub == "show" {
-		resp, err = cl.do(ctx, http.MethodGet, "/control/changes/"+url.PathEscape(id), nil, nil, nil)
+		err = a.Call(ctx, http.MethodGet, "/control/changes/"+url.PathEscape(id), nil, nil, &ch)
 	} else {
 		body := struct {
 			Note string `json:"note,omitempty"`
 		}{*note}
-		resp, err = cl.do(ctx, http.MethodPost, "/control/changes/"+url.PathEscape(id)+":"+sub, nil, body, nil)
+		err = a.Call(ctx, http.MethodPost, "/control/changes/"+url.PathEscape(id)+":"+sub, nil, body, &ch)
 	}
 	if err != nil {
-		return err
+		return classify(ctx, err)
 	}
-	return c.show(&cf, resp.body)
+	return c.show(&cf, ch)
 }
 
 func (c *ChangeCommand) rebase(ctx context.Context, args []string) error {
@@ -209,31 +209,27 @@ func (c *ChangeCommand) rebase(ctx context.Context, args []string) error {
 	if err := requireFlag("change id (the first argument)", id); err != nil {
 		return err
 	}
-	cl, err := cf.client(c.m.Stdout)
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
 	path := "/control/changes/" + url.PathEscape(id)
 	if !base.set {
-		resp, err := cl.do(ctx, http.MethodGet, path, nil, nil, nil)
-		if err != nil {
-			return err
-		}
 		var ch changeView
-		if err := decodeAnswer(resp.body, &ch); err != nil {
-			return err
+		if err := a.Call(ctx, http.MethodGet, path, nil, nil, &ch); err != nil {
+			return classify(ctx, err)
 		}
-		if base.value, err = currentGeneration(ctx, cl, ch.Scope); err != nil {
+		if base.value, err = currentGeneration(ctx, a, ch.Scope); err != nil {
 			return err
 		}
 	}
-	resp, err := cl.do(ctx, http.MethodPost, path+":rebase", nil, struct {
+	var ch json.RawMessage
+	if err := a.Call(ctx, http.MethodPost, path+":rebase", nil, struct {
 		Base uint64 `json:"base"`
-	}{base.value}, nil)
-	if err != nil {
-		return err
+	}{base.value}, &ch); err != nil {
+		return classify(ctx, err)
 	}
-	return c.show(&cf, resp.body)
+	return c.show(&cf, ch)
 }
 
 func (c *ChangeCommand) list(ctx context.Context, args []string) error {
@@ -244,7 +240,7 @@ func (c *ChangeCommand) list(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cl, err := cf.client(c.m.Stdout)
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
@@ -255,17 +251,13 @@ func (c *ChangeCommand) list(ctx context.Context, args []string) error {
 	if *state != "" {
 		q.Set("state", *state)
 	}
-	resp, err := cl.do(ctx, http.MethodGet, "/control/changes", q, nil, nil)
-	if err != nil {
-		return err
+	var out struct {
+		Changes []changeView `json:"changes"`
 	}
-	return emit(c.m.Stdout, cf.json(), resp.body, func() error {
-		var out struct {
-			Changes []changeView `json:"changes"`
-		}
-		if err := decodeAnswer(resp.body, &out); err != nil {
-			return err
-		}
+	if err := a.Call(ctx, http.MethodGet, "/control/changes", q, nil, &out); err != nil {
+		return classify(ctx, err)
+	}
+	return emit(c.m.Stdout, cf.json(), out, func() error {
 		for _, ch := range out.Changes {
 			if _, err := fmt.Fprintf(c.m.Stdout, "%s %s %s base %d by %s %s\n", ch.ID, ch.Scope, ch.State, ch.Base, ch.Author, ch.ProposedAt.Format(time.RFC3339)); err != nil {
 				return err
@@ -277,11 +269,11 @@ func (c *ChangeCommand) list(ctx context.Context, args []string) error {
 
 // show prints one change: a header line, then its checks, approvals and
 // publication.
-func (c *ChangeCommand) show(cf *clientFlags, body []byte) error {
+func (c *ChangeCommand) show(cf *clientFlags, body json.RawMessage) error {
 	return emit(c.m.Stdout, cf.json(), body, func() error {
 		var ch changeView
-		if err := decodeAnswer(body, &ch); err != nil {
-			return err
+		if err := json.Unmarshal(body, &ch); err != nil {
+			return fmt.Errorf("decode the change: %w", err)
 		}
 		return printChange(c.m.Stdout, &ch)
 	})

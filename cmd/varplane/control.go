@@ -65,11 +65,8 @@ func (e *controlExtension) Start(ctx context.Context, rt *serveRuntime) (func(co
 		return nil, usagef("--change-expiry must be positive")
 	}
 	svc := control.New(rt.Engine, e.guard, control.Options{ExpireAfter: e.expire, Logger: rt.Logger})
-	// A read-only replica (--redis-read-only) writes nothing: the writers
-	// prepare the record.
-	if err := svc.Prepare(ctx); err != nil && varplane.ErrorCode(err) != varplane.CodeStoreUnsupported {
-		return nil, fmt.Errorf("control: prepare the policies record: %w", err)
-	}
+	// The policies record is written by the first policy, never at start:
+	// a server that nobody configured stores nothing of its own.
 	prefix := rt.Base + "/control"
 	rt.Mux.Handle(prefix+"/", http.StripPrefix(prefix, control.Handler(svc, control.HandlerOptions{
 		Authorizer: rt.Authorizer, Limits: rt.Engine.Limits(), Logger: rt.Logger,
