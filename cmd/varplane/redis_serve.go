@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"log/slog"
 	"net/http"
@@ -29,7 +28,8 @@ type redisFlags struct {
 func (f *redisFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.evict, "redis-eviction-check", redis.EvictionCheckFail, "with a redis:// store: fail (refuse to start unless maxmemory-policy is noeviction) or warn (log it, for managed Redis that hides INFO/CONFIG)")
 	fs.DurationVar(&f.revalidate, "redis-revalidate-interval", redis.DefaultRevalidateInterval, "with a redis:// store: how often every installed head is confirmed with Redis, which bounds how long a lost invalidation goes unnoticed (10ms to 5m)")
-	fs.BoolVar(&f.readOnly, "redis-read-only", false, "with a redis:// store: a data-plane replica that serves reads and the live stream and refuses every mutation (400 store-unsupported)")
+	fs.BoolVar(&f.readOnly, "read-only", false, "with a redis:// store: a data-plane read replica that serves reads and the live stream and refuses every mutation (400 store-unsupported)")
+	fs.BoolVar(&f.readOnly, "redis-read-only", false, "the former name of --read-only")
 }
 
 // check refuses values the store would refuse or silently change, so a typo
@@ -74,19 +74,13 @@ type wireRedis struct {
 	flags redisFlags
 }
 
-// ready is the Options.Ready hook. Under --redis-eviction-check fail a node
-// that may evict keeps the instance out of rotation (503, the policy under
-// checks.ready); under warn the operator accepted an unverified policy, so
-// it shows only in the details.
-func (w wireRedis) ready(context.Context) error {
-	if w.flags.evict != redis.EvictionCheckFail {
-		return nil
-	}
-	if ok, msg := w.src.EvictionPolicyOK(); !ok {
-		return errors.New(msg)
-	}
-	return nil
-}
+// ready is the Options.Ready hook. The eviction indicator is not part of
+// it: a node that may evict is an alert (the /readyz details, the
+// varplane_redis_eviction_policy_ok metric and an ERROR log), not a reason
+// to take a replica out of rotation while it serves what it installed.
+// What decides readiness here is the store check httpapi runs (Redis
+// answers).
+func (w wireRedis) ready(context.Context) error { return nil }
 
 // mount registers the store's collectors on the handler's registry and
 // serves /readyz with the store's details on mux (the handler's own /readyz
