@@ -185,9 +185,9 @@ type entry[T any] struct {
 type family[T any] struct {
 	prefix  varplane.Scope
 	max     int
-	members map[varplane.Scope]*entry[T] // under Cache.mu
-	absent  map[varplane.Scope]int64     // scope → when the store said so
-	ring    []varplane.Scope             // FIFO of absent, at most MaxAbsentPerFamily
+	members map[varplane.Scope]*entry[T]           // under Cache.mu
+	absent  map[varplane.Scope]varplane.Generation // scope → its generation when the store said so
+	ring    []varplane.Scope                       // FIFO of absent, at most MaxAbsentPerFamily
 }
 
 // Cache is the data-plane cache. Its read methods are safe for concurrent
@@ -237,9 +237,9 @@ func New[T any](ctx context.Context, store varplane.Store, opts Options[T]) (*Ca
 	}
 	c := &Cache[T]{store: store, opts: o, log: o.Logger.With("component", "instance"), clock: o.Clock,
 		loads: map[varplane.Scope]*load[T]{}, work: make(chan []varplane.ScopeChange, 1024)}
-	c.def = &family[T]{max: o.MaxCached, members: map[varplane.Scope]*entry[T]{}, absent: map[varplane.Scope]int64{}}
+	c.def = &family[T]{max: o.MaxCached, members: map[varplane.Scope]*entry[T]{}, absent: map[varplane.Scope]varplane.Generation{}}
 	for _, f := range o.Families {
-		c.families = append(c.families, &family[T]{prefix: f.Prefix, max: f.MaxCached, members: map[varplane.Scope]*entry[T]{}, absent: map[varplane.Scope]int64{}})
+		c.families = append(c.families, &family[T]{prefix: f.Prefix, max: f.MaxCached, members: map[varplane.Scope]*entry[T]{}, absent: map[varplane.Scope]varplane.Generation{}})
 	}
 	// Longest prefix first, so the first match is the family.
 	sort.SliceStable(c.families, func(i, j int) bool { return len(c.families[i].prefix) > len(c.families[j].prefix) })
@@ -511,7 +511,7 @@ func (c *Cache[T]) runLoad(scope varplane.Scope, l *load[T]) {
 	}
 	if st.Head == nil {
 		l.doc = &Doc[T]{Scope: scope, Generation: st.Generation}
-		c.remember(scope)
+		c.remember(scope, st.Generation)
 		return
 	}
 	l.doc = c.install(scope, c.decode(ctx, scope, st.Generation, st.Head, false), c.clock.Now())
@@ -618,7 +618,7 @@ func (c *Cache[T]) bound(f *family[T]) {
 // remember records that the store said scope has no document: at most
 // MaxAbsentPerFamily per family, oldest first out; it never touches the
 // installed documents. Only the store's answer lands here.
-func (c *Cache[T]) remember(scope varplane.Scope) {
+func (c *Cache[T]) remember(scope varplane.Scope, gen varplane.Generation) {
 	if scope == c.opts.Root {
 		return
 	}
@@ -634,10 +634,17 @@ func (c *Cache[T]) remember(scope varplane.Scope) {
 		delete(f.absent, old)
 	}
 	f.ring = append(f.ring, scope)
-	f.absent[scope] = c.clock.Now().UnixNano()
+	f.absent[scope] = gen
 	if forget, ok := c.store.(Forgetter); ok {
 		forget.Forget(scope)
 	}
+}
+
+// absentGeneration is the generation of a scope remembered as absent.
+func (c *Cache[T]) absentGeneration(scope varplane.Scope) varplane.Generation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.familyOf(scope).absent[scope]
 }
 
 // forgetAbsent drops scope from the absent list (a document arrived).

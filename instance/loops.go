@@ -58,7 +58,7 @@ func (c *Cache[T]) installAbsent(scope varplane.Scope, gen varplane.Generation) 
 		c.entries.Delete(scope)
 	}
 	c.mu.Unlock()
-	c.remember(scope)
+	c.remember(scope, gen)
 }
 
 // refresh reads scope from the store and installs what it holds. A failure

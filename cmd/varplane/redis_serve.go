@@ -13,6 +13,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/instance"
 	"github.com/varplane/varplane/store/redis"
 )
 
@@ -22,6 +23,7 @@ type redisFlags struct {
 	evict      string
 	revalidate time.Duration
 	readOnly   bool
+	replica    replicaFlags
 }
 
 // register adds the --redis-* flags to fs.
@@ -30,6 +32,7 @@ func (f *redisFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.revalidate, "redis-revalidate-interval", redis.DefaultRevalidateInterval, "with a redis:// store: how often every installed head is confirmed with Redis, which bounds how long a lost invalidation goes unnoticed (10ms to 5m)")
 	fs.BoolVar(&f.readOnly, "read-only", false, "with a redis:// store: a data-plane read replica that serves reads and the live stream and refuses every mutation (400 store-unsupported)")
 	fs.BoolVar(&f.readOnly, "redis-read-only", false, "the former name of --read-only")
+	f.replica.register(fs)
 }
 
 // check refuses values the store would refuse or silently change, so a typo
@@ -72,6 +75,9 @@ var _ redisFigures = (*redis.Store)(nil)
 type wireRedis struct {
 	src   redisFigures
 	flags redisFlags
+	// replica is the instance cache of a read replica (--root), nil
+	// otherwise: until its root exists the replica is not ready.
+	replica *instance.Store
 }
 
 // ready is the Options.Ready hook. The eviction indicator is not part of
@@ -80,7 +86,12 @@ type wireRedis struct {
 // to take a replica out of rotation while it serves what it installed.
 // What decides readiness here is the store check httpapi runs (Redis
 // answers).
-func (w wireRedis) ready(context.Context) error { return nil }
+func (w wireRedis) ready(context.Context) error {
+	if w.replica != nil {
+		return w.replica.Cache().Ready()
+	}
+	return nil
+}
 
 // mount registers the store's collectors on the handler's registry and
 // serves /readyz with the store's details on mux (the handler's own /readyz

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
@@ -28,8 +29,10 @@ func (s *Store) readFailure(what string, scope varplane.Scope, err error) error 
 // value is left in Redis: it may be the only copy of a document.
 func (s *Store) decodeFailure(what string, scope varplane.Scope, err error) error {
 	s.stats.decodeErrors.Add(1)
-	s.log.Error("redis store: stored value cannot be decoded; failing the read and leaving the value in place",
-		"what", what, "scope", string(scope), "err", err)
+	if s.failureLogDue(scope) {
+		s.log.Error("redis store: stored value cannot be decoded; failing the read and leaving the value in place",
+			"what", what, "scope", string(scope), "err", err)
+	}
 	return &varplane.Error{
 		Code:    varplane.CodeDocumentFailed,
 		Message: fmt.Sprintf("the stored %s of scope %q cannot be decoded", what, scope),
@@ -43,13 +46,27 @@ func (s *Store) decodeFailure(what string, scope varplane.Scope, err error) erro
 // empty scope and hand its next generation out a second time.
 func (s *Store) vanished(scope varplane.Scope, floor string) error {
 	s.stats.decodeErrors.Add(1)
-	s.log.Error("redis store: the head of a scope disappeared from the store; failing closed until one returns",
-		"scope", string(scope), "generationFloor", floor)
+	if s.failureLogDue(scope) {
+		s.log.Error("redis store: the head of a scope disappeared from the store; failing closed until one returns",
+			"scope", string(scope), "generationFloor", floor)
+	}
 	return &varplane.Error{
 		Code: varplane.CodeDocumentFailed,
 		Message: fmt.Sprintf("the head of scope %q disappeared from the store after generation %s was allocated; "+
 			"restore it, or activate a revision with expectedGeneration %s", scope, floor, floor),
 	}
+}
+
+// failureLogDue reports whether a failure of scope should be logged now: at
+// most once a minute per scope, since every pass and every cold read of a
+// failed scope meets the failure again (the counter counts each one).
+func (s *Store) failureLogDue(scope varplane.Scope) bool {
+	now := time.Now().UnixNano()
+	if v, ok := s.failLogged.Load(scope); ok && now-v.(int64) < int64(time.Minute) {
+		return false
+	}
+	s.failLogged.Store(scope, now)
+	return true
 }
 
 func (s *Store) checkOpen() error {

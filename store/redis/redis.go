@@ -124,6 +124,8 @@ type Store struct {
 	addr string // host:port list for logs, without credentials
 
 	entries sync.Map // varplane.Scope -> *entry
+	// failLogged is scope → unix nanoseconds of its last failure log.
+	failLogged sync.Map
 
 	mu       sync.Mutex // serialises installs and ticket allocation
 	nextTick uint64     // next delivery ticket, under mu
