@@ -198,7 +198,7 @@ type Cache[T any] struct {
 	log   *slog.Logger
 	clock Clock
 
-	entries sync.Map // varplane.Scope → *entry[T]
+	entries *table[T]
 	epoch   atomic.Uint64
 	ready   atomic.Bool
 	root    atomic.Pointer[entry[T]]
@@ -235,7 +235,7 @@ func New[T any](ctx context.Context, store varplane.Store, opts Options[T]) (*Ca
 	if err != nil {
 		return nil, err
 	}
-	c := &Cache[T]{store: store, opts: o, log: o.Logger.With("component", "instance"), clock: o.Clock,
+	c := &Cache[T]{store: store, opts: o, log: o.Logger.With("component", "instance"), clock: o.Clock, entries: newTable[T](),
 		loads: map[varplane.Scope]*load[T]{}, work: make(chan []varplane.ScopeChange, 1024)}
 	c.def = &family[T]{max: o.MaxCached, members: map[varplane.Scope]*entry[T]{}, absent: map[varplane.Scope]varplane.Generation{}}
 	for _, f := range o.Families {
@@ -313,7 +313,7 @@ func errNoHead(scope varplane.Scope) error {
 // store-unavailable.
 func (c *Cache[T]) Get(ctx context.Context, scope varplane.Scope) (*Doc[T], error) {
 	if v, ok := c.entries.Load(scope); ok {
-		e := v.(*entry[T])
+		e := v
 		if !c.ready.Load() {
 			return nil, c.notReady()
 		}
@@ -543,7 +543,7 @@ func (c *Cache[T]) install(scope varplane.Scope, d *Doc[T], at time.Time) *Doc[T
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if v, ok := c.entries.Load(scope); ok {
-		e := v.(*entry[T])
+		e := v
 		cur := e.doc.Load()
 		if d.err == nil && cur.err == nil && d.Generation < cur.Generation && !cur.Local {
 			c.stats.regressions.Add(1)
@@ -679,8 +679,8 @@ type Confirmer interface {
 // installed lists the installed scopes, sorted.
 func (c *Cache[T]) installed() []varplane.Scope {
 	var out []varplane.Scope
-	c.entries.Range(func(k, _ any) bool {
-		out = append(out, k.(varplane.Scope))
+	c.entries.Range(func(k varplane.Scope, _ *entry[T]) bool {
+		out = append(out, k)
 		return true
 	})
 	slices.SortFunc(out, func(a, b varplane.Scope) int { return strings.Compare(string(a), string(b)) })

@@ -53,7 +53,7 @@ func (c *Cache[T]) installAbsent(scope varplane.Scope, gen varplane.Generation) 
 	}
 	c.mu.Lock()
 	if v, ok := c.entries.Load(scope); ok {
-		e := v.(*entry[T])
+		e := v
 		delete(e.fam.members, scope)
 		c.entries.Delete(scope)
 	}
@@ -77,9 +77,14 @@ func (c *Cache[T]) refresh(scope varplane.Scope) {
 func (c *Cache[T]) confirmFrom(ctx context.Context, scope varplane.Scope, st *varplane.ScopeState, err error) {
 	v, ok := c.entries.Load(scope)
 	if !ok {
-		return // dropped meanwhile
+		// Dropped while the store read it: the read may have installed it
+		// in the store's own copy again, which the bound must not miss.
+		if f, ok := c.store.(Forgetter); ok {
+			f.Forget(scope)
+		}
+		return
 	}
-	e := v.(*entry[T])
+	e := v
 	cur := e.doc.Load()
 	if err != nil {
 		c.stats.confirmErrors.Add(1)
@@ -220,6 +225,9 @@ func (c *Cache[T]) runPass(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			if _, ok := c.entries.Load(sc); !ok {
+				return // dropped since the pass listed it
+			}
 			c.pass.reads.Add(1)
 			st, err := c.store.State(ctx, sc)
 			c.pass.reads.Add(-1)
@@ -240,8 +248,8 @@ func (c *Cache[T]) logLags() {
 	now := c.clock.Now().UnixNano()
 	var hist [len(LagBuckets) + 1]uint64
 	var maxLag int64
-	c.entries.Range(func(k, v any) bool {
-		e := v.(*entry[T])
+	c.entries.Range(func(k varplane.Scope, v *entry[T]) bool {
+		e := v
 		lag := now - e.confirmed.Load()
 		maxLag = max64(maxLag, lag)
 		hist[bucketOf(time.Duration(lag))]++
@@ -251,7 +259,7 @@ func (c *Cache[T]) logLags() {
 		e.lagLogged.Store(now)
 		d := e.doc.Load()
 		l := time.Duration(lag).Round(time.Second)
-		name := string(k.(varplane.Scope))
+		name := string(k)
 		if time.Duration(lag) >= c.opts.LagEscalate {
 			c.log.Error("Document of scope "+name+" revision "+revOf(d)+" is stale: not confirmed for "+l.String()+".",
 				"scope", name, "revision", revOf(d), "lag", l.String())

@@ -46,7 +46,7 @@ func (s *Store) State(ctx context.Context, scope varplane.Scope) (*varplane.Scop
 // revisions from the store underneath.
 func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
 	if v, ok := s.cache.entries.Load(scope); ok {
-		if d := v.(*entry[json.RawMessage]).doc.Load(); d.err == nil && d.Head != nil && d.Head.Revision == rev {
+		if d := v.doc.Load(); d.err == nil && d.Head != nil && d.Head.Revision == rev {
 			h := d.Head
 			return &varplane.RevisionRecord{Scope: scope, Revision: rev, Document: h.Document, SchemaID: h.SchemaID,
 				SchemaVersion: h.SchemaVersion, Actor: h.Actor}, nil

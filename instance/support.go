@@ -83,7 +83,7 @@ func (c *Cache[T]) Stats() Stats {
 	for i := range st.LagHistogram {
 		st.LagHistogram[i] = s.lagHist[i].Load()
 	}
-	c.entries.Range(func(_, _ any) bool { st.Installed++; return true })
+	c.entries.Range(func(varplane.Scope, *entry[T]) bool { st.Installed++; return true })
 	return st
 }
 
@@ -92,8 +92,8 @@ func (c *Cache[T]) Stats() Stats {
 func (c *Cache[T]) Lag() map[varplane.Scope]time.Duration {
 	now := c.clock.Now().UnixNano()
 	out := map[varplane.Scope]time.Duration{}
-	c.entries.Range(func(k, v any) bool {
-		out[k.(varplane.Scope)] = time.Duration(now - v.(*entry[T]).confirmed.Load())
+	c.entries.Range(func(k varplane.Scope, v *entry[T]) bool {
+		out[k] = time.Duration(now - v.confirmed.Load())
 		return true
 	})
 	return out
@@ -219,7 +219,7 @@ func (c *Cache[T]) status() Status {
 		if !ok {
 			continue
 		}
-		e := v.(*entry[T])
+		e := v
 		d := e.doc.Load()
 		sd := StatusDocument{Scope: sc, Generation: d.Generation, Failed: d.err != nil,
 			LagSeconds: time.Duration(now.UnixNano() - e.confirmed.Load()).Seconds()}
