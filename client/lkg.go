@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/atomicfile"
 )
 
 // The last-known-good copy (Options.LastKnownGood): one file per scope,
@@ -71,23 +72,7 @@ func (c *Client) lkgSave(sc varplane.Scope, gen varplane.Generation, rev varplan
 		if err != nil {
 			return err
 		}
-		tmp, err := os.CreateTemp(c.opts.LastKnownGood, ".tmp-*")
-		if err != nil {
-			return err
-		}
-		defer os.Remove(tmp.Name())
-		if _, err := tmp.Write(b); err != nil {
-			tmp.Close()
-			return err
-		}
-		if err := tmp.Sync(); err != nil {
-			tmp.Close()
-			return err
-		}
-		if err := tmp.Close(); err != nil {
-			return err
-		}
-		return os.Rename(tmp.Name(), c.lkgPath(sc))
+		return atomicfile.WritePrivate(c.lkgPath(sc), b)
 	}()
 	if err != nil {
 		c.log.Warn("varplane last-known-good copy cannot be written", "scope", string(sc), "err", err)

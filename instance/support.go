@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/atomicfile"
 )
 
 // Clock is the cache's time source, so tests can drive time.
@@ -100,7 +101,7 @@ func (c *Cache[T]) Lag() map[varplane.Scope]time.Duration {
 }
 
 // localCopy is the on-disk copy of installed documents: one file per scope,
-// written atomically (temporary file, fsync, rename). It serves cold loads
+// written atomically (atomicfile: temporary file, fsync, rename). It serves cold loads
 // only, and never says a scope is absent.
 type localCopy struct{ dir string }
 
@@ -154,23 +155,7 @@ func (l *localCopy) write(scope varplane.Scope, h *varplane.Head, gen varplane.G
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(l.dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), l.path(scope))
+	return atomicfile.WritePrivate(l.path(scope), b)
 }
 
 // writeLocal keeps the local copy of a usable document from the store.
