@@ -220,3 +220,46 @@ func deletePrefix(t testing.TB, base, prefix string) {
 		cursor = e.Cursor
 	}
 }
+
+// TestRedisHang: with Redis paused (SIGSTOP), installed documents are
+// served, a cold load answers store-unavailable after the cold-load
+// timeout and is not remembered as absent, and once Redis continues the
+// next read loads the document.
+func TestRedisHang(t *testing.T) {
+	srv := redistest.StartServer(t)
+	url := srv.URL("hang")
+	control := openRedis(t, url, false)
+	publish(t, control, "root", `{"n":0}`)
+	publish(t, control, "app.a", `{"n":1}`)
+	publish(t, control, "app.cold", `{"n":2}`)
+	replica, err := redis.Open(context.Background(), url, redis.Options{ReadOnly: true, CommandTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := newCache(t, replica, systemClock{}, func(o *Options[value]) {
+		o.ColdLoadTimeout = 200 * time.Millisecond
+		o.StoreReadTimeout = 2 * time.Second
+	})
+	defer func() { _ = c.Close(); _ = replica.Close() }()
+	ctx := context.Background()
+	if _, err := c.Get(ctx, "app.a"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	if d, err := c.Get(ctx, "app.a"); err != nil || d.Value.N != 1 {
+		t.Fatalf("installed read while Redis hangs = %+v, %v", d, err)
+	}
+	start := time.Now()
+	_, err = c.Get(ctx, "app.cold")
+	if code(err) != varplane.CodeStoreUnavailable {
+		t.Fatalf("cold read while Redis hangs = %v, want store-unavailable", err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("cold read answered after %v, want about the 200ms cold-load timeout", el)
+	}
+	srv.Resume()
+	waitFor(t, "the cold document once Redis continues", func() bool {
+		d, err := c.Get(ctx, "app.cold")
+		return err == nil && d.Value.N == 2
+	})
+}

@@ -130,3 +130,39 @@ func stop(cmd *exec.Cmd) {
 
 // Describe names the cluster for a log line.
 func (c *Cluster) Describe() string { return fmt.Sprintf("redis cluster %v", c.Addrs) }
+
+// Server is one private standalone redis-server.
+type Server struct {
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// StartServer starts a standalone redis-server on a free loopback port in
+// a temporary directory, with extra arguments; cleanup stops it by PID.
+func StartServer(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	bin := skipUnlessInstalled(tb, "redis-server")
+	port := freePort(tb)
+	dir := tb.TempDir()
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}, extra...)
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot stop
+		stop(cmd)
+	})
+	waitListening(tb, s.Addr)
+	return s
+}
+
+// URL returns a store URL of the server with prefix.
+func (s *Server) URL(prefix string) string { return "redis://" + s.Addr + "/0?prefix=" + prefix }
+
+// Pause stops the server with SIGSTOP (a hang: connections stay open and
+// nothing answers); Resume continues it.
+func (s *Server) Pause()  { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
