@@ -98,6 +98,9 @@ func (w wireRedis) ready(context.Context) error {
 // decides the status; the wrapper adds a "redis" object to its body).
 func (w wireRedis) mount(mux *http.ServeMux, api *httpapi.Handler) {
 	api.Registry().MustRegister(newRedisCollector(w.src, redis.DefaultLagWarn, redis.DefaultLagEscalate))
+	if w.replica != nil {
+		api.Registry().MustRegister(newInstanceCollector(w.replica.Cache()))
+	}
 	mux.Handle("GET /readyz", readyzWithRedis(api, w))
 }
 

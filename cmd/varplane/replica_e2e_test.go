@@ -56,6 +56,15 @@ func TestReadReplica(t *testing.T) {
 		})
 		expect(t, call(t, "GET", s.Base+"?key="+q("app.a"), nil), 503, "document-failed")
 	}
+	text := string(call(t, "GET", b.URL+"/metrics", nil).body)
+	for _, name := range []string{"varplane_instance_ready", "varplane_instance_documents", "varplane_instance_lag_max_seconds", "varplane_instance_lag_seconds_count", "varplane_instance_cold_loads_total"} {
+		if _, ok := metricValue(text, name); !ok {
+			t.Errorf("/metrics of the replica has no sample %s", name)
+		}
+	}
+	if v, _ := metricValue(text, "varplane_instance_ready"); v != 1 {
+		t.Errorf("varplane_instance_ready = %v, want 1", v)
+	}
 	if got := r.do("EXISTS", "e2erep:status:rep-b"); got != "1" {
 		t.Fatalf("no status heartbeat of the replica in Redis (EXISTS = %s)", got)
 	}
