@@ -445,6 +445,18 @@ func TestDisappeared(t *testing.T) {
 	if !strings.Contains(logs.String(), "disappeared from the store") {
 		t.Fatalf("no ERROR naming the disappearance:\n%s", logs)
 	}
+	// Later passes keep it failed (never "no head") and do not log again.
+	for range 3 {
+		p := c.Stats().Passes
+		clk.Advance(DefaultRevalidateInterval)
+		waitFor(t, "a pass", func() bool { return c.Stats().Passes > p && c.passIdle() })
+	}
+	if _, err := c.Get(ctx, "app.a"); code(err) != varplane.CodeDocumentFailed {
+		t.Fatalf("a disappeared document after more passes = %v, want document-failed", err)
+	}
+	if n := strings.Count(logs.String(), "disappeared from the store"); n != 1 {
+		t.Fatalf("the disappearance was logged %d times, want once", n)
+	}
 	gone.set("app.a", false)
 	clk.Advance(DefaultRevalidateInterval)
 	waitFor(t, "the document to return", func() bool { _, err := c.Get(ctx, "app.a"); return err == nil })

@@ -102,11 +102,15 @@ func (c *Cache[T]) confirmFrom(ctx context.Context, scope varplane.Scope, st *va
 	switch {
 	case st.Head == nil && cur.Head != nil && st.Generation == 0:
 		// The store has no trace of a document the cache installed: it
-		// disappeared. Fail closed until one returns.
+		// disappeared. Fail closed until one returns (logged once: the
+		// failed document keeps its head, so later passes land here too).
+		if cur.err != nil {
+			break
+		}
 		c.stats.disappeared.Add(1)
 		c.log.Error("instance: document of scope "+string(scope)+" disappeared from the store; failing closed",
 			"scope", string(scope), "generation", uint64(cur.Generation), "revision", revOf(cur))
-		c.install(scope, &Doc[T]{Scope: scope, Generation: cur.Generation, err: &varplane.Error{
+		c.install(scope, &Doc[T]{Scope: scope, Generation: cur.Generation, Head: cur.Head, err: &varplane.Error{
 			Code:    varplane.CodeDocumentFailed,
 			Message: "the document of scope " + string(scope) + " disappeared from the store after it was seen",
 		}}, at)
