@@ -602,3 +602,61 @@ func BenchmarkRead(b *testing.B) {
 
 // passIdle reports that no store read of a pass is in flight.
 func (c *Cache[T]) passIdle() bool { return c.pass.reads.Load() == 0 }
+
+// regressStore answers an older state of one scope while set.
+type regressStore struct {
+	varplane.Store
+	mu  sync.Mutex
+	old map[varplane.Scope]*varplane.ScopeState
+}
+
+func (r *regressStore) State(ctx context.Context, sc varplane.Scope) (*varplane.ScopeState, error) {
+	r.mu.Lock()
+	st := r.old[sc]
+	r.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	return r.Store.State(ctx, sc)
+}
+
+// TestRegressionInstalled: a lower generation than the installed one (a
+// failover that lost a commit) is installed, with an ERROR naming both.
+func TestRegressionInstalled(t *testing.T) {
+	mem := memory.New()
+	publish(t, mem, "root", `{"n":0}`)
+	publish(t, mem, "app.a", `{"n":1}`)
+	old, err := mem.State(context.Background(), "app.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, mem, "app.a", `{"n":2}`)
+	r := &regressStore{Store: mem, old: map[varplane.Scope]*varplane.ScopeState{}}
+	clk := newFakeClock()
+	c, logs := newCache(t, r, clk, nil)
+	ctx := context.Background()
+	if d, err := c.Get(ctx, "app.a"); err != nil || d.Generation != 2 {
+		t.Fatalf("Get = %+v, %v", d, err)
+	}
+	r.mu.Lock()
+	r.old["app.a"] = old
+	r.mu.Unlock()
+	clk.Advance(DefaultRevalidateInterval)
+	waitFor(t, "the older head to be installed", func() bool {
+		d, err := c.Get(ctx, "app.a")
+		return err == nil && d.Generation == 1 && d.Value.N == 1
+	})
+	want := fmt.Sprintf("regressed from generation 2 (revision %s) to generation 1 (revision %s)", revOf(&Doc[value]{Head: mustState(t, mem, "app.a").Head}), old.Head.Revision)
+	if !strings.Contains(logs.String(), want) || c.Stats().Regressions != 1 {
+		t.Fatalf("no ERROR %q (regressions %d):\n%s", want, c.Stats().Regressions, logs)
+	}
+}
+
+func mustState(t *testing.T, s varplane.Store, sc varplane.Scope) *varplane.ScopeState {
+	t.Helper()
+	st, err := s.State(context.Background(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
