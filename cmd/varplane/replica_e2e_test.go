@@ -40,6 +40,9 @@ func TestReadReplica(t *testing.T) {
 	})
 	expect(t, call(t, "POST", b.Base+"/admin/activate", map[string]any{"scope": "app.a", "revision": "x", "expectedGeneration": 2}), 400, "")
 
+	// A revision to recover with, stored before the head vanishes (a
+	// create answers 503 while it is gone: it reports the scope's state).
+	rev3 := createRev(t, a.Base, "app.a", map[string]any{"n": 3})
 	if got := r.do("DEL", headKey(prefix, "app.a")); got != "1" {
 		t.Fatalf("DEL %s = %s", headKey(prefix, "app.a"), got)
 	}
@@ -56,6 +59,32 @@ func TestReadReplica(t *testing.T) {
 		})
 		expect(t, call(t, "GET", s.Base+"?key="+q("app.a"), nil), 503, "document-failed")
 	}
+	// The control plane: the vanished head is a failure, never "no head",
+	// and generation 1 and 2 are never handed out again.
+	expect(t, call(t, "GET", a.Base+"?key="+q("app.a"), nil), 503, "document-failed")
+	for _, exp := range []int{0, 1} {
+		expect(t, call(t, "POST", a.Base+"/admin/activate", map[string]any{"scope": "app.a", "revision": rev3, "expectedGeneration": exp}), 503, "document-failed")
+	}
+	activate(t, a.Base, "app.a", rev3, 2) // the documented recovery: expect the floor
+	hist := expect(t, call(t, "GET", a.Base+"/admin/history?scope="+q("app.a"), nil), 200, "")
+	seen := map[float64]bool{}
+	for _, ev := range historyEntries(t, hist) {
+		if ev["kind"] == "activated" {
+			g, _ := ev["generation"].(float64)
+			if seen[g] {
+				t.Fatalf("generation %v activated twice: %v", g, hist)
+			}
+			seen[g] = true
+		}
+	}
+	if !seen[3] {
+		t.Fatalf("history has no generation 3 after the recovery: %v", hist)
+	}
+	eventually(t, 5*time.Second, "the replica serving the recovered head", func() (bool, string) {
+		st, g, body := readGen(t, b.Base, "app.a")
+		return st == 200 && g == 3, string(body)
+	})
+
 	text := string(call(t, "GET", b.URL+"/metrics", nil).body)
 	for _, name := range []string{"varplane_instance_ready", "varplane_instance_documents", "varplane_instance_lag_max_seconds", "varplane_instance_lag_seconds_count", "varplane_instance_cold_loads_total"} {
 		if _, ok := metricValue(text, name); !ok {
