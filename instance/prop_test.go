@@ -54,11 +54,15 @@ func TestBoundsProperty(t *testing.T) {
 					rt.Fatalf("Get(%s) of a scope never published = %v, want no-head", sc, err)
 				}
 			}
+			// Writers hold c.mu: count under it, so that an eviction and an
+			// install running meanwhile are not both half seen.
 			counts := map[string]int{}
+			c.mu.Lock()
 			c.entries.Range(func(k varplane.Scope, _ *entry[value]) bool {
 				counts[string(c.familyOf(k).prefix)]++
 				return true
 			})
+			c.mu.Unlock()
 			if _, ok := c.entries.Load("root"); !ok {
 				rt.Fatal("the root was dropped")
 			}
