@@ -51,6 +51,18 @@ const (
 	// CodeChangeState: a change request is not in a state that allows the
 	// transition asked for (approving a rejected change, say).
 	CodeChangeState Code = "change-state"
+	// CodeDocumentFailed: the scope's document cannot be used: the store
+	// holds a value that cannot be decoded, the decoder of an instance
+	// refused it, or its head disappeared from the store after it was seen.
+	// Reads fail closed (503) until a usable revision is in the store.
+	CodeDocumentFailed Code = "document-failed"
+	// CodeDocumentStale: the scope is held to a maximum lag (an instance's
+	// fail-closed prefixes) and its document, or the root's, has not been
+	// confirmed by the store for longer than that.
+	CodeDocumentStale Code = "document-stale"
+	// CodeNotReady: the instance has not installed its root document yet, so
+	// it answers nothing rather than an empty document.
+	CodeNotReady Code = "not-ready"
 )
 
 // Error is the one error type of the domain. Its Code decides the HTTP status

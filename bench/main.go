@@ -62,7 +62,7 @@ type config struct {
 	keep      bool
 }
 
-var allScenarios = []string{"read", "commit", "contended", "push", "restart", "redis", "sdk"}
+var allScenarios = []string{"read", "commit", "contended", "push", "restart", "redis", "sdk", "instance"}
 
 func main() {
 	os.Exit(run())
@@ -179,6 +179,7 @@ func run() int {
 		{"restart", scenarioRestart},
 		{"redis", scenarioRedis},
 		{"sdk", scenarioSDK},
+		{"instance", scenarioInstance},
 	} {
 		if !want[sc.name] {
 			continue

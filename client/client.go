@@ -55,6 +55,11 @@ const (
 	TierRuntime              // the head the server serves
 	TierStatic               // Options.Static
 	TierDefault              // Options.Defaults
+	// TierStale is the last-known-good copy on disk (Options.LastKnownGood):
+	// what the client last installed from the server, served while the
+	// server has not answered since the start. It ranks between the runtime
+	// head and the static value; the numbering keeps the older tiers' values.
+	TierStale
 )
 
 // String returns the tier's name.
@@ -68,6 +73,8 @@ func (t Tier) String() string {
 		return "static"
 	case TierDefault:
 		return "default"
+	case TierStale:
+		return "stale"
 	}
 	return "none"
 }
@@ -167,6 +174,12 @@ type Options struct {
 	// and logs an error; an override that fails makes Register fail.
 	Validate func(scope varplane.Scope, value json.RawMessage) error
 
+	// LastKnownGood, when set, is a directory where the client keeps the
+	// last runtime head of each scope (written atomically). A client that
+	// starts while the server is unreachable serves it with TierStale until
+	// the server answers, which replaces it (lkg.go).
+	LastKnownGood string
+
 	// Logger receives warnings and errors; slog.Default when nil.
 	Logger *slog.Logger
 	// Getenv reads override variables; os.Getenv when nil.
@@ -226,6 +239,10 @@ type slot struct {
 	runtime json.RawMessage
 	etag    string
 	served  chan struct{} // closed while the runtime tier has a value
+	// stale is the last-known-good value until the server answers.
+	stale    json.RawMessage
+	staleGen varplane.Generation
+	staleRev varplane.Revision
 }
 
 // entry is immutable once published.
@@ -328,6 +345,7 @@ func (c *Client) Register(scopes ...varplane.Scope) error {
 			s.cur.Store(&entry{val: Value{Scope: sc, Raw: v, Tier: TierOverride}})
 			close(s.served)
 		} else {
+			c.lkgLoad(s)
 			s.cur.Store(&entry{val: s.resolve()})
 			added = true
 		}
@@ -396,6 +414,8 @@ func (s *slot) resolve() Value {
 	switch {
 	case s.runtime != nil:
 		v.Raw, v.Tier, v.Revision = s.runtime, TierRuntime, s.rev
+	case s.stale != nil:
+		v.Raw, v.Tier, v.Generation, v.Revision = s.stale, TierStale, s.staleGen, s.staleRev
 	case s.static != nil:
 		v.Raw, v.Tier = s.static, TierStatic
 	case s.def != nil:
@@ -529,6 +549,8 @@ func (c *Client) applyHead(sc varplane.Scope, gen varplane.Generation, rev varpl
 		}
 	}
 	s.runtime, s.rev, s.etag = doc, rev, etag
+	s.stale = nil
+	c.lkgSave(sc, gen, rev, doc)
 	// Publish first: a Fetch woken by served reads the entry at once, and
 	// must see this value, not the one before it.
 	c.publish(s)
@@ -554,9 +576,11 @@ func (c *Client) applyNoHead(sc varplane.Scope, gen varplane.Generation, force b
 		}
 		s.gen = gen
 	}
-	if s.runtime == nil {
+	c.lkgDrop(sc)
+	if s.runtime == nil && s.stale == nil {
 		return
 	}
+	s.stale = nil
 	s.runtime, s.rev, s.etag = nil, "", ""
 	s.served = make(chan struct{})
 	c.publish(s)

@@ -342,7 +342,8 @@ func CodeOf(code varplane.Code) connect.Code {
 		return connect.CodeResourceExhausted
 	case varplane.CodeStoreUnsupported, varplane.CodeMethodNotAllowed:
 		return connect.CodeUnimplemented
-	case varplane.CodeTooManyRequests, varplane.CodeStoreUnavailable:
+	case varplane.CodeTooManyRequests, varplane.CodeStoreUnavailable,
+		varplane.CodeDocumentFailed, varplane.CodeDocumentStale, varplane.CodeNotReady:
 		return connect.CodeUnavailable
 	}
 	return connect.CodeInternal

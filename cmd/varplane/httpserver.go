@@ -9,7 +9,6 @@ import (
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/push"
 	"github.com/varplane/varplane/store/file"
-	"github.com/varplane/varplane/store/redis"
 )
 
 // newHTTPServer builds the var API handler over rt.Engine, with the live
@@ -33,8 +32,8 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 		opts.Ready = r.Ready
 	}
 	var rw *wireRedis
-	if rs, ok := rt.Store.(*redis.Store); ok {
-		rw = &wireRedis{src: rs, flags: cfg.redis}
+	if rs, replica, ok := redisStoreOf(rt.Store); ok {
+		rw = &wireRedis{src: rs, flags: cfg.redis, replica: replica}
 		opts.Ready = rw.ready
 	}
 	if fs, ok := rt.Store.(*file.Store); ok {

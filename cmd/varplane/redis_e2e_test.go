@@ -576,9 +576,9 @@ func TestRedisReplicas(t *testing.T) {
 		for _, s := range []*server{a, b} {
 			eventually(t, 3*time.Second, s.URL+" failing the read of "+bad+" closed", func() (bool, string) {
 				st, _, body := readGen(t, s.Base, bad)
-				return st == 500, fmt.Sprintf("%d %s", st, body)
+				return st == 503, fmt.Sprintf("%d %s", st, body)
 			})
-			expect(t, call(t, "GET", s.Base+"?key="+q(bad), nil), 500, "internal")
+			expect(t, call(t, "GET", s.Base+"?key="+q(bad), nil), 503, "document-failed")
 		}
 
 		// A revision record broken with plain SET fails a cold read.
@@ -589,8 +589,8 @@ func TestRedisReplicas(t *testing.T) {
 		}
 		r.do("SET", rk, "{broken json")
 		c := startServer(t, "--store", r.url(prefix))
-		expect(t, call(t, "GET", c.Base+"?key="+q(badRec), nil), 500, "internal")
-		expect(t, call(t, "GET", c.Base+"?key="+q(bad), nil), 500, "internal")
+		expect(t, call(t, "GET", c.Base+"?key="+q(badRec), nil), 503, "document-failed")
+		expect(t, call(t, "GET", c.Base+"?key="+q(bad), nil), 503, "document-failed")
 		text := string(call(t, "GET", c.URL+"/metrics", nil).body)
 		if n, ok := metricValue(text, "varplane_redis_decode_errors_total"); !ok || n < 2 {
 			t.Fatalf("varplane_redis_decode_errors_total = %v (present %v), want at least 2", n, ok)
@@ -625,36 +625,45 @@ func historyEntries(t testing.TB, m map[string]any) []map[string]any {
 	return out
 }
 
-// TestRedisEvictionPolicy checks that serve refuses a Redis that may evict,
-// starts on it with --redis-eviction-check warn and reports the policy, and
-// that a policy changed at run time shows in /readyz and /metrics.
+// TestRedisEvictionPolicy checks that serve refuses a Redis that may evict
+// (allkeys-* even with --redis-eviction-check warn), starts on a volatile-*
+// one with warn and reports the policy, and that a policy changed at run
+// time shows in /readyz's details and /metrics as an alert while /readyz
+// stays 200: the indicator is not a readiness check.
 func TestRedisEvictionPolicy(t *testing.T) {
 	lru := newPrivateRedis(t, "--maxmemory-policy", "allkeys-lru")
+	vol := newPrivateRedis(t, "--maxmemory-policy", "volatile-lru")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "serve", "--addr", "127.0.0.1:0", "--rpc-addr", "off", "--store", lru.url("e2e"))
-	cmd.Dir = t.TempDir()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() == 0 || ctx.Err() != nil {
-		t.Fatalf("serve on an allkeys-lru Redis: %v, want a non-zero exit; stderr:\n%s", err, stderr.String())
-	}
-	for _, want := range []string{"maxmemory-policy is allkeys-lru, not noeviction", "noeviction"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Fatalf("stderr does not say %q:\n%s", want, stderr.String())
+	refused := func(url, policy string, extra ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary, append([]string{"serve", "--addr", "127.0.0.1:0", "--rpc-addr", "off", "--store", url}, extra...)...)
+		cmd.Dir = t.TempDir()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() == 0 || ctx.Err() != nil {
+			t.Fatalf("serve %v on a %s Redis: %v, want a non-zero exit; stderr:\n%s", extra, policy, err, stderr.String())
+		}
+		for _, want := range []string{"maxmemory-policy is " + policy + ", not noeviction", "noeviction"} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Fatalf("stderr does not say %q:\n%s", want, stderr.String())
+			}
+		}
+		if strings.Contains(stderr.String(), "varplane listening") {
+			t.Fatalf("serve listened before refusing:\n%s", stderr.String())
 		}
 	}
-	if strings.Contains(stderr.String(), "varplane listening") {
-		t.Fatalf("serve listened before refusing:\n%s", stderr.String())
-	}
+	refused(lru.url("e2e"), "allkeys-lru")
+	refused(lru.url("e2e"), "allkeys-lru", "--redis-eviction-check", "warn")
+	refused(vol.url("e2e"), "volatile-lru")
 
-	warn := startServer(t, "--store", lru.url("e2e"), "--redis-eviction-check", "warn")
+	warn := startServer(t, "--store", vol.url("e2e"), "--redis-eviction-check", "warn")
 	body := expect(t, call(t, "GET", warn.URL+"/readyz", nil), 200, "")
 	rd, _ := body["redis"].(map[string]any)
-	if rd["evictionCheck"] != "warn" || rd["evictionPolicyOK"] != false || !strings.Contains(fmt.Sprint(rd["evictionPolicy"]), "allkeys-lru") {
+	if rd["evictionCheck"] != "warn" || rd["evictionPolicyOK"] != false || !strings.Contains(fmt.Sprint(rd["evictionPolicy"]), "volatile-lru") {
 		t.Fatalf("/readyz under warn = %s", call(t, "GET", warn.URL+"/readyz", nil).body)
 	}
 	if !strings.Contains(warn.logs(), "!!!") {
@@ -675,23 +684,24 @@ func TestRedisEvictionPolicy(t *testing.T) {
 		}
 	}
 
-	// Under fail, a policy changed while serving takes the instance out of
-	// rotation at the next check, and back in when it is fixed.
+	// Under fail, a policy changed while serving raises the alert (the
+	// details and the metric) at the next check, and /readyz stays 200:
+	// installed documents are still served.
 	ok := newPrivateRedis(t)
 	s := startServer(t, "--store", ok.url("e2e"), "--redis-revalidate-interval", "100ms")
 	expect(t, call(t, "GET", s.URL+"/readyz", nil), 200, "")
 	ok.do("CONFIG", "SET", "maxmemory-policy", "volatile-lru")
 	eventually(t, 5*time.Second, "/readyz reporting the changed policy", func() (bool, string) {
 		a := call(t, "GET", s.URL+"/readyz", nil)
-		return a.status == 503 && bytes.Contains(a.body, []byte("volatile-lru")), fmt.Sprintf("%d %s", a.status, a.body)
+		return a.status == 200 && bytes.Contains(a.body, []byte("volatile-lru")) && bytes.Contains(a.body, []byte(`"evictionPolicyOK":false`)), fmt.Sprintf("%d %s", a.status, a.body)
 	})
 	if v, _ := metricValue(string(call(t, "GET", s.URL+"/metrics", nil).body), "varplane_redis_eviction_policy_ok"); v != 0 {
 		t.Fatalf("varplane_redis_eviction_policy_ok = %v after the change, want 0", v)
 	}
 	ok.do("CONFIG", "SET", "maxmemory-policy", "noeviction")
-	eventually(t, 5*time.Second, "/readyz ready again", func() (bool, string) {
+	eventually(t, 5*time.Second, "the alert cleared", func() (bool, string) {
 		a := call(t, "GET", s.URL+"/readyz", nil)
-		return a.status == 200, fmt.Sprintf("%d %s", a.status, a.body)
+		return a.status == 200 && bytes.Contains(a.body, []byte(`"evictionPolicyOK":true`)), fmt.Sprintf("%d %s", a.status, a.body)
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"log/slog"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/instance"
 	"github.com/varplane/varplane/store/redis"
 )
 
@@ -23,13 +23,16 @@ type redisFlags struct {
 	evict      string
 	revalidate time.Duration
 	readOnly   bool
+	replica    replicaFlags
 }
 
 // register adds the --redis-* flags to fs.
 func (f *redisFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.evict, "redis-eviction-check", redis.EvictionCheckFail, "with a redis:// store: fail (refuse to start unless maxmemory-policy is noeviction) or warn (log it, for managed Redis that hides INFO/CONFIG)")
 	fs.DurationVar(&f.revalidate, "redis-revalidate-interval", redis.DefaultRevalidateInterval, "with a redis:// store: how often every installed head is confirmed with Redis, which bounds how long a lost invalidation goes unnoticed (10ms to 5m)")
-	fs.BoolVar(&f.readOnly, "redis-read-only", false, "with a redis:// store: a data-plane replica that serves reads and the live stream and refuses every mutation (400 store-unsupported)")
+	fs.BoolVar(&f.readOnly, "read-only", false, "with a redis:// store: a data-plane read replica that serves reads and the live stream and refuses every mutation (400 store-unsupported)")
+	fs.BoolVar(&f.readOnly, "redis-read-only", false, "the former name of --read-only")
+	f.replica.register(fs)
 }
 
 // check refuses values the store would refuse or silently change, so a typo
@@ -72,18 +75,20 @@ var _ redisFigures = (*redis.Store)(nil)
 type wireRedis struct {
 	src   redisFigures
 	flags redisFlags
+	// replica is the instance cache of a read replica (--root), nil
+	// otherwise: until its root exists the replica is not ready.
+	replica *instance.Store
 }
 
-// ready is the Options.Ready hook. Under --redis-eviction-check fail a node
-// that may evict keeps the instance out of rotation (503, the policy under
-// checks.ready); under warn the operator accepted an unverified policy, so
-// it shows only in the details.
+// ready is the Options.Ready hook. The eviction indicator is not part of
+// it: a node that may evict is an alert (the /readyz details, the
+// varplane_redis_eviction_policy_ok metric and an ERROR log), not a reason
+// to take a replica out of rotation while it serves what it installed.
+// What decides readiness here is the store check httpapi runs (Redis
+// answers).
 func (w wireRedis) ready(context.Context) error {
-	if w.flags.evict != redis.EvictionCheckFail {
-		return nil
-	}
-	if ok, msg := w.src.EvictionPolicyOK(); !ok {
-		return errors.New(msg)
+	if w.replica != nil {
+		return w.replica.Cache().Ready()
 	}
 	return nil
 }
@@ -93,6 +98,9 @@ func (w wireRedis) ready(context.Context) error {
 // decides the status; the wrapper adds a "redis" object to its body).
 func (w wireRedis) mount(mux *http.ServeMux, api *httpapi.Handler) {
 	api.Registry().MustRegister(newRedisCollector(w.src, redis.DefaultLagWarn, redis.DefaultLagEscalate))
+	if w.replica != nil {
+		api.Registry().MustRegister(newInstanceCollector(w.replica.Cache()))
+	}
 	mux.Handle("GET /readyz", readyzWithRedis(api, w))
 }
 

@@ -46,7 +46,7 @@ func openStore(ctx context.Context, spec string, rf redisFlags, log *slog.Logger
 		if err != nil {
 			return nil, fmt.Errorf("open redis store: %w", err)
 		}
-		return s, nil
+		return replicaOf(ctx, s, rf, log)
 	case "postgres", "postgresql":
 		return nil, usagef("--store %s://…: the PostgreSQL store is not built yet; use file:PATH, memory: or redis://…", scheme)
 	}

@@ -42,7 +42,8 @@ func Status(code varplane.Code) int {
 	case varplane.CodeRevisionInvalid, varplane.CodeIdempotencyReused,
 		varplane.CodeUnknownComponent, varplane.CodeInvalidConfiguration:
 		return http.StatusUnprocessableEntity
-	case varplane.CodeStoreUnavailable, varplane.CodeTooManyRequests:
+	case varplane.CodeStoreUnavailable, varplane.CodeTooManyRequests,
+		varplane.CodeDocumentFailed, varplane.CodeDocumentStale, varplane.CodeNotReady:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError

@@ -101,6 +101,7 @@ func TestStatusTable(t *testing.T) {
 		varplane.CodeRevisionConflict: 409, varplane.CodePayloadTooLarge: 413, varplane.CodeUnsupportedMediaType: 415,
 		varplane.CodeRevisionInvalid: 422, varplane.CodeIdempotencyReused: 422, varplane.CodeUnknownComponent: 422,
 		varplane.CodeInvalidConfiguration: 422, varplane.CodeStoreUnavailable: 503, varplane.CodeTooManyRequests: 503,
+		varplane.CodeDocumentFailed: 503, varplane.CodeDocumentStale: 503, varplane.CodeNotReady: 503,
 		varplane.CodeInternal: 500, "no-such-code": 500,
 		varplane.CodeChangeRequired: 403, varplane.CodeChangeState: 409, varplane.CodeRevisionReclaimed: 410,
 	}

@@ -113,3 +113,50 @@ func TestEvictionCheckDenied(t *testing.T) {
 		t.Fatalf("EvictionPolicyOK = %v %q, want true, unknown", ok, detail)
 	}
 }
+
+// heartbeatRules are what docs/instances.md adds to the reader's ACL line so
+// that instance pod-a can write its status heartbeat, and only its own.
+const heartbeatRules = " ~varplane:status:pod-a ~varplane:instances +set +evalsha +eval +hgetall +hdel +hset"
+
+// TestACLHeartbeat: the reader of docs/redis.md cannot write a heartbeat;
+// with docs/instances.md's rules it writes its own status and the instance
+// list, and still not another instance's status or any document key.
+func TestACLHeartbeat(t *testing.T) {
+	p := startPrivateRedis(t)
+	admin := rawClient(t, p.url(""))
+	ctx := context.Background()
+	line := strings.Replace(aclLines[1], "varplane-reader", "varplane-pod-a", 1) + heartbeatRules
+	for _, l := range []string{aclLines[1], line} {
+		if err := admin.Do(ctx, admin.B().Arbitrary(strings.Fields(l)...).Build()).Error(); err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+	}
+	plain := openStore(t, p.url("varplane-reader:reader-pw"), Options{ReadOnly: true})
+	if err := plain.WriteStatus(ctx, "pod-a", []byte(`{}`)); err == nil {
+		t.Fatal("the plain reader wrote a status")
+	}
+	pod := openStore(t, p.url("varplane-pod-a:reader-pw"), Options{ReadOnly: true})
+	if err := pod.WriteStatus(ctx, "pod-a", []byte(`{"instance":"pod-a"}`)); err != nil {
+		t.Fatalf("pod-a's own status: %v", err)
+	}
+	if err := pod.ListInstance(ctx, "pod-a", time.Now()); err != nil {
+		t.Fatalf("pod-a listing itself: %v", err)
+	}
+	if err := pod.WriteStatus(ctx, "pod-b", []byte(`{}`)); err == nil {
+		t.Fatal("pod-a wrote pod-b's status")
+	}
+	rc, err := rueidis.NewClient(mustOpt(t, p.url("varplane-pod-a:reader-pw")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if err := rc.Do(ctx, rc.B().Set().Key(pod.keys.head("acl.k")).Value("x").Build()).Error(); err == nil {
+		t.Fatal("pod-a wrote a head")
+	}
+	// The control plane reads them (its user covers every key under the
+	// prefix).
+	got, err := openStore(t, p.url(""), Options{}).InstanceStatuses(ctx)
+	if err != nil || string(got["pod-a"]) != `{"instance":"pod-a"}` {
+		t.Fatalf("statuses = %q, %v", got, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func BenchmarkRevalidationRead(b *testing.B) {
 				b.Fatal(err)
 			}
 			snap := s.entry("bench.reval").snap.Load()
-			keys, args := []string{s.keys.head("bench.reval")}, []string{snap.confirmArg()}
+			keys, args := []string{s.keys.head("bench.reval"), s.keys.floor("bench.reval")}, []string{snap.confirmArg()}
 			if n, err := confirmScript.Exec(ctx, s.client, keys, args).AsInt64(); err != nil || n != 0 {
 				b.Fatalf("warm-up confirm = %d, %v; want 0 (unchanged)", n, err)
 			}
@@ -159,4 +160,55 @@ func BenchmarkCommitToWatch(b *testing.B) {
 	}
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
+}
+
+// BenchmarkRevalidationPass10k runs one revalidation pass over 10,000
+// installed, unchanged heads on a private Redis, and reports the pass's
+// wall time per document and the Redis time per document (INFO
+// commandstats usec_per_call of evalsha_ro).
+func BenchmarkRevalidationPass10k(b *testing.B) {
+	const n = 10_000
+	p := startPrivateRedis(b, "--appendonly", "no")
+	s := openStore(b, p.url(""), Options{RevalidateInterval: 5 * time.Minute})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 32 {
+				sc := varplane.Scope(fmt.Sprintf("t%d.doc", i))
+				ev := storetest.CreatedEvent(sc, storetest.Doc(i))
+				if _, err := s.AppendPublish(ctx, ev, storetest.ActivatedEvent(sc, ev.Revision, 0), 0); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := s.Stats().Installed; got != n {
+		b.Fatalf("installed %d heads, want %d", got, n)
+	}
+	raw := rawClient(b, p.url(""))
+	if err := raw.Do(ctx, raw.B().ConfigResetstat().Build()).Error(); err != nil {
+		b.Fatal(err)
+	}
+	before := s.Stats().Confirmations
+	b.ResetTimer()
+	for b.Loop() {
+		s.revalidatePass()
+	}
+	b.StopTimer()
+	if got := s.Stats().Confirmations - before; got < uint64(b.N*n) {
+		b.Fatalf("%d confirmations, want %d", got, b.N*n)
+	}
+	info, err := raw.Do(ctx, raw.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, usec := commandStat(info, "evalsha_ro")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "wall-µs/doc")
+	b.ReportMetric(usec, "redis-µs/doc")
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/pass")
 }

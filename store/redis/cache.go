@@ -244,6 +244,9 @@ func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...
 		}
 		snap, err := s.load(ctx, sc, hint)
 		if err != nil {
+			if e := s.entry(sc); e != nil && varplane.ErrorCode(err) == varplane.CodeDocumentFailed {
+				s.installFailed(sc, e.snap.Load(), seq, err)
+			}
 			return err
 		}
 		reqs = append(reqs, installReq{scope: sc, snap: snap, seq: seq})

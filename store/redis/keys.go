@@ -59,6 +59,16 @@ func (k keys) history(scope varplane.Scope) string {
 // historyBase is history(scope) without the scope, for descendants.
 func (k keys) historyBase(scope varplane.Scope) string { return k.slotBase(scope) + "hist:" }
 
+// floor is the generation floor of scope: the highest generation any script
+// has allocated to it, as a decimal string. It is written in the same step
+// as the head and never deleted, so a head that disappears (a DEL, a
+// FLUSHDB of one key, a hand-written SET) is told apart from a scope that
+// never had one, and no generation is handed out twice.
+func (k keys) floor(scope varplane.Scope) string { return k.slotBase(scope) + "gen:" + string(scope) }
+
+// floorBase is floor(scope) without the scope, for descendants.
+func (k keys) floorBase(scope varplane.Scope) string { return k.slotBase(scope) + "gen:" }
+
 // index is the sorted set (all scores 0, so ordered bytewise) of every scope
 // under scope's root that has appeared in the log; a subtree deactivation
 // enumerates descendants from it with ZRANGEBYLEX.

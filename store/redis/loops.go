@@ -202,7 +202,7 @@ func (s *Store) confirm(scope varplane.Scope) {
 	cur := e.snap.Load()
 	ctx, cancel := s.cmdCtx(s.ctx)
 	defer cancel()
-	res := confirmScript.Exec(ctx, s.client, []string{s.keys.head(scope)}, []string{cur.confirmArg()})
+	res := confirmScript.Exec(ctx, s.client, []string{s.keys.head(scope), s.keys.floor(scope)}, []string{cur.confirmArg()})
 	if n, err := res.AsInt64(); err == nil && n == 0 {
 		s.stats.confirms.Add(1)
 		e.confirmed.Store(time.Now().UnixNano())
@@ -212,7 +212,7 @@ func (s *Store) confirm(scope varplane.Scope) {
 	if err != nil {
 		s.stats.confirmErrs.Add(1)
 		if s.ctx.Err() == nil {
-			if err := s.readFailure("head", scope, err); varplane.ErrorCode(err) == varplane.CodeInternal {
+			if err := s.readFailure("head", scope, err); varplane.ErrorCode(err) == varplane.CodeDocumentFailed {
 				s.installFailed(scope, cur, seq, err)
 			}
 		}
@@ -227,7 +227,7 @@ func (s *Store) confirm(scope varplane.Scope) {
 	snap, err := s.snapshotFrom(ctx, scope, h, cur.rec)
 	if err != nil {
 		s.stats.confirmErrs.Add(1)
-		if varplane.ErrorCode(err) == varplane.CodeInternal {
+		if varplane.ErrorCode(err) == varplane.CodeDocumentFailed {
 			s.installFailed(scope, cur, seq, err)
 		}
 		return
@@ -274,7 +274,8 @@ func (s *Store) logLags() {
 }
 
 // checkEviction reads maxmemory-policy on every node. At startup under
-// "fail", a node that may evict, or whose policy cannot be read, fails Open.
+// "fail", a node that may evict, or whose policy cannot be read, fails Open;
+// under "warn" an allkeys-* node still fails it.
 // Later checks only update EvictionPolicyOK and log changes.
 func (s *Store) checkEviction(ctx context.Context, startup bool) error {
 	s.stats.evictionChecks.Add(1)
@@ -285,6 +286,7 @@ func (s *Store) checkEviction(ctx context.Context, startup bool) error {
 	}
 	sort.Strings(addrs)
 	var bad, unknown []string
+	allkeys := false
 	for _, a := range addrs {
 		policy, err := s.readPolicy(ctx, nodes[a])
 		switch {
@@ -292,6 +294,7 @@ func (s *Store) checkEviction(ctx context.Context, startup bool) error {
 			unknown = append(unknown, fmt.Sprintf("%s: maxmemory-policy cannot be read (%v)", a, err))
 		case policy != "noeviction":
 			bad = append(bad, fmt.Sprintf("%s: maxmemory-policy is %s, not noeviction", a, policy))
+			allkeys = allkeys || strings.HasPrefix(policy, "allkeys-")
 		}
 	}
 	ok, detail := true, "noeviction"
@@ -308,7 +311,9 @@ func (s *Store) checkEviction(ctx context.Context, startup bool) error {
 	s.evDetail.Store(&detail)
 	if startup {
 		if len(bad) > 0 || len(unknown) > 0 {
-			if s.opts.EvictionCheck == EvictionCheckFail {
+			// An allkeys-* node may evict any document, which a later
+			// cold load would read as absent: warn never accepts it.
+			if s.opts.EvictionCheck == EvictionCheckFail || allkeys {
 				return &varplane.Error{
 					Code:    varplane.CodeStoreUnavailable,
 					Message: "redis must run with maxmemory-policy noeviction (it is the store of record); set the eviction check to warn only for a managed Redis that denies INFO",

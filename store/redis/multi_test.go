@@ -271,11 +271,11 @@ func TestCorruptValueFailsClosed(t *testing.T) {
 		if err == nil {
 			t.Fatalf("State(%s) of a corrupt value = %+v, want an error", sc, st)
 		}
-		if varplane.ErrorCode(err) == varplane.CodeStoreUnavailable {
-			t.Errorf("State(%s) = %v, want a decode error, not unavailable", sc, err)
+		if varplane.ErrorCode(err) != varplane.CodeDocumentFailed {
+			t.Errorf("State(%s) = %v, want document-failed (503), not unavailable or internal", sc, err)
 		}
 	}
-	if _, err := cold.Revision(ctx, "bad.rec", rev); err == nil || errors.Is(err, varplane.ErrNotFound) {
+	if _, err := cold.Revision(ctx, "bad.rec", rev); varplane.ErrorCode(err) != varplane.CodeDocumentFailed {
 		t.Errorf("Revision of a corrupt record = %v, want a decode error", err)
 	}
 	// The installed head of bad.head fails closed once a pass reads it.
@@ -294,27 +294,52 @@ func TestCorruptValueFailsClosed(t *testing.T) {
 	}
 }
 
-// TestEvictionPolicy: a private Redis with allkeys-lru fails Open; warn mode
-// opens and reports the policy as not OK.
+// TestEvictionPolicy: a private Redis with allkeys-lru fails Open under
+// both checks (warn never accepts allkeys-*); volatile-lru fails "fail" and
+// opens under "warn" reported as not OK; a CONFIG SET at run time turns the
+// indicator (an alert) off and on while reads go on.
 func TestEvictionPolicy(t *testing.T) {
 	p := startPrivateRedis(t, "--maxmemory-policy", "allkeys-lru")
-	_, err := Open(context.Background(), p.url(""), Options{})
-	if err == nil || varplane.ErrorCode(err) != varplane.CodeStoreUnavailable || !strings.Contains(err.Error(), "allkeys-lru") {
-		t.Fatalf("Open under allkeys-lru = %v, want a store-unavailable error naming the policy", err)
+	for _, mode := range []string{EvictionCheckFail, EvictionCheckWarn} {
+		_, err := Open(context.Background(), p.url(""), Options{EvictionCheck: mode})
+		if err == nil || varplane.ErrorCode(err) != varplane.CodeStoreUnavailable || !strings.Contains(err.Error(), "allkeys-lru") {
+			t.Fatalf("Open(%s) under allkeys-lru = %v, want a store-unavailable error naming the policy", mode, err)
+		}
 	}
-	s := openStore(t, p.url(""), Options{EvictionCheck: EvictionCheckWarn})
-	if ok, detail := s.EvictionPolicyOK(); ok || !strings.Contains(detail, "allkeys-lru") {
-		t.Fatalf("EvictionPolicyOK = %v, %q; want false naming allkeys-lru", ok, detail)
+	v := startPrivateRedis(t, "--maxmemory-policy", "volatile-lru")
+	if _, err := Open(context.Background(), v.url(""), Options{}); err == nil || !strings.Contains(err.Error(), "volatile-lru") {
+		t.Fatalf("Open(fail) under volatile-lru = %v, want an error naming the policy", err)
 	}
-	ok := openStore(t, sharedURLOrPrivate(t), Options{})
+	s := openStore(t, v.url(""), Options{EvictionCheck: EvictionCheckWarn})
+	if ok, detail := s.EvictionPolicyOK(); ok || !strings.Contains(detail, "volatile-lru") {
+		t.Fatalf("EvictionPolicyOK = %v, %q; want false naming volatile-lru", ok, detail)
+	}
+	q := startPrivateRedis(t)
+	ok := openStore(t, q.url(""), Options{RevalidateInterval: 20 * time.Millisecond})
 	if ok, detail := ok.EvictionPolicyOK(); !ok || detail != "noeviction" {
 		t.Fatalf("EvictionPolicyOK = %v, %q on a noeviction server", ok, detail)
 	}
-}
-
-func sharedURLOrPrivate(t *testing.T) string {
-	t.Helper()
-	return startPrivateRedis(t).url("")
+	rev := create(t, ok, "ev.x", 1)
+	activate(t, ok, "ev.x", rev, 0)
+	raw := rawClient(t, q.url(""))
+	ctx := context.Background()
+	if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", "allkeys-lru").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "the indicator to report allkeys-lru", func() bool {
+		o, d := ok.EvictionPolicyOK()
+		return !o && strings.Contains(d, "allkeys-lru")
+	})
+	if st := state(t, ok, "ev.x"); st.Generation != 1 {
+		t.Fatalf("read while a node may evict = %+v, want it served", st)
+	}
+	if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", "noeviction").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "the indicator to recover", func() bool {
+		o, _ := ok.EvictionPolicyOK()
+		return o
+	})
 }
 
 // TestOptionsValidated covers the bounds of the options and the URL.
@@ -338,6 +363,15 @@ func TestOptionsValidated(t *testing.T) {
 			}
 		})
 	}
+	for in, want := range map[string]string{"vp:": "vp", "vp": "vp", "a:b:": "a:b"} {
+		p, _, _, err := parseURL("redis://127.0.0.1:1/0?prefix=" + in)
+		if err != nil || p != want {
+			t.Errorf("prefix %q = %q, %v; want %q (a trailing ':' removed)", in, p, err, want)
+		}
+	}
+	if _, _, _, err := parseURL("redis://127.0.0.1:1/0?prefix=:"); err == nil {
+		t.Error("prefix \":\" is accepted; it is empty once its ':' is removed")
+	}
 	o, warns, err := Options{RevalidateInterval: time.Hour}.normalise()
 	if err != nil || o.RevalidateInterval != MaxRevalidateInterval || len(warns) != 1 {
 		t.Fatalf("1h interval: %v %v %v, want clamped to 5m with a warning", o.RevalidateInterval, warns, err)
@@ -349,7 +383,8 @@ func TestOptionsValidated(t *testing.T) {
 
 // TestRegressionInstalled: when Redis answers an older head than the one
 // installed (a failover that lost a commit, simulated by restoring the old
-// head fields), the pass installs what Redis holds and counts a regression.
+// head fields and generation floor: a replica holds the slot as it was), the
+// pass installs what Redis holds and counts a regression.
 func TestRegressionInstalled(t *testing.T) {
 	u := sharedURL(t)
 	u = withPrefix(t, u, testPrefix(t, u))
@@ -369,6 +404,9 @@ func TestRegressionInstalled(t *testing.T) {
 		cmd = cmd.FieldValue(k, v)
 	}
 	if err := raw.Do(ctx, cmd.Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Do(ctx, raw.B().Set().Key(a.keys.floor("reg.k")).Value(old["g"]).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 3*time.Second, "the regressed head to be installed", func() bool {

@@ -15,15 +15,21 @@ import (
 // Nothing is written before the comparison and the idempotency check, so a
 // refused publish leaves no revision behind.
 //
-// KEYS: 1 head, 2 history, 3 index, 4 idem, 5 revision record.
+// KEYS: 1 head, 2 history, 3 index, 4 idem, 5 revision record, 6 floor.
 // ARGV: 1 has-idem, 2 expected generation, 3 record JSON, 4 revision-created
 // event JSON (carrying the idempotency key, if any), 5 activated event JSON
 // without the key, 6 activated event JSON with it, 7 scope, 8 new
 // generation, 9 revision, 10 channel.
 // Reply: {'OK', v, j, c}: the new version, the last rejection, and c = 1
 // when the revision was created, the stored record's JSON when it was found.
-var publishScript = rueidis.NewLuaScript(luaIdemCheck + `
-local cur = redis.call('HGET', KEYS[1], 'g') or '0'
+var publishScript = rueidis.NewLuaScript(luaIdemCheck + luaGen + `
+local cur, floor = curgen(KEYS[1], KEYS[6])
+if not cur then
+  if floor ~= ARGV[2] then
+    return {'VANISHED', floor}
+  end
+  cur = floor
+end
 if cur ~= ARGV[2] then
   return {'CONFLICT', cur}
 end
@@ -41,6 +47,7 @@ elseif ARGV[1] == '1' then
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'g', ARGV[8], 'r', ARGV[9], 'e', act, 'c', v .. ' ' .. ARGV[8] .. ' ' .. ARGV[9])
+redis.call('SET', KEYS[6], ARGV[8])
 redis.call('RPUSH', KEYS[2], act)
 redis.call('ZADD', KEYS[3], 0, ARGV[7])
 redis.call('PUBLISH', ARGV[10], 'activated\n' .. v .. ' ' .. ARGV[8] .. ' ' .. ARGV[7])
@@ -82,7 +89,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 		return false, err
 	}
 	g := strconv.FormatUint(uint64(activated.Generation), 10)
-	keys := append(s.commonKeys(activated), s.keys.revision(activated.Scope, activated.Revision))
+	keys := append(s.commonKeys(activated), s.keys.revision(activated.Scope, activated.Revision), s.keys.floor(activated.Scope))
 	args := []string{
 		hasIdem(activated), strconv.FormatUint(uint64(expected), 10), string(js[0]), string(js[1]), string(js[2]), string(js[3]),
 		string(activated.Scope), g, string(activated.Revision), s.keys.channel(),

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
@@ -28,13 +29,44 @@ func (s *Store) readFailure(what string, scope varplane.Scope, err error) error 
 // value is left in Redis: it may be the only copy of a document.
 func (s *Store) decodeFailure(what string, scope varplane.Scope, err error) error {
 	s.stats.decodeErrors.Add(1)
-	s.log.Error("redis store: stored value cannot be decoded; failing the read and leaving the value in place",
-		"what", what, "scope", string(scope), "err", err)
+	if s.failureLogDue(scope) {
+		s.log.Error("redis store: stored value cannot be decoded; failing the read and leaving the value in place",
+			"what", what, "scope", string(scope), "err", err)
+	}
 	return &varplane.Error{
-		Code:    varplane.CodeInternal,
+		Code:    varplane.CodeDocumentFailed,
 		Message: fmt.Sprintf("the stored %s of scope %q cannot be decoded", what, scope),
 		Err:     err,
 	}
+}
+
+// vanished logs and reports a head that is gone from Redis (or was rewritten
+// below its generation floor) after a generation was allocated to it. It is
+// a store failure, never "no head": reading it as absent would serve an
+// empty scope and hand its next generation out a second time.
+func (s *Store) vanished(scope varplane.Scope, floor string) error {
+	s.stats.decodeErrors.Add(1)
+	if s.failureLogDue(scope) {
+		s.log.Error("redis store: the head of a scope disappeared from the store; failing closed until one returns",
+			"scope", string(scope), "generationFloor", floor)
+	}
+	return &varplane.Error{
+		Code: varplane.CodeDocumentFailed,
+		Message: fmt.Sprintf("the head of scope %q disappeared from the store after generation %s was allocated; "+
+			"restore it, or activate a revision with expectedGeneration %s", scope, floor, floor),
+	}
+}
+
+// failureLogDue reports whether a failure of scope should be logged now: at
+// most once a minute per scope, since every pass and every cold read of a
+// failed scope meets the failure again (the counter counts each one).
+func (s *Store) failureLogDue(scope varplane.Scope) bool {
+	now := time.Now().UnixNano()
+	if v, ok := s.failLogged.Load(scope); ok && now-v.(int64) < int64(time.Minute) {
+		return false
+	}
+	s.failLogged.Store(scope, now)
+	return true
 }
 
 func (s *Store) checkOpen() error {
@@ -58,13 +90,14 @@ type headFields struct {
 	v, g, r    string
 	e, j       string
 	hasE, hasJ bool
+	floor      string // the generation floor; "" when none was allocated
 }
 
-// parseHead reads the {v, g, r, e, j} reply of confirmScript.
+// parseHead reads the {v, g, r, e, j, f} reply of confirmScript.
 func parseHead(arr []rueidis.RedisMessage) (headFields, error) {
 	var h headFields
-	if len(arr) != 5 {
-		return h, fmt.Errorf("head reply has %d fields, want 5", len(arr))
+	if len(arr) != 6 {
+		return h, fmt.Errorf("head reply has %d fields, want 6", len(arr))
 	}
 	get := func(i int) (string, bool, error) {
 		if arr[i].IsNil() {
@@ -89,6 +122,9 @@ func parseHead(arr []rueidis.RedisMessage) (headFields, error) {
 	if h.j, h.hasJ, err = get(4); err != nil {
 		return h, err
 	}
+	if h.floor, _, err = get(5); err != nil {
+		return h, err
+	}
 	return h, nil
 }
 
@@ -97,7 +133,7 @@ func parseHead(arr []rueidis.RedisMessage) (headFields, error) {
 func (s *Store) load(ctx context.Context, scope varplane.Scope, hint *varplane.RevisionRecord) (*snapshot, error) {
 	ctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
-	arr, err := confirmScript.Exec(ctx, s.client, []string{s.keys.head(scope)}, []string{""}).ToArray()
+	arr, err := confirmScript.Exec(ctx, s.client, []string{s.keys.head(scope), s.keys.floor(scope)}, []string{""}).ToArray()
 	if err != nil {
 		return nil, s.readFailure("head", scope, err)
 	}
@@ -113,13 +149,27 @@ func (s *Store) load(ctx context.Context, scope varplane.Scope, hint *varplane.R
 func (s *Store) snapshotFrom(ctx context.Context, scope varplane.Scope, h headFields, hint *varplane.RevisionRecord) (*snapshot, error) {
 	st := &varplane.ScopeState{Scope: scope}
 	snap := &snapshot{state: st}
+	var floor uint64
+	if h.floor != "" {
+		f, err := strconv.ParseUint(h.floor, 10, 64)
+		if err != nil {
+			return nil, s.decodeFailure("generation floor", scope, err)
+		}
+		floor = f
+	}
 	if !h.exists {
+		if floor > 0 {
+			return nil, s.vanished(scope, h.floor)
+		}
 		return snap, nil
 	}
 	snap.v, snap.g, snap.r = h.v, h.g, h.r
 	gen, err := strconv.ParseUint(h.g, 10, 64)
 	if err != nil {
 		return nil, s.decodeFailure("head generation", scope, err)
+	}
+	if gen < floor {
+		return nil, s.vanished(scope, h.floor)
 	}
 	st.Generation = varplane.Generation(gen)
 	if h.hasJ {
@@ -185,8 +235,9 @@ func (s *Store) readRevision(ctx context.Context, scope varplane.Scope, rev varp
 // State returns the installed snapshot of scope without touching Redis. A
 // scope not installed yet is read from Redis and installed (a scope Redis
 // has no head for answers the zero state and is not installed, so the next
-// read asks Redis again). A failed read returns a store-unavailable error and
-// an undecodable value an internal error; never an empty state.
+// read asks Redis again). A failed read returns a store-unavailable error,
+// and an undecodable value or a vanished head (see keys.floor) a
+// document-failed error; never an empty state.
 func (s *Store) State(ctx context.Context, scope varplane.Scope) (*varplane.ScopeState, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +124,8 @@ type Store struct {
 	addr string // host:port list for logs, without credentials
 
 	entries sync.Map // varplane.Scope -> *entry
+	// failLogged is scope → unix nanoseconds of its last failure log.
+	failLogged sync.Map
 
 	mu       sync.Mutex // serialises installs and ticket allocation
 	nextTick uint64     // next delivery ticket, under mu
@@ -252,7 +255,9 @@ func parseURL(rawURL string) (prefix string, opt rueidis.ClientOption, addr stri
 	q := u.Query()
 	prefix = DefaultPrefix
 	if q.Has("prefix") {
-		prefix = q.Get("prefix")
+		// "varplane:" and "varplane" name the same keys: every key adds
+		// its own ':' after the prefix.
+		prefix = strings.TrimSuffix(q.Get("prefix"), ":")
 	}
 	if !validPrefix(prefix) {
 		return "", opt, "", fmt.Errorf("redis store: prefix %q must be non-empty without '{', '}' or whitespace", prefix)

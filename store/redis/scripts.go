@@ -19,6 +19,31 @@ if ARGV[1] == '1' and redis.call('EXISTS', KEYS[4]) == 1 then
 end
 `
 
+// luaGen finds a scope's current generation for a commit script that
+// allocates the next one. The head's g is the generation, but a head can be
+// deleted or rewritten by hand, and "no head" would hand generation 1 out
+// again. So every script that allocates a generation also writes it to the
+// scope's floor key (KEYS[6], never deleted by varplane), and a head that is
+// missing or below its floor is a vanished head: the script answers
+// {'VANISHED', floor} and writes nothing, unless the caller expects exactly
+// the floor (the documented recovery: activate over a vanished head at
+// floor+1, which no one has had). Generations are decimal strings; declt
+// compares them without converting to a Lua number.
+const luaGen = `
+local function declt(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local function curgen(head, floorkey)
+  local g = redis.call('HGET', head, 'g')
+  local f = redis.call('GET', floorkey)
+  if f and (not g or declt(g, f)) then
+    return nil, f
+  end
+  return g or '0', f
+end
+`
+
 // createScript stores a revision record (SET NX) and its revision-created
 // event.
 //
@@ -41,12 +66,18 @@ return {'OK'}
 // replaces the head, appends the history entry, records the idempotency key
 // and publishes the invalidation.
 //
-// KEYS: 1 head, 2 history, 3 index, 4 idem, 5 revision record.
+// KEYS: 1 head, 2 history, 3 index, 4 idem, 5 revision record, 6 floor.
 // ARGV: 1 has-idem, 2 expected generation, 3 event JSON, 4 scope,
 // 5 new generation, 6 revision, 7 channel.
 // Reply: {'OK', v, j}: the new version and the last rejection.
-var activateScript = rueidis.NewLuaScript(luaIdemCheck + `
-local cur = redis.call('HGET', KEYS[1], 'g') or '0'
+var activateScript = rueidis.NewLuaScript(luaIdemCheck + luaGen + `
+local cur, floor = curgen(KEYS[1], KEYS[6])
+if not cur then
+  if floor ~= ARGV[2] then
+    return {'VANISHED', floor}
+  end
+  cur = floor
+end
 if cur ~= ARGV[2] then
   return {'CONFLICT', cur}
 end
@@ -55,6 +86,7 @@ if redis.call('EXISTS', KEYS[5]) == 0 then
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'g', ARGV[5], 'r', ARGV[6], 'e', ARGV[3], 'c', v .. ' ' .. ARGV[5] .. ' ' .. ARGV[6])
+redis.call('SET', KEYS[6], ARGV[5])
 redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
 if ARGV[1] == '1' then
@@ -66,9 +98,15 @@ return {'OK', v, redis.call('HGET', KEYS[1], 'j')}
 
 // rejectScript records a rejected event as the scope's last rejection.
 //
-// KEYS: 1 head, 2 history, 3 index, 4 idem.
+// KEYS: 1 head, 2 history, 3 index, 4 idem, 5 floor.
 // ARGV: 1 has-idem, 2 event JSON, 3 scope, 4 channel.
-var rejectScript = rueidis.NewLuaScript(luaIdemCheck + `
+// A vanished head is refused: writing the rejection would create a head at
+// generation 0 over one that had a higher generation.
+var rejectScript = rueidis.NewLuaScript(luaIdemCheck + luaGen + `
+local cur, floor = curgen(KEYS[1], KEYS[5])
+if not cur then
+  return {'VANISHED', floor}
+end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSETNX', KEYS[1], 'g', '0')
 redis.call('HSETNX', KEYS[1], 'r', '')
@@ -88,15 +126,24 @@ return {'OK', v}
 // order, so the cascade is sorted), so no concurrent activation can slip
 // between choosing them and clearing them.
 //
-// KEYS: 1 head, 2 history, 3 index, 4 idem.
+// KEYS: 1 head, 2 history, 3 index, 4 idem, 5 floor.
 // ARGV: 1 has-idem, 2 expected generation, 3 event JSON without its closing
 // brace, 4 scope, 5 new generation, 6 head key base, 7 history key base,
 // 8 channel, 9 the JSON tail of a descendant's event (",actor,reason,
-// timestamp" fields).
+// timestamp" fields), 10 floor key base.
 // Reply: {'OK', v, j, d1, g1, v1, j1, d2, ...}: the version and last
-// rejection of the scope, then those of each descendant cleared.
-var deactivateScript = rueidis.NewLuaScript(luaIdemCheck + `
-local cur = redis.call('HGET', KEYS[1], 'g') or '0'
+// rejection of the scope, then those of each descendant cleared. A
+// descendant's next generation is above its floor too; a descendant whose
+// head vanished is not active as far as the script can tell and is left as
+// it is (its reads fail closed).
+var deactivateScript = rueidis.NewLuaScript(luaIdemCheck + luaGen + `
+local cur, floor = curgen(KEYS[1], KEYS[5])
+if not cur then
+  if floor ~= ARGV[2] then
+    return {'VANISHED', floor}
+  end
+  cur = floor
+end
 if cur ~= ARGV[2] then
   return {'CONFLICT', cur}
 end
@@ -110,9 +157,14 @@ for _, d in ipairs(descs) do
   local h = redis.call('HMGET', hk, 'g', 'r', 'j')
   if h[2] and h[2] ~= '' then
     local og = h[1] or '0'
+    local df = redis.call('GET', ARGV[10] .. d)
+    if df and declt(og, df) then
+      og = df
+    end
     local ng = string.format('%d', tonumber(og) + 1)
     local dv = redis.call('HINCRBY', hk, 'v', 1)
     redis.call('HSET', hk, 'g', ng, 'r', '', 'c', dv .. ' ' .. ng .. ' ')
+    redis.call('SET', ARGV[10] .. d, ng)
     redis.call('HDEL', hk, 'e')
     local q = '"' .. (string.gsub(d, '[\\"]', '\\%0')) .. '"'
     redis.call('RPUSH', ARGV[7] .. d, '{"kind":"deactivated","scope":' .. q ..
@@ -127,6 +179,7 @@ for _, d in ipairs(descs) do
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'g', ARGV[5], 'r', '', 'c', v .. ' ' .. ARGV[5] .. ' ')
+redis.call('SET', KEYS[5], ARGV[5])
 redis.call('HDEL', KEYS[1], 'e')
 local ev = ARGV[3]
 if #casc > 0 then
@@ -156,13 +209,16 @@ return out
 // Every script that writes a head also sets its field c to
 // "<v> <g> <r>", so the unchanged case is one HGET and one string compare.
 //
-// KEYS: 1 head. ARGV: 1 "<version> <generation> <revision>".
-// Reply: 0, or {v, g, r, e, j} (nil fields when the head does not exist).
+// KEYS: 1 head, 2 floor. ARGV: 1 "<version> <generation> <revision>".
+// Reply: 0, or {v, g, r, e, j, f} (nil fields when the head does not exist;
+// f is the generation floor, nil when no generation was ever allocated).
 var confirmScript = rueidis.NewLuaScriptReadOnly(`
 if redis.call('HGET', KEYS[1], 'c') == ARGV[1] then
   return 0
 end
-return redis.call('HMGET', KEYS[1], 'v', 'g', 'r', 'e', 'j')
+local h = redis.call('HMGET', KEYS[1], 'v', 'g', 'r', 'e', 'j')
+h[6] = redis.call('GET', KEYS[2])
+return h
 `)
 
 // claimTakeoverScript moves the global claim of an idempotency key from a

@@ -79,11 +79,11 @@ func TestScriptKeysShareOneSlot(t *testing.T) {
 			rev := varplane.Revision("sha256:" + strings.Repeat("ab", 32))
 			scripts := map[string][]string{
 				"create":     append(s.commonKeys(ev), s.keys.revision(sc, rev)),
-				"activate":   append(s.commonKeys(ev), s.keys.revision(sc, rev)),
-				"publish":    append(s.commonKeys(ev), s.keys.revision(sc, rev)),
-				"reject":     s.commonKeys(ev),
-				"confirm":    {s.keys.head(sc)},
-				"deactivate": append(s.commonKeys(ev), s.keys.headBase(sc)+string(sc)+".d{}", s.keys.historyBase(sc)+string(sc)+".d.e"),
+				"activate":   append(s.commonKeys(ev), s.keys.revision(sc, rev), s.keys.floor(sc)),
+				"publish":    append(s.commonKeys(ev), s.keys.revision(sc, rev), s.keys.floor(sc)),
+				"reject":     append(s.commonKeys(ev), s.keys.floor(sc)),
+				"confirm":    {s.keys.head(sc), s.keys.floor(sc)},
+				"deactivate": append(s.commonKeys(ev), s.keys.floor(sc), s.keys.headBase(sc)+string(sc)+".d{}", s.keys.historyBase(sc)+string(sc)+".d.e", s.keys.floorBase(sc)+string(sc)+".d{x}"),
 			}
 			want := slot(s.keys.head(varplane.Scope(sc.Root())))
 			for name, ks := range scripts {

@@ -174,6 +174,12 @@ func (s *Store) status(ev *varplane.Event, expected varplane.Generation, st stri
 		return varplane.ErrRevisionExists
 	case "NOREV":
 		return varplane.Errorf(varplane.CodeNotFound, "revision %s is not stored in scope %q", ev.Revision, ev.Scope)
+	case "VANISHED":
+		floor := ""
+		if len(rest) > 0 {
+			floor, _ = decimal(rest[0])
+		}
+		return s.vanished(ev.Scope, floor)
 	case "CONFLICT":
 		s.stats.commitConflicts.Add(1)
 		cur := varplane.Generation(0)
@@ -242,7 +248,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 		return err
 	}
 	g := strconv.FormatUint(uint64(ev.Generation), 10)
-	keys := append(s.commonKeys(ev), s.keys.revision(ev.Scope, ev.Revision))
+	keys := append(s.commonKeys(ev), s.keys.revision(ev.Scope, ev.Revision), s.keys.floor(ev.Scope))
 	args := []string{hasIdem(ev), strconv.FormatUint(uint64(expected), 10), string(evJSON), string(ev.Scope), g, string(ev.Revision), s.keys.channel()}
 	st, rest, err := reply(activateScript.Exec(ctx, s.client, keys, args))
 	if err != nil {
@@ -307,7 +313,7 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 	if err := s.prepare(ctx, ev); err != nil {
 		return err
 	}
-	st, rest, err := reply(rejectScript.Exec(ctx, s.client, s.commonKeys(ev), []string{hasIdem(ev), string(evJSON), string(ev.Scope), s.keys.channel()}))
+	st, rest, err := reply(rejectScript.Exec(ctx, s.client, append(s.commonKeys(ev), s.keys.floor(ev.Scope)), []string{hasIdem(ev), string(evJSON), string(ev.Scope), s.keys.channel()}))
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
 	}
@@ -367,9 +373,9 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	g := strconv.FormatUint(uint64(ev.Generation), 10)
 	args := []string{
 		hasIdem(ev), strconv.FormatUint(uint64(expected), 10), string(evJSON), string(ev.Scope), g,
-		s.keys.headBase(ev.Scope), s.keys.historyBase(ev.Scope), s.keys.channel(), string(tail),
+		s.keys.headBase(ev.Scope), s.keys.historyBase(ev.Scope), s.keys.channel(), string(tail), s.keys.floorBase(ev.Scope),
 	}
-	st, rest, err := reply(deactivateScript.Exec(ctx, s.client, s.commonKeys(ev), args))
+	st, rest, err := reply(deactivateScript.Exec(ctx, s.client, append(s.commonKeys(ev), s.keys.floor(ev.Scope)), args))
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
 	}

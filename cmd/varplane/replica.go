@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/instance"
+	"github.com/varplane/varplane/store/redis"
+)
+
+// replicaFlags are the flags of a read replica (`serve --read-only --root
+// SCOPE`): seed 002's instance rules, served through package instance.
+// Without --root a read-only server serves the store's reads as before.
+type replicaFlags struct {
+	root             string
+	prewarm          listFlag
+	families         listFlag
+	failClosed       listFlag
+	maxCached        int
+	failClosedMaxLag time.Duration
+	coldLoad         time.Duration
+	localMaxAge      time.Duration
+	cacheDir         string
+	instanceID       string
+}
+
+func (f *replicaFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.root, "root", "", "with --read-only: the root scope, loaded at start and never dropped; until it has a document /readyz and every read answer 503 not-ready")
+	fs.Var(&f.prewarm, "prewarm", "with --root: scopes loaded at start after the root (repeatable)")
+	fs.IntVar(&f.maxCached, "max-cached", instance.DefaultMaxCached, "with --root: the most documents kept per family; the least recently used are dropped")
+	fs.Var(&f.families, "family", "with --root: PREFIX=N, a scope prefix with its own --max-cached bound (repeatable)")
+	fs.Var(&f.failClosed, "fail-closed", "with --root: reads of scopes under this prefix answer 503 document-stale once their document or the root lags past --fail-closed-max-lag (repeatable)")
+	fs.DurationVar(&f.failClosedMaxLag, "fail-closed-max-lag", instance.DefaultFailClosedMaxLag, "with --fail-closed: the lag past which those scopes fail closed")
+	fs.DurationVar(&f.coldLoad, "cold-load-timeout", instance.DefaultColdLoadTimeout, "with --root: how long a read waits for a document not installed before it answers 503 store-unavailable")
+	fs.StringVar(&f.cacheDir, "cache-dir", "", "with --root: keep a local copy of each installed document here (written atomically); it may serve a cold load")
+	fs.DurationVar(&f.localMaxAge, "local-max-age", instance.DefaultLocalMaxAge, "with --cache-dir: the oldest local copy a cold load may take")
+	fs.StringVar(&f.instanceID, "instance-id", "", "with --root: the id of this instance's status heartbeat in the store (default: the host name and process id)")
+}
+
+// options builds the cache's options, refusing malformed values as usage
+// errors.
+func (f *replicaFlags) options(rf redisFlags, log *slog.Logger) (instance.Options[json.RawMessage], error) {
+	o := instance.Options[json.RawMessage]{
+		Root: varplane.Scope(f.root), Decode: instance.RawJSON, MaxCached: f.maxCached,
+		RevalidateInterval: rf.revalidate, FailClosedMaxLag: f.failClosedMaxLag, ColdLoadTimeout: f.coldLoad,
+		CacheDir: f.cacheDir, LocalMaxAge: f.localMaxAge, InstanceID: f.instanceID, Logger: log,
+	}
+	if !o.Root.Valid() {
+		return o, usagef("--root %q is not a valid scope", f.root)
+	}
+	for _, p := range f.prewarm {
+		o.Prewarm = append(o.Prewarm, varplane.Scope(p))
+	}
+	for _, p := range f.failClosed {
+		o.FailClosed = append(o.FailClosed, varplane.Scope(p))
+	}
+	for _, fam := range f.families {
+		p, n, ok := strings.Cut(fam, "=")
+		max, err := strconv.Atoi(n)
+		if !ok || err != nil || max <= 0 || !varplane.Scope(p).Valid() {
+			return o, usagef("--family %q: want PREFIX=N with a positive N", fam)
+		}
+		o.Families = append(o.Families, instance.Family{Prefix: varplane.Scope(p), MaxCached: max})
+	}
+	if o.InstanceID == "" {
+		host, _ := os.Hostname()
+		o.InstanceID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	return o, nil
+}
+
+// replicaOf wraps a read-only Redis store in the instance cache when --root
+// is given; otherwise it returns s as it is.
+func replicaOf(ctx context.Context, s *redis.Store, rf redisFlags, log *slog.Logger) (varplane.Store, error) {
+	if rf.replica.root == "" {
+		return s, nil
+	}
+	if !rf.readOnly {
+		return nil, usagef("--root makes a read replica: it needs --read-only")
+	}
+	o, err := rf.replica.options(rf, log)
+	if err != nil {
+		return nil, err
+	}
+	c, err := instance.New(ctx, s, o)
+	if err != nil {
+		return nil, fmt.Errorf("open the instance cache: %w", err)
+	}
+	return instance.NewStore(c, s), nil
+}
+
+// redisStoreOf finds the Redis store under a read replica's cache.
+func redisStoreOf(s varplane.Store) (*redis.Store, *instance.Store, bool) {
+	if rs, ok := s.(*redis.Store); ok {
+		return rs, nil, true
+	}
+	if is, ok := s.(*instance.Store); ok {
+		if rs, ok := is.Unwrap().(*redis.Store); ok {
+			return rs, is, true
+		}
+	}
+	return nil, nil, false
+}
+
+// instanceCollector exports a read replica's cache figures on /metrics:
+// readiness, the documents held, the oldest lag (a gauge), the lags at the
+// last pass (a histogram) and the counters of the rules. No series is
+// labelled by scope.
+type instanceCollector struct {
+	c                            *instance.Cache[json.RawMessage]
+	ready, docs, maxLag, lagHist *prometheus.Desc
+	counters                     []instanceCounter
+}
+
+type instanceCounter struct {
+	desc *prometheus.Desc
+	get  func(instance.Stats) uint64
+}
+
+func newInstanceCollector(c *instance.Cache[json.RawMessage]) *instanceCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("varplane_instance_"+name, help, nil, nil)
+	}
+	ic := &instanceCollector{c: c,
+		ready:   d("ready", "1 once the root document is installed."),
+		docs:    d("documents", "Documents the cache holds."),
+		maxLag:  d("lag_max_seconds", "Oldest time since the store last confirmed a held document, at the last pass."),
+		lagHist: d("lag_seconds", "Lags of the held documents at the last pass."),
+	}
+	for _, x := range []struct {
+		name, help string
+		get        func(instance.Stats) uint64
+	}{
+		{"cold_loads_total", "Documents loaded on first need.", func(s instance.Stats) uint64 { return s.ColdLoads }},
+		{"local_loads_total", "Cold loads served from the local copy.", func(s instance.Stats) uint64 { return s.LocalLoads }},
+		{"cold_load_timeouts_total", "Reads that answered 503 after the cold-load timeout.", func(s instance.Stats) uint64 { return s.ColdTimeouts }},
+		{"evictions_total", "Documents dropped beyond a family's bound.", func(s instance.Stats) uint64 { return s.Evictions }},
+		{"decode_errors_total", "Documents the decoder refused (installed as failed).", func(s instance.Stats) uint64 { return s.DecodeErrors }},
+		{"disappeared_total", "Documents that disappeared from the store after they were seen.", func(s instance.Stats) uint64 { return s.Disappeared }},
+		{"regressions_total", "Documents the store answered at a lower generation.", func(s instance.Stats) uint64 { return s.Regressions }},
+		{"passes_total", "Revalidation passes.", func(s instance.Stats) uint64 { return s.Passes }},
+		{"passes_abandoned_total", "Passes abandoned for confirming nothing for 30s with no read in flight.", func(s instance.Stats) uint64 { return s.Abandoned }},
+	} {
+		ic.counters = append(ic.counters, instanceCounter{d(x.name, x.help), x.get})
+	}
+	return ic
+}
+
+func (ic *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{ic.ready, ic.docs, ic.maxLag, ic.lagHist} {
+		ch <- d
+	}
+	for _, c := range ic.counters {
+		ch <- c.desc
+	}
+}
+
+func (ic *instanceCollector) Collect(ch chan<- prometheus.Metric) {
+	st := ic.c.Stats()
+	ready := 0.0
+	if st.Ready {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(ic.ready, prometheus.GaugeValue, ready)
+	ch <- prometheus.MustNewConstMetric(ic.docs, prometheus.GaugeValue, float64(st.Installed))
+	ch <- prometheus.MustNewConstMetric(ic.maxLag, prometheus.GaugeValue, st.MaxLag.Seconds())
+	buckets := map[float64]uint64{}
+	var count uint64
+	for i, b := range instance.LagBuckets {
+		count += st.LagHistogram[i]
+		buckets[b.Seconds()] = count
+	}
+	count += st.LagHistogram[len(instance.LagBuckets)]
+	ch <- prometheus.MustNewConstHistogram(ic.lagHist, count, 0, buckets)
+	for _, c := range ic.counters {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.get(st)))
+	}
+}

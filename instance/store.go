@@ -1,0 +1,62 @@
+package instance
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/varplane/varplane"
+)
+
+// Store is a varplane.Store whose reads of documents (State, and Revision of
+// an installed head) answer from a Cache of raw JSON documents, with the
+// cache's rules (not-ready, document-failed, document-stale, bounded
+// memory); everything else goes to the store underneath, which is the one
+// the cache reads. It is what `varplane serve --read-only --root …` serves
+// its read API from.
+type Store struct {
+	varplane.Store
+	cache *Cache[json.RawMessage]
+}
+
+// NewStore wraps under with c, which must read from under.
+func NewStore(c *Cache[json.RawMessage], under varplane.Store) *Store {
+	return &Store{Store: under, cache: c}
+}
+
+// Cache returns the cache the store answers from.
+func (s *Store) Cache() *Cache[json.RawMessage] { return s.cache }
+
+// Unwrap returns the store underneath.
+func (s *Store) Unwrap() varplane.Store { return s.Store }
+
+// State answers from the cache: a scope the store says has no document is
+// the zero state with its generation.
+func (s *Store) State(ctx context.Context, scope varplane.Scope) (*varplane.ScopeState, error) {
+	d, err := s.cache.Get(ctx, scope)
+	if err != nil {
+		if varplane.ErrorCode(err) == varplane.CodeNoHead {
+			return &varplane.ScopeState{Scope: scope, Generation: s.cache.absentGeneration(scope)}, nil
+		}
+		return nil, err
+	}
+	return &varplane.ScopeState{Scope: scope, Generation: d.Generation, Head: d.Head}, nil
+}
+
+// Revision answers the installed head's record from memory, other
+// revisions from the store underneath.
+func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
+	if v, ok := s.cache.entries.Load(scope); ok {
+		if d := v.doc.Load(); d.err == nil && d.Head != nil && d.Head.Revision == rev {
+			h := d.Head
+			return &varplane.RevisionRecord{Scope: scope, Revision: rev, Document: h.Document, SchemaID: h.SchemaID,
+				SchemaVersion: h.SchemaVersion, Actor: h.Actor}, nil
+		}
+	}
+	return s.Store.Revision(ctx, scope, rev)
+}
+
+// Close closes the cache and the store underneath.
+func (s *Store) Close() error {
+	_ = s.cache.Close()
+	return s.Store.Close()
+}

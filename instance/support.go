@@ -1,0 +1,249 @@
+package instance
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/atomicfile"
+)
+
+// Clock is the cache's time source, so tests can drive time.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+	NewTicker(d time.Duration) Ticker
+}
+
+// Ticker is the part of time.Ticker the cache uses.
+type Ticker interface {
+	C() <-chan time.Time
+	Stop()
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (systemClock) NewTicker(d time.Duration) Ticker       { return sysTicker{time.NewTicker(d)} }
+
+type sysTicker struct{ t *time.Ticker }
+
+func (t sysTicker) C() <-chan time.Time { return t.t.C }
+func (t sysTicker) Stop()               { t.t.Stop() }
+
+// counters are the cache's monotonic counters and gauges.
+type counters struct {
+	coldLoads, localLoads, coldTimeouts, readErrors atomic.Uint64
+	installs, evictions, absentHits, decodeErrors   atomic.Uint64
+	invalidations, dropped, passes, confirms        atomic.Uint64
+	changed, confirmErrors, disappeared             atomic.Uint64
+	regressions, abandoned, slowDecodes             atomic.Uint64
+	heartbeats, heartbeatErrors                     atomic.Uint64
+	maxLag, lastPassNanos                           atomic.Int64
+	lagHist                                         [len(LagBuckets) + 1]atomic.Uint64
+}
+
+// Stats is a copy of the cache's counters and gauges for a metrics
+// exporter. No figure is per scope, so their number is fixed.
+type Stats struct {
+	Ready                                       bool
+	Installed                                   int // documents held (absent scopes not counted)
+	ColdLoads, LocalLoads, ColdTimeouts         uint64
+	ReadErrors, Installs, Evictions, AbsentHits uint64
+	DecodeErrors, Invalidations, Dropped        uint64
+	Passes, Confirms, Changed, ConfirmErrors    uint64
+	Disappeared, Regressions, Abandoned         uint64
+	SlowDecodes, Heartbeats, HeartbeatErrors    uint64
+	// MaxLag is the oldest lag at the last pass; LagHistogram counts the
+	// documents per LagBuckets bound at the last pass (the last slot is
+	// past the largest bound).
+	MaxLag           time.Duration
+	LagHistogram     [len(LagBuckets) + 1]uint64
+	LastPassDuration time.Duration
+}
+
+// Stats returns the current figures.
+func (c *Cache[T]) Stats() Stats {
+	s := &c.stats
+	st := Stats{
+		Ready: c.ready.Load(), ColdLoads: s.coldLoads.Load(), LocalLoads: s.localLoads.Load(), ColdTimeouts: s.coldTimeouts.Load(),
+		ReadErrors: s.readErrors.Load(), Installs: s.installs.Load(), Evictions: s.evictions.Load(), AbsentHits: s.absentHits.Load(),
+		DecodeErrors: s.decodeErrors.Load(), Invalidations: s.invalidations.Load(), Dropped: s.dropped.Load(),
+		Passes: s.passes.Load(), Confirms: s.confirms.Load(), Changed: s.changed.Load(), ConfirmErrors: s.confirmErrors.Load(),
+		Disappeared: s.disappeared.Load(), Regressions: s.regressions.Load(), Abandoned: s.abandoned.Load(),
+		SlowDecodes: s.slowDecodes.Load(), Heartbeats: s.heartbeats.Load(), HeartbeatErrors: s.heartbeatErrors.Load(),
+		MaxLag: time.Duration(s.maxLag.Load()), LastPassDuration: time.Duration(s.lastPassNanos.Load()),
+	}
+	for i := range st.LagHistogram {
+		st.LagHistogram[i] = s.lagHist[i].Load()
+	}
+	c.entries.Range(func(varplane.Scope, *entry[T]) bool { st.Installed++; return true })
+	return st
+}
+
+// Lag returns the time since the store last confirmed each installed
+// document.
+func (c *Cache[T]) Lag() map[varplane.Scope]time.Duration {
+	now := c.clock.Now().UnixNano()
+	out := map[varplane.Scope]time.Duration{}
+	c.entries.Range(func(k varplane.Scope, v *entry[T]) bool {
+		out[k] = time.Duration(now - v.confirmed.Load())
+		return true
+	})
+	return out
+}
+
+// localCopy is the on-disk copy of installed documents: one file per scope,
+// written atomically (atomicfile: temporary file, fsync, rename). It serves cold loads
+// only, and never says a scope is absent.
+type localCopy struct{ dir string }
+
+// localFile is the stored form of one local copy.
+type localFile struct {
+	Generation  varplane.Generation `json:"generation"`
+	Revision    varplane.Revision   `json:"revision"`
+	SchemaID    string              `json:"schemaId,omitempty"`
+	Version     string              `json:"schemaVersion,omitempty"`
+	Actor       string              `json:"actor,omitempty"`
+	EffectiveAt time.Time           `json:"effectiveAt"`
+	Document    json.RawMessage     `json:"document"`
+	ConfirmedAt time.Time           `json:"confirmedAt"`
+}
+
+type localRead struct {
+	gen  varplane.Generation
+	head *varplane.Head
+}
+
+func newLocalCopy(dir string) (*localCopy, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("instance: cache directory: %w", err)
+	}
+	return &localCopy{dir: dir}, nil
+}
+
+func (l *localCopy) path(scope varplane.Scope) string {
+	return filepath.Join(l.dir, base64.RawURLEncoding.EncodeToString([]byte(scope))+".json")
+}
+
+// read returns the local copy of scope and when the store last confirmed it.
+func (l *localCopy) read(scope varplane.Scope) (localRead, time.Time, bool) {
+	b, err := os.ReadFile(l.path(scope))
+	if err != nil {
+		return localRead{}, time.Time{}, false
+	}
+	var f localFile
+	if err := json.Unmarshal(b, &f); err != nil || len(f.Document) == 0 {
+		return localRead{}, time.Time{}, false
+	}
+	ev := &varplane.Event{Kind: varplane.EventActivated, Scope: scope, Generation: f.Generation, Revision: f.Revision, Timestamp: f.EffectiveAt, Actor: f.Actor}
+	rec := &varplane.RevisionRecord{Scope: scope, Revision: f.Revision, Document: f.Document, SchemaID: f.SchemaID, SchemaVersion: f.Version, Actor: f.Actor}
+	return localRead{gen: f.Generation, head: varplane.NewHead(ev, rec)}, f.ConfirmedAt, true
+}
+
+// write stores d's head atomically; a failure is only logged by the caller.
+func (l *localCopy) write(scope varplane.Scope, h *varplane.Head, gen varplane.Generation, at time.Time) error {
+	b, err := json.Marshal(localFile{Generation: gen, Revision: h.Revision, SchemaID: h.SchemaID, Version: h.SchemaVersion,
+		Actor: h.Actor, EffectiveAt: h.EffectiveAt, Document: h.Document, ConfirmedAt: at.UTC()})
+	if err != nil {
+		return err
+	}
+	return atomicfile.WritePrivate(l.path(scope), b)
+}
+
+// writeLocal keeps the local copy of a usable document from the store.
+func (c *Cache[T]) writeLocal(scope varplane.Scope, d *Doc[T], at time.Time) {
+	if c.local == nil || d.err != nil || d.Head == nil || d.Local {
+		return
+	}
+	if err := c.local.write(scope, d.Head, d.Generation, at); err != nil {
+		c.log.Warn("instance: the local copy could not be written", "scope", string(scope), "err", err)
+	}
+}
+
+// StatusStore is implemented by a store that holds the status heartbeat of
+// instances (store/redis). docs/instances.md describes the value.
+type StatusStore interface {
+	WriteStatus(ctx context.Context, id string, value []byte) error
+	ListInstance(ctx context.Context, id string, now time.Time) error
+}
+
+// Status is the heartbeat value an instance writes: what it has installed
+// and how old each document is. A reader ignores one whose WrittenAt is
+// more than a minute old; the store expires it after two.
+type Status struct {
+	Instance  string           `json:"instance"`
+	WrittenAt time.Time        `json:"writtenAt"`
+	Ready     bool             `json:"ready"`
+	Root      varplane.Scope   `json:"root"`
+	Documents []StatusDocument `json:"documents"`
+}
+
+// StatusDocument is one installed document in a Status.
+type StatusDocument struct {
+	Scope      varplane.Scope      `json:"scope"`
+	Generation varplane.Generation `json:"generation"`
+	Revision   varplane.Revision   `json:"revision,omitempty"`
+	Failed     bool                `json:"failed,omitempty"`
+	LagSeconds float64             `json:"lagSeconds"`
+}
+
+// status builds the current Status.
+func (c *Cache[T]) status() Status {
+	now := c.clock.Now()
+	st := Status{Instance: c.opts.InstanceID, WrittenAt: now.UTC(), Ready: c.ready.Load(), Root: c.opts.Root, Documents: []StatusDocument{}}
+	for _, sc := range c.installed() {
+		v, ok := c.entries.Load(sc)
+		if !ok {
+			continue
+		}
+		e := v
+		d := e.doc.Load()
+		sd := StatusDocument{Scope: sc, Generation: d.Generation, Failed: d.err != nil,
+			LagSeconds: time.Duration(now.UnixNano() - e.confirmed.Load()).Seconds()}
+		if d.Head != nil {
+			sd.Revision = d.Head.Revision
+		}
+		st.Documents = append(st.Documents, sd)
+	}
+	return st
+}
+
+// heartbeatLoop writes the status every HeartbeatInterval and lists the
+// instance at start and every ListInterval.
+func (c *Cache[T]) heartbeatLoop(hs StatusStore, beat Ticker) {
+	defer c.wg.Done()
+	defer beat.Stop()
+	var listed time.Time
+	for {
+		now := c.clock.Now()
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.StoreReadTimeout)
+		if listed.IsZero() || now.Sub(listed) >= ListInterval {
+			if err := hs.ListInstance(ctx, c.opts.InstanceID, now); err != nil {
+				c.log.Warn("instance: listing this instance failed; it lists itself again at the next heartbeat", "err", err)
+			} else {
+				listed = now
+			}
+		}
+		b, _ := json.Marshal(c.status())
+		if err := hs.WriteStatus(ctx, c.opts.InstanceID, b); err != nil {
+			c.stats.heartbeatErrors.Add(1)
+			c.log.Warn("instance: the status heartbeat could not be written; it is written again at the next one", "err", err)
+		} else {
+			c.stats.heartbeats.Add(1)
+		}
+		cancel()
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-beat.C():
+		}
+	}
+}
