@@ -25,14 +25,16 @@ func Status(code varplane.Code) int {
 		return http.StatusBadRequest
 	case varplane.CodeUnauthorized:
 		return http.StatusUnauthorized
-	case varplane.CodeForbidden, varplane.CodeScopeOwned:
+	case varplane.CodeForbidden, varplane.CodeScopeOwned, varplane.CodeChangeRequired:
 		return http.StatusForbidden
 	case varplane.CodeNoHead, varplane.CodeNotFound:
 		return http.StatusNotFound
 	case varplane.CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case varplane.CodeRevisionConflict:
+	case varplane.CodeRevisionConflict, varplane.CodeChangeState:
 		return http.StatusConflict
+	case varplane.CodeRevisionReclaimed:
+		return http.StatusGone
 	case varplane.CodePayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case varplane.CodeUnsupportedMediaType:
@@ -64,6 +66,8 @@ func codeOfStatus(status int) varplane.Code {
 		return varplane.CodeMethodNotAllowed
 	case http.StatusConflict:
 		return varplane.CodeRevisionConflict
+	case http.StatusGone:
+		return varplane.CodeRevisionReclaimed
 	case http.StatusRequestEntityTooLarge:
 		return varplane.CodePayloadTooLarge
 	case http.StatusUnsupportedMediaType:

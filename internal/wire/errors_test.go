@@ -102,13 +102,14 @@ func TestStatusTable(t *testing.T) {
 		varplane.CodeRevisionInvalid: 422, varplane.CodeIdempotencyReused: 422, varplane.CodeUnknownComponent: 422,
 		varplane.CodeInvalidConfiguration: 422, varplane.CodeStoreUnavailable: 503, varplane.CodeTooManyRequests: 503,
 		varplane.CodeInternal: 500, "no-such-code": 500,
+		varplane.CodeChangeRequired: 403, varplane.CodeChangeState: 409, varplane.CodeRevisionReclaimed: 410,
 	}
 	for code, status := range want {
 		if got := Status(code); got != status {
 			t.Errorf("Status(%s) = %d, want %d", code, got, status)
 		}
 	}
-	for _, s := range []int{400, 401, 403, 404, 405, 409, 413, 415, 503} {
+	for _, s := range []int{400, 401, 403, 404, 405, 409, 410, 413, 415, 503} {
 		if got := Status(codeOfStatus(s)); got != s {
 			t.Errorf("status %d reads back as %s, whose status is %d", s, codeOfStatus(s), got)
 		}

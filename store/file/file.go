@@ -16,6 +16,11 @@
 // One log has one writer: Open takes an exclusive lock (flock on
 // "<path>.lock"), and a second Open of the same log, in this process or
 // another, fails with ErrLocked.
+//
+// Leases (AcquireLease, RenewLease, ReleaseLease) live in the memory of the
+// one writer process, not in the log: the lock makes that process the only
+// one that can hold or contest a lease, and a restart, which frees every
+// lease, only lets the next pass start sooner.
 package file
 
 import (
@@ -63,7 +68,8 @@ const maxBatch = 1024
 
 // Store is a file-backed store. Obtain one with Open.
 type Store struct {
-	logstate.Reads // State, Revision, History, Idempotency, Scopes
+	logstate.Reads  // State, Revision, History, Idempotency, Scopes
+	logstate.Leases // AcquireLease, RenewLease, ReleaseLease: in this process
 
 	path string
 	log  *slog.Logger
@@ -185,6 +191,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		done: make(chan struct{}),
 	}
 	s.Init(s.st)
+	s.InitLeases(&s.Reads, nil)
 	fd := int(f.Fd())
 	s.syncf = func() error { return unix.Fdatasync(fd) }
 	if opts.NoSync {

@@ -10,7 +10,7 @@
 // while that mutex is held, so they must not block nor commit to the same
 // store. The memory store does not implement varplane.Replayer: it keeps no
 // durable log to replay from, so an engine answers replay with
-// store-unsupported.
+// store-unsupported. Leases live in the same process memory.
 package memory
 
 import (
@@ -26,7 +26,8 @@ var _ varplane.Store = (*Store)(nil)
 
 // Store is the in-memory store. The zero value is not usable: call New.
 type Store struct {
-	logstate.Reads // State, Revision, History, Idempotency, Scopes
+	logstate.Reads  // State, Revision, History, Idempotency, Scopes
+	logstate.Leases // AcquireLease, RenewLease, ReleaseLease: in this process
 
 	st *logstate.State
 
@@ -41,6 +42,7 @@ func New() *Store {
 	st := logstate.New()
 	s := &Store{st: st, tx: st.Begin()}
 	s.Init(st)
+	s.InitLeases(&s.Reads, nil)
 	return s
 }
 

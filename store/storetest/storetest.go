@@ -70,6 +70,7 @@ func Run(t *testing.T, h Harness) {
 		{"DocumentRoundTrip", testDocumentRoundTrip},
 		{"Close", testClose},
 		{"Publish", testPublish},
+		{"Leases", testLeases},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
