@@ -90,6 +90,14 @@ type Store struct {
 	watchers logstate.Watchers
 
 	commits, batches, rejected atomic.Uint64
+
+	// Retention (checkpoint.go, compact.go): base is where the log's
+	// events start after its checkpoint (0 without one); cold holds the
+	// checkpoint's history, coldEvents how many events it counts.
+	base       int64
+	cold       *cold
+	coldEvents int
+	noSync     bool
 }
 
 // A request is one commit for the committer. A plain append or a publish
@@ -109,6 +117,7 @@ type request struct {
 	created  bool // a publish appended its revision-created event
 	err      error
 	done     chan struct{}
+	run      func() error // a maintenance step (compact.go), run between batches
 }
 
 // publishMark ends the revision-created line of a publish, whose next line
@@ -192,14 +201,25 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 	}
 	s.Init(s.st)
 	s.InitLeases(&s.Reads, nil)
+	s.noSync = opts.NoSync
 	fd := int(f.Fd())
 	s.syncf = func() error { return unix.Fdatasync(fd) }
 	if opts.NoSync {
 		s.syncf = func() error { return nil }
 	}
-	if err := s.replay(ctx); err != nil {
+	if err := s.openCheckpoint(); err != nil {
 		_ = f.Close()
 		return nil, err
+	}
+	if err := s.replay(ctx); err != nil {
+		if s.cold != nil {
+			_ = s.cold.from.Close()
+		}
+		_ = f.Close()
+		return nil, err
+	}
+	if s.cold != nil {
+		go s.loadCold()
 	}
 	go s.committer()
 	return s, nil
@@ -249,7 +269,7 @@ func (s *Store) replay(ctx context.Context) error {
 		}
 	}
 	tx := s.st.Bulk()
-	var off int64
+	off := s.base
 	for b := range out {
 		for i := range b.evs {
 			if err := tx.Apply(&b.evs[i]); err != nil {
@@ -286,14 +306,14 @@ func (s *Store) replay(ctx context.Context) error {
 // the log ends, fails, or quit is closed.
 func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-chan *decodedBatch, quit <-chan struct{}) {
 	defer close(out)
-	if _, err := s.f.Seek(0, io.SeekStart); err != nil {
+	if _, err := s.f.Seek(s.base, io.SeekStart); err != nil {
 		out <- &decodedBatch{err: fmt.Errorf("file store: seek %s: %w", s.path, err)}
 		return
 	}
 	r := bufio.NewReaderSize(s.f, 1<<20)
 	in := &interner{m: make(map[string]string)}
 	var (
-		off    int64
+		off    = s.base
 		lineNo int
 		long   []byte
 		// pub is the offset of the last line when it is the first line of
@@ -428,12 +448,21 @@ func (s *Store) committer() {
 		if !ok {
 			return
 		}
+		if r.run != nil {
+			s.runStep(r)
+			continue
+		}
 		batch = append(batch[:0], r)
+		var step *request
 	drain:
 		for len(batch) < maxBatch {
 			select {
 			case r, ok := <-s.reqs:
 				if !ok {
+					break drain
+				}
+				if r.run != nil {
+					step = r
 					break drain
 				}
 				batch = append(batch, r)
@@ -445,6 +474,9 @@ func (s *Store) committer() {
 		for i, r := range batch {
 			close(r.done)
 			batch[i] = nil
+		}
+		if step != nil {
+			s.runStep(step)
 		}
 	}
 }
@@ -617,7 +649,7 @@ func (s *Store) Replay(ctx context.Context, scope varplane.Scope, gen varplane.G
 	if s.IsShut() {
 		return nil, varplane.ErrClosed
 	}
-	return s.st.StateAt(ctx, scope, gen)
+	return s.replayAt(ctx, scope, gen)
 }
 
 // Append commits ev with the checks of varplane.Store.Append, durably: it
@@ -705,6 +737,7 @@ func (s *Store) Close() error {
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.done
+	s.stopCold()
 	s.Shut()
 	var errs []error
 	if s.failed.Load() == nil {
