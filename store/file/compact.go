@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -112,6 +113,9 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 	err = s.runOnCommitter(ctx, func() error {
 		t0 := time.Now()
 		defer func() { res.Paused = time.Since(t0) }()
+		if err := activatedSince(s, scopes, reclaim); err != nil {
+			return err
+		}
 		// The commits made since the snapshot, whole lines all.
 		if n := s.off - at; n > 0 {
 			if _, err := io.Copy(io.NewOffsetWriter(nf, tail), io.NewSectionReader(s.f, at, n)); err != nil {
@@ -278,4 +282,26 @@ func (s *Store) LogSize() (int64, error) {
 		return 0, fmt.Errorf("file store: stat %s: %w", s.path, err)
 	}
 	return fi.Size(), nil
+}
+
+// activatedSince refuses a compaction when a commit made since its snapshot
+// activated a revision it leaves out: the tail would name a body the
+// checkpoint does not hold. The next pass chooses again.
+func activatedSince(s *Store, scopes []logstate.ScopeImage, reclaim map[varplane.Scope][]varplane.Revision) error {
+	if len(reclaim) == 0 {
+		return nil
+	}
+	seen := make(map[varplane.Scope]int, len(scopes))
+	for i := range scopes {
+		seen[scopes[i].Scope] = len(scopes[i].History)
+	}
+	for scope, revs := range reclaim {
+		hist := s.st.History(scope)
+		for _, ev := range hist[min(seen[scope], len(hist)):] {
+			if ev.Kind == varplane.EventActivated && slices.Contains(revs, ev.Revision) {
+				return fmt.Errorf("file store: compact %s: revision %s of scope %q was activated meanwhile; not reclaimed", s.path, ev.Revision, scope)
+			}
+		}
+	}
+	return nil
 }

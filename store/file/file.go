@@ -98,6 +98,8 @@ type Store struct {
 	cold       *cold
 	coldEvents int
 	noSync     bool
+	reclaimMu  sync.Mutex
+	reclaim    reclaimList // the to-delete list (reclaim.go)
 }
 
 // A request is one commit for the committer. A plain append or a publish
