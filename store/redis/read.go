@@ -167,7 +167,7 @@ func (s *Store) readRevision(ctx context.Context, scope varplane.Scope, rev varp
 	defer cancel()
 	b, err := s.client.Do(ctx, s.client.B().Get().Key(s.keys.revision(scope, rev)).Build()).AsBytes()
 	if rueidis.IsRedisNil(err) {
-		return nil, varplane.Errorf(varplane.CodeNotFound, "revision %s of scope %q is not stored", rev, scope)
+		return nil, s.missingRevision(ctx, scope, rev) // reclaim.go
 	}
 	if err != nil {
 		return nil, s.readFailure("revision", scope, err)
