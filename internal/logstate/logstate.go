@@ -57,6 +57,8 @@ type slot struct {
 	mu   sync.RWMutex
 	revs map[varplane.Revision]*varplane.RevisionRecord
 	hist []varplane.Event
+	// gone lists the revisions retention reclaimed (retain.go).
+	gone map[varplane.Revision]bool
 
 	// bulk indexes, during a Bulk load, the events of this scope that wait
 	// in the load's arena (appended to hist, exactly sized, at Commit).
@@ -178,7 +180,7 @@ func (st *State) StateAt(ctx context.Context, s varplane.Scope, gen varplane.Gen
 	}
 	hist := st.History(s)
 	return FoldAt(ctx, s, hist, gen, func(r varplane.Revision) (*varplane.RevisionRecord, error) {
-		return st.RevisionIn(s, r, hist)
+		return st.RevisionOrGone(s, r)
 	})
 }
 

@@ -41,7 +41,7 @@ func (r *Reads) Revision(_ context.Context, scope varplane.Scope, rev varplane.R
 	if r.down.Load() {
 		return nil, varplane.ErrClosed
 	}
-	return r.st.RevisionIn(scope, rev, r.st.History(scope))
+	return r.st.RevisionOrGone(scope, rev)
 }
 
 // History returns the events of scope in commit order (empty for a scope

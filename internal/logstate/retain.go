@@ -30,6 +30,8 @@ type ScopeImage struct {
 	// Rejected is the last rejected event, nil when none.
 	Rejected  *varplane.Event
 	Revisions []*varplane.RevisionRecord
+	// Reclaimed lists the revisions retention took out, sorted.
+	Reclaimed []varplane.Revision
 	// History is the fold's own history of the scope (Snapshot only).
 	History []varplane.Event
 }
@@ -55,7 +57,11 @@ func (st *State) Snapshot() ([]ScopeImage, []*varplane.IdempotencyRecord) {
 			img.Revisions = append(img.Revisions, r)
 		}
 		img.History = sl.hist[:len(sl.hist):len(sl.hist)]
+		for r := range sl.gone {
+			img.Reclaimed = append(img.Reclaimed, r)
+		}
 		sl.mu.RUnlock()
+		slices.Sort(img.Reclaimed)
 		slices.SortFunc(img.Revisions, func(a, b *varplane.RevisionRecord) int { return a.CreatedAt.Compare(b.CreatedAt) })
 		out = append(out, img)
 	}
@@ -95,6 +101,12 @@ func (st *State) Restore(scopes []ScopeImage, idem []*varplane.IdempotencyRecord
 			r.Scope = sl.scope
 			sl.revs[r.Revision] = r
 		}
+		for _, r := range img.Reclaimed {
+			if sl.gone == nil {
+				sl.gone = map[varplane.Revision]bool{}
+			}
+			sl.gone[r] = true
+		}
 		sl.w.gen = img.Generation
 		if img.Head != nil {
 			rec := sl.revs[img.Head.Revision]
@@ -119,8 +131,8 @@ func (st *State) Restore(scopes []ScopeImage, idem []*varplane.IdempotencyRecord
 
 // Reclaim takes the records of revs out of scope s, never the head's: the
 // body is gone, while the events that name the revision stay in the history
-// (their documents dropped), so that a read of it is told it was reclaimed
-// (RevisionIn). It returns the revisions it took out. Writer only.
+// (their documents dropped), and a read of it is told it was reclaimed
+// (RevisionOrGone), also after a checkpoint (ScopeImage.Reclaimed). It returns the revisions it took out. Writer only.
 func (st *State) Reclaim(s varplane.Scope, revs []varplane.Revision) []varplane.Revision {
 	sl := st.lookup(s)
 	if sl == nil || len(revs) == 0 {
@@ -139,6 +151,10 @@ func (st *State) Reclaim(s varplane.Scope, revs []varplane.Revision) []varplane.
 			continue
 		}
 		delete(sl.revs, r)
+		if sl.gone == nil {
+			sl.gone = map[varplane.Revision]bool{}
+		}
+		sl.gone[r] = true
 		gone[r] = true
 		out = append(out, r)
 	}
@@ -156,22 +172,23 @@ func (st *State) Reclaim(s varplane.Scope, revs []varplane.Revision) []varplane.
 	return out
 }
 
-// RevisionIn returns the record rev of scope s, or, when the fold holds none,
-// ErrReclaimed (as a *varplane.Error naming it) when hist, the scope's whole
-// history, shows the revision was created, and a not-found error otherwise.
-func (st *State) RevisionIn(s varplane.Scope, rev varplane.Revision, hist []varplane.Event) (*varplane.RevisionRecord, error) {
+// RevisionOrGone returns the record rev of scope s, ErrReclaimed (as a
+// *varplane.Error naming it) when retention took it out, and a not-found
+// error otherwise.
+func (st *State) RevisionOrGone(s varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
 	if rec, ok := st.Revision(s, rev); ok {
 		return rec, nil
 	}
-	return nil, Missing(s, rev, hist)
+	return nil, st.missing(s, rev)
 }
 
-// Missing is the error for a revision of s that no store holds: reclaimed
-// when hist (the scope's whole history) records its creation, not found
-// otherwise.
-func Missing(s varplane.Scope, rev varplane.Revision, hist []varplane.Event) error {
-	for i := range hist {
-		if hist[i].Kind == varplane.EventRevisionCreated && hist[i].Revision == rev {
+// missing is the error for a revision of s the fold does not hold.
+func (st *State) missing(s varplane.Scope, rev varplane.Revision) error {
+	if sl := st.lookup(s); sl != nil {
+		sl.mu.RLock()
+		gone := sl.gone[rev]
+		sl.mu.RUnlock()
+		if gone {
 			return &varplane.Error{Code: varplane.CodeRevisionReclaimed,
 				Message: "revision " + string(rev) + " of scope " + quote(s) + " was reclaimed by retention"}
 		}

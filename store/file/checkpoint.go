@@ -57,6 +57,7 @@ type scopeLine struct {
 		Head       *varplane.Event     `json:"head,omitempty"`
 		Rejected   *varplane.Event     `json:"rejected,omitempty"`
 		Revisions  int                 `json:"revisions"`
+		Reclaimed  []varplane.Revision `json:"reclaimed,omitempty"`
 	} `json:"scopeState"`
 }
 
@@ -187,7 +188,7 @@ func (s *Store) decodeState(b []byte, at int64) ([]logstate.ScopeImage, []*varpl
 					return nil, nil, 0, damaged(fmt.Sprintf("revision of scope %q before the state of %q", r.Scope, ss.Scope), nil)
 				}
 			}
-			scopes = append(scopes, logstate.ScopeImage{Scope: ss.Scope, Generation: ss.Generation, Head: ss.Head, Rejected: ss.Rejected, Revisions: revs})
+			scopes = append(scopes, logstate.ScopeImage{Scope: ss.Scope, Generation: ss.Generation, Head: ss.Head, Rejected: ss.Rejected, Revisions: revs, Reclaimed: ss.Reclaimed})
 			nrevs += len(revs)
 			revs = nil
 		case bytes.HasPrefix(line, []byte(`{"idem":`)):
@@ -324,14 +325,7 @@ func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane
 	if s.IsShut() {
 		return nil, varplane.ErrClosed
 	}
-	if rec, ok := s.st.Revision(scope, rev); ok {
-		return rec, nil
-	}
-	hist, err := s.fullHistory(ctx, scope)
-	if err != nil {
-		return nil, err
-	}
-	return s.st.RevisionIn(scope, rev, hist)
+	return s.st.RevisionOrGone(scope, rev)
 }
 
 func (s *Store) replayAt(ctx context.Context, scope varplane.Scope, gen varplane.Generation) (*varplane.ScopeState, error) {
@@ -343,7 +337,7 @@ func (s *Store) replayAt(ctx context.Context, scope varplane.Scope, gen varplane
 		return nil, varplane.Errorf(varplane.CodeNotFound, "scope %q has no events", scope)
 	}
 	return logstate.FoldAt(ctx, scope, hist, gen, func(r varplane.Revision) (*varplane.RevisionRecord, error) {
-		return s.st.RevisionIn(scope, r, hist)
+		return s.st.RevisionOrGone(scope, r)
 	})
 }
 

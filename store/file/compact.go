@@ -64,6 +64,8 @@ type CompactResult struct {
 // (and a temporary file Open removes); after it, the new one, whole.
 func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varplane.Revision) (CompactResult, error) {
 	var res CompactResult
+	s.compactMu.Lock()
+	defer s.compactMu.Unlock()
 	if c := s.cold; c != nil {
 		select {
 		case <-c.ready:
@@ -133,6 +135,7 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 		hook("renamed")
 		old := s.f
 		s.off = tail + (s.off - at)
+		s.base = tail
 		s.f = nf
 		fd := int(nf.Fd())
 		if s.noSync {
@@ -219,8 +222,10 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 			}
 		}
 		var sl scopeLine
+		sl.ScopeState.Reclaimed = slices.Clone(img.Reclaimed)
 		for _, rec := range img.Revisions {
 			if gone[rec.Revision] {
+				sl.ScopeState.Reclaimed = append(sl.ScopeState.Reclaimed, rec.Revision)
 				continue
 			}
 			ev := varplane.Event{Kind: varplane.EventRevisionCreated, Scope: rec.Scope, Revision: rec.Revision, Document: rec.Document,
@@ -231,6 +236,7 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 		}
 		sl.ScopeState.Scope, sl.ScopeState.Generation = img.Scope, img.Generation
 		sl.ScopeState.Head, sl.ScopeState.Rejected = img.Head, img.Rejected
+		slices.Sort(sl.ScopeState.Reclaimed)
 		putJSON(put, sl)
 		end.End.Revisions += sl.ScopeState.Revisions
 	}

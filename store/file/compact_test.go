@@ -172,14 +172,15 @@ func TestCompactReclaims(t *testing.T) {
 		}
 		revs = append(revs, c.Revision)
 	}
-	res, err := s.Compact(ctx, map[varplane.Scope][]varplane.Revision{"r.k": {revs[0], revs[2]}})
+	never := storetest.RevisionOf(storetest.Doc(99))
+	// A revision never created, named for reclamation, stays never created.
+	res, err := s.Compact(ctx, map[varplane.Scope][]varplane.Revision{"r.k": {revs[0], revs[2], never}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Reclaimed != 1 {
 		t.Errorf("reclaimed %d, want 1 (the head is kept)", res.Reclaimed)
 	}
-	never := storetest.RevisionOf(storetest.Doc(99))
 	check := func(s *file.Store) {
 		t.Helper()
 		if _, err := s.Revision(ctx, "r.k", revs[0]); !errors.Is(err, varplane.ErrReclaimed) {

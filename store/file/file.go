@@ -92,7 +92,8 @@ type Store struct {
 	commits, batches, rejected atomic.Uint64
 
 	// Retention (checkpoint.go, compact.go): base is where the log's
-	// events start after its checkpoint (0 without one); cold holds the
+	// events start after its checkpoint (0 without one; committer-owned
+	// once Open returns); cold holds the
 	// checkpoint's history, coldEvents how many events it counts.
 	base       int64
 	cold       *cold
@@ -100,6 +101,7 @@ type Store struct {
 	noSync     bool
 	reclaimMu  sync.Mutex
 	reclaim    reclaimList // the to-delete list (reclaim.go)
+	compactMu  sync.Mutex  // one compaction at a time
 }
 
 // A request is one commit for the committer. A plain append or a publish

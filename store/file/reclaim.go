@@ -59,8 +59,8 @@ func (s *Store) FinishReclaim(ctx context.Context) (int, error) {
 		n += len(revs)
 	}
 	if n == 0 {
-		size, err := s.LogSize()
-		if err != nil || size-s.base < compactTail {
+		var tail int64
+		if err := s.runOnCommitter(ctx, func() error { tail = s.off - s.base; return nil }); err != nil || tail < compactTail {
 			return 0, err
 		}
 	}
