@@ -316,3 +316,63 @@ func TestSelect(t *testing.T) {
 		})
 	}
 }
+
+// failing is a store whose end-of-pass deletions fail once.
+type failing struct {
+	retention.Reclaimer
+	failed bool
+}
+
+type failedErr struct{ n int }
+
+func (e failedErr) Error() string { return "disk full" }
+func (e failedErr) Failed() int   { return e.n }
+
+func (f *failing) FinishReclaim(context.Context) (int, error) {
+	if !f.failed {
+		f.failed = true
+		return 0, failedErr{3}
+	}
+	return 3, nil
+}
+
+// TestFailedDeletionsCounted: a pass whose deletions fail reports them,
+// counts them in the metrics, and the next pass runs and deletes them.
+func TestFailedDeletionsCounted(t *testing.T) {
+	f := &failing{Reclaimer: memory.New()}
+	r := runner(t, f, t0, nil)
+	rep, err := r.RunOnce(context.Background())
+	if err == nil || rep.Failed != 3 {
+		t.Fatalf("first pass: %+v %v, want 3 failed deletions", rep, err)
+	}
+	rep, err = r.RunOnce(context.Background())
+	if err != nil || rep.Reclaimed != 3 {
+		t.Fatalf("second pass: %+v %v, want the 3 retried", rep, err)
+	}
+	if m := r.Metrics(); m.DeletionsFailed != 3 || m.Reclaimed != 3 {
+		t.Errorf("metrics %+v", m)
+	}
+}
+
+// TestRunFirstPassAfterOneInterval: Run waits one interval before its first
+// pass, then runs one an interval.
+func TestRunFirstPassAfterOneInterval(t *testing.T) {
+	s := memory.New()
+	r := runner(t, s, t0, func(o *retention.Options) { o.Interval = 500 * time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	time.Sleep(20 * time.Millisecond)
+	if !r.Metrics().LastPass.IsZero() {
+		t.Errorf("a pass ran before the first interval")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Metrics().LastPass.IsZero() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if r.Metrics().LastPass.IsZero() {
+		t.Errorf("no pass after the interval")
+	}
+}
