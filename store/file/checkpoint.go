@@ -110,9 +110,13 @@ func (s *Store) openCheckpoint() error {
 	if !bytes.HasPrefix(head[:n], []byte(checkpointPrefix)) {
 		return nil // a log without a checkpoint: replayed from its start
 	}
+	fi, err := s.f.Stat()
+	if err != nil {
+		return fmt.Errorf("file store: stat %s: %w", s.path, err)
+	}
 	var h checkpointHeader
 	if int64(n) < headerLen || head[n-1] != '\n' || json.Unmarshal(head[:n-1], &h) != nil ||
-		h.State < headerLen || h.Tail < h.State {
+		h.Checkpoint != 1 || h.State < headerLen || h.Tail < h.State || h.Tail > fi.Size() {
 		return fmt.Errorf("file store: %s: the checkpoint header (line 1, byte offset 0) is damaged", s.path)
 	}
 	state := make([]byte, h.Tail-h.State)
