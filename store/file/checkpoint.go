@@ -252,7 +252,7 @@ func (s *Store) loadCold() {
 			c.err = fmt.Errorf("file store: %s: the checkpoint history line at byte offset %d is damaged: %v", s.path, off, derr)
 			break
 		}
-		if ev.Kind == varplane.EventRevisionCreated {
+		if ev.Kind == varplane.EventRevisionCreated && !bytes.HasSuffix(line, reclaimedLine) {
 			// The body is in the state section, unless it was reclaimed:
 			// share the fold's copy, so History reads as before.
 			if rec, ok := s.st.Revision(ev.Scope, ev.Revision); ok {
@@ -277,6 +277,8 @@ func (s *Store) loadCold() {
 		s.log.Error("file store: the checkpoint's history cannot be read; History and Replay fail", "path", s.path, "err", c.err)
 	}
 }
+
+var reclaimedLine = []byte(reclaimedMark + "\n")
 
 // stopCold stops the history loader, if any, without waiting for it.
 func (s *Store) stopCold() {

@@ -18,6 +18,10 @@ import (
 	"github.com/varplane/varplane/internal/logstate"
 )
 
+// reclaimedMark ends, in a checkpoint's history, the line of a
+// revision-created event whose body was reclaimed (a field decoders skip).
+const reclaimedMark = `,"reclaimed":true}`
+
 // compactSuffix names the compacted log while it is being written beside
 // the log; Open removes one a crash left behind.
 const compactSuffix = ".compact"
@@ -200,11 +204,21 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 		if i%64 == 0 && ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		for _, part := range [2][]varplane.Event{before[scopes[i].Scope], scopes[i].History} {
+		img := &scopes[i]
+		for _, part := range [2][]varplane.Event{before[img.Scope], img.History} {
 			for j := range part {
 				ev := part[j]
+				// A revision-created event whose body is reclaimed (before,
+				// or by this compaction) is marked, so that Open leaves its
+				// document out even if the revision is created again.
+				mark := ev.Kind == varplane.EventRevisionCreated && (ev.Document == nil ||
+					(slices.Contains(reclaim[img.Scope], ev.Revision) && (img.Head == nil || img.Head.Revision != ev.Revision)))
 				ev.Document = nil
-				line = append(AppendEvent(line[:0], &ev), '\n')
+				line = AppendEvent(line[:0], &ev)
+				if mark {
+					line = append(line[:len(line)-1], reclaimedMark...)
+				}
+				line = append(line, '\n')
 				put(line)
 				res.Events++
 			}
