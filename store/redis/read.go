@@ -256,6 +256,9 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 			return nil, s.decodeFailure(fmt.Sprintf("history entry %d", i), scope, err)
 		}
 	}
+	if err := s.attachDocuments(cctx, scope, out); err != nil { // history.go
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -11,23 +11,24 @@ import (
 	"github.com/varplane/varplane"
 )
 
-// reclaimed is the set of the revisions of scope whose records retention
-// deleted, so that a read of one answers revision-reclaimed, not not-found.
-// It is in the scope's slot, beside the records.
-func (k keys) reclaimed(scope varplane.Scope) string {
-	return k.slotBase(scope) + "reclaimed:" + string(scope)
+// reclaimed marks the revision rev of scope whose record retention deleted,
+// so that a read of it answers revision-reclaimed, not not-found. It is a
+// plain key beside the record, in the scope's slot, read with GET (which
+// the read-only ACL user of docs/redis.md may run).
+func (k keys) reclaimed(scope varplane.Scope, rev varplane.Revision) string {
+	return k.slotBase(scope) + "reclaimed:" + string(scope) + ":" + string(rev)
 }
 
 // reclaimScript deletes the revision record KEYS[2] of revision ARGV[1]
-// unless it is the head in KEYS[1] (field r) or is not stored, and records
-// the revision in the reclaimed set KEYS[3] first. One script: the head
+// unless it is the head in KEYS[1] (field r) or is not stored, and sets its
+// reclaimed marker KEYS[3] first. One script: the head
 // check, the record and the marker change in one step, so an activation
 // (a script on the same slot) sees the record or its marker, never
 // neither. Reply: 1 deleted, 0 kept.
 var reclaimScript = rueidis.NewLuaScript(`
 if redis.call('HGET', KEYS[1], 'r') == ARGV[1] then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
-redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('SET', KEYS[3], '1')
 redis.call('DEL', KEYS[2])
 return 1
 `)
@@ -59,7 +60,7 @@ func (s *Store) ReclaimRevisions(ctx context.Context, scope varplane.Scope, revs
 	defer cancel()
 	gone := map[varplane.Revision]bool{}
 	for _, rev := range revs {
-		n, err := reclaimScript.Exec(cctx, s.client, []string{s.keys.head(scope), s.keys.revision(scope, rev), s.keys.reclaimed(scope)},
+		n, err := reclaimScript.Exec(cctx, s.client, []string{s.keys.head(scope), s.keys.revision(scope, rev), s.keys.reclaimed(scope, rev)},
 			[]string{string(rev)}).AsInt64()
 		if err != nil {
 			return len(gone), s.readFailure("reclaim", scope, err)
@@ -99,11 +100,11 @@ func (s *Store) ReclaimRevisions(ctx context.Context, scope varplane.Scope, revs
 // missingRevision is the answer for a revision of scope that Redis does not
 // store: revision-reclaimed when retention deleted it, not-found otherwise.
 func (s *Store) missingRevision(ctx context.Context, scope varplane.Scope, rev varplane.Revision) error {
-	ok, err := s.client.Do(ctx, s.client.B().Sismember().Key(s.keys.reclaimed(scope)).Member(string(rev)).Build()).AsBool()
-	if err != nil {
+	err := s.client.Do(ctx, s.client.B().Get().Key(s.keys.reclaimed(scope, rev)).Build()).Error()
+	if err != nil && !rueidis.IsRedisNil(err) {
 		return s.readFailure("revision", scope, err)
 	}
-	if ok {
+	if err == nil {
 		return &varplane.Error{Code: varplane.CodeRevisionReclaimed, Message: fmt.Sprintf("revision %s of scope %q was reclaimed by retention", rev, scope)}
 	}
 	return varplane.Errorf(varplane.CodeNotFound, "revision %s of scope %q is not stored", rev, scope)
