@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 
@@ -141,85 +142,154 @@ func (s *Store) openCheckpoint() error {
 	return nil
 }
 
-// decodeState decodes the state section b, which starts at byte offset at.
+// stateParallelMin is the state section size from which decodeState splits
+// its work (tests lower it).
+var stateParallelMin = 8 << 20
+
+// statePart is what one part of the state section decodes to.
+type statePart struct {
+	scopes []logstate.ScopeImage
+	idem   []*varplane.IdempotencyRecord
+	nrevs  int
+	end    *endLine
+	err    error
+}
+
+// decodeState decodes the state section b, which starts at byte offset at,
+// in as many parts as there are CPUs: the section is cut right after
+// scope lines, where a part can start on its own. The documents share b.
 func (s *Store) decodeState(b []byte, at int64) ([]logstate.ScopeImage, []*varplane.IdempotencyRecord, int, error) {
+	n := runtime.GOMAXPROCS(0)
+	if len(b) < stateParallelMin {
+		n = 1
+	}
+	var cuts []int
+	for k := 1; k < n; k++ {
+		from := max(len(b)*k/n, 0)
+		if len(cuts) > 0 {
+			from = max(from, cuts[len(cuts)-1])
+		}
+		i := bytes.Index(b[from:], []byte("\n"+`{"scopeState":`))
+		if i < 0 {
+			break
+		}
+		e := bytes.IndexByte(b[from+i+1:], '\n')
+		if e < 0 {
+			break
+		}
+		cuts = append(cuts, from+i+1+e+1)
+	}
+	cuts = append(cuts, len(b))
+	parts := make([]statePart, len(cuts))
+	var wg sync.WaitGroup
+	start := 0
+	for k, end := range cuts {
+		wg.Add(1)
+		go func(k, start, end int) {
+			defer wg.Done()
+			parts[k] = s.decodeStatePart(b[start:end], at+int64(start))
+		}(k, start, end)
+		start = end
+	}
+	wg.Wait()
 	var (
 		scopes []logstate.ScopeImage
 		idem   []*varplane.IdempotencyRecord
-		revs   []*varplane.RevisionRecord
 		nrevs  int
-		end    *endLine
-		in     = &interner{m: make(map[string]string)}
-		off    = at
 	)
-	damaged := func(why string, err error) error {
-		if err != nil {
-			why += ": " + err.Error()
+	for k, p := range parts {
+		if p.err != nil {
+			return nil, nil, 0, p.err
 		}
-		return fmt.Errorf("file store: %s: the checkpoint state line at byte offset %d is damaged: %s", s.path, off, why)
+		if p.end != nil && k != len(parts)-1 {
+			return nil, nil, 0, fmt.Errorf("file store: %s: the checkpoint state goes on after its end line", s.path)
+		}
+		scopes = append(scopes, p.scopes...)
+		idem = append(idem, p.idem...)
+		nrevs += p.nrevs
 	}
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			return nil, nil, 0, damaged("no trailing newline", nil)
-		}
-		line := b[:i]
-		if end != nil {
-			return nil, nil, 0, damaged("a line after the checkpoint's end", nil)
-		}
-		switch {
-		case bytes.HasPrefix(line, []byte(`{"kind":`)):
-			var ev varplane.Event
-			if err := decodeEvent(line, &ev, in); err != nil {
-				return nil, nil, 0, damaged("revision", err)
-			}
-			if ev.Kind != varplane.EventRevisionCreated || len(ev.Document) == 0 {
-				return nil, nil, 0, damaged("want a revision with its document", nil)
-			}
-			revs = append(revs, &varplane.RevisionRecord{Scope: ev.Scope, Revision: ev.Revision, Document: ev.Document,
-				SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp})
-		case bytes.HasPrefix(line, []byte(`{"scopeState":`)):
-			var l scopeLine
-			if err := json.Unmarshal(line, &l); err != nil {
-				return nil, nil, 0, damaged("scope", err)
-			}
-			ss := l.ScopeState
-			if ss.Revisions != len(revs) {
-				return nil, nil, 0, damaged(fmt.Sprintf("scope %q lists %d revisions, %d precede it", ss.Scope, ss.Revisions, len(revs)), nil)
-			}
-			for _, r := range revs {
-				if r.Scope != ss.Scope {
-					return nil, nil, 0, damaged(fmt.Sprintf("revision of scope %q before the state of %q", r.Scope, ss.Scope), nil)
-				}
-			}
-			scopes = append(scopes, logstate.ScopeImage{Scope: ss.Scope, Generation: ss.Generation, Head: ss.Head, Rejected: ss.Rejected, Revisions: revs, Reclaimed: ss.Reclaimed})
-			nrevs += len(revs)
-			revs = nil
-		case bytes.HasPrefix(line, []byte(`{"idem":`)):
-			var l idemLine
-			if err := json.Unmarshal(line, &l); err != nil {
-				return nil, nil, 0, damaged("idempotency record", err)
-			}
-			idem = append(idem, &varplane.IdempotencyRecord{Key: l.Idem.Key, RequestHash: l.Idem.RequestHash, Event: l.Idem.Event, Generation: l.Idem.Generation})
-		case bytes.HasPrefix(line, []byte(`{"checkpointEnd":`)):
-			end = &endLine{}
-			if err := json.Unmarshal(line, end); err != nil {
-				return nil, nil, 0, damaged("end", err)
-			}
-		default:
-			return nil, nil, 0, damaged("unknown line", nil)
-		}
-		b = b[i+1:]
-		off += int64(i + 1)
-	}
-	if end == nil || len(revs) > 0 {
-		return nil, nil, 0, fmt.Errorf("file store: %s: the checkpoint state ends before its end line (byte offset %d)", s.path, off)
+	end := parts[len(parts)-1].end
+	if end == nil {
+		return nil, nil, 0, fmt.Errorf("file store: %s: the checkpoint state ends before its end line (byte offset %d)", s.path, at+int64(len(b)))
 	}
 	if end.End.Scopes != len(scopes) || end.End.Revisions != nrevs || end.End.Idem != len(idem) {
 		return nil, nil, 0, fmt.Errorf("file store: %s: the checkpoint end line counts %d scopes, %d revisions, %d idempotency records; the state holds %d, %d, %d",
 			s.path, end.End.Scopes, end.End.Revisions, end.End.Idem, len(scopes), nrevs, len(idem))
 	}
 	return scopes, idem, end.End.History, nil
+}
+
+// decodeStatePart decodes one part of the state section (see decodeState).
+func (s *Store) decodeStatePart(b []byte, at int64) (out statePart) {
+	var (
+		revs []*varplane.RevisionRecord
+		in   = &interner{m: make(map[string]string)}
+		off  = at
+	)
+	damaged := func(why string, err error) statePart {
+		if err != nil {
+			why += ": " + err.Error()
+		}
+		return statePart{err: fmt.Errorf("file store: %s: the checkpoint state line at byte offset %d is damaged: %s", s.path, off, why)}
+	}
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return damaged("no trailing newline", nil)
+		}
+		line := b[:i]
+		if out.end != nil {
+			return damaged("a line after the checkpoint's end", nil)
+		}
+		switch {
+		case bytes.HasPrefix(line, []byte(`{"kind":`)):
+			var ev varplane.Event
+			if err := decodeEventShared(line, &ev, in); err != nil {
+				return damaged("revision", err)
+			}
+			if ev.Kind != varplane.EventRevisionCreated || len(ev.Document) == 0 {
+				return damaged("want a revision with its document", nil)
+			}
+			revs = append(revs, &varplane.RevisionRecord{Scope: ev.Scope, Revision: ev.Revision, Document: ev.Document,
+				SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp})
+		case bytes.HasPrefix(line, []byte(`{"scopeState":`)):
+			var l scopeLine
+			if err := json.Unmarshal(line, &l); err != nil {
+				return damaged("scope", err)
+			}
+			ss := l.ScopeState
+			if ss.Revisions != len(revs) {
+				return damaged(fmt.Sprintf("scope %q lists %d revisions, %d precede it", ss.Scope, ss.Revisions, len(revs)), nil)
+			}
+			for _, r := range revs {
+				if r.Scope != ss.Scope {
+					return damaged(fmt.Sprintf("revision of scope %q before the state of %q", r.Scope, ss.Scope), nil)
+				}
+			}
+			out.scopes = append(out.scopes, logstate.ScopeImage{Scope: ss.Scope, Generation: ss.Generation, Head: ss.Head, Rejected: ss.Rejected, Revisions: revs, Reclaimed: ss.Reclaimed})
+			out.nrevs += len(revs)
+			revs = nil
+		case bytes.HasPrefix(line, []byte(`{"idem":`)):
+			var l idemLine
+			if err := json.Unmarshal(line, &l); err != nil {
+				return damaged("idempotency record", err)
+			}
+			out.idem = append(out.idem, &varplane.IdempotencyRecord{Key: l.Idem.Key, RequestHash: l.Idem.RequestHash, Event: l.Idem.Event, Generation: l.Idem.Generation})
+		case bytes.HasPrefix(line, []byte(`{"checkpointEnd":`)):
+			out.end = &endLine{}
+			if err := json.Unmarshal(line, out.end); err != nil {
+				return damaged("end", err)
+			}
+		default:
+			return damaged("unknown line", nil)
+		}
+		b = b[i+1:]
+		off += int64(i + 1)
+	}
+	if len(revs) > 0 {
+		return damaged("revisions without their scope line", nil)
+	}
+	return out
 }
 
 // loadCold reads the history section on its own goroutine.

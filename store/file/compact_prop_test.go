@@ -20,6 +20,8 @@ import (
 // reclamations.
 func TestCompactionMatchesMemory(t *testing.T) {
 	scopes := []varplane.Scope{"p", "p.a", "p.a.b", "q"}
+	// Decode every state section in parts, as a large one is.
+	defer file.SetStateParallelMin(file.SetStateParallelMin(1))
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx := context.Background()
 		path := logPath(t)
