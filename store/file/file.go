@@ -5,7 +5,9 @@
 // one fsync (group commit). On Open the log is replayed; a torn tail left by
 // a crash (a final fragment without its newline) is cut off with a warning,
 // while a complete line that does not decode, wherever it is, stops Open
-// with an error naming the line and its byte offset (see Open).
+// with an error naming the line and its byte offset (see Open). Compact
+// rewrites the log as a checkpoint plus the events after it, and Open then
+// reads the checkpoint's state and those events only (checkpoint.go).
 //
 // Concurrency contract: every method is safe for concurrent use. Reads never
 // wait for a commit; State takes no lock and does not allocate for a scope
@@ -91,10 +93,10 @@ type Store struct {
 
 	commits, batches, rejected atomic.Uint64
 
-	// Retention (checkpoint.go, compact.go): base is where the log's
-	// events start after its checkpoint (0 without one; committer-owned
-	// once Open returns); cold holds the
-	// checkpoint's history, coldEvents how many events it counts.
+	// Retention (checkpoint.go, compact.go, reclaim.go): base is where
+	// the log's events start after its checkpoint (0 without one;
+	// committer-owned once Open returns); cold holds the checkpoint's
+	// history, coldEvents how many events it counts.
 	base       int64
 	cold       *cold
 	coldEvents int
