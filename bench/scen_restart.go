@@ -13,6 +13,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/canonical"
+	"github.com/varplane/varplane/retention"
 	"github.com/varplane/varplane/store/file"
 )
 
@@ -129,10 +130,108 @@ func scenarioRestart(ctx context.Context, cfg *config, e *env, rep *Report) {
 			}})
 		}
 		runRounds(ctx, cfg, g, cfg.rounds, sides)
+		scenarioCheckpoint(ctx, cfg, e, rep, path, probe, n)
 		os.Remove(path)
 		os.Remove(path + ".lock")
 	}
 	scenarioRSS(ctx, cfg, e, rep)
+}
+
+// scenarioCheckpoint restarts from the log at path once compacted (see
+// store/file's Compact): first with every revision kept (the checkpoint
+// holds all n/2 documents), then after the retention pass with the default
+// policy (the log's documents are dated 2026-01-01, older than its 7 days,
+// so 50 per scope stay), as serve leaves a log after its hourly pass. The
+// compaction rewrites the log in place: it runs after the full replay.
+func scenarioCheckpoint(ctx context.Context, cfg *config, e *env, rep *Report, path string, probe varplane.Scope, n int) {
+	for _, mode := range []struct{ name, desc string }{
+		{"keep-all", "every revision kept"},
+		{"reclaimed", "after the default retention pass (50 revisions a scope)"},
+	} {
+		if ctx.Err() != nil {
+			return
+		}
+		g := newGroup(fmt.Sprintf("restart.checkpoint.%s.%d", mode.name, n), "restart",
+			fmt.Sprintf("restart from a checkpoint: the log of %d events compacted, %s", n, mode.desc), "events/s")
+		rep.Groups = append(rep.Groups, g)
+		t0 := time.Now()
+		res, err := compactLog(ctx, path, mode.name == "reclaimed")
+		if err != nil {
+			g.skip("varplane-lib", err.Error())
+			return
+		}
+		g.Notes = append(g.Notes,
+			fmt.Sprintf("compacted in %.1fs: %.1f MiB → %.1f MiB, %d revision bodies reclaimed; the events/s column counts the %d events of the original log", time.Since(t0).Seconds(),
+				float64(res.Before)/(1<<20), float64(res.After)/(1<<20), res.Reclaimed, n),
+			"varplane-lib: file.Open until it returns (the state and the tail are read; the history section is loaded on a goroutine after)",
+			"varplane-serve: exec of varplane serve on the compacted log until its first 200 read")
+		sides := []side{{name: "varplane-lib", run: func(ctx context.Context) (Stats, error) {
+			runtime.GC()
+			t0 := time.Now()
+			s, err := file.Open(ctx, path, file.Options{})
+			d := time.Since(t0)
+			if err != nil {
+				return Stats{}, err
+			}
+			if err := s.Close(); err != nil {
+				return Stats{}, err
+			}
+			return onceStats(n, d), nil
+		}}}
+		if _, err := e.varplaneBin(); err == nil {
+			sides = append(sides, side{name: "varplane-serve", run: func(ctx context.Context) (Stats, error) {
+				t0 := time.Now()
+				vp, err := e.startVarplane(ctx, fmt.Sprintf("restart-ckpt-%d", n), "file:"+path)
+				if err != nil {
+					return Stats{}, err
+				}
+				defer vp.stop()
+				if err := vp.waitStatus(ctx, "?key="+string(probe), 200, 120*time.Second); err != nil {
+					return Stats{}, err
+				}
+				return onceStats(n, time.Since(t0)), nil
+			}})
+		}
+		runRounds(ctx, cfg, g, cfg.rounds, sides)
+	}
+}
+
+// compactLog compacts the log at path, after a retention pass with the
+// default policy when reclaim is set.
+func compactLog(ctx context.Context, path string, reclaim bool) (file.CompactResult, error) {
+	s, err := file.Open(ctx, path, file.Options{})
+	if err != nil {
+		return file.CompactResult{}, err
+	}
+	defer s.Close()
+	var revs map[varplane.Scope][]varplane.Revision
+	if reclaim {
+		scopes, err := s.Scopes(ctx)
+		if err != nil {
+			return file.CompactResult{}, err
+		}
+		revs = map[varplane.Scope][]varplane.Revision{}
+		for _, sc := range scopes {
+			st, err := s.State(ctx, sc)
+			if err != nil {
+				return file.CompactResult{}, err
+			}
+			hist, err := s.History(ctx, sc)
+			if err != nil {
+				return file.CompactResult{}, err
+			}
+			var head varplane.Revision
+			if st.Head != nil {
+				head = st.Head.Revision
+			}
+			revs[sc] = retention.Select(retention.DefaultPolicy(), time.Now(), hist, head, nil)
+		}
+	}
+	res, err := s.Compact(ctx, revs)
+	if err != nil {
+		return res, err
+	}
+	return res, s.Close()
 }
 
 func onceStats(n int, d time.Duration) Stats {

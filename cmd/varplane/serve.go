@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/push"
@@ -76,6 +78,9 @@ type serveRuntime struct {
 	// httpapi.AllowAll without either, so that every transport authorizes
 	// exactly as the HTTP API does.
 	Authorizer httpapi.Authorizer
+	// metrics register an extension's collectors on /metrics once the
+	// HTTP API exists.
+	metrics []func(*prometheus.Registry)
 }
 
 // serveExtension is the place to add a transport or a feature to serve
@@ -262,6 +267,9 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 
 	srv, api := newHTTPServer(cfg, base, rt, authz)
 	defer api.Close()
+	for _, register := range rt.metrics {
+		register(api.Registry())
+	}
 	if err := srv.Open(); err != nil {
 		return err
 	}

@@ -57,6 +57,8 @@ type slot struct {
 	mu   sync.RWMutex
 	revs map[varplane.Revision]*varplane.RevisionRecord
 	hist []varplane.Event
+	// gone lists the revisions retention reclaimed (retain.go).
+	gone map[varplane.Revision]bool
 
 	// bulk indexes, during a Bulk load, the events of this scope that wait
 	// in the load's arena (appended to hist, exactly sized, at Commit).
@@ -176,40 +178,10 @@ func (st *State) StateAt(ctx context.Context, s varplane.Scope, gen varplane.Gen
 	if sl == nil {
 		return nil, &varplane.Error{Code: varplane.CodeNotFound, Message: "scope " + quote(s) + " has no events"}
 	}
-	if gen == 0 {
-		return &varplane.ScopeState{Scope: s}, nil
-	}
 	hist := st.History(s)
-	out := &varplane.ScopeState{Scope: s}
-	var rejected *varplane.Event
-	for i := range hist {
-		if i%4096 == 4095 {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-		}
-		ev := &hist[i]
-		switch ev.Kind {
-		case varplane.EventActivated:
-			rec, ok := st.Revision(s, ev.Revision)
-			if !ok {
-				return nil, varplane.Errorf(varplane.CodeInternal, "scope %q: activation of unknown revision %s in history", s, ev.Revision)
-			}
-			out.Generation, out.Head = ev.Generation, varplane.NewHead(ev, rec)
-		case varplane.EventDeactivated:
-			out.Generation, out.Head = ev.Generation, nil
-		case varplane.EventRejected:
-			rejected = ev
-		}
-		if out.Generation == gen {
-			if rejected != nil {
-				cp := *rejected
-				out.LastRejected = &cp
-			}
-			return out, nil
-		}
-	}
-	return nil, &varplane.Error{Code: varplane.CodeNotFound, Message: "scope " + quote(s) + " never reached generation " + itoa(gen)}
+	return FoldAt(ctx, s, hist, gen, func(r varplane.Revision) (*varplane.RevisionRecord, error) {
+		return st.RevisionOrGone(s, r)
+	})
 }
 
 // addScope registers a scope that appears for the first time. Writer only.

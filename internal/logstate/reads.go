@@ -35,17 +35,13 @@ func (r *Reads) State(_ context.Context, scope varplane.Scope) (*varplane.ScopeS
 	return r.st.State(scope), nil
 }
 
-// Revision returns the stored revision rev of scope, a not-found error, or
-// ErrClosed.
+// Revision returns the stored revision rev of scope, ErrReclaimed for one
+// retention took out, a not-found error, or ErrClosed.
 func (r *Reads) Revision(_ context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
 	if r.down.Load() {
 		return nil, varplane.ErrClosed
 	}
-	rec, ok := r.st.Revision(scope, rev)
-	if !ok {
-		return nil, varplane.Errorf(varplane.CodeNotFound, "revision %s not found in scope %q", rev, scope)
-	}
-	return rec, nil
+	return r.st.RevisionOrGone(scope, rev)
 }
 
 // History returns the events of scope in commit order (empty for a scope

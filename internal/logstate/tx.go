@@ -508,7 +508,7 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 		}
 		if e.Kind == varplane.EventActivated {
 			if mode != modePublish && tx.rev(e.Scope, e.Revision) == nil {
-				return &varplane.Error{Code: varplane.CodeNotFound, Message: fmt.Sprintf("revision %s not found in scope %q", e.Revision, e.Scope)}
+				return tx.st.missing(e.Scope, e.Revision) // not found, or reclaimed (retain.go)
 			}
 			break
 		}

@@ -110,6 +110,10 @@ type decoder struct {
 	p   int
 	in  *interner
 	tmp []byte
+	// alias makes the document a subslice of b instead of a copy (the
+	// checkpoint's state section, read into one buffer that the documents
+	// then share; checkpoint.go).
+	alias bool
 }
 
 func (d *decoder) fail(format string, args ...any) error {
@@ -124,8 +128,18 @@ func DecodeEvent(line []byte, ev *varplane.Event) error {
 }
 
 func decodeEvent(line []byte, ev *varplane.Event, in *interner) error {
-	*ev = varplane.Event{}
 	d := decoder{b: line, in: in}
+	return d.event(ev)
+}
+
+// decodeEventShared is decodeEvent with ev.Document a subslice of line.
+func decodeEventShared(line []byte, ev *varplane.Event, in *interner) error {
+	d := decoder{b: line, in: in, alias: true}
+	return d.event(ev)
+}
+
+func (d *decoder) event(ev *varplane.Event) error {
+	*ev = varplane.Event{}
 	d.ws()
 	if !d.eat('{') {
 		return d.fail("want an object")
@@ -209,7 +223,11 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 	case "document":
 		start := d.p
 		if err = d.skipValue(1); err == nil {
-			ev.Document = append([]byte(nil), d.b[start:d.p]...)
+			if d.alias {
+				ev.Document = d.b[start:d.p:d.p]
+			} else {
+				ev.Document = append([]byte(nil), d.b[start:d.p]...)
+			}
 		}
 	case "schemaId":
 		err = d.strField(&ev.SchemaID)

@@ -8,6 +8,9 @@
 // lost) is cut off with a warning, while a complete line that does not
 // decode, wherever it is, stops Open with an error naming the line and its
 // byte offset (see Open).
+// Compact rewrites the log as a checkpoint plus the events after it, and
+// Open then reads the checkpoint's state and those events only
+// (checkpoint.go).
 //
 // Concurrency contract: every method is safe for concurrent use. Reads never
 // wait for a commit; State takes no lock and does not allocate for a scope
@@ -94,6 +97,18 @@ type Store struct {
 	watchers logstate.Watchers
 
 	commits, batches, rejected atomic.Uint64
+
+	// Retention (checkpoint.go, compact.go, reclaim.go): base is where
+	// the log's events start after its checkpoint (0 without one;
+	// committer-owned once Open returns); cold holds the checkpoint's
+	// history, coldEvents how many events it counts.
+	base       int64
+	cold       *cold
+	coldEvents int
+	noSync     bool
+	reclaimMu  sync.Mutex
+	reclaim    reclaimList // the to-delete list (reclaim.go)
+	compactMu  sync.Mutex  // one compaction at a time
 }
 
 // A request is one commit for the committer. A plain append or a publish
@@ -113,6 +128,7 @@ type request struct {
 	created  bool // a publish appended its revision-created event
 	err      error
 	done     chan struct{}
+	run      func() error // a maintenance step (compact.go), run between batches
 }
 
 // publishMark ends the revision-created line of a publish, whose next line
@@ -196,14 +212,25 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 	}
 	s.Init(s.st)
 	s.InitLeases(&s.Reads, nil)
+	s.noSync = opts.NoSync
 	fd := int(f.Fd())
 	s.syncf = func() error { return unix.Fdatasync(fd) }
 	if opts.NoSync {
 		s.syncf = func() error { return nil }
 	}
-	if err := s.replay(ctx); err != nil {
+	if err := s.openCheckpoint(); err != nil {
 		_ = f.Close()
 		return nil, err
+	}
+	if err := s.replay(ctx); err != nil {
+		if s.cold != nil {
+			_ = s.cold.from.Close()
+		}
+		_ = f.Close()
+		return nil, err
+	}
+	if s.cold != nil {
+		go s.loadCold()
 	}
 	go s.committer()
 	return s, nil
@@ -253,7 +280,7 @@ func (s *Store) replay(ctx context.Context) error {
 		}
 	}
 	tx := s.st.Bulk()
-	var off int64
+	off := s.base
 	for b := range out {
 		for i := range b.evs {
 			if err := tx.Apply(&b.evs[i]); err != nil {
@@ -290,14 +317,14 @@ func (s *Store) replay(ctx context.Context) error {
 // the log ends, fails, or quit is closed.
 func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-chan *decodedBatch, quit <-chan struct{}) {
 	defer close(out)
-	if _, err := s.f.Seek(0, io.SeekStart); err != nil {
+	if _, err := s.f.Seek(s.base, io.SeekStart); err != nil {
 		out <- &decodedBatch{err: fmt.Errorf("file store: seek %s: %w", s.path, err)}
 		return
 	}
 	r := bufio.NewReaderSize(s.f, 1<<20)
 	in := &interner{m: make(map[string]string)}
 	var (
-		off    int64
+		off    = s.base
 		lineNo int
 		long   []byte
 		// pub is the offset of the last line when it is the first line of
@@ -432,12 +459,21 @@ func (s *Store) committer() {
 		if !ok {
 			return
 		}
+		if r.run != nil {
+			s.runStep(r)
+			continue
+		}
 		batch = append(batch[:0], r)
+		var step *request
 	drain:
 		for len(batch) < maxBatch {
 			select {
 			case r, ok := <-s.reqs:
 				if !ok {
+					break drain
+				}
+				if r.run != nil {
+					step = r
 					break drain
 				}
 				batch = append(batch, r)
@@ -449,6 +485,9 @@ func (s *Store) committer() {
 		for i, r := range batch {
 			close(r.done)
 			batch[i] = nil
+		}
+		if step != nil {
+			s.runStep(step)
 		}
 	}
 }
@@ -621,7 +660,7 @@ func (s *Store) Replay(ctx context.Context, scope varplane.Scope, gen varplane.G
 	if s.IsShut() {
 		return nil, varplane.ErrClosed
 	}
-	return s.st.StateAt(ctx, scope, gen)
+	return s.replayAt(ctx, scope, gen)
 }
 
 // Append commits ev with the checks of varplane.Store.Append, durably: it
@@ -709,6 +748,7 @@ func (s *Store) Close() error {
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.done
+	s.stopCold()
 	s.Shut()
 	var errs []error
 	if s.failed.Load() == nil {

@@ -75,6 +75,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	}
 	withKey := *created
 	withKey.IdempotencyKey, withKey.RequestHash = activated.IdempotencyKey, activated.RequestHash
+	withKey.Document = nil // the document is in the record (history.go)
 	noKey := *activated
 	noKey.IdempotencyKey, noKey.RequestHash = "", ""
 	var js [4][]byte

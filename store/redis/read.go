@@ -217,7 +217,7 @@ func (s *Store) readRevision(ctx context.Context, scope varplane.Scope, rev varp
 	defer cancel()
 	b, err := s.client.Do(ctx, s.client.B().Get().Key(s.keys.revision(scope, rev)).Build()).AsBytes()
 	if rueidis.IsRedisNil(err) {
-		return nil, varplane.Errorf(varplane.CodeNotFound, "revision %s of scope %q is not stored", rev, scope)
+		return nil, s.missingRevision(ctx, scope, rev) // reclaim.go
 	}
 	if err != nil {
 		return nil, s.readFailure("revision", scope, err)
@@ -306,6 +306,9 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 		if err := json.Unmarshal([]byte(r), &out[i]); err != nil {
 			return nil, s.decodeFailure(fmt.Sprintf("history entry %d", i), scope, err)
 		}
+	}
+	if err := s.attachDocuments(cctx, scope, out); err != nil { // history.go
+		return nil, err
 	}
 	return out, nil
 }

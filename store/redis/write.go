@@ -209,7 +209,7 @@ func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "revision record cannot be encoded: %v", err)
 	}
-	evJSON, err := jsontext.Marshal(ev)
+	evJSON, err := jsontext.Marshal(historyEvent(ev)) // the document is in the record (history.go)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}

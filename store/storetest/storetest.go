@@ -71,6 +71,7 @@ func Run(t *testing.T, h Harness) {
 		{"Close", testClose},
 		{"Publish", testPublish},
 		{"Leases", testLeases},
+		{"Reclaim", testReclaim},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })

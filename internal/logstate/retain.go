@@ -1,0 +1,241 @@
+package logstate
+
+import (
+	"context"
+	"math"
+	"slices"
+
+	"github.com/varplane/varplane"
+)
+
+// This file is the fold's side of retention: taking revision bodies out of
+// the fold (reclamation), and writing the fold out to and reading it back
+// from a checkpoint (the file store's compaction and restart).
+
+// restoredIdx marks, in a restored scope's writer state, a head or a last
+// rejection that came from a checkpoint and so has no index in the fold's
+// own history; publish never reads the history for it, because the head or
+// rejected event is set with it.
+const restoredIdx = math.MaxInt
+
+// ScopeImage is one scope as a checkpoint holds it: its generation, its head
+// (as the activation that installed it), its last rejection, its retained
+// revision records and, when taken by Snapshot, the fold's own history of it.
+type ScopeImage struct {
+	Scope      varplane.Scope
+	Generation varplane.Generation
+	// Head is the activation that installed the head (kind, scope,
+	// revision, generation, actor, reason, timestamp), nil when none.
+	Head *varplane.Event
+	// Rejected is the last rejected event, nil when none.
+	Rejected  *varplane.Event
+	Revisions []*varplane.RevisionRecord
+	// Reclaimed lists the revisions retention took out, sorted.
+	Reclaimed []varplane.Revision
+	// History is the fold's own history of the scope (Snapshot only).
+	History []varplane.Event
+}
+
+// Snapshot returns every scope of the fold and every idempotency record as
+// they are now. Writer only (it must not race a commit); what it returns
+// shares the fold's immutable records and history and may be read from any
+// goroutine afterwards.
+func (st *State) Snapshot() ([]ScopeImage, []*varplane.IdempotencyRecord) {
+	scopes := st.Scopes()
+	out := make([]ScopeImage, 0, len(scopes))
+	for _, s := range scopes {
+		sl := st.lookup(s)
+		ss := sl.state.Load()
+		img := ScopeImage{Scope: sl.scope, Generation: ss.Generation, Rejected: ss.LastRejected}
+		if h := ss.Head; h != nil {
+			img.Head = &varplane.Event{Kind: varplane.EventActivated, Scope: h.Scope, Revision: h.Revision,
+				Generation: h.Generation, Actor: h.Actor, Reason: h.Reason, Timestamp: h.EffectiveAt}
+		}
+		sl.mu.RLock()
+		img.Revisions = make([]*varplane.RevisionRecord, 0, len(sl.revs))
+		for _, r := range sl.revs {
+			img.Revisions = append(img.Revisions, r)
+		}
+		img.History = sl.hist[:len(sl.hist):len(sl.hist)]
+		for r := range sl.gone {
+			img.Reclaimed = append(img.Reclaimed, r)
+		}
+		sl.mu.RUnlock()
+		slices.Sort(img.Reclaimed)
+		slices.SortFunc(img.Revisions, func(a, b *varplane.RevisionRecord) int { return a.CreatedAt.Compare(b.CreatedAt) })
+		out = append(out, img)
+	}
+	st.idemMu.RLock()
+	idem := make([]*varplane.IdempotencyRecord, 0, len(st.idem))
+	for _, r := range st.idem {
+		idem = append(idem, r)
+	}
+	st.idemMu.RUnlock()
+	slices.SortFunc(idem, func(a, b *varplane.IdempotencyRecord) int {
+		if a.Key < b.Key {
+			return -1
+		}
+		if a.Key > b.Key {
+			return 1
+		}
+		return 0
+	})
+	return out, idem
+}
+
+// Restore loads a checkpoint into an empty fold: like Bulk, only correct
+// while no reader can observe the State. Events folded afterwards (a Bulk
+// load of the log's tail, commits) follow from it. A head's revision must be
+// among its scope's revisions.
+func (st *State) Restore(scopes []ScopeImage, idem []*varplane.IdempotencyRecord) error {
+	for i := range scopes {
+		img := &scopes[i]
+		if !img.Scope.Valid() {
+			return badRequest("checkpoint scope %q is not a valid scope", img.Scope)
+		}
+		if st.lookup(img.Scope) != nil {
+			return badRequest("checkpoint lists scope %q twice", img.Scope)
+		}
+		sl := newSlot(img.Scope)
+		for _, r := range img.Revisions {
+			r.Scope = sl.scope
+			sl.revs[r.Revision] = r
+		}
+		for _, r := range img.Reclaimed {
+			if sl.gone == nil {
+				sl.gone = map[varplane.Revision]bool{}
+			}
+			sl.gone[r] = true
+		}
+		sl.w.gen = img.Generation
+		if img.Head != nil {
+			rec := sl.revs[img.Head.Revision]
+			if rec == nil {
+				return badRequest("checkpoint head %s of scope %q is not among its revisions", img.Head.Revision, img.Scope)
+			}
+			sl.w.headIdx, sl.w.head = restoredIdx, varplane.NewHead(img.Head, rec)
+		}
+		if img.Rejected != nil {
+			cp := *img.Rejected
+			sl.w.rejIdx, sl.w.rejected = restoredIdx, &cp
+		}
+		st.insertInPlace(sl)
+		st.addScope(sl.scope)
+		publish(sl)
+	}
+	for _, r := range idem {
+		st.idem[r.Key] = r
+	}
+	return nil
+}
+
+// Reclaim takes the records of revs out of scope s, never the head's: the
+// body is gone, while the events that name the revision stay in the history
+// (their documents dropped), and a read of it is told it was reclaimed
+// (RevisionOrGone), also after a checkpoint (ScopeImage.Reclaimed). It returns the revisions it took out. Writer only.
+func (st *State) Reclaim(s varplane.Scope, revs []varplane.Revision) []varplane.Revision {
+	sl := st.lookup(s)
+	if sl == nil || len(revs) == 0 {
+		return nil
+	}
+	var head varplane.Revision
+	if h := sl.state.Load().Head; h != nil {
+		head = h.Revision
+	}
+	var out []varplane.Revision
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	gone := make(map[varplane.Revision]bool, len(revs))
+	for _, r := range revs {
+		if r == head || sl.revs[r] == nil {
+			continue
+		}
+		delete(sl.revs, r)
+		if sl.gone == nil {
+			sl.gone = map[varplane.Revision]bool{}
+		}
+		sl.gone[r] = true
+		gone[r] = true
+		out = append(out, r)
+	}
+	if len(out) > 0 {
+		// Readers share the history slice: replace it by a copy without the
+		// reclaimed documents rather than change it in place.
+		h := slices.Clone(sl.hist)
+		for i := range h {
+			if h[i].Kind == varplane.EventRevisionCreated && gone[h[i].Revision] {
+				h[i].Document = nil
+			}
+		}
+		sl.hist = h
+	}
+	return out
+}
+
+// RevisionOrGone returns the record rev of scope s, ErrReclaimed (as a
+// *varplane.Error naming it) when retention took it out, and a not-found
+// error otherwise.
+func (st *State) RevisionOrGone(s varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
+	if rec, ok := st.Revision(s, rev); ok {
+		return rec, nil
+	}
+	return nil, st.missing(s, rev)
+}
+
+// missing is the error for a revision of s the fold does not hold.
+func (st *State) missing(s varplane.Scope, rev varplane.Revision) error {
+	if sl := st.lookup(s); sl != nil {
+		sl.mu.RLock()
+		gone := sl.gone[rev]
+		sl.mu.RUnlock()
+		if gone {
+			return &varplane.Error{Code: varplane.CodeRevisionReclaimed,
+				Message: "revision " + string(rev) + " of scope " + quote(s) + " was reclaimed by retention"}
+		}
+	}
+	return varplane.Errorf(varplane.CodeNotFound, "revision %s not found in scope %q", rev, s)
+}
+
+// FoldAt returns the state of scope s right after the event of hist (its
+// whole history) that allocated generation gen, looking revisions up with
+// rev; generation 0 is the never-activated state. A generation whose head
+// was reclaimed answers rev's error (ErrReclaimed); one never reached a
+// not-found error.
+func FoldAt(ctx context.Context, s varplane.Scope, hist []varplane.Event, gen varplane.Generation, rev func(varplane.Revision) (*varplane.RevisionRecord, error)) (*varplane.ScopeState, error) {
+	if gen == 0 {
+		return &varplane.ScopeState{Scope: s}, nil
+	}
+	out := &varplane.ScopeState{Scope: s}
+	var rejected, head *varplane.Event
+	for i := range hist {
+		if i%4096 == 4095 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		ev := &hist[i]
+		switch ev.Kind {
+		case varplane.EventActivated:
+			out.Generation, head = ev.Generation, ev
+		case varplane.EventDeactivated:
+			out.Generation, head = ev.Generation, nil
+		case varplane.EventRejected:
+			rejected = ev
+		}
+		if out.Generation == gen {
+			if head != nil {
+				rec, err := rev(head.Revision)
+				if err != nil {
+					return nil, err
+				}
+				out.Head = varplane.NewHead(head, rec)
+			}
+			if rejected != nil {
+				cp := *rejected
+				out.LastRejected = &cp
+			}
+			return out, nil
+		}
+	}
+	return nil, &varplane.Error{Code: varplane.CodeNotFound, Message: "scope " + quote(s) + " never reached generation " + itoa(gen)}
+}

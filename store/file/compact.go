@@ -1,0 +1,327 @@
+package file
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/logstate"
+)
+
+// reclaimedMark ends, in a checkpoint's history, the line of a
+// revision-created event whose body was reclaimed (a field decoders skip).
+const reclaimedMark = `,"reclaimed":true}`
+
+// compactSuffix names the compacted log while it is being written beside
+// the log; Open removes one a crash left behind.
+const compactSuffix = ".compact"
+
+// compactHook, when set (by tests, before Open), is called at each step of a
+// compaction with the step's name, so that a test can kill the process
+// there: "created", "history", "state", "synced" (the checkpoint is whole
+// and durable under its temporary name), "tail" (the commits made meanwhile
+// are copied and synced), "renamed", "dir-synced".
+var compactHook func(step string)
+
+func hook(step string) {
+	if compactHook != nil {
+		compactHook(step)
+	}
+}
+
+// CompactResult reports one compaction.
+type CompactResult struct {
+	// Before and After are the log's sizes in bytes.
+	Before, After int64
+	// Events is the number of events the checkpoint's history holds.
+	Events int
+	// Reclaimed counts the revision bodies left out of the new log.
+	Reclaimed int
+	// Paused is how long commits waited for the swap.
+	Paused time.Duration
+}
+
+// Compact rewrites the log as a checkpoint (see checkpoint.go) followed by
+// the commits made while it ran, and gives it the log's name; reads and
+// commits go on meanwhile, except for the short swap at the end. The bodies
+// of the revisions in reclaim (by scope; never a head's) are left out: once
+// Compact returns they answer ErrReclaimed, and their events stay in the
+// history without their documents. On error nothing is reclaimed and the
+// log is as it was, but for a failure after the new log took the name
+// (syncing its directory), after which the store refuses commits like after
+// a failed write.
+//
+// Crash safety: the new log is written beside the old one, under a
+// temporary name, and fsync'ed whole, the commits made meanwhile included,
+// before rename(2) gives it the log's name in one atomic step, after which
+// the directory is fsync'ed. A crash before the rename leaves the old log
+// (and a temporary file Open removes); after it, the new one, whole.
+func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varplane.Revision) (CompactResult, error) {
+	var res CompactResult
+	s.compactMu.Lock()
+	defer s.compactMu.Unlock()
+	if c := s.cold; c != nil {
+		select {
+		case <-c.ready:
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+		if c.err != nil {
+			return res, fmt.Errorf("file store: compact %s: %w", s.path, c.err)
+		}
+	}
+	// The snapshot and its offset are taken between two batches, so that the
+	// log after that offset holds exactly the commits the snapshot misses.
+	var (
+		scopes []logstate.ScopeImage
+		idem   []*varplane.IdempotencyRecord
+		at     int64
+	)
+	if err := s.runOnCommitter(ctx, func() error {
+		scopes, idem = s.st.Snapshot()
+		at = s.off
+		res.Before = s.off
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	tmp := s.path + compactSuffix
+	nf, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return res, fmt.Errorf("file store: create %s: %w", tmp, err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			_ = nf.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	hook("created")
+	tail, err := s.writeCheckpoint(ctx, nf, scopes, idem, reclaim, &res)
+	if err != nil {
+		return res, err
+	}
+	if err := s.syncNew(nf, tmp); err != nil {
+		return res, err
+	}
+	hook("synced")
+	err = s.runOnCommitter(ctx, func() error {
+		t0 := time.Now()
+		defer func() { res.Paused = time.Since(t0) }()
+		if err := activatedSince(s, scopes, reclaim); err != nil {
+			return err
+		}
+		// The commits made since the snapshot, whole lines all.
+		if n := s.off - at; n > 0 {
+			if _, err := io.Copy(io.NewOffsetWriter(nf, tail), io.NewSectionReader(s.f, at, n)); err != nil {
+				return fmt.Errorf("file store: copy the log's tail into %s: %w", tmp, err)
+			}
+			if err := s.syncNew(nf, tmp); err != nil {
+				return err
+			}
+		}
+		hook("tail")
+		if err := os.Rename(tmp, s.path); err != nil {
+			return fmt.Errorf("file store: rename %s to %s: %w", tmp, s.path, err)
+		}
+		keep = true
+		hook("renamed")
+		old := s.f
+		s.off = tail + (s.off - at)
+		s.base = tail
+		s.f = nf
+		fd := int(nf.Fd())
+		if s.noSync {
+			s.syncf = func() error { return nil }
+		} else {
+			s.syncf = func() error { return unix.Fdatasync(fd) }
+		}
+		_ = old.Close()
+		if err := syncDir(filepath.Dir(s.path)); err != nil {
+			// Until the directory is durable a crash may bring the old
+			// log back without what is committed from now on: refuse
+			// commits, as after a failed write.
+			s.failed.Store(&err)
+			return err
+		}
+		hook("dir-synced")
+		for scope, revs := range reclaim {
+			gone := s.st.Reclaim(scope, revs)
+			s.cold.reclaim(scope, gone)
+			res.Reclaimed += len(gone)
+		}
+		res.After = s.off
+		return nil
+	})
+	return res, err
+}
+
+func (s *Store) syncNew(f *os.File, name string) error {
+	if s.noSync {
+		return nil
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("file store: sync %s: %w", name, err)
+	}
+	return nil
+}
+
+// writeCheckpoint writes the header, history and state sections of a
+// compacted log to f and returns where its tail starts.
+func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logstate.ScopeImage, idem []*varplane.IdempotencyRecord,
+	reclaim map[varplane.Scope][]varplane.Revision, res *CompactResult) (int64, error) {
+	w := bufio.NewWriterSize(f, 1<<20)
+	var (
+		off  int64
+		line []byte
+		err  error
+	)
+	put := func(b []byte) {
+		if err == nil {
+			_, err = w.Write(b)
+			off += int64(len(b))
+		}
+	}
+	put(headerLine(0, 0))
+	var before map[varplane.Scope][]varplane.Event
+	if s.cold != nil {
+		s.cold.mu.RLock()
+		before = maps.Clone(s.cold.hist)
+		s.cold.mu.RUnlock()
+	}
+	for i := range scopes {
+		if i%64 == 0 && ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		img := &scopes[i]
+		for _, part := range [2][]varplane.Event{before[img.Scope], img.History} {
+			for j := range part {
+				ev := part[j]
+				// A revision-created event whose body is reclaimed (before,
+				// or by this compaction) is marked, so that Open leaves its
+				// document out even if the revision is created again.
+				mark := ev.Kind == varplane.EventRevisionCreated && (ev.Document == nil ||
+					(slices.Contains(reclaim[img.Scope], ev.Revision) && (img.Head == nil || img.Head.Revision != ev.Revision)))
+				ev.Document = nil
+				line = AppendEvent(line[:0], &ev)
+				if mark {
+					line = append(line[:len(line)-1], reclaimedMark...)
+				}
+				line = append(line, '\n')
+				put(line)
+				res.Events++
+			}
+		}
+	}
+	hook("history")
+	state := off
+	var end endLine
+	for i := range scopes {
+		img := &scopes[i]
+		gone := map[varplane.Revision]bool{}
+		for _, r := range reclaim[img.Scope] {
+			if img.Head == nil || r != img.Head.Revision {
+				gone[r] = true
+			}
+		}
+		var sl scopeLine
+		sl.ScopeState.Reclaimed = slices.Clone(img.Reclaimed)
+		for _, rec := range img.Revisions {
+			if gone[rec.Revision] {
+				sl.ScopeState.Reclaimed = append(sl.ScopeState.Reclaimed, rec.Revision)
+				continue
+			}
+			ev := varplane.Event{Kind: varplane.EventRevisionCreated, Scope: rec.Scope, Revision: rec.Revision, Document: rec.Document,
+				SchemaID: rec.SchemaID, SchemaVersion: rec.SchemaVersion, Actor: rec.Actor, Timestamp: rec.CreatedAt}
+			line = append(AppendEvent(line[:0], &ev), '\n')
+			put(line)
+			sl.ScopeState.Revisions++
+		}
+		sl.ScopeState.Scope, sl.ScopeState.Generation = img.Scope, img.Generation
+		sl.ScopeState.Head, sl.ScopeState.Rejected = img.Head, img.Rejected
+		slices.Sort(sl.ScopeState.Reclaimed)
+		putJSON(put, sl)
+		end.End.Revisions += sl.ScopeState.Revisions
+	}
+	for _, r := range idem {
+		var l idemLine
+		l.Idem.Key, l.Idem.RequestHash, l.Idem.Generation, l.Idem.Event = r.Key, r.RequestHash, r.Generation, r.Event
+		l.Idem.Event.Document = nil // the record needs the event's identity, not its body
+		putJSON(put, l)
+	}
+	end.End.Scopes, end.End.Idem, end.End.History = len(scopes), len(idem), res.Events
+	putJSON(put, end)
+	hook("state")
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		_, err = f.WriteAt(headerLine(state, off), 0)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("file store: write %s%s: %w", s.path, compactSuffix, err)
+	}
+	return off, nil
+}
+
+func putJSON(put func([]byte), v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("file store: checkpoint line: %v", err)) // plain structs of strings, numbers and events
+	}
+	put(append(b, '\n'))
+}
+
+// runOnCommitter runs fn on the committer goroutine between two batches, so
+// that it sees the fold and the log at rest and may swap the log file.
+func (s *Store) runOnCommitter(ctx context.Context, fn func() error) error {
+	return s.send(ctx, &request{run: fn})
+}
+
+// runStep runs a maintenance request queued by runOnCommitter.
+func (s *Store) runStep(r *request) {
+	r.err = r.run()
+	close(r.done)
+}
+
+// LogSize returns the size of the log in bytes, for the log-size metric.
+func (s *Store) LogSize() (int64, error) {
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return 0, fmt.Errorf("file store: stat %s: %w", s.path, err)
+	}
+	return fi.Size(), nil
+}
+
+// activatedSince refuses a compaction when a commit made since its snapshot
+// activated a revision it leaves out: the tail would name a body the
+// checkpoint does not hold. The next pass chooses again.
+func activatedSince(s *Store, scopes []logstate.ScopeImage, reclaim map[varplane.Scope][]varplane.Revision) error {
+	if len(reclaim) == 0 {
+		return nil
+	}
+	seen := make(map[varplane.Scope]int, len(scopes))
+	for i := range scopes {
+		seen[scopes[i].Scope] = len(scopes[i].History)
+	}
+	for scope, revs := range reclaim {
+		hist := s.st.History(scope)
+		for _, ev := range hist[min(seen[scope], len(hist)):] {
+			if ev.Kind == varplane.EventActivated && slices.Contains(revs, ev.Revision) {
+				return fmt.Errorf("file store: compact %s: revision %s of scope %q was activated meanwhile; not reclaimed", s.path, ev.Revision, scope)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package file_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/store/file"
+	"github.com/varplane/varplane/store/storetest"
+)
+
+// BenchmarkRestartCheckpoint opens the log of BenchmarkRestartDocuments'
+// shape (pairs, 1 KiB documents, 1,000 scopes) once compacted: keep-all
+// keeps every revision (the state section holds n/2 bodies); keep-50 keeps
+// the 50 newest of each scope, as the default retention pass leaves a log
+// whose revisions are older than a week. It reports the wall time and the
+// CPU time of Open (the latter less disturbed by a busy machine), and, for
+// comparison, the same for the full replay of the log before compaction.
+func BenchmarkRestartCheckpoint(b *testing.B) {
+	const n = 200_000
+	dir := b.TempDir()
+	path := filepath.Join(dir, "log.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	doc := []byte(`{"enabled":true,"note":"` + strings.Repeat("x", 980) + `","n":`)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	gens := map[varplane.Scope]varplane.Generation{}
+	var buf []byte
+	for i := 0; i < n/2; i++ {
+		scope := varplane.Scope(fmt.Sprintf("bench.docs.s%04d", i%1000))
+		created := storetest.CreatedEvent(scope, append(append([]byte{}, doc...), fmt.Sprintf("%d}", i)...))
+		created.Timestamp = base.Add(time.Duration(i) * time.Microsecond)
+		act := storetest.ActivatedEvent(scope, created.Revision, gens[scope])
+		act.Timestamp = created.Timestamp
+		gens[scope]++
+		for _, ev := range []*varplane.Event{created, act} {
+			buf = append(file.AppendEvent(buf[:0], ev), '\n')
+			if _, err := w.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := w.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	open := func(b *testing.B) {
+		var wall, cpu time.Duration
+		for b.Loop() {
+			c0, t0 := cpuTime(), time.Now()
+			s, err := file.Open(context.Background(), path, file.Options{})
+			wall, cpu = wall+time.Since(t0), cpu+cpuTime()-c0
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(wall.Milliseconds())/float64(b.N), "wall-ms/open")
+		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/open")
+	}
+	b.Run("full-replay", open)
+	compact := func(b *testing.B, keep int) {
+		s, err := file.Open(context.Background(), path, file.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		reclaim := map[varplane.Scope][]varplane.Revision{}
+		if keep > 0 {
+			scopes, _ := s.Scopes(context.Background())
+			for _, sc := range scopes {
+				hist, _ := s.History(context.Background(), sc)
+				var revs []varplane.Revision
+				for _, ev := range hist {
+					if ev.Kind == varplane.EventRevisionCreated {
+						revs = append(revs, ev.Revision)
+					}
+				}
+				reclaim[sc] = revs[:max(len(revs)-keep, 0)]
+			}
+		}
+		if _, err := s.Compact(context.Background(), reclaim); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("keep-all", func(b *testing.B) { compact(b, 0); open(b) })
+	b.Run("keep-50", func(b *testing.B) { compact(b, 50); open(b) })
+}
