@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/retention"
 	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/memory"
@@ -374,5 +375,39 @@ func TestRunFirstPassAfterOneInterval(t *testing.T) {
 	<-done
 	if r.Metrics().LastPass.IsZero() {
 		t.Errorf("no pass after the interval")
+	}
+}
+
+// The control service's open changes are what the pass keeps: a change
+// proposed on an old base, and its candidate, survive a pass that reclaims
+// their neighbours.
+func TestOpenChangeOfTheControlService(t *testing.T) {
+	s := memory.New()
+	defer s.Close()
+	ctx := context.Background()
+	revs := publish(t, s, "app.k", 0, 60, t0)
+	engine := varplane.NewEngine(s, varplane.Options{})
+	defer engine.Close()
+	svc := control.New(engine, control.NewGuard(), control.Options{Now: func() time.Time { return t0.Add(8 * 24 * time.Hour) }})
+	ch, err := svc.Propose(ctx, varplane.Identity{ID: "ana"}, control.ProposeRequest{Scope: "app.k", Base: 4, Document: []byte(`{"candidate":true}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := runner(t, s, t0.Add(8*24*time.Hour), func(o *retention.Options) { o.InUse = svc.RevisionsInUse }).RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The candidate is a revision of the scope too (the newest), so the 11
+	// oldest are beyond the count; the open change's base among them stays.
+	if rep.Reclaimed != 10 {
+		t.Errorf("reclaimed %d, want 10 (11 beyond the count, less the open change's base)", rep.Reclaimed)
+	}
+	if n := kept(t, s, "app.k", revs[3:4]); n != 1 {
+		t.Error("the base of an open change was reclaimed")
+	}
+	if ch.Revision != "" {
+		if n := kept(t, s, "app.k", []varplane.Revision{ch.Revision}); n != 1 {
+			t.Error("the candidate of an open change was reclaimed")
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/retention"
 	"github.com/varplane/varplane/store/file"
 )
@@ -95,7 +97,9 @@ With --reclaim, a reclamation pass runs first with the retention policy
 	defer s.Close()
 	reclaimed := 0
 	if *reclaim {
-		r, err := retention.New(s, retention.Options{Policy: pf.Policy, Holder: holderToken(), Logger: log})
+		engine := varplane.NewEngine(s, varplane.Options{Logger: log})
+		defer engine.Close()
+		r, err := retention.New(s, retention.Options{Policy: pf.Policy, Holder: holderToken(), Logger: log, InUse: openChangesInUse(engine, log)})
 		if err != nil {
 			return err
 		}
@@ -161,7 +165,7 @@ func (e *retentionExtension) Start(ctx context.Context, rt *serveRuntime) (func(
 		rt.Logger.Warn("retention: this store does not reclaim revisions yet; --reclaim-interval has no effect", "store", rt.Store.Name())
 		return nil, nil
 	}
-	r, err := retention.New(st, retention.Options{Policy: e.policy.Policy, Interval: e.interval, Holder: holderToken(), Logger: rt.Logger})
+	r, err := retention.New(st, retention.Options{Policy: e.policy.Policy, Interval: e.interval, Holder: holderToken(), Logger: rt.Logger, InUse: openChangesInUse(rt.Engine, rt.Logger)})
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +183,14 @@ func (e *retentionExtension) Start(ctx context.Context, rt *serveRuntime) (func(
 		wg.Wait()
 		return nil
 	}, nil
+}
+
+// openChangesInUse names the revisions the open change requests rest on,
+// read from the store whether or not this server serves the control API:
+// a change proposed through another replica holds its base here too.
+func openChangesInUse(engine *varplane.Engine, log *slog.Logger) retention.InUse {
+	svc := control.New(engine, control.NewGuard(), control.Options{Logger: log})
+	return svc.RevisionsInUse
 }
 
 // retentionCollector exports a Runner's metrics, and the log's size for a
