@@ -14,7 +14,7 @@ test: ## the README's test command
 	$(GO) test ./...
 
 race: ## the race detector on every package with goroutines of its own (as .ci/run)
-	$(GO) test -race -count=1 $$(for p in . ./internal/... ./store/... ./push/... ./rpc/... ./httpapi/... ./client/... ./config/... ./instance/... ./control/... ./access/...; do $(GO) list $$p 2>/dev/null; done)
+	$(GO) test -race -count=1 $$(for p in . ./internal/... ./store/... ./push/... ./rpc/... ./httpapi/... ./client/... ./config/... ./instance/... ./control/... ./access/... ./retention/...; do $(GO) list $$p 2>/dev/null; done)
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
