@@ -3,77 +3,13 @@ package control
 import (
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"strconv"
-	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/varplane/varplane/internal/jsonpatch"
 )
-
-// apply applies an RFC 6902 patch of add, remove and replace to doc; the
-// test's own reading of the RFC, to check that Diff's patches are exact.
-func apply(t *rapid.T, doc any, ops []PatchOp) any {
-	for _, op := range ops {
-		var val any
-		if op.Op != "remove" {
-			v, err := decodeValue(op.Value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			val = v
-		}
-		if op.Path == "" {
-			if op.Op != "replace" {
-				t.Fatalf("%s at the root", op.Op)
-			}
-			doc = val
-			continue
-		}
-		toks := strings.Split(op.Path[1:], "/")
-		doc = applyAt(t, doc, toks, op.Op, val)
-	}
-	return doc
-}
-
-func applyAt(t *rapid.T, node any, toks []string, op string, val any) any {
-	tok := strings.NewReplacer("~1", "/", "~0", "~").Replace(toks[0])
-	last := len(toks) == 1
-	switch n := node.(type) {
-	case map[string]any:
-		if !last {
-			n[tok] = applyAt(t, n[tok], toks[1:], op, val)
-			return n
-		}
-		switch op {
-		case "remove":
-			delete(n, tok)
-		default:
-			n[tok] = val
-		}
-		return n
-	case []any:
-		i, err := strconv.Atoi(tok)
-		if err != nil || i < 0 || i > len(n) {
-			t.Fatalf("bad index %q of %d", tok, len(n))
-		}
-		if !last {
-			n[i] = applyAt(t, n[i], toks[1:], op, val)
-			return n
-		}
-		switch op {
-		case "remove":
-			return append(n[:i:i], n[i+1:]...)
-		case "add":
-			return append(n[:i:i], append([]any{val}, n[i:]...)...)
-		default:
-			n[i] = val
-			return n
-		}
-	}
-	t.Fatalf("path into a scalar")
-	return nil
-}
 
 func genValue(depth int) *rapid.Generator[any] {
 	return rapid.Custom(func(t *rapid.T) any {
@@ -114,10 +50,19 @@ func TestDiffApplies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		va, _ := decodeValue(ja)
-		vb, _ := decodeValue(jb)
-		if got := apply(t, va, ops); !reflect.DeepEqual(got, vb) {
-			t.Fatalf("patch %s of %s gives %v, want %s", fmt.Sprint(ops), ja, got, jb)
+		p := make(jsonpatch.Patch, len(ops))
+		for i, o := range ops {
+			p[i] = jsonpatch.Operation{Op: o.Op, Path: o.Path, Value: o.Value}
+			if o.Op != jsonpatch.OpAdd {
+				// The old value the text form shows is the one in a.
+				if got, err := jsonpatch.Get(ja, o.Path); err != nil || !jsonpatch.Equal(got, o.Old) {
+					t.Fatalf("op %d: old %s, a holds %s (%v)", i, o.Old, got, err)
+				}
+			}
+		}
+		got, err := jsonpatch.Apply(ja, p)
+		if err != nil || !jsonpatch.Equal(got, jb) {
+			t.Fatalf("patch %s of %s gives %s (%v), want %s", fmt.Sprint(ops), ja, got, err, jb)
 		}
 		if same, _ := Diff(ja, ja); len(same) != 0 {
 			t.Fatalf("Diff of a document with itself = %v", same)
