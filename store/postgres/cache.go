@@ -165,38 +165,38 @@ func (s *Store) installedScopes() []varplane.Scope {
 
 // counters are the store's monotonic counters, exported through Stats.
 type counters struct {
-	commits, commitConflicts, commitErrors      atomic.Uint64
-	notifications, notificationReads, notDrop   atomic.Uint64
+	commits, commitConflicts, commitErrors       atomic.Uint64
+	notifications, notificationReads, notDrop    atomic.Uint64
 	passes, confirms, confirmChanged, confirmErr atomic.Uint64
-	coldLoads, readErrors, decodeErrors         atomic.Uint64
-	regressions, installs, watchCommits         atomic.Uint64
-	listens                                     atomic.Uint64
-	lastPassNanos                               atomic.Int64
+	coldLoads, readErrors, decodeErrors          atomic.Uint64
+	regressions, installs, watchCommits          atomic.Uint64
+	listens                                      atomic.Uint64
+	lastPassNanos                                atomic.Int64
 }
 
 // Stats is a point-in-time copy of the store's counters and gauges, for a
 // metrics exporter. Counters only grow while the store is open.
 type Stats struct {
-	Commits               uint64 // mutations the database committed
-	CommitConflicts       uint64 // generation mismatches
-	CommitErrors          uint64 // mutations that failed for any other reason
-	Notifications         uint64 // notifications received
-	NotificationReads     uint64 // heads read because of a notification
-	NotificationsDropped  uint64 // notifications dropped on a full queue (revalidation catches them)
-	RevalidationPasses    uint64
-	Confirmations         uint64 // installed heads a pass found unchanged
-	ConfirmChanged        uint64 // installed heads a pass found changed
-	ConfirmErrors         uint64 // pass queries that failed
-	ColdLoads             uint64 // scopes read on first use
-	ReadErrors            uint64 // reads that failed
-	DecodeErrors          uint64 // stored values that could not be decoded
-	Regressions           uint64 // heads that went back (restore, failover)
-	Installs              uint64
-	WatchCommits          uint64 // commits delivered to Watch listeners
-	Listens               uint64 // successful (re)LISTENs on the channel
-	Installed             int           // scopes held in memory
-	MaxLag                time.Duration // largest lag over installed scopes
-	LastPassDuration      time.Duration
+	Commits              uint64 // mutations the database committed
+	CommitConflicts      uint64 // generation mismatches
+	CommitErrors         uint64 // mutations that failed for any other reason
+	Notifications        uint64 // notifications received
+	NotificationReads    uint64 // heads read because of a notification
+	NotificationsDropped uint64 // notifications dropped on a full queue (revalidation catches them)
+	RevalidationPasses   uint64
+	Confirmations        uint64 // installed heads a pass found unchanged
+	ConfirmChanged       uint64 // installed heads a pass found changed
+	ConfirmErrors        uint64 // pass queries that failed
+	ColdLoads            uint64 // scopes read on first use
+	ReadErrors           uint64 // reads that failed
+	DecodeErrors         uint64 // stored values that could not be decoded
+	Regressions          uint64 // heads that went back (restore, failover)
+	Installs             uint64
+	WatchCommits         uint64        // commits delivered to Watch listeners
+	Listens              uint64        // successful (re)LISTENs on the channel
+	Installed            int           // scopes held in memory
+	MaxLag               time.Duration // largest lag over installed scopes
+	LastPassDuration     time.Duration
 }
 
 // Stats returns the current counters and gauges.
