@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -357,5 +356,3 @@ func eventually(tb testing.TB, timeout time.Duration, what string, cond func() b
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-var errTest = errors.New("test")

@@ -1,0 +1,163 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/store/storetest"
+)
+
+// TestMigrationsNumbered: the embedded migrations load, run 1, 2, … and
+// the binary's version is the last one.
+func TestMigrationsNumbered(t *testing.T) {
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) == 0 || SchemaVersion() != ms[len(ms)-1].version {
+		t.Fatalf("migrations %v, SchemaVersion %d", ms, SchemaVersion())
+	}
+}
+
+// TestConcurrentOpensMigrateOnce: several stores opened at once on a new
+// schema all succeed (the advisory lock serialises them), and the schema
+// records each migration exactly once.
+func TestConcurrentOpensMigrateOnce(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	stores := make([]*Store, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			stores[i], errs[i] = Open(ctx, u, Options{})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Open %d: %v", i, err)
+		}
+		defer stores[i].Close()
+	}
+	var n, max int
+	if err := rawConn(t, u).QueryRow(context.Background(), "SELECT count(*), max(version) FROM schema_version").Scan(&n, &max); err != nil {
+		t.Fatal(err)
+	}
+	if n != SchemaVersion() || max != SchemaVersion() {
+		t.Errorf("schema_version has %d rows up to %d, want %d", n, max, SchemaVersion())
+	}
+	// And a commit through one is seen by the others' reads.
+	rev := create(t, stores[0], "mig.k", 1)
+	activate(t, stores[0], "mig.k", rev, 0)
+	if st := state(t, stores[3], "mig.k"); st.Generation != 1 {
+		t.Errorf("store 3 reads %+v", st)
+	}
+}
+
+// TestNewerSchemaRefused: a schema migrated by a newer release is refused
+// with a clear error, and nothing is changed.
+func TestNewerSchemaRefused(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	s := openStore(t, u, Options{})
+	rev := create(t, s, "new.k", 1)
+	activate(t, s, "new.k", rev, 0)
+	_ = s.Close()
+	raw := rawConn(t, u)
+	newer := SchemaVersion() + 1
+	if _, err := raw.Exec(context.Background(), "INSERT INTO schema_version (version, name) VALUES ($1, 'from_the_future.sql')", newer); err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range []Options{{}, {ReadOnly: true}} {
+		_, err := Open(context.Background(), u, opts)
+		if err == nil {
+			t.Fatalf("Open (read-only %v) of a newer schema succeeded", opts.ReadOnly)
+		}
+		if varplane.ErrorCode(err) != varplane.CodeStoreUnavailable || !strings.Contains(err.Error(), "newer than this binary") {
+			t.Errorf("Open (read-only %v) = %v, want a store-unavailable error saying the schema is newer", opts.ReadOnly, err)
+		}
+	}
+	var gen int64
+	if err := raw.QueryRow(context.Background(), "SELECT generation FROM heads WHERE scope = 'new.k'").Scan(&gen); err != nil || gen != 1 {
+		t.Errorf("head after the refused opens: generation %d, %v", gen, err)
+	}
+}
+
+// TestReadOnly: a read-only replica refuses a schema that was never
+// migrated, serves reads and follows commits, and refuses every mutation
+// with store-unsupported.
+func TestReadOnly(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	if _, err := Open(context.Background(), withParam(t, u, "read_only", "true"), Options{}); err == nil || !strings.Contains(err.Error(), "start a writer") {
+		t.Fatalf("read-only Open of an empty schema = %v, want a refusal asking for a writer", err)
+	}
+	w := openStore(t, u, Options{})
+	r := openStore(t, withParam(t, u, "read_only", "true"), Options{})
+	rw := watchChan(t, r)
+	rev := create(t, w, "ro.k", 1)
+	activate(t, w, "ro.k", rev, 0)
+	if c := nextCommit(t, rw, 5*time.Second); c.Changes[0].Head == nil || c.Changes[0].Head.Revision != rev {
+		t.Fatalf("read-only replica got %+v", c)
+	}
+	ctx := context.Background()
+	for name, err := range map[string]error{
+		"create":     r.Append(ctx, storetest.CreatedEvent("ro.k", storetest.Doc(2)), 0),
+		"activate":   r.Append(ctx, storetest.ActivatedEvent("ro.k", rev, 1), 1),
+		"deactivate": r.AppendSubtreeDeactivation(ctx, storetest.DeactivatedEvent("ro.k", 1), 1),
+	} {
+		if varplane.ErrorCode(err) != varplane.CodeStoreUnsupported {
+			t.Errorf("%s on a read-only replica = %v, want store-unsupported", name, err)
+		}
+	}
+	if h, err := r.History(ctx, "ro.k"); err != nil || kinds(h) != "revision-created,activated" {
+		t.Errorf("history on the read-only replica = %s, %v", kinds(h), err)
+	}
+}
+
+// TestEventsAppendOnly: the log refuses an UPDATE or DELETE of an event.
+func TestEventsAppendOnly(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	s := openStore(t, u, Options{})
+	create(t, s, "ao.k", 1)
+	raw := rawConn(t, u)
+	for _, sql := range []string{"UPDATE events SET body = '{}'", "DELETE FROM events"} {
+		if _, err := raw.Exec(context.Background(), sql); err == nil || !strings.Contains(err.Error(), "append-only") {
+			t.Errorf("%s: err = %v, want the append-only refusal", sql, err)
+		}
+	}
+	if h, err := s.History(context.Background(), "ao.k"); err != nil || len(h) != 1 {
+		t.Errorf("history = %v, %v", h, err)
+	}
+}
+
+// TestCorruptRowFailsClosed: a head row edited by hand into something that
+// cannot be decoded fails the read with an internal error (never an empty
+// state), and the row is left in place.
+func TestCorruptRowFailsClosed(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	s := openStore(t, u, Options{})
+	rev := create(t, s, "bad.k", 1)
+	activate(t, s, "bad.k", rev, 0)
+	raw := rawConn(t, u)
+	if _, err := raw.Exec(context.Background(), `UPDATE heads SET last_rejected = '"not an event"' WHERE scope = 'bad.k'`); err != nil {
+		t.Fatal(err)
+	}
+	fresh := openStore(t, u, Options{})
+	_, err := fresh.State(context.Background(), "bad.k")
+	var e *varplane.Error
+	if !errors.As(err, &e) || e.Code != varplane.CodeInternal {
+		t.Fatalf("State of a corrupt head = %v, want an internal error", err)
+	}
+	var n int
+	if err := raw.QueryRow(context.Background(), "SELECT count(*) FROM heads WHERE scope = 'bad.k'").Scan(&n); err != nil || n != 1 {
+		t.Errorf("the corrupt row was not left in place: %d, %v", n, err)
+	}
+}
