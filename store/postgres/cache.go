@@ -165,13 +165,13 @@ func (s *Store) installedScopes() []varplane.Scope {
 
 // counters are the store's monotonic counters, exported through Stats.
 type counters struct {
-	commits, commitConflicts, commitErrors       atomic.Uint64
-	notifications, notificationReads, notDrop    atomic.Uint64
-	passes, confirms, confirmChanged, confirmErr atomic.Uint64
-	coldLoads, readErrors, decodeErrors          atomic.Uint64
-	regressions, installs, watchCommits          atomic.Uint64
-	listens                                      atomic.Uint64
-	lastPassNanos                                atomic.Int64
+	commits, commitConflicts, commitErrors         atomic.Uint64
+	notifications, notificationReads, notDrop      atomic.Uint64
+	passes, confirms, confirmChanged, confirmErr   atomic.Uint64
+	coldLoads, readErrors, decodeErrors            atomic.Uint64
+	regressions, installs, watchCommits            atomic.Uint64
+	listens, notified, notifyDropped, notifyErrors atomic.Uint64
+	lastPassNanos                                  atomic.Int64
 }
 
 // Stats is a point-in-time copy of the store's counters and gauges, for a
@@ -194,6 +194,9 @@ type Stats struct {
 	Installs             uint64
 	WatchCommits         uint64        // commits delivered to Watch listeners
 	Listens              uint64        // successful (re)LISTENs on the channel
+	Notified             uint64        // invalidations of own commits sent
+	NotifyDropped        uint64        // invalidations dropped on a full queue
+	NotifyErrors         uint64        // invalidations whose sending failed
 	Installed            int           // scopes held in memory
 	MaxLag               time.Duration // largest lag over installed scopes
 	LastPassDuration     time.Duration
@@ -208,7 +211,8 @@ func (s *Store) Stats() Stats {
 		RevalidationPasses: c.passes.Load(), Confirmations: c.confirms.Load(), ConfirmChanged: c.confirmChanged.Load(), ConfirmErrors: c.confirmErr.Load(),
 		ColdLoads: c.coldLoads.Load(), ReadErrors: c.readErrors.Load(), DecodeErrors: c.decodeErrors.Load(),
 		Regressions: c.regressions.Load(), Installs: c.installs.Load(), WatchCommits: c.watchCommits.Load(),
-		Listens: c.listens.Load(), LastPassDuration: time.Duration(c.lastPassNanos.Load()),
+		Listens: c.listens.Load(), Notified: c.notified.Load(), NotifyDropped: c.notifyDropped.Load(), NotifyErrors: c.notifyErrors.Load(),
+		LastPassDuration: time.Duration(c.lastPassNanos.Load()),
 	}
 	for _, l := range s.Lag() {
 		st.Installed++

@@ -7,18 +7,21 @@
 // Every commit is one call of a commit function (created by the embedded
 // migrations) and so one transaction: the head row is locked (SELECT … FOR
 // UPDATE) and its generation compared with the expected one, the event is
-// appended, the head updated, the idempotency key inserted (its primary key
-// refuses a reuse) and the invalidation sent with pg_notify, which
-// PostgreSQL delivers only once the transaction commits. A subtree
-// deactivation chooses and locks its active descendants in the same
-// transaction.
+// appended, the head updated and the idempotency key inserted (its primary
+// key refuses a reuse). A subtree deactivation chooses and locks its active
+// descendants in the same transaction.
 //
-// Reads are served from in-memory snapshots: a notification on the schema's
-// channel makes every replica read the named heads and install them, and a
-// periodic revalidation pass sends the version of every installed head and
-// gets back only those that changed, so a lost notification is caught
-// within one interval. docs/postgres.md describes the schema, the roles and
-// what happens under each failure.
+// Right after a commit the store sends its invalidation with pg_notify, in
+// a transaction of its own that commits asynchronously: a NOTIFY inside the
+// commit would hold PostgreSQL's cluster-wide notification lock through the
+// commit's WAL flush and so serialise every commit (docs/postgres.md has the
+// measurement). Reads are served from in-memory snapshots: a notification
+// on the schema's channel makes every replica read the named heads and
+// install them, and a periodic revalidation pass sends the version of every
+// installed head and gets back only those that changed, so a notification
+// lost for any reason (a writer that died right after its commit, a
+// dropped connection) is caught within one interval. docs/postgres.md
+// describes the schema, the roles and what happens under each failure.
 //
 // Concurrency: every method of *Store is safe for concurrent use. State and
 // Revision of an installed scope load an atomic pointer and never lock or

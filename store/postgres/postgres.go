@@ -115,6 +115,7 @@ type Store struct {
 
 	kick      chan struct{} // asks for a revalidation pass now
 	msgs      chan string   // notification payloads, handled by one goroutine
+	notes     chan string   // invalidations of own commits, sent by one goroutine
 	listening chan struct{} // closed at the first successful LISTEN
 	closed    atomic.Bool
 	ctx       context.Context
@@ -198,6 +199,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 			s.shutdown()
 			return nil, varplane.Unavailable(ctx.Err())
 		}
+	}
+	if !opts.ReadOnly {
+		s.notes = make(chan string, 4096)
+		s.wg.Add(1)
+		go s.notifyLoop()
 	}
 	s.wg.Add(1)
 	go s.revalidateLoop()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -168,15 +169,18 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 		cur, version     *int64
 		rejected, recJSN []byte
 	)
-	err = s.call(ctx, "SELECT status, cur_generation, new_version, last_rejected, rev_record FROM varplane_activate($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+	err = s.call(ctx, "SELECT status, cur_generation, new_version, last_rejected, rev_record FROM varplane_activate($1, $2, $3, $4, $5, $6, $7, $8)",
 		[]any{string(ev.Scope), int64(expected), int64(ev.Generation), string(ev.Revision), evJSON,
-			nullable(ev.IdempotencyKey), ev.RequestHash, s.channel, rec == nil},
+			nullable(ev.IdempotencyKey), ev.RequestHash, rec == nil},
 		&st, &cur, &version, &rejected, &recJSN)
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
 	}
 	if err := s.status(ev, expected, st, deref(cur)); err != nil {
 		return err
+	}
+	if version != nil {
+		s.notify(fmt.Sprintf("%s\n%d %d %s", varplane.EventActivated, *version, ev.Generation, ev.Scope))
 	}
 	snap, err := s.ownSnapshot(ev.Scope, ev.Generation, version, rejected)
 	if err == nil && rec == nil {
@@ -238,13 +242,16 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 		st           string
 		cur, version *int64
 	)
-	err = s.call(ctx, "SELECT status, cur_generation, new_version FROM varplane_reject($1, $2, $3, $4, $5)",
-		[]any{string(ev.Scope), evJSON, nullable(ev.IdempotencyKey), ev.RequestHash, s.channel}, &st, &cur, &version)
+	err = s.call(ctx, "SELECT status, cur_generation, new_version FROM varplane_reject($1, $2, $3, $4)",
+		[]any{string(ev.Scope), evJSON, nullable(ev.IdempotencyKey), ev.RequestHash}, &st, &cur, &version)
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
 	}
 	if err := s.status(ev, 0, st, 0); err != nil {
 		return err
+	}
+	if version != nil {
+		s.notify(fmt.Sprintf("%s\n%d %d %s", varplane.EventRejected, *version, deref(cur), ev.Scope))
 	}
 	// The reply does not carry the head, so the scope is read back; the
 	// rejection is committed whether or not that read succeeds.
@@ -310,9 +317,9 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		cur, version      *int64
 		rejected, descJSN []byte
 	)
-	err = s.call(ctx, "SELECT status, cur_generation, new_version, last_rejected, descendants FROM varplane_deactivate($1, $2, $3, $4, $5, $6, $7, $8)",
+	err = s.call(ctx, "SELECT status, cur_generation, new_version, last_rejected, descendants FROM varplane_deactivate($1, $2, $3, $4, $5, $6, $7)",
 		[]any{string(ev.Scope), int64(expected), int64(ev.Generation), string(evJSON), string(tail),
-			nullable(ev.IdempotencyKey), ev.RequestHash, s.channel},
+			nullable(ev.IdempotencyKey), ev.RequestHash},
 		&st, &cur, &version, &rejected, &descJSN)
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
@@ -340,6 +347,7 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		reqs = append(reqs, installReq{scope: d.Scope, snap: ds, seq: ownSeq})
 		cascade = append(cascade, varplane.CascadeEntry{Scope: d.Scope, Generation: d.Generation})
 	}
+	s.notify(deactivationPayload(ev, version, descs))
 	if err != nil {
 		s.log.Warn("postgres store: committed, but the reply cannot be read; reloading", "scope", string(ev.Scope), "err", err)
 		scopes := []varplane.Scope{ev.Scope}
@@ -352,4 +360,23 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	ev.Cascade = cascade
 	s.installAndDeliver(varplane.EventDeactivated, reqs)
 	return nil
+}
+
+// maxPayload is the longest notification payload sent; PostgreSQL refuses
+// payloads of 8000 bytes or more.
+const maxPayload = 7900
+
+// deactivationPayload is the invalidation of a subtree deactivation: the
+// parent's line, then one line per descendant, or "*" (revalidate
+// everything) when that would not fit.
+func deactivationPayload(ev *varplane.Event, version *int64, descs []descendantReply) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n%d %d %s", varplane.EventDeactivated, deref(version), ev.Generation, ev.Scope)
+	for _, d := range descs {
+		fmt.Fprintf(&b, "\n%d %d %s", d.Version, d.Generation, d.Scope)
+	}
+	if b.Len() > maxPayload || version == nil {
+		return string(varplane.EventDeactivated) + "\n*"
+	}
+	return b.String()
 }
