@@ -61,8 +61,8 @@ type config struct {
 	// postgresURL is the server the postgres scenario creates its
 	// database on.
 	postgresURL string
-	install   bool
-	keep      bool
+	install     bool
+	keep        bool
 }
 
 var allScenarios = []string{"read", "commit", "contended", "push", "restart", "redis", "postgres", "sdk"}
