@@ -171,6 +171,7 @@ type counters struct {
 	coldLoads, readErrors, decodeErrors            atomic.Uint64
 	regressions, installs, watchCommits            atomic.Uint64
 	listens, notified, notifyDropped, notifyErrors atomic.Uint64
+	batches, batchedCalls, batchRetries            atomic.Uint64
 	lastPassNanos                                  atomic.Int64
 }
 
@@ -197,6 +198,9 @@ type Stats struct {
 	Notified             uint64        // invalidations of own commits sent
 	NotifyDropped        uint64        // invalidations dropped on a full queue
 	NotifyErrors         uint64        // invalidations whose sending failed
+	Batches              uint64        // transactions that grouped several commits
+	BatchedCalls         uint64        // commits run in those transactions
+	BatchRetries         uint64        // batches the server refused, whose commits ran again one by one
 	Installed            int           // scopes held in memory
 	MaxLag               time.Duration // largest lag over installed scopes
 	LastPassDuration     time.Duration
@@ -212,6 +216,7 @@ func (s *Store) Stats() Stats {
 		ColdLoads: c.coldLoads.Load(), ReadErrors: c.readErrors.Load(), DecodeErrors: c.decodeErrors.Load(),
 		Regressions: c.regressions.Load(), Installs: c.installs.Load(), WatchCommits: c.watchCommits.Load(),
 		Listens: c.listens.Load(), Notified: c.notified.Load(), NotifyDropped: c.notifyDropped.Load(), NotifyErrors: c.notifyErrors.Load(),
+		Batches: c.batches.Load(), BatchedCalls: c.batchedCalls.Load(), BatchRetries: c.batchRetries.Load(),
 		LastPassDuration: time.Duration(c.lastPassNanos.Load()),
 	}
 	for _, l := range s.Lag() {

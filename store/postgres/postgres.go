@@ -113,10 +113,11 @@ type Store struct {
 	pendingMu sync.Mutex
 	pending   map[varplane.Scope]struct{} // notified scopes whose read failed
 
-	kick      chan struct{} // asks for a revalidation pass now
-	msgs      chan string   // notification payloads, handled by one goroutine
-	notes     chan string   // invalidations of own commits, sent by one goroutine
-	listening chan struct{} // closed at the first successful LISTEN
+	kick      chan struct{}    // asks for a revalidation pass now
+	msgs      chan string      // notification payloads, handled by one goroutine
+	notes     chan string      // invalidations of own commits, sent by one goroutine
+	calls     chan *commitCall // commit function calls waiting for a batcher
+	listening chan struct{}    // closed at the first successful LISTEN
 	closed    atomic.Bool
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -188,13 +189,17 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		s.wg.Add(2)
 		go s.listenLoop()
 		go s.notificationLoop()
-		wait := time.NewTimer(opts.CommandTimeout)
+		// The listener retries on its own; Open waits for its first
+		// LISTEN a little longer than one attempt, so a loaded machine
+		// does not fail a start that would succeed.
+		bound := max(2*opts.CommandTimeout, 10*time.Second)
+		wait := time.NewTimer(bound)
 		defer wait.Stop()
 		select {
 		case <-s.listening:
 		case <-wait.C:
 			s.shutdown()
-			return nil, varplane.Unavailable(fmt.Errorf("postgres store: no LISTEN on %s within %v", addr, opts.CommandTimeout))
+			return nil, varplane.Unavailable(fmt.Errorf("postgres store: no LISTEN on %s within %v", addr, bound))
 		case <-ctx.Done():
 			s.shutdown()
 			return nil, varplane.Unavailable(ctx.Err())
@@ -202,8 +207,12 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	if !opts.ReadOnly {
 		s.notes = make(chan string, 4096)
-		s.wg.Add(1)
+		s.calls = make(chan *commitCall, maxBatch*batchers)
+		s.wg.Add(1 + batchers)
 		go s.notifyLoop()
+		for range batchers {
+			go s.batchLoop()
+		}
 	}
 	s.wg.Add(1)
 	go s.revalidateLoop()

@@ -52,20 +52,6 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
-// call runs one commit function statement and scans its row, retrying a
-// transaction the server rolled back on a serialization failure or a
-// deadlock.
-func (s *Store) call(ctx context.Context, sql string, args []any, dst ...any) error {
-	var err error
-	for range 3 {
-		err = s.pool.QueryRow(ctx, sql, args...).Scan(dst...)
-		if !retryable(err) {
-			return err
-		}
-	}
-	return err
-}
-
 func nullable(v string) any {
 	if v == "" {
 		return nil
@@ -142,7 +128,7 @@ func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
 	var st string
-	err = s.call(ctx, "SELECT status FROM varplane_create($1, $2, $3, $4, $5, $6)",
+	err = s.call(ctx, string(ev.Scope), "SELECT status FROM varplane_create($1, $2, $3, $4, $5, $6)",
 		[]any{string(ev.Scope), string(ev.Revision), recJSON, evJSON, nullable(ev.IdempotencyKey), ev.RequestHash}, &st)
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
@@ -169,7 +155,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 		cur, version     *int64
 		rejected, recJSN []byte
 	)
-	err = s.call(ctx, "SELECT status, cur_generation, new_version, last_rejected, rev_record FROM varplane_activate($1, $2, $3, $4, $5, $6, $7, $8)",
+	err = s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version, last_rejected, rev_record FROM varplane_activate($1, $2, $3, $4, $5, $6, $7, $8)",
 		[]any{string(ev.Scope), int64(expected), int64(ev.Generation), string(ev.Revision), evJSON,
 			nullable(ev.IdempotencyKey), ev.RequestHash, rec == nil},
 		&st, &cur, &version, &rejected, &recJSN)
@@ -242,7 +228,7 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 		st           string
 		cur, version *int64
 	)
-	err = s.call(ctx, "SELECT status, cur_generation, new_version FROM varplane_reject($1, $2, $3, $4)",
+	err = s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version FROM varplane_reject($1, $2, $3, $4)",
 		[]any{string(ev.Scope), evJSON, nullable(ev.IdempotencyKey), ev.RequestHash}, &st, &cur, &version)
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
@@ -317,10 +303,12 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		cur, version      *int64
 		rejected, descJSN []byte
 	)
-	err = s.call(ctx, "SELECT status, cur_generation, new_version, last_rejected, descendants FROM varplane_deactivate($1, $2, $3, $4, $5, $6, $7)",
-		[]any{string(ev.Scope), int64(expected), int64(ev.Generation), string(evJSON), string(tail),
+	// A deactivation runs in a transaction of its own, never in a batch:
+	// it locks a whole subtree.
+	err = s.single(&commitCall{ctx: ctx, sql: "SELECT status, cur_generation, new_version, last_rejected, descendants FROM varplane_deactivate($1, $2, $3, $4, $5, $6, $7)",
+		args: []any{string(ev.Scope), int64(expected), int64(ev.Generation), string(evJSON), string(tail),
 			nullable(ev.IdempotencyKey), ev.RequestHash},
-		&st, &cur, &version, &rejected, &descJSN)
+		dst: []any{&st, &cur, &version, &rejected, &descJSN}})
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
 	}

@@ -1,0 +1,203 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Commit batching. Every commit must wait for its WAL flush; on a small
+// machine the fixed cost of a transaction (its begin, commit and flush
+// wait, the backend's context switches) dominates, so concurrent commits
+// are grouped: a batcher takes the calls that are waiting, runs them in
+// one transaction, and acknowledges all of them once it commits. Each call
+// keeps its own semantics inside the batch, because the commit functions
+// answer a refusal (conflict, duplicate, ...) without writing anything and
+// later calls see the writes of earlier ones (two activations of one scope
+// in a batch are compared in order). A call that fails with an error the
+// server raised (a racing idempotency key, a deadlock) aborts the batch:
+// nothing of it was committed, and every call of it is run again on its
+// own. A lone call runs on its own straight away, so one writer pays no
+// batching latency.
+
+const (
+	// batchers is the number of batches that may be in flight at once;
+	// each holds one pool connection while it runs.
+	batchers = 4
+	// maxBatch bounds the calls of one transaction.
+	maxBatch = 64
+)
+
+// commitCall is one commit function call waiting for a batcher.
+type commitCall struct {
+	ctx   context.Context
+	scope string // the batch runs its calls in scope order (stable)
+	sql   string
+	args  []any
+	dst   []any
+	done  chan error
+}
+
+// call runs one commit function statement and scans its row, in a batch
+// with whatever else is waiting.
+func (s *Store) call(ctx context.Context, scope string, sql string, args []any, dst ...any) error {
+	c := &commitCall{ctx: ctx, scope: scope, sql: sql, args: args, dst: dst, done: make(chan error, 1)}
+	select {
+	case s.calls <- c:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.ctx.Done():
+		return errors.New("store closing")
+	}
+	// The batcher always answers (it owns the call once queued), and it
+	// bounds each run by the call's context.
+	return <-c.done
+}
+
+// single runs one call in a transaction of its own, retrying a
+// transaction the server rolled back on a serialization failure or a
+// deadlock.
+func (s *Store) single(c *commitCall) error {
+	var err error
+	for range 3 {
+		err = s.pool.QueryRow(c.ctx, c.sql, c.args...).Scan(c.dst...)
+		if !retryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// batchLoop is one batcher.
+func (s *Store) batchLoop() {
+	defer s.wg.Done()
+	batch := make([]*commitCall, 0, maxBatch)
+	for {
+		select {
+		case <-s.ctx.Done():
+			s.drainCalls()
+			return
+		case c := <-s.calls:
+			batch = append(batch[:0], c)
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case c := <-s.calls:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		live := batch[:0]
+		for _, c := range batch {
+			if err := c.ctx.Err(); err != nil {
+				c.done <- err
+				continue
+			}
+			live = append(live, c)
+		}
+		switch len(live) {
+		case 0:
+		case 1:
+			live[0].done <- s.single(live[0])
+		default:
+			s.runBatch(live)
+		}
+	}
+}
+
+// drainCalls answers every queued call when the store closes.
+func (s *Store) drainCalls() {
+	for {
+		select {
+		case c := <-s.calls:
+			c.done <- errors.New("store closing")
+		default:
+			return
+		}
+	}
+}
+
+// runBatch runs calls in one transaction and answers each.
+func (s *Store) runBatch(calls []*commitCall) {
+	slices.SortStableFunc(calls, func(a, b *commitCall) int { return strings.Compare(a.scope, b.scope) })
+	// The batch is bounded by the earliest deadline of its calls.
+	ctx := calls[0].ctx
+	for _, c := range calls[1:] {
+		if d, ok := c.ctx.Deadline(); ok {
+			if cur, ok := ctx.Deadline(); !ok || d.Before(cur) {
+				ctx = c.ctx
+			}
+		}
+	}
+	s.stats.batches.Add(1)
+	s.stats.batchedCalls.Add(uint64(len(calls)))
+	err, serverRefused := s.tryBatch(ctx, calls)
+	switch {
+	case err == nil:
+		for _, c := range calls {
+			c.done <- nil
+		}
+	case serverRefused:
+		// Nothing was committed: each call runs again on its own and
+		// gets its own answer (such as a duplicate idempotency key).
+		s.stats.batchRetries.Add(1)
+		for _, c := range calls {
+			c.done <- s.single(c)
+		}
+	default:
+		for _, c := range calls {
+			c.done <- err
+		}
+	}
+}
+
+// tryBatch runs calls in one transaction. serverRefused reports an error
+// the server raised for a statement or the commit, after which the
+// transaction is known to be rolled back.
+func (s *Store) tryBatch(ctx context.Context, calls []*commitCall) (err error, serverRefused bool) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err, false
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	b := &pgx.Batch{}
+	for _, c := range calls {
+		b.Queue(c.sql, c.args...)
+	}
+	br := tx.SendBatch(ctx, b)
+	var first error
+	for _, c := range calls {
+		if err := br.QueryRow().Scan(c.dst...); err != nil && first == nil {
+			first = err
+		}
+	}
+	if cerr := br.Close(); cerr != nil && first == nil {
+		first = cerr
+	}
+	if first != nil {
+		return first, isServerError(first)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// A commit the server refused is rolled back; any other failure
+		// of the commit is ambiguous and reported as it is.
+		return err, isServerError(err)
+	}
+	return nil, false
+}
+
+// isServerError reports an error the server raised (as opposed to a
+// failure to reach it, or a context that ended).
+func isServerError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe)
+}
