@@ -113,9 +113,12 @@ INSERT INTO idempotency (key, request_hash, scope, generation, event_seq) SELECT
 	}
 	// The calls are in flight, the one with the key waiting on the open
 	// transaction's uncommitted key; then that transaction commits.
+	// (pg_stat_activity is read on a connection of its own: inside a
+	// transaction it answers the same snapshot every time.)
+	watcher := rawConn(t, u)
 	eventually(t, 5*time.Second, "the keyed call to wait on the lock", func() bool {
 		var waiting int
-		_ = raw.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting)
+		_ = watcher.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting)
 		return waiting > 0
 	})
 	if err := tx.Commit(ctx); err != nil {
