@@ -17,6 +17,20 @@ type snapshot struct {
 	rec     *varplane.RevisionRecord // the head's record, nil without a head
 }
 
+// same reports whether b is the head a holds: the same row version,
+// generation and revision. (A version alone could repeat after a restore
+// from backup followed by new commits.)
+func (a *snapshot) same(b *snapshot) bool {
+	return a.version == b.version && a.state.Generation == b.state.Generation && headRev(a) == headRev(b)
+}
+
+func headRev(s *snapshot) varplane.Revision {
+	if s.state.Head == nil {
+		return ""
+	}
+	return s.state.Head.Revision
+}
+
 // noRow is the version of a scope the heads table has no row for.
 const noRow = -1
 
@@ -73,11 +87,11 @@ func (s *Store) installLocked(r installReq) (*varplane.ScopeChange, *snapshot) {
 	}
 	e := v.(*entry)
 	cur := e.snap.Load()
-	if cur.version == snap.version {
+	if cur.same(snap) {
 		e.confirmed.Store(now)
 		return nil, cur
 	}
-	if snap.version < cur.version {
+	if snap.version <= cur.version {
 		if e.seq.Load() != r.seq {
 			return nil, cur // a newer install raced with this read
 		}

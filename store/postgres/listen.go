@@ -239,7 +239,7 @@ func (s *Store) confirm(scopes []varplane.Scope) {
 		}
 		seqs[sc] = e.seq.Load()
 		cur := e.snap.Load()
-		p := probe{scope: sc, version: cur.version}
+		p := probe{scope: sc, version: cur.version, gen: cur.state.Generation}
 		if cur.rec != nil {
 			p.rev, p.hint = cur.rec.Revision, cur.rec
 		}

@@ -142,6 +142,8 @@ var (
 //	command_timeout=DURATION  bound of every statement (default 5s)
 //	revalidate_interval=DUR   revalidation pass period (default 10s)
 //	read_only=true            a data-plane replica (Options.ReadOnly)
+//	listen=false              no LISTEN: follow other replicas' commits by
+//	                          revalidation alone (a hot standby cannot LISTEN)
 //
 // pgxpool's pool parameters (pool_max_conns, default 32; pool_min_conns,
 // pool_min_idle_conns, pool_max_conn_lifetime, pool_max_conn_idle_time,
@@ -278,8 +280,15 @@ func parseURL(rawURL string, opts Options) (*pgxpool.Config, Options, string, st
 		}
 		opts.ReadOnly = opts.ReadOnly || b
 	}
+	if q.Has("listen") {
+		b, err := strconv.ParseBool(q.Get("listen"))
+		if err != nil {
+			return nil, opts, "", "", fmt.Errorf("postgres store: listen=%q is not true or false", q.Get("listen"))
+		}
+		opts.noListen = opts.noListen || !b
+	}
 	hasMaxConns := q.Has("pool_max_conns")
-	for _, k := range []string{"schema", "command_timeout", "revalidate_interval", "read_only"} {
+	for _, k := range []string{"schema", "command_timeout", "revalidate_interval", "read_only", "listen"} {
 		q.Del(k)
 	}
 	if q.Has("search_path") {
@@ -300,7 +309,7 @@ func parseURL(rawURL string, opts Options) (*pgxpool.Config, Options, string, st
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		return nil, opts, "", "", fmt.Errorf("postgres store: unknown URL parameter(s) %s (the store takes schema, command_timeout, revalidate_interval, read_only, pgxpool's pool_* and libpq's connection parameters, and the settings %s)",
+		return nil, opts, "", "", fmt.Errorf("postgres store: unknown URL parameter(s) %s (the store takes schema, command_timeout, revalidate_interval, read_only, listen, pgxpool's pool_* and libpq's connection parameters, and the settings %s)",
 			strings.Join(unknown, ", "), strings.Join(sortedKeys(acceptedSettings), ", "))
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {

@@ -31,12 +31,15 @@ func (s *Store) decodeFailure(what string, scope varplane.Scope, err error) erro
 	}
 }
 
-// probe is one scope to read in fetchHeads: the version the caller holds
-// (a head at that version is not returned) and the revision whose record it
-// holds (that record is not sent again).
+// probe is one scope to read in fetchHeads: the version and generation
+// the caller holds (a head at both is not returned; the generation guards
+// against a version that a restored database reached again with other
+// commits) and the revision whose record it holds (that record is not sent
+// again).
 type probe struct {
 	scope   varplane.Scope
 	version int64
+	gen     varplane.Generation
 	rev     varplane.Revision
 	hint    *varplane.RevisionRecord
 }
@@ -49,21 +52,22 @@ type probe struct {
 const headsQuery = `
 SELECT c.scope, h.version, h.generation, h.revision, h.event, h.last_rejected,
 	CASE WHEN h.revision IS NOT DISTINCT FROM c.rev THEN NULL ELSE r.record END
-FROM unnest($1::text[], $2::bigint[], $3::text[]) AS c(scope, version, rev)
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS c(scope, version, generation, rev)
 LEFT JOIN heads h ON h.scope = c.scope
 LEFT JOIN revisions r ON r.scope = h.scope AND r.revision = h.revision
-WHERE coalesce(h.version, -1) <> c.version`
+WHERE coalesce(h.version, -1) <> c.version OR h.generation <> c.generation OR h.revision IS DISTINCT FROM c.rev`
 
 // fetchHeads reads the heads of probes that changed, in one statement, and
 // returns their snapshots by scope.
 func (s *Store) fetchHeads(ctx context.Context, probes []probe) (map[varplane.Scope]*snapshot, error) {
 	scopes := make([]string, len(probes))
 	versions := make([]int64, len(probes))
+	gens := make([]int64, len(probes))
 	revs := make([]*string, len(probes))
 	byScope := make(map[varplane.Scope]*probe, len(probes))
 	for i := range probes {
 		p := &probes[i]
-		scopes[i], versions[i] = string(p.scope), p.version
+		scopes[i], versions[i], gens[i] = string(p.scope), p.version, int64(p.gen)
 		if p.rev != "" {
 			r := string(p.rev)
 			revs[i] = &r
@@ -72,7 +76,7 @@ func (s *Store) fetchHeads(ctx context.Context, probes []probe) (map[varplane.Sc
 	}
 	cctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(cctx, headsQuery, scopes, versions, revs)
+	rows, err := s.pool.Query(cctx, headsQuery, scopes, versions, gens, revs)
 	if err != nil {
 		return nil, s.readFailure("head", probes[0].scope, err)
 	}

@@ -33,6 +33,12 @@ func TestParseURL(t *testing.T) {
 		{name: "bad duration", url: base + "?command_timeout=soon", wantErr: "command_timeout"},
 		{name: "negative duration", url: base + "?revalidate_interval=-1s", wantErr: "revalidate_interval"},
 		{name: "bad bool", url: base + "?read_only=maybe", wantErr: "read_only"},
+		{name: "bad listen", url: base + "?listen=sometimes", wantErr: "listen"},
+		{name: "no listen", url: base + "?listen=false", check: func(t *testing.T, _ string, _ int32, opts Options) {
+			if !opts.noListen {
+				t.Error("listen=false did not turn listening off")
+			}
+		}},
 		{name: "bad pool size", url: base + "?pool_max_conns=0", wantErr: "pool_max_conns"},
 		{name: "wrong scheme", url: "mysql://localhost/db", wantErr: "not postgres://"},
 		{name: "unparsable", url: "postgres://vp:s3cret-pass@[::1/db", wantErr: "bad URL"},
