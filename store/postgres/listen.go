@@ -248,7 +248,7 @@ func (s *Store) confirm(scopes []varplane.Scope) {
 	if len(probes) == 0 {
 		return
 	}
-	got, err := s.fetchHeads(s.ctx, probes)
+	got, bad, err := s.fetchHeads(s.ctx, probes)
 	if err != nil {
 		s.stats.confirmErr.Add(1)
 		if s.ctx.Err() == nil {
@@ -258,6 +258,9 @@ func (s *Store) confirm(scopes []varplane.Scope) {
 	}
 	now := time.Now().UnixNano()
 	for _, p := range probes {
+		if bad[p.scope] != nil {
+			continue // logged; the installed head is served as it was
+		}
 		snap, changed := got[p.scope]
 		if !changed {
 			s.stats.confirms.Add(1)

@@ -139,16 +139,32 @@ func TestEventsAppendOnly(t *testing.T) {
 }
 
 // TestCorruptRowFailsClosed: a head row edited by hand into something that
-// cannot be decoded fails the read with an internal error (never an empty
-// state), and the row is left in place.
+// cannot be decoded fails a cold read with an internal error (never an
+// empty state), a replica that holds the head keeps serving the last good
+// one while the other heads of its pass are installed, and the row is left
+// in place.
 func TestCorruptRowFailsClosed(t *testing.T) {
 	u := freshSchema(t, sharedURL(t))
 	s := openStore(t, u, Options{})
 	rev := create(t, s, "bad.k", 1)
 	activate(t, s, "bad.k", rev, 0)
+	other := create(t, s, "bad.other", 2)
+	activate(t, s, "bad.other", other, 0)
+	watcher := openStore(t, u, Options{RevalidateInterval: 100 * time.Millisecond, noListen: true})
+	state(t, watcher, "bad.k")
+	state(t, watcher, "bad.other")
 	raw := rawConn(t, u)
-	if _, err := raw.Exec(context.Background(), `UPDATE heads SET last_rejected = '"not an event"' WHERE scope = 'bad.k'`); err != nil {
+	// A hand-made edit: a new version, so that a pass reads the row.
+	if _, err := raw.Exec(context.Background(), `UPDATE heads SET last_rejected = '"not an event"', version = version + 1 WHERE scope = 'bad.k'`); err != nil {
 		t.Fatal(err)
+	}
+	// A pass that meets the corrupt row still installs the other rows of
+	// its statement.
+	r2 := create(t, s, "bad.other", 3)
+	activate(t, s, "bad.other", r2, 1)
+	eventually(t, 3*time.Second, "the pass to install bad.other", func() bool { return state(t, watcher, "bad.other").Generation == 2 })
+	if st := state(t, watcher, "bad.k"); st.Generation != 1 || st.Head == nil {
+		t.Errorf("the installed head of bad.k = %+v, want the last good one served", st)
 	}
 	fresh := openStore(t, u, Options{})
 	_, err := fresh.State(context.Background(), "bad.k")

@@ -58,8 +58,10 @@ LEFT JOIN revisions r ON r.scope = h.scope AND r.revision = h.revision
 WHERE coalesce(h.version, -1) <> c.version OR h.generation <> c.generation OR h.revision IS DISTINCT FROM c.rev`
 
 // fetchHeads reads the heads of probes that changed, in one statement, and
-// returns their snapshots by scope.
-func (s *Store) fetchHeads(ctx context.Context, probes []probe) (map[varplane.Scope]*snapshot, error) {
+// returns their snapshots by scope, and by scope the rows that cannot be
+// decoded (logged; they do not keep the other rows of the statement from
+// being installed).
+func (s *Store) fetchHeads(ctx context.Context, probes []probe) (map[varplane.Scope]*snapshot, map[varplane.Scope]error, error) {
 	scopes := make([]string, len(probes))
 	versions := make([]int64, len(probes))
 	gens := make([]int64, len(probes))
@@ -78,10 +80,11 @@ func (s *Store) fetchHeads(ctx context.Context, probes []probe) (map[varplane.Sc
 	defer cancel()
 	rows, err := s.pool.Query(cctx, headsQuery, scopes, versions, gens, revs)
 	if err != nil {
-		return nil, s.readFailure("head", probes[0].scope, err)
+		return nil, nil, s.readFailure("head", probes[0].scope, err)
 	}
 	defer rows.Close()
 	out := make(map[varplane.Scope]*snapshot, 4)
+	var bad map[varplane.Scope]error
 	for rows.Next() {
 		var (
 			scope                  string
@@ -90,19 +93,23 @@ func (s *Store) fetchHeads(ctx context.Context, probes []probe) (map[varplane.Sc
 			event, rejected, recJS []byte
 		)
 		if err := rows.Scan(&scope, &version, &generation, &revision, &event, &rejected, &recJS); err != nil {
-			return nil, s.readFailure("head", varplane.Scope(scope), err)
+			return nil, nil, s.readFailure("head", varplane.Scope(scope), err)
 		}
 		sc := varplane.Scope(scope)
 		snap, err := s.snapshotFrom(sc, version, generation, revision, event, rejected, recJS, byScope[sc].hint)
 		if err != nil {
-			return nil, err
+			if bad == nil {
+				bad = map[varplane.Scope]error{}
+			}
+			bad[sc] = err
+			continue
 		}
 		out[sc] = snap
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.readFailure("head", probes[0].scope, err)
+		return nil, nil, s.readFailure("head", probes[0].scope, err)
 	}
-	return out, nil
+	return out, bad, nil
 }
 
 // snapshotFrom builds the snapshot of one heads row (version nil: no row).
@@ -162,8 +169,11 @@ func (s *Store) probeOf(scope varplane.Scope) probe {
 
 // load reads scope's head from the database (never a local copy).
 func (s *Store) load(ctx context.Context, scope varplane.Scope) (*snapshot, error) {
-	got, err := s.fetchHeads(ctx, []probe{s.probeOf(scope)})
+	got, bad, err := s.fetchHeads(ctx, []probe{s.probeOf(scope)})
 	if err != nil {
+		return nil, err
+	}
+	if err := bad[scope]; err != nil {
 		return nil, err
 	}
 	return got[scope], nil
@@ -178,12 +188,15 @@ func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...
 		seqs[i] = s.readSeq(sc)
 		probes[i] = s.probeOf(sc)
 	}
-	got, err := s.fetchHeads(ctx, probes)
+	got, bad, err := s.fetchHeads(ctx, probes)
 	if err != nil {
 		return err
 	}
 	reqs := make([]installReq, 0, len(scopes))
 	for i, sc := range scopes {
+		if bad[sc] != nil {
+			continue // logged; the installed head (if any) stays
+		}
 		reqs = append(reqs, installReq{scope: sc, snap: got[sc], seq: seqs[i]})
 	}
 	s.installAndDeliver(kind, reqs)
