@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -51,12 +52,24 @@ func (s *Store) call(ctx context.Context, scope string, sql string, args []any, 
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.ctx.Done():
-		return errors.New("store closing")
+		return errStoreClosing
 	}
-	// The batcher always answers (it owns the call once queued), and it
-	// bounds each run by the call's context.
-	return <-c.done
+	// A batcher answers every call it takes, within the call's deadline.
+	// A call queued while the store closes may find no batcher left.
+	select {
+	case err := <-c.done:
+		return err
+	case <-s.batchersDone:
+		select {
+		case err := <-c.done:
+			return err
+		default:
+			return errStoreClosing
+		}
+	}
 }
+
+var errStoreClosing = errors.New("postgres store: closing")
 
 // single runs one call in a transaction of its own, retrying a
 // transaction the server rolled back on a serialization failure or a
@@ -72,9 +85,14 @@ func (s *Store) single(c *commitCall) error {
 	return err
 }
 
-// batchLoop is one batcher.
+// batchLoop is one batcher. The last one to stop closes batchersDone.
 func (s *Store) batchLoop() {
 	defer s.wg.Done()
+	defer func() {
+		if s.batchersLeft.Add(-1) == 0 {
+			close(s.batchersDone)
+		}
+	}()
 	batch := make([]*commitCall, 0, maxBatch)
 	for {
 		select {
@@ -116,7 +134,7 @@ func (s *Store) drainCalls() {
 	for {
 		select {
 		case c := <-s.calls:
-			c.done <- errors.New("store closing")
+			c.done <- errStoreClosing
 		default:
 			return
 		}
@@ -126,15 +144,17 @@ func (s *Store) drainCalls() {
 // runBatch runs calls in one transaction and answers each.
 func (s *Store) runBatch(calls []*commitCall) {
 	slices.SortStableFunc(calls, func(a, b *commitCall) int { return strings.Compare(a.scope, b.scope) })
-	// The batch is bounded by the earliest deadline of its calls.
-	ctx := calls[0].ctx
-	for _, c := range calls[1:] {
-		if d, ok := c.ctx.Deadline(); ok {
-			if cur, ok := ctx.Deadline(); !ok || d.Before(cur) {
-				ctx = c.ctx
-			}
+	// The batch is bounded by the earliest deadline of its calls, but not
+	// cancelled with any one of them: a caller that goes away must not
+	// fail the commits of the others.
+	deadline := time.Now().Add(s.opts.CommandTimeout)
+	for _, c := range calls {
+		if d, ok := c.ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
 		}
 	}
+	ctx, cancel := context.WithDeadline(s.ctx, deadline)
+	defer cancel()
 	s.stats.batches.Add(1)
 	s.stats.batchedCalls.Add(uint64(len(calls)))
 	err, serverRefused := s.tryBatch(ctx, calls)

@@ -140,3 +140,40 @@ INSERT INTO idempotency (key, request_hash, scope, generation, event_seq) SELECT
 		t.Errorf("the refused call moved race.k0 to %d", st.Generation)
 	}
 }
+
+// TestCloseDuringCommits: closing the store while commits are queued and
+// in flight answers every one of them (success, or an error once closed);
+// none is left waiting.
+func TestCloseDuringCommits(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	s := openStore(t, u, Options{})
+	const n = 32
+	revs := make([]varplane.Revision, n)
+	for i := range revs {
+		revs[i] = create(t, s, varplane.Scope(fmt.Sprintf("close.k%d", i)), i)
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			scope := varplane.Scope(fmt.Sprintf("close.k%d", i))
+			for gen := varplane.Generation(0); ; gen++ {
+				if err := s.Append(context.Background(), storetest.ActivatedEvent(scope, revs[i], gen), gen); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("commits still waiting 10s after Close")
+	}
+}

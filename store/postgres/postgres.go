@@ -113,15 +113,19 @@ type Store struct {
 	pendingMu sync.Mutex
 	pending   map[varplane.Scope]struct{} // notified scopes whose read failed
 
-	kick      chan struct{}    // asks for a revalidation pass now
-	msgs      chan string      // notification payloads, handled by one goroutine
-	notes     chan string      // invalidations of own commits, sent by one goroutine
-	calls     chan *commitCall // commit function calls waiting for a batcher
-	listening chan struct{}    // closed at the first successful LISTEN
-	closed    atomic.Bool
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	kick  chan struct{}    // asks for a revalidation pass now
+	msgs  chan string      // notification payloads, handled by one goroutine
+	notes chan string      // invalidations of own commits, sent by one goroutine
+	calls chan *commitCall // commit function calls waiting for a batcher
+	// batchersLeft counts running batchers; the last to stop closes
+	// batchersDone.
+	batchersLeft atomic.Int32
+	batchersDone chan struct{}
+	listening    chan struct{} // closed at the first successful LISTEN
+	closed       atomic.Bool
+	ctx          context.Context
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
 
 	stats counters
 }
@@ -210,6 +214,8 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if !opts.ReadOnly {
 		s.notes = make(chan string, 4096)
 		s.calls = make(chan *commitCall, maxBatch*batchers)
+		s.batchersDone = make(chan struct{})
+		s.batchersLeft.Store(batchers)
 		s.wg.Add(1 + batchers)
 		go s.notifyLoop()
 		for range batchers {
