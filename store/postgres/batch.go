@@ -14,29 +14,30 @@ import (
 // Commit batching. Every commit must wait for its WAL flush; on a small
 // machine the fixed cost of a transaction (its begin, commit and flush
 // wait, the backend's context switches) dominates, so concurrent commits
-// are grouped: a batcher takes the calls that are waiting, runs them in
-// one transaction, and acknowledges all of them once it commits. Each call
-// keeps its own semantics inside the batch, because the commit functions
-// answer a refusal (conflict, duplicate, ...) without writing anything and
-// later calls see the writes of earlier ones (two activations of one scope
-// in a batch are compared in order). A call that fails with an error the
-// server raised (a racing idempotency key, a deadlock) aborts the batch:
-// nothing of it was committed, and every call of it is run again on its
-// own. A lone call runs on its own straight away, so one writer pays no
-// batching latency.
+// are grouped: a caller that finds commits waiting takes the lead, runs up
+// to maxBatch of them (its own among them) in one transaction, and answers
+// all of them once it commits; at most leaders batches run at once. Each
+// call keeps its own semantics inside the batch, because the commit
+// functions answer a refusal (conflict, duplicate, ...) without writing
+// anything and later calls see the writes of earlier ones (two activations
+// of one scope in a batch are compared in order). A call that fails with an
+// error the server raised (a racing idempotency key, a deadlock) aborts the
+// batch: nothing of it was committed, and every call of it is run again on
+// its own. A lone caller runs its own statement straight away, on its own
+// goroutine, so one writer pays no batching latency.
 
 const (
-	// batchers is the number of batches that may be in flight at once;
-	// each holds one pool connection while it runs.
-	batchers = 4
+	// leaders is the number of batches that may run at once; each holds
+	// one pool connection while it runs.
+	leaders = 4
 	// maxBatch bounds the calls of one transaction.
 	maxBatch = 64
 )
 
-// commitCall is one commit function call waiting for a batcher.
+// commitCall is one commit function call waiting to be run.
 type commitCall struct {
 	ctx   context.Context
-	scope string // the batch runs its calls in scope order (stable)
+	scope string // a batch runs its calls in scope order (stable)
 	sql   string
 	args  []any
 	dst   []any
@@ -51,25 +52,56 @@ func (s *Store) call(ctx context.Context, scope string, sql string, args []any, 
 	case s.calls <- c:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-s.ctx.Done():
-		return errStoreClosing
 	}
-	// A batcher answers every call it takes, within the call's deadline.
-	// A call queued while the store closes may find no batcher left.
-	select {
-	case err := <-c.done:
-		return err
-	case <-s.batchersDone:
+	for {
 		select {
 		case err := <-c.done:
 			return err
-		default:
-			return errStoreClosing
+		case s.lead <- struct{}{}:
+			ran := s.runQueued()
+			<-s.lead
+			if !ran {
+				// The queue was empty: another leader took this call
+				// and answers it.
+				return <-c.done
+			}
 		}
 	}
 }
 
-var errStoreClosing = errors.New("postgres store: closing")
+// runQueued runs the calls waiting (up to maxBatch) and answers them. It
+// reports false when there were none.
+func (s *Store) runQueued() bool {
+	batch := make([]*commitCall, 0, 8)
+fill:
+	for len(batch) < maxBatch {
+		select {
+		case c := <-s.calls:
+			batch = append(batch, c)
+		default:
+			break fill
+		}
+	}
+	if len(batch) == 0 {
+		return false
+	}
+	live := batch[:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.done <- err
+			continue
+		}
+		live = append(live, c)
+	}
+	switch len(live) {
+	case 0:
+	case 1:
+		live[0].done <- s.single(live[0])
+	default:
+		s.runBatch(live)
+	}
+	return true
+}
 
 // single runs one call in a transaction of its own, retrying a
 // transaction the server rolled back on a serialization failure or a
@@ -85,62 +117,6 @@ func (s *Store) single(c *commitCall) error {
 	return err
 }
 
-// batchLoop is one batcher. The last one to stop closes batchersDone.
-func (s *Store) batchLoop() {
-	defer s.wg.Done()
-	defer func() {
-		if s.batchersLeft.Add(-1) == 0 {
-			close(s.batchersDone)
-		}
-	}()
-	batch := make([]*commitCall, 0, maxBatch)
-	for {
-		select {
-		case <-s.ctx.Done():
-			s.drainCalls()
-			return
-		case c := <-s.calls:
-			batch = append(batch[:0], c)
-		}
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case c := <-s.calls:
-				batch = append(batch, c)
-			default:
-				break fill
-			}
-		}
-		live := batch[:0]
-		for _, c := range batch {
-			if err := c.ctx.Err(); err != nil {
-				c.done <- err
-				continue
-			}
-			live = append(live, c)
-		}
-		switch len(live) {
-		case 0:
-		case 1:
-			live[0].done <- s.single(live[0])
-		default:
-			s.runBatch(live)
-		}
-	}
-}
-
-// drainCalls answers every queued call when the store closes.
-func (s *Store) drainCalls() {
-	for {
-		select {
-		case c := <-s.calls:
-			c.done <- errStoreClosing
-		default:
-			return
-		}
-	}
-}
-
 // runBatch runs calls in one transaction and answers each.
 func (s *Store) runBatch(calls []*commitCall) {
 	slices.SortStableFunc(calls, func(a, b *commitCall) int { return strings.Compare(a.scope, b.scope) })
@@ -153,7 +129,7 @@ func (s *Store) runBatch(calls []*commitCall) {
 			deadline = d
 		}
 	}
-	ctx, cancel := context.WithDeadline(s.ctx, deadline)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	s.stats.batches.Add(1)
 	s.stats.batchedCalls.Add(uint64(len(calls)))

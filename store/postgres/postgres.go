@@ -113,19 +113,16 @@ type Store struct {
 	pendingMu sync.Mutex
 	pending   map[varplane.Scope]struct{} // notified scopes whose read failed
 
-	kick  chan struct{}    // asks for a revalidation pass now
-	msgs  chan string      // notification payloads, handled by one goroutine
-	notes chan string      // invalidations of own commits, sent by one goroutine
-	calls chan *commitCall // commit function calls waiting for a batcher
-	// batchersLeft counts running batchers; the last to stop closes
-	// batchersDone.
-	batchersLeft atomic.Int32
-	batchersDone chan struct{}
-	listening    chan struct{} // closed at the first successful LISTEN
-	closed       atomic.Bool
-	ctx          context.Context
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup
+	kick      chan struct{}    // asks for a revalidation pass now
+	msgs      chan string      // notification payloads, handled by one goroutine
+	notes     chan string      // invalidations of own commits, sent by one goroutine
+	calls     chan *commitCall // commit function calls waiting to be run
+	lead      chan struct{}    // one token per batch that may run at once
+	listening chan struct{}    // closed at the first successful LISTEN
+	closed    atomic.Bool
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 
 	stats counters
 }
@@ -213,14 +210,10 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	if !opts.ReadOnly {
 		s.notes = make(chan string, 4096)
-		s.calls = make(chan *commitCall, maxBatch*batchers)
-		s.batchersDone = make(chan struct{})
-		s.batchersLeft.Store(batchers)
-		s.wg.Add(1 + batchers)
+		s.calls = make(chan *commitCall, maxBatch*leaders)
+		s.lead = make(chan struct{}, leaders)
+		s.wg.Add(1)
 		go s.notifyLoop()
-		for range batchers {
-			go s.batchLoop()
-		}
 	}
 	s.wg.Add(1)
 	go s.revalidateLoop()
