@@ -180,6 +180,11 @@ func TestListenerKilled(t *testing.T) {
 		t.Fatalf("B got %+v, want generation 2", c.Changes[0])
 	}
 	eventually(t, 5*time.Second, "B to listen again", func() bool { return b.Stats().Listens >= 2 })
+	// Quiet periods (pinged every interval) do not replace the connection.
+	time.Sleep(time.Second)
+	if n := b.Stats().Listens; n != 2 {
+		t.Errorf("B listened %d times, want 2 (the first, and once after the kill)", n)
+	}
 	before := b.Stats().Notifications
 	r3 := create(t, a, "kill.k", 3)
 	activate(t, a, "kill.k", r3, 2)
