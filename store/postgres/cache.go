@@ -61,6 +61,11 @@ type installReq struct {
 	snap  *snapshot
 	seq   uint64 // the entry's install count when the read started
 	cold  bool   // a first read, not a commit: a new entry is not delivered
+	// gap are the changes between the installed generation gapFrom and
+	// snap's, delivered before snap's own when the install still starts
+	// from gapFrom (see fillGaps).
+	gap     []varplane.ScopeChange
+	gapFrom varplane.Generation
 }
 
 // installLocked puts snap in place for scope unless it is stale, and
@@ -117,10 +122,31 @@ func (s *Store) installAndDeliver(kind varplane.EventKind, reqs []installReq) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var changes []varplane.ScopeChange
+	var missed []varplane.Commit
 	for _, r := range reqs {
-		if ch, _ := s.installLocked(r); ch != nil {
-			changes = append(changes, *ch)
+		from := varplane.Generation(0)
+		e := s.entry(r.scope)
+		if e != nil {
+			from = e.snap.Load().state.Generation
 		}
+		ch, _ := s.installLocked(r)
+		if ch == nil {
+			continue
+		}
+		if e != nil && len(r.gap) > 0 && from == r.gapFrom {
+			for _, g := range r.gap {
+				k := varplane.EventDeactivated
+				if g.Head != nil {
+					k = varplane.EventActivated
+				}
+				missed = append(missed, varplane.Commit{Kind: k, Scope: g.Scope, Changes: []varplane.ScopeChange{g}})
+			}
+		}
+		changes = append(changes, *ch)
+	}
+	if len(missed) > 0 {
+		s.stats.watchCommits.Add(uint64(len(missed)))
+		s.watchers.Notify(missed)
 	}
 	if len(changes) == 0 || kind == varplane.EventRejected || kind == varplane.EventRevisionCreated {
 		return

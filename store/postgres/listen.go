@@ -270,7 +270,9 @@ func (s *Store) confirm(scopes []varplane.Scope) {
 			continue
 		}
 		s.stats.confirmChanged.Add(1)
-		s.installAndDeliver(varplane.EventActivated, []installReq{{scope: p.scope, snap: snap, seq: seqs[p.scope]}})
+		reqs := []installReq{{scope: p.scope, snap: snap, seq: seqs[p.scope]}}
+		s.fillGaps(s.ctx, reqs)
+		s.installAndDeliver(varplane.EventActivated, reqs)
 	}
 }
 

@@ -269,3 +269,36 @@ func TestConcurrentReplicasOneScope(t *testing.T) {
 		_ = i
 	}
 }
+
+// TestMissedCommitsDelivered: a replica that learns of several commits at
+// once (here by revalidation alone) delivers each of them to its Watch
+// listeners, in order, read from the log, not only the newest head.
+func TestMissedCommitsDelivered(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	a := openStore(t, u, Options{})
+	b := openStore(t, u, Options{RevalidateInterval: 500 * time.Millisecond, noListen: true})
+	r1 := create(t, a, "gap.k", 1)
+	r2 := create(t, a, "gap.k", 2)
+	activate(t, a, "gap.k", r1, 0)
+	eventually(t, 3*time.Second, "B on generation 1", func() bool { return state(t, b, "gap.k").Generation == 1 })
+	bw := watchChan(t, b)
+	activate(t, a, "gap.k", r2, 1)
+	if err := a.AppendSubtreeDeactivation(context.Background(), storetest.DeactivatedEvent("gap.k", 2), 2); err != nil {
+		t.Fatal(err)
+	}
+	activate(t, a, "gap.k", r1, 3)
+	want := []struct {
+		gen varplane.Generation
+		rev varplane.Revision
+	}{{2, r2}, {3, ""}, {4, r1}}
+	for _, w := range want {
+		c := nextCommit(t, bw, 5*time.Second)
+		ch := c.Changes[0]
+		if ch.Generation != w.gen || (w.rev == "") != (ch.Head == nil) || (ch.Head != nil && ch.Head.Revision != w.rev) {
+			t.Fatalf("B delivered %+v, want generation %d with head %q", ch, w.gen, w.rev)
+		}
+		if (c.Kind == varplane.EventActivated) != (w.rev != "") {
+			t.Errorf("commit kind %s for generation %d", c.Kind, w.gen)
+		}
+	}
+}

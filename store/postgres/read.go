@@ -11,6 +11,10 @@ import (
 	"github.com/varplane/varplane"
 )
 
+// errMissingRecord is a logged activation whose revision record is not
+// stored.
+var errMissingRecord = errors.New("the activated revision's record is not stored")
+
 // readFailure turns a failed read into a store-unavailable error: the
 // database could not be read, which is never "absent".
 func (s *Store) readFailure(what string, scope varplane.Scope, err error) error {
@@ -199,6 +203,7 @@ func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...
 		}
 		reqs = append(reqs, installReq{scope: sc, snap: got[sc], seq: seqs[i]})
 	}
+	s.fillGaps(ctx, reqs)
 	s.installAndDeliver(kind, reqs)
 	return nil
 }
