@@ -302,3 +302,23 @@ func TestMissedCommitsDelivered(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnCommitAfterUnseenOnes: a replica whose own commit follows commits
+// of another replica it has not heard of yet delivers those first.
+func TestOwnCommitAfterUnseenOnes(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	a := openStore(t, u, Options{})
+	b := openStore(t, u, Options{RevalidateInterval: 5 * time.Minute, noListen: true})
+	r1 := create(t, a, "own.k", 1)
+	r2 := create(t, a, "own.k", 2)
+	activate(t, a, "own.k", r1, 0)
+	state(t, b, "own.k") // B installs generation 1, then hears nothing
+	bw := watchChan(t, b)
+	activate(t, a, "own.k", r2, 1)
+	activate(t, b, "own.k", r1, 2)
+	for _, gen := range []varplane.Generation{2, 3} {
+		if c := nextCommit(t, bw, 5*time.Second); c.Changes[0].Generation != gen {
+			t.Fatalf("B delivered generation %d, want %d", c.Changes[0].Generation, gen)
+		}
+	}
+}

@@ -182,7 +182,9 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 	}
 	snap.rec = rec
 	snap.state.Head = varplane.NewHead(ev, rec)
-	s.installAndDeliver(varplane.EventActivated, []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
+	reqs := []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}}
+	s.fillGaps(ctx, reqs) // commits of other replicas this one had not seen yet
+	s.installAndDeliver(varplane.EventActivated, reqs)
 	return nil
 }
 
@@ -346,6 +348,7 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		return nil
 	}
 	ev.Cascade = cascade
+	s.fillGaps(ctx, reqs)
 	s.installAndDeliver(varplane.EventDeactivated, reqs)
 	return nil
 }
