@@ -48,6 +48,10 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives listener panics and internal errors; slog.Default when nil.
 	Logger *slog.Logger
+	// Owners reserve scopes to the subsystems that own them (the values
+	// service, reviewed changes, access control): a write to an owned scope
+	// is refused with scope-owned unless its request names the owner.
+	Owners []Owner
 	// Limits bound every document the engine stores or validates; the wire
 	// layer enforces the same numbers on request bodies. Zero fields take
 	// their defaults (DefaultLimits).
@@ -65,6 +69,7 @@ type Engine struct {
 	now       func() time.Time
 	log       *slog.Logger
 	limits    Limits
+	owners    []Owner
 
 	mu        sync.Mutex
 	listeners atomic.Pointer[[]*listener]
@@ -77,7 +82,7 @@ type listener struct{ fn func(Commit) }
 // so OnCommit listeners hear of every commit the store reports, including
 // those made by other processes on a shared store.
 func NewEngine(store Store, opts Options) *Engine {
-	e := &Engine{store: store, validator: opts.Validator, now: opts.Now, log: opts.Logger, limits: opts.Limits.WithDefaults()}
+	e := &Engine{store: store, validator: opts.Validator, now: opts.Now, log: opts.Logger, limits: opts.Limits.WithDefaults(), owners: opts.Owners}
 	if e.now == nil {
 		e.now = time.Now
 	}
@@ -149,6 +154,8 @@ type CreateRevisionRequest struct {
 	SchemaID       string
 	SchemaVersion  string
 	Actor          string
+	OnBehalfOf     string
+	Owner          string
 	Reason         string
 	IdempotencyKey string
 }
@@ -167,33 +174,10 @@ type CreateRevisionResult struct {
 // records the issue codes and paths, and the error is revision-invalid with
 // the issues. Creating a revision does not activate it.
 func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) (CreateRevisionResult, error) {
-	if err := validateScope(string(req.Scope)); err != nil {
-		return CreateRevisionResult{}, err
-	}
-	doc, err := e.compactDocument(req.Document)
+	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
 	if err != nil {
 		return CreateRevisionResult{}, err
 	}
-	issues, canon, err := e.check(req.Scope, true, doc, req.SchemaID)
-	if err != nil {
-		return CreateRevisionResult{}, err
-	}
-	if len(issues) > 0 {
-		rej := &Event{
-			Kind:            EventRejected,
-			Scope:           req.Scope,
-			SchemaID:        req.SchemaID,
-			SchemaVersion:   req.SchemaVersion,
-			Actor:           req.Actor,
-			RejectionReason: RejectionReason(issues),
-			Timestamp:       e.timestamp(),
-		}
-		if err := e.store.Append(ctx, rej, 0); err != nil {
-			return CreateRevisionResult{}, fmt.Errorf("record rejection of %s: %w", req.Scope, err)
-		}
-		return CreateRevisionResult{}, InvalidError(issues)
-	}
-	rev := Revision(canonical.DigestCanonical(canon))
 	hash := requestHash("create", req.Scope, string(rev), req.SchemaID, req.SchemaVersion)
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return createResult(rec), err
@@ -206,6 +190,7 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 		SchemaID:       req.SchemaID,
 		SchemaVersion:  req.SchemaVersion,
 		Actor:          req.Actor,
+		OnBehalfOf:     req.OnBehalfOf,
 		Reason:         req.Reason,
 		IdempotencyKey: req.IdempotencyKey,
 		RequestHash:    hashIf(req.IdempotencyKey, hash),
@@ -226,6 +211,42 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 		return CreateRevisionResult{}, err
 	}
 	return CreateRevisionResult{Scope: req.Scope, Revision: rev, Generation: st.Generation, Created: created}, nil
+}
+
+// admit checks a document offered as a revision of scope: a valid scope, a
+// document within the limits, and no validation issues. It returns the
+// compacted document and its revision (the digest of its canonical form).
+// An invalid document is recorded as a rejected event of scope, by codes and
+// paths only, and answered revision-invalid with the issues.
+func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessage, schemaID, schemaVersion string, by author, owner string) (json.RawMessage, Revision, error) {
+	if err := e.writable(scope, owner); err != nil {
+		return nil, "", err
+	}
+	doc, err := e.compactDocument(document)
+	if err != nil {
+		return nil, "", err
+	}
+	issues, canon, err := e.check(scope, true, doc, schemaID)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(issues) > 0 {
+		rej := &Event{
+			Kind:            EventRejected,
+			Scope:           scope,
+			SchemaID:        schemaID,
+			SchemaVersion:   schemaVersion,
+			Actor:           by.actor,
+			OnBehalfOf:      by.onBehalfOf,
+			RejectionReason: RejectionReason(issues),
+			Timestamp:       e.timestamp(),
+		}
+		if err := e.store.Append(ctx, rej, 0); err != nil {
+			return nil, "", fmt.Errorf("record rejection of %s: %w", scope, err)
+		}
+		return nil, "", InvalidError(issues)
+	}
+	return doc, Revision(canonical.DigestCanonical(canon)), nil
 }
 
 func createResult(rec *IdempotencyRecord) CreateRevisionResult {
@@ -371,6 +392,8 @@ type ActivateRequest struct {
 	Revision           Revision
 	ExpectedGeneration Generation
 	Actor              string
+	OnBehalfOf         string
+	Owner              string
 	Reason             string
 	IdempotencyKey     string
 }
@@ -388,7 +411,7 @@ type ActivationResult struct {
 // current generation when the scope is not at req.ExpectedGeneration, and
 // not-found when the revision is not stored in the scope.
 func (e *Engine) Activate(ctx context.Context, req ActivateRequest) (ActivationResult, error) {
-	if err := validateScope(string(req.Scope)); err != nil {
+	if err := e.writable(req.Scope, req.Owner); err != nil {
 		return ActivationResult{}, err
 	}
 	if _, err := ParseRevision(string(req.Revision)); err != nil {
@@ -402,7 +425,7 @@ func (e *Engine) activate(ctx context.Context, req ActivateRequest, hash string)
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return activationResult(rec), err
 	}
-	ev := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, req.Actor, req.Reason, req.IdempotencyKey, hash)
+	ev := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, author{req.Actor, req.OnBehalfOf}, req.Reason, req.IdempotencyKey, hash)
 	ev.Revision = req.Revision
 	switch err := e.store.Append(ctx, ev, req.ExpectedGeneration); {
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
@@ -429,6 +452,8 @@ type DeactivateRequest struct {
 	Scope              Scope
 	ExpectedGeneration Generation
 	Actor              string
+	OnBehalfOf         string
+	Owner              string
 	Reason             string
 	IdempotencyKey     string
 }
@@ -448,14 +473,17 @@ type DeactivationResult struct {
 // deactivated; it still takes the next generation. A generation mismatch is a
 // revision-conflict error.
 func (e *Engine) Deactivate(ctx context.Context, req DeactivateRequest) (DeactivationResult, error) {
-	if err := validateScope(string(req.Scope)); err != nil {
+	if err := e.writable(req.Scope, req.Owner); err != nil {
 		return DeactivationResult{}, err
 	}
 	hash := requestHash("deactivate", req.Scope, fmt.Sprint(req.ExpectedGeneration))
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return deactivationResult(rec), err
 	}
-	ev := e.guardedEvent(EventDeactivated, req.Scope, req.ExpectedGeneration, req.Actor, req.Reason, req.IdempotencyKey, hash)
+	if err := e.cascadeWritable(ctx, req.Scope, req.Owner); err != nil {
+		return DeactivationResult{}, err
+	}
+	ev := e.guardedEvent(EventDeactivated, req.Scope, req.ExpectedGeneration, author{req.Actor, req.OnBehalfOf}, req.Reason, req.IdempotencyKey, hash)
 	switch err := e.store.AppendSubtreeDeactivation(ctx, ev, req.ExpectedGeneration); {
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
 		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
@@ -482,6 +510,8 @@ type RollbackRequest struct {
 	ToRevision         Revision
 	ToGeneration       *Generation
 	Actor              string
+	OnBehalfOf         string
+	Owner              string
 	Reason             string
 	IdempotencyKey     string
 }
@@ -491,7 +521,7 @@ type RollbackRequest struct {
 // <revision>" unless req.Reason is set. It returns not-found when the target
 // does not exist and revision-conflict on a generation mismatch.
 func (e *Engine) Rollback(ctx context.Context, req RollbackRequest) (ActivationResult, error) {
-	if err := validateScope(string(req.Scope)); err != nil {
+	if err := e.writable(req.Scope, req.Owner); err != nil {
 		return ActivationResult{}, err
 	}
 	if req.ToRevision != "" && req.ToGeneration != nil {
@@ -521,6 +551,8 @@ func (e *Engine) Rollback(ctx context.Context, req RollbackRequest) (ActivationR
 		Revision:           rev,
 		ExpectedGeneration: req.ExpectedGeneration,
 		Actor:              req.Actor,
+		OnBehalfOf:         req.OnBehalfOf,
+		Owner:              req.Owner,
 		Reason:             reason,
 		IdempotencyKey:     req.IdempotencyKey,
 	}, hash)
@@ -660,16 +692,91 @@ func (e *Engine) Replay(ctx context.Context, scope Scope, gen Generation) (Scope
 
 func (e *Engine) timestamp() time.Time { return e.now().UTC() }
 
+// author is who a mutation records: the authenticated actor and, apart, whom
+// the client said it acts for.
+type author struct{ actor, onBehalfOf string }
+
+// Owner reserves the scopes Owns matches to the subsystem Name. Its writes
+// name it in their request's Owner field; transports never set that field
+// from a request, so the var admin API cannot write an owned scope around
+// the subsystem's own rules (a values service schema, a review policy).
+//
+// Code is the code of the refusal, scope-owned when empty; reviewed changes
+// register the scopes under a review policy with change-required, so the
+// refusal tells the caller to propose a change rather than that the scope
+// is out of reach.
+type Owner struct {
+	Name string
+	Owns func(Scope) bool
+	Code Code
+}
+
+// refusal is the error of a write to scope that o refuses.
+func (o Owner) refusal(scope Scope, msg string) *Error {
+	code := o.Code
+	if code == "" {
+		code = CodeScopeOwned
+	}
+	return &Error{Code: code, Scope: scope, Message: msg}
+}
+
+// cascadeWritable refuses a deactivation whose cascade would clear a live
+// scope owned by another subsystem (deactivating "dummies" must not switch
+// off the values service's "dummies.dummy@<epoch>" behind its back). The
+// store chooses the descendants when it commits; a scope its owner activates
+// between this check and that commit is the one case it cannot see.
+func (e *Engine) cascadeWritable(ctx context.Context, scope Scope, owner string) error {
+	if len(e.owners) == 0 {
+		return nil
+	}
+	scopes, err := e.store.Scopes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sc := range scopes {
+		if !sc.IsDescendantOf(scope) {
+			continue
+		}
+		for _, o := range e.owners {
+			if !o.Owns(sc) || o.Name == owner {
+				continue
+			}
+			st, err := e.store.State(ctx, sc)
+			if err != nil {
+				return err
+			}
+			if st.Head != nil {
+				return o.refusal(sc, fmt.Sprintf("deactivating %q would clear %q, which belongs to the %s", scope, sc, o.Name))
+			}
+		}
+	}
+	return nil
+}
+
+// writable checks scope and that a request as owner may write it.
+func (e *Engine) writable(scope Scope, owner string) error {
+	if err := validateScope(string(scope)); err != nil {
+		return err
+	}
+	for _, o := range e.owners {
+		if o.Owns(scope) && o.Name != owner {
+			return o.refusal(scope, fmt.Sprintf("scope %q belongs to the %s and is written only through its API", scope, o.Name))
+		}
+	}
+	return nil
+}
+
 // guardedEvent builds the event of a mutation guarded by expected: it takes
 // generation expected+1, and carries the request fingerprint only when the
 // caller gave an idempotency key.
-func (e *Engine) guardedEvent(kind EventKind, scope Scope, expected Generation, actor, reason, key, hash string) *Event {
+func (e *Engine) guardedEvent(kind EventKind, scope Scope, expected Generation, by author, reason, key, hash string) *Event {
 	return &Event{
 		Kind:               kind,
 		Scope:              scope,
 		Generation:         expected + 1,
 		PreviousGeneration: GenerationPtr(expected),
-		Actor:              actor,
+		Actor:              by.actor,
+		OnBehalfOf:         by.onBehalfOf,
 		Reason:             reason,
 		IdempotencyKey:     key,
 		RequestHash:        hashIf(key, hash),
@@ -738,6 +845,7 @@ func (e *Engine) compactDocument(doc json.RawMessage) (json.RawMessage, error) {
 		return nil, err
 	}
 	var buf bytes.Buffer
+	buf.Grow(len(doc)) // one allocation: compacting never grows a document
 	if err := json.Compact(&buf, doc); err != nil {
 		return nil, Errorf(CodeBadRequest, "document is not valid JSON")
 	}

@@ -42,6 +42,15 @@ const (
 	// INVALID_CONFIGURATION).
 	CodeUnknownComponent     Code = "unknown-component"
 	CodeInvalidConfiguration Code = "invalid-configuration"
+	// CodeRevisionReclaimed: the generation existed but its revision's body
+	// was reclaimed (retention); its metadata may still be listed.
+	CodeRevisionReclaimed Code = "revision-reclaimed"
+	// CodeChangeRequired: the scope is under a review policy, so its head
+	// changes only by publishing an approved change request.
+	CodeChangeRequired Code = "change-required"
+	// CodeChangeState: a change request is not in a state that allows the
+	// transition asked for (approving a rejected change, say).
+	CodeChangeState Code = "change-state"
 )
 
 // Error is the one error type of the domain. Its Code decides the HTTP status
@@ -101,6 +110,14 @@ var (
 	ErrUnavailable      = &Error{Code: CodeStoreUnavailable}
 	ErrForbidden        = &Error{Code: CodeForbidden}
 	ErrIdempotencyReuse = &Error{Code: CodeIdempotencyReused}
+	// ErrReclaimed is returned by Store.Revision for a revision whose record
+	// was once stored but whose body has been reclaimed by retention. A
+	// store that reclaims must keep enough to tell this apart from a
+	// revision that never existed (ErrNotFound).
+	ErrReclaimed = &Error{Code: CodeRevisionReclaimed}
+	// ErrChangeRequired matches the refusal of a direct write to a scope
+	// under a review policy.
+	ErrChangeRequired = &Error{Code: CodeChangeRequired}
 )
 
 // Store-level sentinels: conditions a Store reports to the Engine, which turns
@@ -112,6 +129,13 @@ var (
 	// ErrDuplicateIdempotencyKey is returned by Store.Append when the event's
 	// idempotency key is already recorded. Nothing is appended.
 	ErrDuplicateIdempotencyKey = errors.New("varplane: idempotency key already recorded")
+	// ErrLeaseHeld is returned by Store.AcquireLease when another holder
+	// holds the lease and it has not expired. Nothing is changed.
+	ErrLeaseHeld = errors.New("varplane: lease is held by another holder")
+	// ErrLeaseLost is returned by Store.RenewLease and Store.ReleaseLease
+	// when the lease is not held by the holder given (it expired, was
+	// released, or another holder took it). Nothing is changed.
+	ErrLeaseLost = errors.New("varplane: lease is not held by this holder")
 	// ErrClosed is returned by a Store after Close.
 	ErrClosed = &Error{Code: CodeStoreUnavailable, Message: "store is closed"}
 )

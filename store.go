@@ -1,6 +1,10 @@
 package varplane
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"time"
+)
 
 // Store is the contract between the Engine and a storage adapter. The
 // compare-and-set on generations lives here, not in the Engine: a store shared
@@ -56,6 +60,24 @@ type Store interface {
 	// ev.Cascade before returning.
 	AppendSubtreeDeactivation(ctx context.Context, ev *Event, expected Generation) error
 
+	// AppendPublish commits a revision and its activation as one atomic,
+	// durable step (one fsync, one script, one transaction): created, a
+	// revision-created event, is stored unless (scope, revision) is already
+	// stored, and activated, the activation of that same revision at
+	// generation expected+1, makes it the head. It reports whether created
+	// was appended (false: the revision was found and only activated). The
+	// checks are those of Append for each event, made before either is
+	// written; on any error (a conflict carrying the current generation
+	// included) nothing is appended, not even the revision. A crash leaves
+	// both events or neither.
+	//
+	// The idempotency key is given on activated (created carries none, or
+	// the publish is a bad request). The store records it with the first
+	// event the publish appends: with created, at the generation before the
+	// activation, when the revision is new; with activated otherwise. So
+	// Idempotency(key) tells a replay whether the revision was created.
+	AppendPublish(ctx context.Context, created, activated *Event, expected Generation) (bool, error)
+
 	// Watch registers fn to receive every commit that changes a head, after
 	// the store's snapshot is updated, in commit order per scope. It includes
 	// commits made through this store value and, for shared stores, those
@@ -63,8 +85,65 @@ type Store interface {
 	// block. The returned function unregisters fn.
 	Watch(fn func(Commit)) (cancel func())
 
+	// AcquireLease takes the lease name for holder for d: it succeeds when
+	// nobody holds name, when the last holder's lease expired, and when
+	// holder already holds it (a holder re-taking its own lease holds it for
+	// the full d from now). It returns ErrLeaseHeld, changing nothing, when
+	// another holder holds it. Leases coordinate maintenance passes (canary
+	// windows, reclamation) among the processes sharing a store; a store
+	// shared by several processes must decide in one atomic step (Redis: SET
+	// NX PX, then a compare-and-expire script; SQL: one conditional upsert).
+	// The holder is an opaque token the caller chooses, unique per process.
+	// Name, holder and d are checked with CheckLease.
+	AcquireLease(ctx context.Context, name, holder string, d time.Duration) error
+
+	// RenewLease extends holder's lease on name to d from now. It returns
+	// ErrLeaseLost, changing nothing, when holder does not hold it (expired,
+	// released, or taken by another).
+	RenewLease(ctx context.Context, name, holder string, d time.Duration) error
+
+	// ReleaseLease deletes the lease name only while holder holds it
+	// (compare-and-delete), so a holder whose lease expired and was taken
+	// never releases its successor's. It returns ErrLeaseLost, deleting
+	// nothing, when holder does not hold it.
+	ReleaseLease(ctx context.Context, name, holder string) error
+
 	// Close releases the store. Later calls return ErrClosed.
 	Close() error
+}
+
+// MaxLeaseName bounds a lease name and a holder token in bytes.
+const MaxLeaseName = 256
+
+// CheckLease checks the arguments of AcquireLease and RenewLease: those of
+// CheckLeaseHolder, and a duration of at least a millisecond, the
+// resolution every store keeps. It returns a bad-request *Error otherwise.
+func CheckLease(name, holder string, d time.Duration) error {
+	if err := CheckLeaseHolder(name, holder); err != nil {
+		return err
+	}
+	if d < time.Millisecond {
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("lease duration %v is shorter than a millisecond", d)}
+	}
+	return nil
+}
+
+// CheckLeaseHolder checks a lease name and a holder token: 1 to
+// MaxLeaseName bytes each, without whitespace or control characters (they
+// become Redis keys and values, and log fields). It returns a bad-request
+// *Error otherwise.
+func CheckLeaseHolder(name, holder string) error {
+	for _, f := range []struct{ what, v string }{{"lease name", name}, {"lease holder", holder}} {
+		if f.v == "" || len(f.v) > MaxLeaseName {
+			return Errorf(CodeBadRequest, "%s must be 1 to %d bytes", f.what, MaxLeaseName)
+		}
+		for i := 0; i < len(f.v); i++ {
+			if c := f.v[i]; c <= ' ' || c == 0x7f {
+				return Errorf(CodeBadRequest, "%s contains whitespace or a control character at byte %d", f.what, i)
+			}
+		}
+	}
+	return nil
 }
 
 // Replayer is implemented by persistent stores that can rebuild a scope as it

@@ -1,11 +1,12 @@
 package varplane
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // Revision is the content address of a document: "sha256:" followed by 64
@@ -78,6 +79,7 @@ type Event struct {
 	Generation         Generation      `json:"generation,omitempty"`
 	PreviousGeneration *Generation     `json:"previousGeneration,omitempty"`
 	Actor              string          `json:"actor,omitempty"`
+	OnBehalfOf         string          `json:"onBehalfOf,omitempty"`
 	Reason             string          `json:"reason,omitempty"`
 	IdempotencyKey     string          `json:"idempotencyKey,omitempty"`
 	RequestHash        string          `json:"requestHash,omitempty"`
@@ -152,7 +154,7 @@ func (h *Head) Values() json.RawMessage {
 	}
 	b := make([]byte, 0, len(h.Scope)+len(h.Document)+8)
 	b = append(b, '{')
-	b = appendJSONString(b, string(h.Scope))
+	b = jsontext.AppendString(b, string(h.Scope))
 	b = append(b, ':')
 	b = append(b, h.Document...)
 	return append(b, '}')
@@ -169,26 +171,16 @@ func (h *Head) buildBody() []byte {
 	b = append(b, `{"generation":`...)
 	b = strconv.AppendUint(b, uint64(h.Generation), 10)
 	b = append(b, `,"revision":`...)
-	b = appendJSONString(b, string(h.Revision))
+	b = jsontext.AppendString(b, string(h.Revision))
 	if h.SchemaID != "" {
 		b = append(b, `,"schemaId":`...)
-		b = appendJSONString(b, h.SchemaID)
+		b = jsontext.AppendString(b, h.SchemaID)
 	}
 	b = append(b, `,"effectiveAt":"`...)
 	b = h.EffectiveAt.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","values":`...)
 	b = append(b, values...)
 	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string without HTML escaping, so that
-// the bytes match what canonical JSON would write.
-func appendJSONString(b []byte, s string) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // encoding a string cannot fail
-	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
 }
 
 // ScopeState is the immutable snapshot of one scope that reads observe: a

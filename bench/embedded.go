@@ -47,8 +47,7 @@ func embeddedMain(args []string) int {
 	defer engine.Close()
 	hub := push.New(engine, push.Options{Logger: log})
 	defer hub.Close()
-	allow := func(context.Context, httpapi.Request) error { return nil }
-	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Logger: log, Authorizer: httpapi.AuthorizerFunc(allow),
+	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Logger: log, Authorizer: varplane.AllowAll,
 		Watch: push.NewSSEHandler(hub, push.SSEOptions{Logger: log})})
 	defer api.Close()
 	srv := httpapi.NewServer(addr, api)
@@ -281,6 +280,12 @@ func profileCases() []profileCase {
 		}},
 		{"commit-64", func(ctx context.Context, cfg *config, vp *vpServer) (side, error) {
 			return vpCommitSide(cfg, "commit-64", vp, 64, "bench.p64"), nil
+		}},
+		{"publish-1", func(ctx context.Context, cfg *config, vp *vpServer) (side, error) {
+			return vpPublishSide(cfg, "publish-1", vp, 1, "bench.pp1"), nil
+		}},
+		{"publish-64", func(ctx context.Context, cfg *config, vp *vpServer) (side, error) {
+			return vpPublishSide(cfg, "publish-64", vp, 64, "bench.pp64"), nil
 		}},
 		{"contended-64", func(ctx context.Context, cfg *config, vp *vpServer) (side, error) {
 			return vpContendedSide(ctx, cfg, vp)

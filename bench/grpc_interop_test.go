@@ -163,12 +163,12 @@ func TestGRPCGoSnapshotCommitsAndDeactivation(t *testing.T) {
 }
 
 func TestGRPCGoErrorsCarryTheVarplaneCode(t *testing.T) {
-	deny := func(_ context.Context, token string, _ bool, _ ...varplane.Scope) error {
-		if token == "ok" {
-			return nil
+	deny := varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (varplane.Identity, error) {
+		if a.Token == "ok" {
+			return varplane.Anonymous, nil
 		}
-		return varplane.ErrForbidden
-	}
+		return varplane.Identity{}, varplane.ErrForbidden
+	})
 	x := startInterop(t, deny)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

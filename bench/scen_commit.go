@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -52,14 +56,19 @@ func scenarioCommit(ctx context.Context, cfg *config, e *env, rep *Report) {
 			"commits/s", "etcd-cas", "raw-fdatasync")
 		rep.Groups = append(rep.Groups, g)
 		g.Notes = append(g.Notes,
-			"varplane: one commit = POST admin/revisions + POST admin/activate with expectedGeneration (the real server, file store, fsync before the answer); one keep-alive connection per writer",
+			"varplane-publish: one commit = POST admin/publish with expectedGeneration, a new document stored and activated in one request, one write and one fdatasync (the real server, file store, fsync before the answer); one keep-alive connection per writer",
+			"varplane-create+activate: one commit = POST admin/revisions + POST admin/activate with expectedGeneration, on the same server: two requests, two fsync-bound rounds",
+			"events_per_fsync: log events made durable per fdatasync during the side's run (the server's varplane_store_fsynced_events_total / varplane_store_fsyncs_total); a publish of a new document is two events",
 			"etcd-cas: one commit = Txn(If ModRevision(key) == last seen, Then Put 1 KiB); one clientv3 client per writer",
 			"raw-fdatasync: one loop appending 1 KiB + fdatasync to a file in the same temp directory: the disk's rate for one durable append at a time (a store that batches fsyncs across writers can exceed it)")
 		var sides []side
 		if vpErr != nil {
-			g.skip("varplane", vpErr.Error())
+			g.skip("varplane-publish", vpErr.Error())
+			g.skip("varplane-create+activate", vpErr.Error())
 		} else {
-			sides = append(sides, vpCommitSide(cfg, "varplane", vp, writers, fmt.Sprintf("bench.c%d", writers)))
+			sides = append(sides,
+				vpPublishSide(cfg, "varplane-publish", vp, writers, fmt.Sprintf("bench.p%d", writers)),
+				fsyncBatches(vp, vpCommitSide(cfg, "varplane-create+activate", vp, writers, fmt.Sprintf("bench.c%d", writers))))
 		}
 		if etErr != nil {
 			g.skip("etcd-cas", etErr.Error())
@@ -77,7 +86,8 @@ func scenarioContended(ctx context.Context, cfg *config, e *env, rep *Report) {
 		"contended commit: 64 writers racing on one scope/key; throughput counts successful commits", "commits/s", "etcd-cas")
 	rep.Groups = append(rep.Groups, g)
 	g.Notes = append(g.Notes,
-		"a writer creates its revision once, then retries activate with the currentGeneration from each 409 until it wins; latency is create → winning activate",
+		"varplane: a writer creates its revision once, then retries activate with the currentGeneration from each 409 until it wins; latency is create → winning activate",
+		"varplane-publish: a writer retries POST admin/publish of its document with the currentGeneration from each 409 until it wins (a lost publish stores nothing); latency is first attempt → winning publish",
 		"etcd-cas: Txn(If ModRevision == seen, Then Put, Else Get) retried with the ModRevision from the Else branch until it wins",
 		"conflict_rate: lost attempts / all attempts")
 	var sides []side
@@ -90,8 +100,9 @@ func scenarioContended(ctx context.Context, cfg *config, e *env, rep *Report) {
 	}
 	if err != nil {
 		g.skip("varplane", err.Error())
+		g.skip("varplane-publish", err.Error())
 	} else {
-		sides = append(sides, vs)
+		sides = append(sides, vs, vpContendedPublishSide(cfg, vp))
 	}
 
 	et, err := startEtcd(ctx, cfg, "contended")
@@ -233,4 +244,163 @@ func vpContendedSide(ctx context.Context, cfg *config, vp *vpServer) (side, erro
 		s.Extra["conflict_rate"] = rate(conflicts.Load(), wins.Load())
 		return s, nil
 	}}, nil
+}
+
+// publish stores doc (or finds it stored) and activates it at expected+1 in
+// one request, POST admin/publish. On a conflict it returns conflict=true
+// and the current generation.
+func (a *admin) publish(ctx context.Context, scope string, doc []byte, expected uint64) (gen uint64, conflict bool, err error) {
+	body := make([]byte, 0, len(doc)+len(scope)+64)
+	body = append(body, `{"scope":"`...)
+	body = append(body, scope...)
+	body = append(body, `","expectedGeneration":`...)
+	body = strconv.AppendUint(body, expected, 10)
+	body = append(body, `,"document":`...)
+	body = append(body, doc...)
+	body = append(body, '}')
+	var out struct {
+		Generation uint64 `json:"generation"`
+	}
+	err = a.post(ctx, "/admin/publish", body, &out)
+	if ae, ok := err.(*apiError); ok && ae.Status == http.StatusConflict {
+		if ae.CurrentGeneration != nil {
+			return *ae.CurrentGeneration, true, nil
+		}
+		return 0, true, fmt.Errorf("409 without currentGeneration")
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("publish %s: %w", scope, err)
+	}
+	return out.Generation, false, nil
+}
+
+// vpPublishSide is vpCommitSide with one request per commit: each writer
+// publishes a new document on its own scope prefix.wN with the generation
+// it last saw.
+func vpPublishSide(cfg *config, name string, vp *vpServer, writers int, prefix string) side {
+	admins := make([]*admin, writers)
+	gens := make([]uint64, writers)
+	counter := make([]int, writers)
+	for i := range admins {
+		admins[i] = newAdmin(vp.base)
+	}
+	return fsyncBatches(vp, side{name: name, run: func(ctx context.Context) (Stats, error) {
+		return withCPU(vp.p.pid(), func() Stats {
+			return closedLoop(ctx, writers, cfg.warm, cfg.commitDur, func(w int) (bool, error) {
+				counter[w]++
+				scope := fmt.Sprintf("%s.w%d", prefix, w)
+				gen, conflict, err := admins[w].publish(ctx, scope, makeDoc(cfg.docSize, scope, counter[w]), gens[w])
+				if err == nil && conflict {
+					err = fmt.Errorf("unexpected conflict on %s: current %d, expected %d", scope, gen, gens[w])
+				}
+				if err != nil {
+					return false, err
+				}
+				gens[w] = gen
+				return true, nil
+			})
+		}), nil
+	}})
+}
+
+// vpContendedPublishSide races 64 writers publishing on bench.hotp: each
+// retries its publish with the generation from each 409 until it wins.
+func vpContendedPublishSide(cfg *config, vp *vpServer) side {
+	const writers = 64
+	admins := make([]*admin, writers)
+	for i := range admins {
+		admins[i] = newAdmin(vp.base)
+	}
+	gens := make([]uint64, writers)
+	counter := make([]int, writers)
+	return side{name: "varplane-publish", run: func(ctx context.Context) (Stats, error) {
+		var conflicts, wins atomic.Int64
+		s := withCPU(vp.p.pid(), func() Stats {
+			return closedLoop(ctx, writers, cfg.warm, cfg.commitDur, func(w int) (bool, error) {
+				counter[w]++
+				doc := makeDoc(cfg.docSize, fmt.Sprint("hotp", w), counter[w])
+				for ctx.Err() == nil {
+					gen, conflict, err := admins[w].publish(ctx, "bench.hotp", doc, gens[w])
+					if err != nil {
+						return false, err
+					}
+					gens[w] = gen
+					if !conflict {
+						wins.Add(1)
+						return true, nil
+					}
+					conflicts.Add(1)
+				}
+				return false, ctx.Err()
+			})
+		})
+		s.Extra["conflict_rate"] = rate(conflicts.Load(), wins.Load())
+		return s, nil
+	}}
+}
+
+// fsyncBatches adds events_per_fsync to a side's figures: the log events the
+// server's store made durable per fdatasync while the side ran, from its
+// /metrics counters before and after. A server without them (another store)
+// reports nothing.
+func fsyncBatches(vp *vpServer, s side) side {
+	inner := s.run
+	s.run = func(ctx context.Context) (Stats, error) {
+		f0, e0, err0 := fsyncCounters(ctx, vp)
+		st, err := inner(ctx)
+		if err != nil || err0 != nil {
+			return st, err
+		}
+		f1, e1, err1 := fsyncCounters(ctx, vp)
+		if err1 == nil && f1 > f0 {
+			if st.Extra == nil {
+				st.Extra = map[string]float64{}
+			}
+			st.Extra["events_per_fsync"] = (e1 - e0) / (f1 - f0)
+		}
+		return st, nil
+	}
+	return s
+}
+
+// fsyncCounters reads varplane_store_fsyncs_total and
+// varplane_store_fsynced_events_total from the server's /metrics.
+func fsyncCounters(ctx context.Context, vp *vpServer) (fsyncs, events float64, err error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+vp.addr+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, err
+	}
+	found := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		var dst *float64
+		switch name {
+		case "varplane_store_fsyncs_total":
+			dst = &fsyncs
+		case "varplane_store_fsynced_events_total":
+			dst = &events
+		default:
+			continue
+		}
+		if *dst, err = strconv.ParseFloat(strings.TrimSpace(val), 64); err != nil {
+			return 0, 0, err
+		}
+		found++
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("the server's /metrics has no fsync counters")
+	}
+	return fsyncs, events, nil
 }

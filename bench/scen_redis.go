@@ -51,6 +51,7 @@ func scenarioRedis(ctx context.Context, cfg *config, e *env, rep *Report) {
 			gRead.skip(s, why)
 		}
 		gCommit.skip("varplane-redis", why)
+		gCommit.skip("varplane-redis-publish", why)
 		gRep.skip("A→B", why)
 	}
 	u, err := url.Parse(cfg.redisAddr)
@@ -150,7 +151,7 @@ func scenarioRedis(ctx context.Context, cfg *config, e *env, rep *Report) {
 
 	// commits
 	var csides []side
-	csides = append(csides, vpCommitSide(cfg, "varplane-redis", a, 64, "bench.rc64"))
+	csides = append(csides, vpCommitSide(cfg, "varplane-redis", a, 64, "bench.rc64"), vpPublishSide(cfg, "varplane-redis-publish", a, 64, "bench.rp64"))
 	if fs, err := e.startVarplane(ctx, "redis-file-peer", "file:"+filepath.Join(cfg.tmp, "redis-peer.jsonl")); err != nil {
 		gCommit.skip("varplane-file", err.Error())
 	} else {

@@ -46,6 +46,9 @@ func Transform(data []byte) ([]byte, error) {
 // TransformChecked is Transform for data whose numbers the caller has
 // already checked with SafeNumbers or UnsafeNumbers: it skips that pass.
 func TransformChecked(data []byte) ([]byte, error) {
+	if simpleCanonical(data) {
+		return append([]byte(nil), data...), nil
+	}
 	out, err := jcs.Transform(data)
 	if err != nil {
 		return nil, fmt.Errorf("canonical: %w", err)
@@ -112,6 +115,15 @@ func SafeNumbers(data []byte) error {
 // data is not one JSON value, unless limit numbers were found before the
 // malformed part.
 func UnsafeNumbers(data []byte, limit int) ([]UnsafeNumber, error) {
+	if shortIntegersOnly(data) {
+		return nil, nil
+	}
+	return unsafeNumbersTokens(data, limit)
+}
+
+// unsafeNumbersTokens is UnsafeNumbers for any data: it tokenises the
+// document to find each number and the path to it.
+func unsafeNumbersTokens(data []byte, limit int) ([]UnsafeNumber, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var out []UnsafeNumber

@@ -19,7 +19,12 @@
 // only a strictly newer generation replaces the held one, so duplicated or
 // reordered deliveries are harmless. Every goroutine is started by Start and
 // stopped by Stop; every HTTP request has a timeout, except the stream, whose
-// liveness is watched by heartbeats.
+// liveness is watched by heartbeats and whose events are bounded in size.
+//
+// The client speaks the project's one wire layer: an error answer comes back
+// as the full *varplane.Error the server sent (errors.Is(err,
+// varplane.ErrConflict) and the details work across the wire), streams are
+// read by its SSE reader and reconnects wait by its backoff.
 package client
 
 import (
@@ -28,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -38,6 +42,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
 
 // Tier names where a resolved value came from.
@@ -122,9 +127,10 @@ type Options struct {
 	Base string
 	// Token is sent as "Authorization: Bearer <Token>" when set.
 	Token string
-	// HTTPClient carries every request; a new client when nil. Its Timeout
-	// must be zero (the stream is long-lived): per-request timeouts come
-	// from RequestTimeout.
+	// HTTPClient carries every request; when nil, the project's client
+	// (bounded dial, handshake and header waits, no overall timeout). Its
+	// Timeout must be zero (the stream is long-lived): per-request timeouts
+	// come from RequestTimeout, bound through each request's context.
 	HTTPClient *http.Client
 	// RequestTimeout bounds every request except the stream. Default 10s.
 	RequestTimeout time.Duration
@@ -143,6 +149,10 @@ type Options struct {
 	// StreamIdleTimeout reconnects a stream that delivered nothing, not
 	// even a heartbeat, for this long. Default 45s (three heartbeats).
 	StreamIdleTimeout time.Duration
+	// MaxEventBytes bounds one event of the stream: a larger one breaks the
+	// connection (logged) and the client reconnects, rather than buffering
+	// without end. Default wire.MaxEventBytes (8 MiB).
+	MaxEventBytes int
 	// WarnEvery logs a warning every WarnEvery-th unserved attempt of a
 	// fetch. Default 5.
 	WarnEvery int
@@ -267,10 +277,13 @@ func New(serverURL string, opts Options) (*Client, error) {
 	if opts.WarnEvery <= 0 {
 		opts.WarnEvery = 5
 	}
+	if opts.MaxEventBytes <= 0 {
+		opts.MaxEventBytes = wire.MaxEventBytes
+	}
 	c := &Client{base: u, opts: opts, http: opts.HTTPClient, log: opts.Logger, getenv: opts.Getenv,
 		kick: make(chan struct{}, 1), fetchq: make(chan *fetchReq, 256)}
 	if c.http == nil {
-		c.http = &http.Client{}
+		c.http = wire.NewHTTPClient(nil, -1)
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -516,12 +529,14 @@ func (c *Client) applyHead(sc varplane.Scope, gen varplane.Generation, rev varpl
 		}
 	}
 	s.runtime, s.rev, s.etag = doc, rev, etag
+	// Publish first: a Fetch woken by served reads the entry at once, and
+	// must see this value, not the one before it.
+	c.publish(s)
 	select {
 	case <-s.served:
 	default:
 		close(s.served)
 	}
-	c.publish(s)
 }
 
 // applyNoHead removes the runtime tier of sc. force applies it without a
@@ -588,28 +603,24 @@ func (c *Client) held() (keys, groups []varplane.Scope, gens map[varplane.Scope]
 	return keys, groups, gens
 }
 
-// backoff returns a full-jitter delay for the attempt-th consecutive failure.
+// backoff returns the wait before retry number attempt (wire.Backoff: full
+// jitter between the configured bounds).
 func (c *Client) backoff(attempt int) time.Duration {
-	d := c.opts.MinBackoff
-	for i := 0; i < attempt && d < c.opts.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, c.opts.MaxBackoff)
-	return time.Duration(rand.Int64N(int64(d)) + 1)
+	return wire.Backoff(attempt, c.opts.MinBackoff, c.opts.MaxBackoff)
 }
 
-func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values) (*http.Request, error) {
+// newRequest builds a request for path under the base, with the query, a
+// JSON body when body is not nil, and the token.
+func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body any) (*http.Request, error) {
 	u := *c.base
 	u.Path += path
 	u.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	if c.opts.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.opts.Token)
-	}
-	return req, nil
+	return wire.NewRequest(ctx, method, u.String(), c.opts.Token, body)
+}
+
+// do sends req; an error answer is the *varplane.Error the server sent.
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	return wire.Do(c.http, req)
 }
 
 // decodeValues extracts the document of sc from a read's values object:
@@ -627,17 +638,4 @@ func decodeValues(sc varplane.Scope, values json.RawMessage) (json.RawMessage, e
 		return nil, fmt.Errorf("values has no member %q", sc)
 	}
 	return doc, nil
-}
-
-// apiError reads a JSON error body into a *varplane.Error.
-func apiError(resp *http.Response) error {
-	var body struct {
-		Code  string `json:"code"`
-		Error string `json:"error"`
-	}
-	_ = json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<16)).Decode(&body)
-	if body.Code == "" {
-		body.Code = string(varplane.CodeInternal)
-	}
-	return &varplane.Error{Code: varplane.Code(body.Code), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, body.Error)}
 }

@@ -394,7 +394,10 @@ func TestSDKBatchesOneTickAndRetriesUntilServed(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		v, _ := c.Fetch(ctx, "late.x")
+		v, err := c.Fetch(ctx, "late.x")
+		if err != nil {
+			t.Errorf("Fetch(late.x): %v", err)
+		}
 		done <- v
 	}()
 	waitFor(t, "a warning on the 5th attempt", func() bool { return strings.Contains(logs.String(), "attempts=5") })

@@ -1,22 +1,20 @@
 package client
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
 
 // MaxBatch is the most scopes one batch request names.
@@ -183,17 +181,17 @@ func (c *Client) batch(scopes []varplane.Scope) (map[varplane.Scope]bool, error)
 			q.Add("key", string(sc))
 		}
 	}
-	req, err := c.newRequest(ctx, http.MethodGet, "/batch", q)
+	req, err := c.newRequest(ctx, http.MethodGet, "/batch", q, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return nil, fmt.Errorf("batch read: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("batch read: %w", apiError(resp))
+		return nil, fmt.Errorf("batch read: the server answered %s", resp.Status)
 	}
 	var body struct {
 		Items []batchItem `json:"items"`
@@ -228,6 +226,12 @@ var errKicked = errors.New("client: followed scopes changed")
 func (c *Client) follow() {
 	attempt := 0
 	for c.ctx.Err() == nil {
+		// The set read below holds every change signalled so far: a kick
+		// left from before would only cut the stream about to open.
+		select {
+		case <-c.kick:
+		default:
+		}
 		keys, groups, gens := c.held()
 		if len(keys)+len(groups) == 0 {
 			select {
@@ -255,7 +259,11 @@ func (c *Client) follow() {
 		}
 		d := c.backoff(attempt)
 		attempt++
-		c.log.Debug("varplane stream ended; reconnecting", "err", err, "in", d)
+		if errors.Is(err, wire.ErrEventTooLarge) {
+			c.log.Warn("varplane stream sent an event over the client's bound; reconnecting", "max_event_bytes", c.opts.MaxEventBytes, "in", d)
+		} else {
+			c.log.Debug("varplane stream ended; reconnecting", "err", err, "in", d)
+		}
 		select {
 		case <-c.ctx.Done():
 			return
@@ -280,11 +288,11 @@ func (c *Client) stream(keys, groups []varplane.Scope, gens map[varplane.Scope]v
 	for sc, g := range gens {
 		q.Add("since", string(sc)+"@"+strconv.FormatUint(uint64(g), 10))
 	}
-	req, err := c.newRequest(ctx, http.MethodGet, "/watch", q)
+	req, err := c.newRequest(ctx, http.MethodGet, "/watch", q, nil)
 	if err != nil {
 		return false, err
 	}
-	req.Header.Set("Accept", "text/event-stream")
+	wire.SetStreamHeaders(req)
 	connectTimer := time.AfterFunc(c.opts.RequestTimeout, cancel)
 	resp, err := c.http.Do(req)
 	connectTimer.Stop()
@@ -293,14 +301,14 @@ func (c *Client) stream(keys, groups []varplane.Scope, gens map[varplane.Scope]v
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
-	case http.StatusOK:
 	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
 		return false, errNoWatch
-	default:
-		return false, fmt.Errorf("connect stream: %w", apiError(resp))
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		return false, errNoWatch
+	if err := wire.CheckStream(resp); err != nil {
+		if errors.Is(err, wire.ErrNotEventStream) {
+			return false, errNoWatch
+		}
+		return false, fmt.Errorf("connect stream: %w", err)
 	}
 	c.connected.Store(true)
 
@@ -328,13 +336,15 @@ func (c *Client) stream(keys, groups []varplane.Scope, gens map[varplane.Scope]v
 	return true, err
 }
 
-// readEvents parses an event stream and applies its events; alive is
-// called on every line received (heartbeats included).
+// readEvents reads an event stream (wire.SSEReader, each event bounded by
+// Options.MaxEventBytes) and applies its events; alive is called on every
+// frame received, heartbeats included. It returns the error that ends the
+// stream: io.ErrUnexpectedEOF at its end, wire.ErrEventTooLarge for an event
+// over the bound, or the error of a close event.
 func (c *Client) readEvents(r io.Reader, alive func()) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var event, data strings.Builder
+	sr := wire.NewSSEReader(r, c.opts.MaxEventBytes)
 	for {
-		line, err := br.ReadString('\n')
+		ev, err := sr.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return io.ErrUnexpectedEOF
@@ -342,29 +352,11 @@ func (c *Client) readEvents(r io.Reader, alive func()) error {
 			return err
 		}
 		alive()
-		line = strings.TrimRight(line, "\r\n")
-		switch {
-		case line == "":
-			if event.Len() > 0 || data.Len() > 0 {
-				if err := c.dispatch(event.String(), data.String()); err != nil {
-					return err
-				}
-			}
-			event.Reset()
-			data.Reset()
-		case strings.HasPrefix(line, ":"):
-		default:
-			field, value, _ := strings.Cut(line, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch field {
-			case "event":
-				event.WriteString(value)
-			case "data":
-				if data.Len() > 0 {
-					data.WriteByte('\n')
-				}
-				data.WriteString(value)
-			}
+		if ev.Name == "" && ev.Data == "" {
+			continue // a heartbeat or a retry field
+		}
+		if err := c.dispatch(ev.Name, ev.Data); err != nil {
+			return err
 		}
 	}
 }
@@ -448,7 +440,7 @@ func (c *Client) pollOne(sc varplane.Scope, s *slot) {
 	} else {
 		q.Set("key", string(sc))
 	}
-	req, err := c.newRequest(ctx, http.MethodGet, "", q)
+	req, err := c.newRequest(ctx, http.MethodGet, "", q, nil)
 	if err != nil {
 		return
 	}
@@ -463,9 +455,13 @@ func (c *Client) pollOne(sc varplane.Scope, s *slot) {
 		s.etag = ""
 		c.wmu.Unlock()
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		clearETag()
+		if errors.Is(err, varplane.ErrNoHead) {
+			c.applyNoHead(sc, 0, true)
+			return
+		}
 		c.log.Debug("varplane poll failed", "scope", string(sc), "err", err)
 		return
 	}
@@ -485,12 +481,7 @@ func (c *Client) pollOne(sc varplane.Scope, s *slot) {
 		}
 		c.applyHead(sc, h.Generation, h.Revision, resp.Header.Get("ETag"), doc)
 	default:
-		err := apiError(resp)
 		clearETag()
-		if varplane.ErrorCode(err) == varplane.CodeNoHead {
-			c.applyNoHead(sc, 0, true)
-			return
-		}
-		c.log.Debug("varplane poll failed", "scope", string(sc), "err", err)
+		c.log.Debug("varplane poll answered an unexpected status", "scope", string(sc), "status", resp.StatusCode)
 	}
 }

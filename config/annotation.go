@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -74,11 +75,14 @@ type Annotation struct {
 // file ends in .json, YAML otherwise). A file without the key annotates
 // nothing; a `configuration` that is not an object is a *ManifestError.
 func ParseAnnotation(file string, data []byte) (*Annotation, error) {
+	a := &Annotation{File: file, Values: map[string]any{}}
+	if !strings.EqualFold(filepath.Ext(file), ".json") && blankYAML(data) {
+		return a, nil // a context file with nothing (or only comments) in it
+	}
 	v, err := DecodeFile(file, data)
 	if err != nil {
 		return nil, decodeErr(file, err)
 	}
-	a := &Annotation{File: file, Values: map[string]any{}}
 	if v == nil {
 		return a, nil
 	}

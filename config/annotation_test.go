@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 func mustYAML(t *testing.T, s string) any {
 	t.Helper()
-	v, err := DecodeYAML([]byte(s))
+	v, err := Decode([]byte(s), true, FileLimits, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +21,7 @@ func mustYAML(t *testing.T, s string) any {
 
 func jsonOf(t *testing.T, v any) string {
 	t.Helper()
-	b, err := marshalJSON(v)
+	b, err := jsontext.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}

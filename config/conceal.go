@@ -19,17 +19,25 @@ type Concealed struct {
 }
 
 // Conceal turns NAME=value assignments (the seed's `conceal configuration
-// BAZ_VALUE=...`) into the env file and the Kubernetes Secret (named
-// "configuration", in namespace when non-empty) that deliver them to
-// consumers as VARPLANE_CONFIGURATION__NAME. When dep is not nil, Missing
-// lists the secrets it references that are not given. It fails on a
-// malformed assignment, an invalid or repeated name, and a value the env
-// file cannot carry (a line break).
+// BAZ_VALUE=...`), taken literally, into the env file and the Kubernetes
+// Secret; see ConcealValues. It fails on a malformed assignment, an invalid
+// or repeated name, and a value the env file cannot carry.
 func Conceal(dep *Deployment, namespace string, assignments []string) (*Concealed, error) {
-	values, err := secret.ParseAssignments(assignments)
+	values, err := secret.ParseAssignments(assignments, secret.Inputs{})
 	if err != nil {
 		return nil, err
 	}
+	return ConcealValues(dep, namespace, values)
+}
+
+// ConcealValues turns secrets (name → value, as secret.ParseAssignments
+// returns them) into the env file and the Kubernetes Secret (named
+// "configuration", in namespace when non-empty) that deliver them to
+// consumers as VARPLANE_CONFIGURATION__NAME. When dep is not nil, Missing
+// lists the secrets it references that are not given. It fails on a value
+// the env file cannot carry (a line break), naming the secret, never the
+// value.
+func ConcealValues(dep *Deployment, namespace string, values map[string]string) (*Concealed, error) {
 	env, err := secret.EnvFile(values)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/config/secret"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 	"github.com/varplane/varplane/schema"
 )
 
@@ -123,7 +124,7 @@ func NewDeployment(manifests []*Manifest, annotation *Annotation, env string) (*
 		if _, ok := v.(map[string]any); !ok {
 			return nil, manifestErr(file, at, "the values of component %s must be an object", key)
 		}
-		doc, err := marshalJSON(v)
+		doc, err := jsontext.Marshal(v)
 		if err != nil {
 			return nil, manifestErr(file, at, "%v", err)
 		}
@@ -206,7 +207,7 @@ func ParseDeployment(file string, data []byte) (*Deployment, error) {
 		if !ok {
 			return nil, manifestErr(file, at+"/schema", "schema is required and must be an object")
 		}
-		if c.Schema, err = marshalJSON(sch); err != nil {
+		if c.Schema, err = jsontext.Marshal(sch); err != nil {
 			return nil, manifestErr(file, at+"/schema", "%v", err)
 		}
 		if c.Epoch, err = Epoch(c.Schema); err != nil {
@@ -222,7 +223,7 @@ func ParseDeployment(file string, data []byte) (*Deployment, error) {
 			if _, ok := def.(map[string]any); !ok {
 				return nil, manifestErr(file, at+"/defaults", "defaults must be an object")
 			}
-			if c.Defaults, err = marshalJSON(def); err != nil {
+			if c.Defaults, err = jsontext.Marshal(def); err != nil {
 				return nil, manifestErr(file, at+"/defaults", "%v", err)
 			}
 			if err := checkFits(c.compiled, c.Defaults, file, at+"/defaults"); err != nil {

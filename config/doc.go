@@ -5,11 +5,19 @@
 //
 // It is built on the core engine. The configuration of a component for an
 // epoch lives in the scope "<namespace>.<name>@<epoch>" (see Scope): a create
-// is a revision of that scope plus its activation, so the history, rollback,
-// audit log and push streams of the core apply to configurations unchanged.
-// The generation of the scope is the object's `created` order, strictly
+// is a revision of that scope plus its activation, so the history, audit log
+// and push streams of the core apply to configurations unchanged. The values
+// service owns those scopes (Owner): given to the engine, it keeps every
+// other writer out, so that only what fits the schema is stored. The
+// generation of the scope is the object's `created` order, strictly
 // increasing per component and epoch; a created event is the view of a
 // commit of such a scope (EventsFromCommit).
+//
+// Every body and file config reads is held to varplane.Limits before a tree
+// is built, and YAML is read by the project's one converter
+// (wire.YAMLToJSON, see ToJSON). The HTTP resources answer through the one
+// wire layer (its error body and status table) and ask the one
+// varplane.Authorizer who the caller is.
 //
 // Secret references ("$NAME") are stored and served as references; package
 // config/secret substitutes them in the consuming process, and package

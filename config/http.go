@@ -1,10 +1,8 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -14,22 +12,31 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
-// DefaultMaxBodyBytes bounds request bodies unless HandlerOptions says
-// otherwise.
-const DefaultMaxBodyBytes = 1 << 20
+// The roles of the values service. Roles are hierarchical (see
+// varplane.Identity.Has): "system" and "system:configuration" both hold
+// RoleGet and RoleCreate.
+const (
+	RoleGet    = "system:configuration:get"
+	RoleCreate = "system:configuration:create"
+)
 
 // HandlerOptions configure Handler. The zero value serves every caller as
-// Anonymous.
+// varplane.Anonymous, within the engine's limits.
 type HandlerOptions struct {
-	// Identity resolves callers; AllowAll when nil.
-	Identity IdentityResolver
+	// Authorizer tells who a caller is (it is asked with
+	// varplane.KindIdentify and the request's bearer token); the handler
+	// then checks the route's role with Identity.Has. varplane.AllowAll
+	// when nil, with a warning on Logger.
+	Authorizer varplane.Authorizer
 	// Logger receives internal errors; slog.Default when nil.
 	Logger *slog.Logger
-	// MaxBodyBytes bounds request bodies (413 beyond); DefaultMaxBodyBytes
-	// when 0.
-	MaxBodyBytes int64
+	// Limits bound request bodies (MaxBodyBytes, 413 beyond) and the
+	// documents in them; the engine's (Engine.Limits) when zero.
+	Limits varplane.Limits
 	// Heartbeat is the interval of comments on the watch stream; 15 s when 0.
 	Heartbeat time.Duration
 	// WatchBuffer is how many created events a slow watcher may fall behind
@@ -37,6 +44,14 @@ type HandlerOptions struct {
 	// when 0.
 	WatchBuffer int
 }
+
+// The media types of request bodies: JSON, and the YAML spellings in use.
+// A body without a Content-Type is JSON.
+var (
+	jsonTypes = []string{"application/json"}
+	yamlTypes = []string{"application/yaml", "application/x-yaml", "text/yaml"}
+	bodyTypes = append(append([]string(nil), jsonTypes...), yamlTypes...)
+)
 
 // Handler returns the HTTP resources of the values service and its page:
 //
@@ -48,22 +63,32 @@ type HandlerOptions struct {
 //	GET  /.configuration                     the page        system:configuration:get
 //	POST /.configuration                     the page's form system:configuration:create
 //
-// Bodies are JSON or YAML by Content-Type (415 otherwise, 400 when they do
-// not decode, 413 beyond the size limit); answers are JSON, or YAML when
-// Accept prefers it. Errors are {code, error, issues?}: 401 without an
-// identity, 403 without the role, 404 when a component has no
-// configuration, 422 for UNKNOWN_COMPONENT and INVALID_CONFIGURATION.
+// Bodies are JSON (application/json, or no Content-Type) or YAML
+// (application/yaml, application/x-yaml, text/yaml), 415 otherwise. They are
+// held to the limits before anything decodes them (413 payload-too-large
+// beyond the size, 400 limit-exceeded beyond another limit), and YAML is read
+// by the one converter, wire.YAMLToJSON (400 naming the line for what it
+// refuses, such as the leading-zero integer 0644). Answers are JSON, or YAML
+// when Accept prefers it. Errors are the project's one body {code, error, …}
+// with wire.Status's status: 401 without a token, 403 for a token the
+// authorizer refuses or one without the role, 404 when a component has no
+// configuration, 422 unknown-component and invalid-configuration (with the
+// issues).
 func Handler(svc *Service, opts HandlerOptions) http.Handler {
-	h := &handler{svc: svc, resolve: opts.Identity, log: opts.Logger, max: opts.MaxBodyBytes, heartbeat: opts.Heartbeat, buffer: opts.WatchBuffer}
-	if h.resolve == nil {
-		h.resolve = AllowAll()
-	}
+	h := &handler{svc: svc, authz: opts.Authorizer, log: opts.Logger, lim: opts.Limits, heartbeat: opts.Heartbeat, buffer: opts.WatchBuffer}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
-	if h.max <= 0 {
-		h.max = DefaultMaxBodyBytes
+	if h.authz == nil {
+		// Passing varplane.AllowAll documents the choice; falling back to
+		// it is worth a warning, as every server gives.
+		h.log.Warn("values service: no authorizer configured; every caller is anonymous with every role")
+		h.authz = varplane.AllowAll
 	}
+	if h.lim == (varplane.Limits{}) {
+		h.lim = svc.Engine().Limits()
+	}
+	h.lim = h.lim.WithDefaults()
 	if h.heartbeat <= 0 {
 		h.heartbeat = 15 * time.Second
 	}
@@ -84,16 +109,49 @@ func Handler(svc *Service, opts HandlerOptions) http.Handler {
 
 type handler struct {
 	svc       *Service
-	resolve   IdentityResolver
+	authz     varplane.Authorizer
 	log       *slog.Logger
-	max       int64
+	lim       varplane.Limits
 	heartbeat time.Duration
 	buffer    int
 }
 
+// identify asks the authorizer who the caller is. The token is the
+// request's bearer token; for the page (basic), a browser's HTTP Basic
+// password too.
+func (h *handler) identify(r *http.Request, basic bool) (varplane.Identity, error) {
+	token := wire.RequestBearer(r)
+	if token == "" && basic {
+		token = wire.BasicPassword(r)
+	}
+	return varplane.Authorize(r.Context(), h.authz, varplane.Access{Kind: varplane.KindIdentify, Token: token})
+}
+
+// needRole is forbidden unless id holds role.
+func needRole(id varplane.Identity, role string) error {
+	if !id.Has(role) {
+		return varplane.Errorf(varplane.CodeForbidden, "the role %s is required", role)
+	}
+	return nil
+}
+
+// authorize returns the caller when it holds role.
+func (h *handler) authorize(r *http.Request, role string) (varplane.Identity, error) {
+	id, err := h.identify(r, false)
+	if err != nil {
+		return varplane.Identity{}, err
+	}
+	return id, needRole(id, role)
+}
+
+// fail answers err in the one error shape.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	wire.WriteError(w, r, h.log, err)
+}
+
 // handleList serves GET /configuration/values/.
 func (h *handler) handleList(w http.ResponseWriter, r *http.Request) {
-	if _, err := authorize(h.resolve, r, RoleGet); err != nil {
+	if _, err := h.authorize(r, RoleGet); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -113,7 +171,7 @@ type getAnswer struct {
 
 // handleGet serves GET /configuration/values/{component}/.
 func (h *handler) handleGet(w http.ResponseWriter, r *http.Request) {
-	if _, err := authorize(h.resolve, r, RoleGet); err != nil {
+	if _, err := h.authorize(r, RoleGet); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -124,36 +182,40 @@ func (h *handler) handleGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		h.fail(w, r, &errorAnswer{status: http.StatusNotFound, code: string(varplane.CodeNotFound), msg: fmt.Sprintf("component %q has no configuration", component)})
+		h.fail(w, r, varplane.Errorf(varplane.CodeNotFound, "component %q has no configuration", component))
 		return
 	}
 	h.answer(w, r, http.StatusOK, getAnswer{Configuration: v.Configuration, Schema: v.Schema, Epoch: v.Epoch})
 }
 
+// createBody is the body of a create: seed 001's {configuration}.
+type createBody struct {
+	Configuration json.RawMessage `json:"configuration"`
+}
+
 // handleCreate serves POST /configuration/values/{component}/.
 func (h *handler) handleCreate(w http.ResponseWriter, r *http.Request) {
-	id, err := authorize(h.resolve, r, RoleCreate)
+	id, err := h.authorize(r, RoleCreate)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	body, err := h.decodeBody(w, r)
+	// The configuration sits one level down in the body.
+	body, err := h.readJSON(w, r, 1)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	obj, ok := body.(map[string]any)
-	conf, present := obj["configuration"]
-	if !ok || !present {
-		h.fail(w, r, varplane.Errorf(varplane.CodeBadRequest, "the body must be an object with a configuration"))
-		return
-	}
-	doc, err := marshalJSON(conf)
-	if err != nil {
+	var req createBody
+	if err := wire.DecodeStrict(body, &req, h.lim); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	res, err := h.svc.Create(r.Context(), CreateRequest{Component: r.PathValue("component"), Configuration: doc, Originator: id.ID})
+	if len(req.Configuration) == 0 {
+		h.fail(w, r, wire.BadRequest("the body must be an object with a configuration"))
+		return
+	}
+	res, err := h.svc.Create(r.Context(), CreateRequest{Component: r.PathValue("component"), Configuration: req.Configuration, Originator: id.ID})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -168,33 +230,19 @@ func (h *handler) handleCreate(w http.ResponseWriter, r *http.Request) {
 // {component, epoch} (or {"pairs": [...]}), the answer the list of
 // {component, epoch, configuration, created} in the same order.
 func (h *handler) handleFetch(w http.ResponseWriter, r *http.Request) {
-	if _, err := authorize(h.resolve, r, RoleGet); err != nil {
+	if _, err := h.authorize(r, RoleGet); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	body, err := h.decodeBody(w, r)
+	body, err := h.readJSON(w, r, 0)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	if m, ok := body.(map[string]any); ok {
-		body = m["pairs"]
-	}
-	list, ok := body.([]any)
-	if !ok {
-		h.fail(w, r, varplane.Errorf(varplane.CodeBadRequest, "the body must be a list of {component, epoch}"))
+	pairs, err := decodePairs(body, h.lim)
+	if err != nil {
+		h.fail(w, r, err)
 		return
-	}
-	pairs := make([]Pair, 0, len(list))
-	for i, x := range list {
-		m, _ := x.(map[string]any)
-		c, _ := m["component"].(string)
-		e, _ := m["epoch"].(string)
-		if c == "" {
-			h.fail(w, r, varplane.Errorf(varplane.CodeBadRequest, "pair %d has no component", i))
-			return
-		}
-		pairs = append(pairs, Pair{Component: c, Epoch: e})
 	}
 	res, err := h.svc.Fetch(r.Context(), pairs)
 	if err != nil {
@@ -204,14 +252,76 @@ func (h *handler) handleFetch(w http.ResponseWriter, r *http.Request) {
 	h.answer(w, r, http.StatusOK, res)
 }
 
+// decodePairs reads a fetch body, already held to the limits: a list of
+// {component, epoch}, or an object {pairs: [...]}. Each pair is decoded
+// strictly and needs a component.
+func decodePairs(body []byte, lim varplane.Limits) ([]Pair, error) {
+	var list []json.RawMessage
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) > 0 && trimmed[0] == '{' {
+		var wrapped struct {
+			Pairs []json.RawMessage `json:"pairs"`
+		}
+		if err := wire.DecodeStrict(body, &wrapped, lim); err != nil {
+			return nil, err
+		}
+		list = wrapped.Pairs
+	} else if err := json.Unmarshal(body, &list); err != nil || list == nil {
+		return nil, wire.BadRequest("the body must be a list of {component, epoch}")
+	}
+	pairs := make([]Pair, 0, len(list))
+	for i, raw := range list {
+		var p Pair
+		if err := wire.DecodeStrict(raw, &p, lim); err != nil {
+			return nil, wire.BadRequest("pair %d: %s", i, varplane.ErrorMessage(err))
+		}
+		if p.Component == "" {
+			return nil, wire.BadRequest("pair %d has no component", i)
+		}
+		pairs = append(pairs, p)
+	}
+	return pairs, nil
+}
+
+// readJSON reads a write's body within the limits and returns it as JSON
+// text: a JSON body is held to the limits as it is, a YAML body converted by
+// the one converter (extraDepth levels of envelope are allowed around a
+// document). Nothing is decoded into a tree before the limits hold.
+func (h *handler) readJSON(w http.ResponseWriter, r *http.Request, extraDepth int) (json.RawMessage, error) {
+	if err := wire.CheckContentType(r, bodyTypes...); err != nil {
+		return nil, err
+	}
+	body, err := wire.ReadBody(w, r, h.lim.MaxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	return ToJSON(body, isYAMLBody(r), h.lim, extraDepth)
+}
+
+// isYAMLBody reports whether r's Content-Type is one of the YAML types
+// (CheckContentType has refused anything else that is not JSON).
+func isYAMLBody(r *http.Request) bool {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		return false
+	}
+	for _, t := range yamlTypes {
+		if strings.EqualFold(mt, t) {
+			return true
+		}
+	}
+	return false
+}
+
 // handleWatch serves GET /configuration/values:watch, a Server-Sent Events
 // stream: first an event "ready" once the stream is registered (a consumer
 // fetches after it, so no create falls between), then one event "created"
 // per created object (id: its created order, data: the CreatedEvent), and a
 // comment every heartbeat. A watcher that falls behind by more than the
-// buffer is disconnected rather than slowing commits.
+// buffer gets an event "overflow" and is disconnected rather than slowing
+// commits.
 func (h *handler) handleWatch(w http.ResponseWriter, r *http.Request) {
-	if _, err := authorize(h.resolve, r, RoleGet); err != nil {
+	if _, err := h.authorize(r, RoleGet); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -232,14 +342,14 @@ func (h *handler) handleWatch(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	write := func(s string) bool {
+	write := func(frame []byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(w, s); err != nil {
+		if _, err := w.Write(frame); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
 	}
-	if !write("event: ready\ndata: {}\n\n") {
+	if !write(wire.AppendEvent(nil, "ready", "", []byte("{}"))) {
 		return
 	}
 	tick := time.NewTicker(h.heartbeat)
@@ -249,72 +359,23 @@ func (h *handler) handleWatch(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-overflow:
-			write("event: overflow\ndata: {}\n\n")
+			write(wire.AppendEvent(nil, "overflow", "", []byte("{}")))
 			return
 		case <-tick.C:
-			if !write(": heartbeat\n\n") {
+			if !write(wire.AppendComment(nil, "heartbeat")) {
 				return
 			}
 		case ev := <-events:
-			data, err := json.Marshal(ev)
+			data, err := jsontext.Marshal(ev)
 			if err != nil {
 				h.log.Error("encode created event", "err", err)
 				return
 			}
-			if !write("event: created\nid: " + strconv.FormatUint(ev.Created, 10) + "\ndata: " + string(data) + "\n\n") {
+			if !write(wire.AppendEvent(nil, "created", strconv.FormatUint(ev.Created, 10), data)) {
 				return
 			}
 		}
 	}
-}
-
-// decodeBody reads a JSON or YAML body into the package's decoded form.
-func (h *handler) decodeBody(w http.ResponseWriter, r *http.Request) (any, error) {
-	kind := bodyKind(r.Header.Get("Content-Type"))
-	if kind == "" {
-		return nil, &errorAnswer{status: http.StatusUnsupportedMediaType, code: "unsupported-media-type", msg: "the body must be application/json or application/yaml"}
-	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.max))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, varplane.Errorf(varplane.CodePayloadTooLarge, "the body is larger than %d bytes", h.max)
-		}
-		return nil, varplane.Errorf(varplane.CodeBadRequest, "the body could not be read")
-	}
-	var v any
-	if kind == "json" {
-		v, err = DecodeJSON(data)
-	} else {
-		v, err = DecodeYAML(data)
-	}
-	if err != nil {
-		return nil, &varplane.Error{Code: varplane.CodeBadRequest, Message: "the body does not decode: " + err.Error()}
-	}
-	return v, nil
-}
-
-// bodyKind returns "json", "yaml" or "" for a Content-Type.
-func bodyKind(contentType string) string {
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return ""
-	}
-	switch {
-	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
-		return "json"
-	case isYAMLType(mt):
-		return "yaml"
-	}
-	return ""
-}
-
-func isYAMLType(mt string) bool {
-	switch mt {
-	case "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml":
-		return true
-	}
-	return strings.HasSuffix(mt, "+yaml")
 }
 
 // wantsYAML reports whether Accept prefers YAML over JSON (JSON wins ties,
@@ -342,75 +403,32 @@ func wantsYAML(accept string) bool {
 	return yamlQ > jsonQ
 }
 
-// answer writes v as JSON or YAML by Accept.
+func isYAMLType(mt string) bool {
+	switch mt {
+	case "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml":
+		return true
+	}
+	return strings.HasSuffix(mt, "+yaml")
+}
+
+// answer writes v as JSON (wire.WriteJSON), or as YAML when Accept prefers
+// it.
 func (h *handler) answer(w http.ResponseWriter, r *http.Request, status int, v any) {
-	data, err := marshalJSON(v)
-	if err != nil {
-		h.log.Error("encode answer", "err", err)
-		http.Error(w, `{"code":"internal","error":"internal error"}`, http.StatusInternalServerError)
+	if !wantsYAML(r.Header.Get("Accept")) {
+		wire.WriteJSON(w, status, v)
 		return
 	}
-	ct := "application/json"
-	if wantsYAML(r.Header.Get("Accept")) {
-		if y, err := JSONToYAML(data); err == nil {
-			data, ct = y, "application/yaml"
-		}
-	} else {
-		data = append(data, '\n')
+	data, err := jsontext.Marshal(v)
+	if err == nil {
+		data, err = JSONToYAML(data)
 	}
-	w.Header().Set("Content-Type", ct)
+	if err != nil {
+		h.fail(w, r, err) // internal: logged, and answered as JSON
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(data)
-}
-
-type errorBody struct {
-	Code   string           `json:"code"`
-	Error  string           `json:"error"`
-	Issues []varplane.Issue `json:"issues,omitempty"`
-}
-
-// statusOf maps an error to its HTTP status and wire body; it is the one
-// place where the values service's errors meet HTTP.
-func statusOf(err error) (int, errorBody) {
-	var ea *errorAnswer
-	if errors.As(err, &ea) {
-		return ea.status, errorBody{Code: ea.code, Error: ea.msg}
-	}
-	var ve *varplane.Error
-	if !errors.As(err, &ve) {
-		return http.StatusInternalServerError, errorBody{Code: string(varplane.CodeInternal), Error: "internal error"}
-	}
-	body := errorBody{Code: string(ve.Code), Error: varplane.ErrorMessage(ve), Issues: ve.Issues}
-	switch ve.Code {
-	case CodeUnknownComponent, CodeInvalidConfiguration:
-		return http.StatusUnprocessableEntity, body
-	case varplane.CodeBadRequest:
-		return http.StatusBadRequest, body
-	case varplane.CodeNotFound, varplane.CodeNoHead:
-		return http.StatusNotFound, body
-	case varplane.CodePayloadTooLarge:
-		return http.StatusRequestEntityTooLarge, body
-	case varplane.CodeRevisionConflict:
-		return http.StatusConflict, body
-	case varplane.CodeUnauthorized:
-		return http.StatusUnauthorized, body
-	case varplane.CodeForbidden:
-		return http.StatusForbidden, body
-	case varplane.CodeStoreUnavailable:
-		return http.StatusServiceUnavailable, body
-	}
-	return http.StatusInternalServerError, errorBody{Code: string(varplane.CodeInternal), Error: "internal error"}
-}
-
-func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, body := statusOf(err)
-	if status >= 500 {
-		h.log.Error("configuration request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	}
-	if status == http.StatusUnauthorized && r.URL.Path == pagePath {
-		// Browsers open the page: let them ask for a token (the password).
-		w.Header().Set("WWW-Authenticate", `Basic realm="varplane configuration", charset="UTF-8"`)
-	}
-	h.answer(w, r, status, body)
 }

@@ -15,14 +15,38 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
 
-func newServer(t *testing.T, resolve IdentityResolver) (*Service, *httptest.Server) {
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newServer(t *testing.T, authz varplane.Authorizer) (*Service, *httptest.Server) {
 	t.Helper()
 	svc, _ := newService(t)
-	srv := httptest.NewServer(Handler(svc, HandlerOptions{Identity: resolve, MaxBodyBytes: 4096, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	srv := httptest.NewServer(Handler(svc, HandlerOptions{Authorizer: authz, Limits: varplane.Limits{MaxBodyBytes: 4096}, Logger: quietLog()}))
 	t.Cleanup(srv.Close)
 	return svc, srv
+}
+
+// tokens is an authorizer over a fixed map of tokens, shaped as the tokens
+// file's (httpapi.ScopedAuthorizer): 401 without a token, 403 for an unknown
+// one.
+func tokens(ids map[string]varplane.Identity) varplane.Authorizer {
+	return varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (varplane.Identity, error) {
+		if a.Kind != varplane.KindIdentify {
+			return varplane.Identity{}, errors.New("the values service asks only who the caller is")
+		}
+		if a.Token == "" {
+			return varplane.Identity{}, varplane.Errorf(varplane.CodeUnauthorized, "a bearer token is required")
+		}
+		id, ok := ids[a.Token]
+		if !ok {
+			return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token is not accepted")
+		}
+		return id, nil
+	})
 }
 
 type request struct {
@@ -42,7 +66,7 @@ func do(t *testing.T, srv *httptest.Server, r request) (*http.Response, []byte) 
 		req.Header.Set("Accept", r.accept)
 	}
 	if r.token != "" {
-		req.Header.Set("Authorization", "Token "+r.token)
+		req.Header.Set("Authorization", "Bearer "+r.token)
 	}
 	resp, err := srv.Client().Do(req)
 	if err != nil {
@@ -76,16 +100,29 @@ func TestHTTPResources(t *testing.T) {
 		{"create JSON", request{method: "POST", path: values + "alpha.bare/", contentType: "application/json", body: `{"configuration":{"n":1}}`}, 201, "", `"epoch":"`, "application/json"},
 		{"create YAML", request{method: "POST", path: values + "alpha.bare/", contentType: "application/yaml", body: "configuration:\n  n: 2\n"}, 201, "", `"id":"`, ""},
 		{"create answers YAML", request{method: "POST", path: values + "alpha.bare/", contentType: "application/x-yaml", accept: "text/yaml", body: "configuration: {n: 3}"}, 201, "", "epoch: ", "application/yaml"},
-		{"invalid is 422", request{method: "POST", path: values + "alpha.bare/", contentType: "application/json", body: `{"configuration":{"n":"x"}}`}, 422, "INVALID_CONFIGURATION", `"path":"/n"`, ""},
-		{"unknown is 422", request{method: "POST", path: values + "no.body/", contentType: "application/json", body: `{"configuration":{}}`}, 422, "UNKNOWN_COMPONENT", "", ""},
+		{"invalid is 422", request{method: "POST", path: values + "alpha.bare/", contentType: "application/json", body: `{"configuration":{"n":"x"}}`}, 422, "invalid-configuration", `"path":"/n"`, ""},
+		{"unknown is 422", request{method: "POST", path: values + "no.body/", contentType: "application/json", body: `{"configuration":{}}`}, 422, "unknown-component", "", ""},
 		{"unsupported media type", request{method: "POST", path: values + "alpha.bare/", contentType: "text/plain", body: `{"configuration":{}}`}, 415, "unsupported-media-type", "", ""},
-		{"no content type", request{method: "POST", path: values + "alpha.bare/", body: `{"configuration":{}}`}, 415, "unsupported-media-type", "", ""},
+		{"no content type is JSON", request{method: "POST", path: values + "alpha.bare/", body: `{"configuration":{"n":3}}`}, 201, "", `"id":"`, "application/json"},
+		{"YAML 1.1 octal refused naming the line", request{method: "POST", path: values + "alpha.bare/", contentType: "application/yaml", body: "configuration:\n  n: 1\n  mode: 0644\n"}, 400, "bad-request", "line 3", ""},
+		{"YAML 010 refused", request{method: "POST", path: values + "alpha.bare/", contentType: "text/yaml", body: "configuration: {n: 010}\n"}, 400, "bad-request", "leading zero", ""},
+		{"YAML anchors refused", request{method: "POST", path: values + "alpha.bare/", contentType: "application/yaml", body: "configuration: &c {n: 1}\n"}, 400, "bad-request", "anchors", ""},
+		{"unknown field", request{method: "POST", path: values + "alpha.bare/", contentType: "application/json", body: `{"configuration":{"n":1},"originator":"mallory"}`}, 400, "bad-request", "unknown field originator", ""},
+		{"null configuration is checked", request{method: "POST", path: values + "alpha.bare/", contentType: "application/json", body: `{"configuration":null}`}, 422, "invalid-configuration", "", ""},
+		{"too deep", request{method: "POST", path: values + "alpha.bare/", contentType: "application/json", body: `{"configuration":{"n":1,"x":` + strings.Repeat("[", 65) + strings.Repeat("]", 65) + `}}`}, 400, "limit-exceeded", "", ""},
+		{"JSON with a charset", request{method: "POST", path: "/configuration/values:fetch", contentType: "application/json; charset=utf-8", body: `[]`}, 200, "", "[]", ""},
 		{"undecodable JSON", request{method: "POST", path: values + "alpha.bare/", contentType: "application/json", body: `{"configuration":`}, 400, "bad-request", "", ""},
 		{"undecodable YAML", request{method: "POST", path: values + "alpha.bare/", contentType: "application/yaml", body: "configuration: [\n"}, 400, "bad-request", "", ""},
 		{"no configuration", request{method: "POST", path: values + "alpha.bare/", contentType: "application/json", body: `{"n":1}`}, 400, "bad-request", "", ""},
 		{"too large", request{method: "POST", path: values + "alpha.bare/", contentType: "application/json", body: `{"configuration":{"s":"` + strings.Repeat("x", 5000) + `"}}`}, 413, "payload-too-large", "", ""},
 		{"fetch", request{method: "POST", path: "/configuration/values:fetch", contentType: "application/json", body: `[{"component":"dummies.dummy"},{"component":"no.body","epoch":"` + strings.Repeat("0", 64) + `"}]`}, 200, "", `"configuration":null,"created":0`, ""},
 		{"fetch bad body", request{method: "POST", path: "/configuration/values:fetch", contentType: "application/json", body: `{"x":1}`}, 400, "bad-request", "", ""},
+		{"fetch pairs object", request{method: "POST", path: "/configuration/values:fetch", contentType: "application/json", body: `{"pairs":[{"component":"dummies.dummy"}]}`}, 200, "", `"created":0`, ""},
+		{"fetch YAML", request{method: "POST", path: "/configuration/values:fetch", contentType: "application/yaml", body: "- component: dummies.dummy\n"}, 200, "", `"foo":"bar"`, ""},
+		{"fetch pair without component", request{method: "POST", path: "/configuration/values:fetch", contentType: "application/json", body: `[{"epoch":""}]`}, 400, "bad-request", "pair 0", ""},
+		{"fetch pair unknown field", request{method: "POST", path: "/configuration/values:fetch", contentType: "application/json", body: `[{"component":"a.b","x":1}]`}, 400, "bad-request", "pair 0", ""},
+		{"fetch not a list", request{method: "POST", path: "/configuration/values:fetch", contentType: "application/json", body: `"x"`}, 400, "bad-request", "", ""},
+		{"fetch empty body", request{method: "POST", path: "/configuration/values:fetch", contentType: "application/json"}, 400, "bad-request", "", ""},
 		{"bad epoch", request{method: "GET", path: values + "dummies.dummy/?epoch=zz"}, 400, "bad-request", "", ""},
 	}
 	for _, tt := range tests {
@@ -129,12 +166,13 @@ func TestHTTPResources(t *testing.T) {
 }
 
 func TestHTTPIdentityAndRoles(t *testing.T) {
-	svc, srv := newServer(t, StaticTokens([]TokenEntry{
-		{Token: "root", ID: "root-user", Roles: []string{"system"}},
-		{Token: "conf", ID: "conf-user", Roles: []string{"system:configuration"}},
-		{Token: "reader", ID: "reader", Roles: []string{"system:configuration:get"}},
-		{Token: "writer", ID: "writer", Roles: []string{"system:configuration:create"}},
-		{Token: "other", ID: "other", Roles: []string{"system:other", "system:configurationx"}},
+	svc, srv := newServer(t, tokens(map[string]varplane.Identity{
+		"root":   {ID: "root-user", Roles: []string{"system"}},
+		"star":   {ID: "star", Roles: []string{"*"}},
+		"conf":   {ID: "conf-user", Roles: []string{"system:configuration"}},
+		"reader": {ID: "reader", Roles: []string{"system:configuration:get"}},
+		"writer": {ID: "writer", Roles: []string{"system:configuration:create"}},
+		"other":  {ID: "other", Roles: []string{"system:other", "system:configurationx"}},
 	}))
 	get := func(tok string) request { return request{method: "GET", path: "/configuration/values/", token: tok} }
 	create := func(tok string) request {
@@ -144,23 +182,25 @@ func TestHTTPIdentityAndRoles(t *testing.T) {
 		name string
 		req  request
 		want int
+		code varplane.Code
 	}{
-		{"no identity reads", get(""), 401},
-		{"unknown token reads", get("nope"), 401},
-		{"no identity creates", create(""), 401},
-		{"system reads", get("root"), 200},
-		{"system creates", create("root"), 201},
-		{"system:configuration reads", get("conf"), 200},
-		{"system:configuration creates", create("conf"), 201},
-		{"reader reads", get("reader"), 200},
-		{"reader cannot create", create("reader"), 403},
-		{"writer cannot read", get("writer"), 403},
-		{"writer creates", create("writer"), 201},
-		{"unrelated roles", get("other"), 403},
-		{"fetch needs get", request{method: "POST", path: "/configuration/values:fetch", token: "writer", contentType: "application/json", body: `[]`}, 403},
-		{"watch needs get", request{method: "GET", path: "/configuration/values:watch", token: "writer"}, 403},
-		{"page needs get", request{method: "GET", path: "/.configuration", token: "writer"}, 403},
-		{"page form needs create", request{method: "POST", path: "/.configuration", token: "reader", contentType: "application/x-www-form-urlencoded", body: "component=alpha.bare&configuration=n%3A+1"}, 403},
+		{"no identity reads", get(""), 401, varplane.CodeUnauthorized},
+		{"unknown token reads", get("nope"), 403, varplane.CodeForbidden},
+		{"no identity creates", create(""), 401, varplane.CodeUnauthorized},
+		{"system reads", get("root"), 200, ""},
+		{"system creates", create("root"), 201, ""},
+		{"* creates", create("star"), 201, ""},
+		{"system:configuration reads", get("conf"), 200, ""},
+		{"system:configuration creates", create("conf"), 201, ""},
+		{"reader reads", get("reader"), 200, ""},
+		{"reader cannot create", create("reader"), 403, varplane.CodeForbidden},
+		{"writer cannot read", get("writer"), 403, varplane.CodeForbidden},
+		{"writer creates", create("writer"), 201, ""},
+		{"unrelated roles", get("other"), 403, varplane.CodeForbidden},
+		{"fetch needs get", request{method: "POST", path: "/configuration/values:fetch", token: "writer", contentType: "application/json", body: `[]`}, 403, varplane.CodeForbidden},
+		{"watch needs get", request{method: "GET", path: "/configuration/values:watch", token: "writer"}, 403, varplane.CodeForbidden},
+		{"page needs get", request{method: "GET", path: "/.configuration", token: "writer"}, 403, varplane.CodeForbidden},
+		{"page form needs create", request{method: "POST", path: "/.configuration", token: "reader", contentType: "application/x-www-form-urlencoded", body: "component=alpha.bare&configuration=n%3A+1"}, 403, varplane.CodeForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,37 +208,79 @@ func TestHTTPIdentityAndRoles(t *testing.T) {
 			if resp.StatusCode != tt.want {
 				t.Errorf("status = %d, want %d: %s", resp.StatusCode, tt.want, body)
 			}
+			if tt.code != "" {
+				if got := wire.ParseError(resp.StatusCode, body).Code; got != tt.code {
+					t.Errorf("code = %s, want %s", got, tt.code)
+				}
+			}
 		})
 	}
-	// The identity is the originator.
+	// The identity's ID is the originator.
 	v, _, _ := svc.Get(context.Background(), "alpha.bare", "")
 	if v.Originator != "writer" {
 		t.Errorf("originator = %q, want writer", v.Originator)
 	}
-	// Basic authentication carries the token for browsers.
-	req, _ := http.NewRequest("GET", srv.URL+"/.configuration", nil)
-	req.SetBasicAuth("me", "reader")
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// seed 001's "Authorization: Token <t>" carries the token too.
+	req, _ := http.NewRequest("GET", srv.URL+"/configuration/values/", nil)
+	req.Header.Set("Authorization", "Token reader")
+	if resp, err := srv.Client().Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("Token scheme: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
+	// Basic authentication carries the token for browsers, on the page only.
+	basic := func(path, password string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req.SetBasicAuth("me", password)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if resp := basic("/.configuration", "reader"); resp.StatusCode != 200 {
 		t.Errorf("basic auth page = %d", resp.StatusCode)
 	}
-	resp, _ = do(t, srv, request{method: "GET", path: "/.configuration"})
-	if resp.Header.Get("WWW-Authenticate") == "" {
+	if resp := basic("/configuration/values/", "reader"); resp.StatusCode != 401 {
+		t.Errorf("basic auth on the API = %d, want 401: Basic is for the page", resp.StatusCode)
+	}
+	// A mistyped password is asked for again (401 with the invitation),
+	// not held on to as a 403.
+	for _, password := range []string{"", "mistyped"} {
+		resp := basic("/.configuration", password)
+		if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("page with password %q = %d %q, want 401 inviting to authenticate", password, resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+	resp, _ := do(t, srv, request{method: "GET", path: "/.configuration"})
+	if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") == "" {
 		t.Error("the page's 401 does not invite a browser to authenticate")
 	}
 }
 
-func TestHTTPFailingResolverFailsClosed(t *testing.T) {
-	_, srv := newServer(t, func(*http.Request) (Identity, bool, error) {
-		return Identity{}, false, errors.New("backend down: secret-detail")
-	})
-	resp, body := do(t, srv, request{method: "GET", path: "/configuration/values/"})
-	if resp.StatusCode != 500 || strings.Contains(string(body), "secret-detail") {
-		t.Errorf("status = %d, body = %s", resp.StatusCode, body)
+func TestHTTPFailingAuthorizerFailsClosed(t *testing.T) {
+	for name, authz := range map[string]varplane.Authorizer{
+		"error": varplane.AuthorizerFunc(func(context.Context, varplane.Access) (varplane.Identity, error) {
+			return varplane.Identity{}, errors.New("backend down: secret-detail")
+		}),
+		"panic": varplane.AuthorizerFunc(func(context.Context, varplane.Access) (varplane.Identity, error) {
+			panic("secret-detail")
+		}),
+		"no id": varplane.AuthorizerFunc(func(context.Context, varplane.Access) (varplane.Identity, error) {
+			return varplane.Identity{Roles: []string{"*"}}, nil
+		}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, srv := newServer(t, authz)
+			for _, r := range []request{{method: "GET", path: "/configuration/values/"}, {method: "GET", path: "/.configuration"}} {
+				resp, body := do(t, srv, r)
+				if resp.StatusCode != 500 || strings.Contains(string(body), "secret-detail") || wire.ParseError(500, body).Code != varplane.CodeInternal {
+					t.Errorf("%s: status = %d, body = %s", r.path, resp.StatusCode, body)
+				}
+			}
+		})
 	}
 }
 
@@ -301,72 +383,5 @@ func TestPage(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("cross-site post = %d, want 403", resp.StatusCode)
-	}
-}
-
-func TestTokens(t *testing.T) {
-	const file = `
-tokens:
-  - token: t1
-    id: alice
-    roles: [system:configuration:get]
-    kinds: [read]
-  - token: t2
-    name: ci
-`
-	entries, err := ParseTokens("tokens.yaml", []byte(file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 2 || entries[0].ID != "alice" || entries[0].Roles[0] != RoleGet || entries[1].ID != "ci" || entries[1].Roles != nil {
-		t.Errorf("entries = %+v", entries)
-	}
-	for _, bad := range []string{`[{"id":"x"}]`, `[{"token":"x"}]`, `{"tokens":3}`, `[{"token":"x","id":"y","roles":[1]}]`} {
-		if _, err := ParseTokens("t.json", []byte(bad)); err == nil {
-			t.Errorf("ParseTokens(%s) accepted", bad)
-		}
-	}
-	hier := []struct {
-		roles []string
-		role  string
-		want  bool
-	}{
-		{[]string{"system"}, RoleGet, true},
-		{[]string{"system:configuration"}, RoleCreate, true},
-		{[]string{RoleGet}, RoleCreate, false},
-		{[]string{"sys"}, RoleGet, false},
-		{[]string{"system:configuration:get:more"}, RoleGet, false},
-		{nil, RoleGet, false},
-	}
-	for _, h := range hier {
-		if got := (Identity{Roles: h.roles}).Has(h.role); got != h.want {
-			t.Errorf("%v has %s = %v, want %v", h.roles, h.role, got, h.want)
-		}
-	}
-	if !Anonymous.Has(RoleGet) || !Anonymous.Has(RoleCreate) || Anonymous.ID != "anonymous" {
-		t.Error("Anonymous lacks a role")
-	}
-}
-
-func TestTokenLines(t *testing.T) {
-	const file = "# core tokens\nplain-token\n\nops-token id=ops roles=system:configuration\nreader id=app roles=system:configuration:get,other\n"
-	entries, err := ParseTokens("tokens", []byte(file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 3 {
-		t.Fatalf("entries = %+v", entries)
-	}
-	if e := entries[0]; e.Token != "plain-token" || !strings.HasPrefix(e.ID, "token:") || strings.Contains(e.ID, "plain") || !(Identity{Roles: e.Roles}).Has(RoleCreate) {
-		t.Errorf("plain = %+v", e)
-	}
-	if e := entries[1]; e.ID != "ops" || len(e.Roles) != 1 || e.Roles[0] != "system:configuration" {
-		t.Errorf("ops = %+v", e)
-	}
-	if e := entries[2]; e.ID != "app" || len(e.Roles) != 2 {
-		t.Errorf("reader = %+v", e)
-	}
-	if _, err := ParseTokens("tokens", []byte("tok whatever\n")); err == nil {
-		t.Error("a malformed line was accepted")
 	}
 }

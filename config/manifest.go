@@ -15,6 +15,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/canonical"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 	"github.com/varplane/varplane/schema"
 )
 
@@ -89,11 +90,16 @@ func manifestErr(file, path, format string, args ...any) error {
 	return &ManifestError{File: file, Path: path, Message: fmt.Sprintf(format, args...)}
 }
 
-// decodeErr turns a DecodeError into a ManifestError naming file.
+// decodeErr turns a decoding error into a ManifestError naming file: a
+// DecodeError keeps its path, a converter's *varplane.Error its message
+// (which names the line or byte).
 func decodeErr(file string, err error) error {
 	var de *DecodeError
 	if errors.As(err, &de) {
 		return &ManifestError{File: file, Path: de.Path, Message: de.Message}
+	}
+	if ve := (*varplane.Error)(nil); errors.As(err, &ve) {
+		return &ManifestError{File: file, Message: varplane.ErrorMessage(ve)}
 	}
 	return &ManifestError{File: file, Message: err.Error()}
 }
@@ -157,7 +163,7 @@ func ParseManifest(file string, data []byte) (*Manifest, error) {
 	if _, ok := sch.(map[string]any); !ok {
 		return nil, manifestErr(file, "/configuration/schema", "schema must be a JSON Schema object")
 	}
-	if m.Schema, err = marshalJSON(sch); err != nil {
+	if m.Schema, err = jsontext.Marshal(sch); err != nil {
 		return nil, manifestErr(file, "/configuration/schema", "%v", err)
 	}
 	if m.Epoch, err = Epoch(m.Schema); err != nil {
@@ -170,7 +176,7 @@ func ParseManifest(file string, data []byte) (*Manifest, error) {
 		if _, ok := d.(map[string]any); !ok {
 			return nil, manifestErr(file, "/configuration/defaults", "defaults must be an object")
 		}
-		if m.Defaults, err = marshalJSON(d); err != nil {
+		if m.Defaults, err = jsontext.Marshal(d); err != nil {
 			return nil, manifestErr(file, "/configuration/defaults", "%v", err)
 		}
 		if err := checkFits(m.compiled, m.Defaults, file, "/configuration/defaults"); err != nil {

@@ -114,9 +114,13 @@ func TestParseManifestErrors(t *testing.T) {
 		{"defaults not object", "a.yaml", "name: a\nconfiguration: {schema: {}, defaults: [1]}", "/configuration/defaults", "must be an object"},
 		{"defaults do not fit", "a.yaml", "name: a\nconfiguration:\n  schema: {type: object, properties: {foo: {type: string}}}\n  defaults: {foo: 1}",
 			"/configuration/defaults/foo", "does not fit the schema"},
-		{"duplicate key", "a.yaml", "name: a\nname: b\nconfiguration: {schema: {}}", "/name", "duplicate key"},
+		// The YAML converter names the line where the path is not known yet.
+		{"duplicate key", "a.yaml", "name: a\nname: b\nconfiguration: {schema: {}}", "", "line 2: duplicate key"},
 		{"duplicate key json", "a.json", `{"name":"a","configuration":{"schema":{},"schema":{}}}`, "/configuration/schema", "duplicate key"},
-		{"alias", "a.yaml", "name: a\nconfiguration:\n  schema: &s {type: object}\n  defaults: *s", "/configuration/schema", "anchors"},
+		{"alias", "a.yaml", "name: a\nconfiguration:\n  schema: &s {type: object}\n  defaults: *s", "", "line 3: anchors and aliases are not supported"},
+		{"YAML 1.1 octal in defaults", "a.yaml", "name: a\nconfiguration:\n  schema: {type: object}\n  defaults: {mode: 010}", "", "line 4: an integer with a leading zero"},
+		{"YAML 1.1 octal in the schema", "a.yaml", "name: a\nconfiguration:\n  schema:\n    type: object\n    properties: {mode: {maximum: 0644}}", "", "line 5: an integer with a leading zero"},
+		{"too deep", "a.json", `{"name":"a","configuration":{"schema":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}}`, "", "depth"},
 		{"not valid yaml", "a.yaml", "name: [", "", "not valid YAML"},
 	}
 	for _, tt := range tests {

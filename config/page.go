@@ -6,12 +6,12 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
+	"net/url"
+	"strconv"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
-
-// pagePath is where the page is mounted.
-const pagePath = "/.configuration"
 
 // The page is server-rendered with no script and no external asset, so it
 // works under a strict Content-Security-Policy and offline.
@@ -83,27 +83,45 @@ type pageData struct {
 // handlePage serves GET and POST /.configuration: the configured components
 // with their epoch, source and values, and a form per component that creates
 // a configuration and shows the schema's issues. Reading needs
-// system:configuration:get, the form system:configuration:create.
+// system:configuration:get, the form system:configuration:create. A browser
+// carries its token as the password of HTTP Basic authentication: a request
+// without a token, or with one the authorizer does not accept, is 401 with
+// an invitation to authenticate, so that the browser asks (again).
 func (h *handler) handlePage(w http.ResponseWriter, r *http.Request) {
+	id, err := h.identify(r, true)
+	if err != nil {
+		h.failPage(w, r, err)
+		return
+	}
 	data := pageData{}
 	drafts := map[string]string{}
 	status := http.StatusOK
 	if r.Method == http.MethodPost {
-		id, err := authorize(h.resolve, r, RoleCreate)
+		if err := needRole(id, RoleCreate); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		// The form is what a browser posts; CrossOriginProtection (see
+		// Handler) refuses it from another origin.
+		if err := wire.CheckContentType(r, "application/x-www-form-urlencoded"); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		body, err := wire.ReadBody(w, r, h.lim.MaxBodyBytes)
 		if err != nil {
 			h.fail(w, r, err)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, h.max)
-		if err := r.ParseForm(); err != nil {
-			h.fail(w, r, varplane.Errorf(varplane.CodeBadRequest, "the form could not be read"))
+		form, err := url.ParseQuery(string(body))
+		if err != nil {
+			h.fail(w, r, wire.BadRequest("the form could not be read"))
 			return
 		}
-		component, text := r.PostForm.Get("component"), r.PostForm.Get("configuration")
+		component, text := form.Get("component"), form.Get("configuration")
 		drafts[component] = text
 		status, data.Message, data.Issues = h.createFromPage(r, component, text, id)
 	}
-	if _, err := authorize(h.resolve, r, RoleGet); err == nil {
+	if err := needRole(id, RoleGet); err == nil {
 		list, err := h.svc.List(r.Context())
 		if err != nil {
 			h.fail(w, r, err)
@@ -134,35 +152,41 @@ func (h *handler) handlePage(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-// createFromPage creates what the form holds and says how it went.
-func (h *handler) createFromPage(r *http.Request, component, text string, id Identity) (int, string, []varplane.Issue) {
-	v, err := DecodeYAML([]byte(text)) // YAML 1.2 reads JSON too
-	if err != nil {
-		return http.StatusBadRequest, "The configuration does not decode: " + err.Error(), []varplane.Issue{{Code: varplane.IssueSyntax, Message: err.Error()}}
+// failPage answers a failure to identify the page's caller: 401 with an
+// invitation to authenticate, also for a token the authorizer refuses (403
+// elsewhere), so that a browser asks for the password again rather than
+// holding on to a mistyped one. A failing authorizer stays 500.
+func (h *handler) failPage(w http.ResponseWriter, r *http.Request, err error) {
+	if c := varplane.ErrorCode(err); c == varplane.CodeForbidden || c == varplane.CodeUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Basic realm="varplane configuration", charset="UTF-8"`)
+		err = varplane.Errorf(varplane.CodeUnauthorized, "authentication required")
 	}
-	doc, err := marshalJSON(v)
+	h.fail(w, r, err)
+}
+
+// createFromPage creates what the form holds and says how it went. The text
+// is read as YAML (which reads JSON too) by the one converter, within the
+// limits.
+func (h *handler) createFromPage(r *http.Request, component, text string, id varplane.Identity) (int, string, []varplane.Issue) {
+	doc, err := ToJSON([]byte(text), true, h.lim, 0)
 	if err != nil {
-		return http.StatusBadRequest, "The configuration does not decode.", []varplane.Issue{{Code: varplane.IssueSyntax, Message: "not encodable as JSON"}}
+		msg := varplane.ErrorMessage(err)
+		return wire.Status(varplane.ErrorCode(err)), "The configuration does not decode: " + msg, []varplane.Issue{{Code: varplane.IssueSyntax, Message: msg}}
 	}
 	res, err := h.svc.Create(r.Context(), CreateRequest{Component: component, Configuration: doc, Originator: id.ID})
 	if err != nil {
 		var ve *varplane.Error
-		if errors.As(err, &ve) && (ve.Code == CodeInvalidConfiguration || ve.Code == CodeUnknownComponent) {
+		if errors.As(err, &ve) && ve.Code != varplane.CodeInternal && wire.Status(ve.Code) < 500 {
 			issues := ve.Issues
 			if len(issues) == 0 {
-				issues = []varplane.Issue{{Code: string(ve.Code), Message: ve.Message}}
+				issues = []varplane.Issue{{Code: string(ve.Code), Message: varplane.ErrorMessage(ve)}}
 			}
-			return http.StatusUnprocessableEntity, component + ": " + ve.Message, issues
+			return wire.Status(ve.Code), component + ": " + varplane.ErrorMessage(ve), issues
 		}
 		h.log.Error("create configuration from the page", "component", component, "err", err)
 		return http.StatusInternalServerError, "The configuration could not be created (internal error).", []varplane.Issue{{Code: string(varplane.CodeInternal), Message: "internal error"}}
 	}
-	return http.StatusCreated, "Created " + res.ID + " for " + component + " (created " + uitoa(res.Created) + ").", nil
-}
-
-func uitoa(n uint64) string {
-	b, _ := json.Marshal(n)
-	return string(b)
+	return http.StatusCreated, "Created " + res.ID + " for " + component + " (created " + strconv.FormatUint(res.Created, 10) + ").", nil
 }
 
 func pretty(raw json.RawMessage) string {

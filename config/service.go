@@ -14,12 +14,27 @@ import (
 	"github.com/varplane/varplane"
 )
 
-// The error codes of the values service, as the seed names them. They are
-// carried by *varplane.Error and answered with HTTP 422.
+// The error codes of the values service: seed 001's UNKNOWN_COMPONENT and
+// INVALID_CONFIGURATION, spelt as every varplane code is ("unknown-component",
+// "invalid-configuration"). They are the root package's codes, carried by
+// *varplane.Error and answered with HTTP 422.
 const (
-	CodeUnknownComponent     varplane.Code = "UNKNOWN_COMPONENT"
-	CodeInvalidConfiguration varplane.Code = "INVALID_CONFIGURATION"
+	CodeUnknownComponent     = varplane.CodeUnknownComponent
+	CodeInvalidConfiguration = varplane.CodeInvalidConfiguration
 )
+
+// OwnerName is the name the values service writes its scopes under.
+const OwnerName = "values service"
+
+// Owner reserves the configuration scopes ("<component>@<epoch>", see
+// ParseScope) to the values service: given to the engine (Options.Owners),
+// it makes every other writer (the var admin API's create, activate,
+// deactivate and rollback) answer scope-owned, so that nothing the schema
+// forbids is ever served. Service names it in its own writes.
+var Owner = varplane.Owner{Name: OwnerName, Owns: func(s varplane.Scope) bool {
+	_, _, ok := ParseScope(s)
+	return ok
+}}
 
 // Sentinels for errors.Is on the values service's errors.
 var (
@@ -97,7 +112,9 @@ func EventFromHead(h *varplane.Head) (CreatedEvent, bool) {
 // EventsFromCommit returns the created events of a commit: one per
 // configuration scope that the commit gave a new head. A create, and a
 // rollback through the core API (which makes an earlier object current again
-// at a new generation), both produce one; deactivations produce none.
+// at a new generation), both produce one; deactivations produce none. Where
+// the engine reserves the scopes to the values service (Owner), only its own
+// creates commit them.
 func EventsFromCommit(c varplane.Commit) []CreatedEvent {
 	var out []CreatedEvent
 	for _, ch := range c.Changes {
@@ -286,15 +303,24 @@ func (s *Service) List(ctx context.Context) ([]Listed, error) {
 
 // Create stores req.Configuration as a new object for the component's
 // deployed epoch, recording req.Originator, and makes it current; the created
-// event follows through the commit seam. It returns an UNKNOWN_COMPONENT
+// event follows through the commit seam. It returns an unknown-component
 // error for a component the deployment does not declare, and
-// INVALID_CONFIGURATION with the issues when the configuration does not fit
+// invalid-configuration error with the issues when the configuration does not fit
 // the schema (secret references are checked as the strings they are) or is
-// not valid JSON. Concurrent creates all succeed, each with its own created.
+// not valid JSON; a configuration beyond the engine's limits is
+// limit-exceeded (or payload-too-large). Concurrent creates all succeed, each
+// with its own created.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error) {
 	c, ok := s.dep.Component(req.Component)
 	if !ok {
 		return Created{}, &varplane.Error{Code: CodeUnknownComponent, Message: fmt.Sprintf("component %q is not declared", req.Component)}
+	}
+	// The engine's limits hold before the schema validator builds a tree.
+	if err := s.engine.Limits().CheckJSON(req.Configuration, 0); err != nil {
+		if c := varplane.ErrorCode(err); c == varplane.CodeLimitExceeded || c == varplane.CodePayloadTooLarge {
+			return Created{}, err
+		}
+		return Created{}, invalid([]varplane.Issue{{Code: varplane.IssueSyntax, Path: "", Message: "configuration is not valid JSON"}})
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, req.Configuration); err != nil || buf.Len() == 0 {
@@ -313,6 +339,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		Scope:    scope,
 		Document: doc,
 		Actor:    req.Originator,
+		Owner:    OwnerName,
 		Reason:   "configuration created",
 	})
 	if err != nil {
@@ -329,6 +356,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 			Revision:           rev.Revision,
 			ExpectedGeneration: expected,
 			Actor:              req.Originator,
+			Owner:              OwnerName,
 			Reason:             "configuration created",
 		})
 		if err == nil {

@@ -41,9 +41,9 @@ alpha.bare: |
       required: [n]
 `
 
-func testDeployment(t *testing.T) *Deployment {
+func testDeployment(t testing.TB) *Deployment {
 	t.Helper()
-	v, err := DecodeYAML([]byte(testManifests))
+	v, err := Decode([]byte(testManifests), true, FileLimits, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,10 +62,10 @@ func testDeployment(t *testing.T) *Deployment {
 	return d
 }
 
-func newService(t *testing.T) (*Service, *varplane.Engine) {
+func newService(t testing.TB, owners ...varplane.Owner) (*Service, *varplane.Engine) {
 	t.Helper()
 	store := memory.New()
-	eng := varplane.NewEngine(store, varplane.Options{})
+	eng := varplane.NewEngine(store, varplane.Options{Owners: owners})
 	t.Cleanup(func() { eng.Close(); _ = store.Close() })
 	svc, err := NewService(eng, testDeployment(t))
 	if err != nil {

@@ -6,18 +6,26 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
 
 // The decoded form of a document used throughout this package: objects are
 // map[string]any, arrays []any, numbers json.Number (their text kept, so no
 // precision is lost before the canonicaliser looks at them), and strings,
 // booleans and nil as themselves.
+
+// FileLimits bound the files config reads (manifests, annotations,
+// deployment declarations): operator input, held to the ceilings rather than
+// to a request's limits, so that any document a deployment may allow can be
+// declared.
+var FileLimits = varplane.Limits{MaxBodyBytes: varplane.MaxBodyCeiling, MaxDepth: varplane.MaxDepthCeiling}.WithDefaults()
 
 // DecodeError reports a document that cannot be decoded, with the JSON Pointer
 // of the offending location when it is known.
@@ -35,68 +43,106 @@ func (e *DecodeError) Error() string {
 }
 
 // DecodeJSON decodes exactly one JSON value from data. Duplicate object keys
-// are refused (they would make the canonical form ambiguous).
+// are refused (they would make the canonical form ambiguous). It holds no
+// limits itself: input from outside is first held to varplane.Limits
+// (Limits.CheckJSON, as Decode does). Its memory is proportional to the
+// input whatever its shape: the JSON Pointer of an error is built only when
+// the error is reported.
 func DecodeJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeJSONValue(dec, "")
+	d := jsonDecoder{dec: json.NewDecoder(bytes.NewReader(data))}
+	d.dec.UseNumber()
+	v, err := d.value()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if _, err := d.dec.Token(); err != io.EOF {
 		return nil, &DecodeError{Message: "unexpected data after the JSON value"}
 	}
 	return v, nil
 }
 
-func decodeJSONValue(dec *json.Decoder, path string) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, &DecodeError{Path: path, Message: "not valid JSON: " + jsonProblem(err)}
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			obj := map[string]any{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, &DecodeError{Path: path, Message: "not valid JSON: " + jsonProblem(err)}
-				}
-				k, _ := kt.(string)
-				child := path + "/" + EscapePointer(k)
-				if _, dup := obj[k]; dup {
-					return nil, &DecodeError{Path: child, Message: "duplicate key"}
-				}
-				v, err := decodeJSONValue(dec, child)
-				if err != nil {
-					return nil, err
-				}
-				obj[k] = v
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, &DecodeError{Path: path, Message: "not valid JSON: " + jsonProblem(err)}
-			}
-			return obj, nil
-		case '[':
-			arr := []any{}
-			for dec.More() {
-				v, err := decodeJSONValue(dec, path+"/"+strconv.Itoa(len(arr)))
-				if err != nil {
-					return nil, err
-				}
-				arr = append(arr, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, &DecodeError{Path: path, Message: "not valid JSON: " + jsonProblem(err)}
-			}
-			return arr, nil
+// jsonDecoder walks tokens keeping the way down as a stack of steps, from
+// which an error's path is written.
+type jsonDecoder struct {
+	dec   *json.Decoder
+	steps []step
+}
+
+// step is one level of the way down: an object member or an array index.
+type step struct {
+	key   string
+	index int
+	isKey bool
+}
+
+// fail returns a DecodeError at the current location.
+func (d *jsonDecoder) fail(msg string) error {
+	var b strings.Builder
+	for _, s := range d.steps {
+		b.WriteByte('/')
+		if s.isKey {
+			b.WriteString(EscapePointer(s.key))
+		} else {
+			b.WriteString(strconv.Itoa(s.index))
 		}
-		return nil, &DecodeError{Path: path, Message: "not valid JSON"}
-	default:
-		return t, nil
 	}
+	return &DecodeError{Path: b.String(), Message: msg}
+}
+
+func (d *jsonDecoder) syntax(err error) error {
+	return d.fail("not valid JSON: " + jsonProblem(err))
+}
+
+func (d *jsonDecoder) value() (any, error) {
+	tok, err := d.dec.Token()
+	if err != nil {
+		return nil, d.syntax(err)
+	}
+	delim, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil
+	}
+	switch delim {
+	case '{':
+		obj := map[string]any{}
+		for d.dec.More() {
+			kt, err := d.dec.Token()
+			if err != nil {
+				return nil, d.syntax(err)
+			}
+			k, _ := kt.(string)
+			d.steps = append(d.steps, step{key: k, isKey: true})
+			if _, dup := obj[k]; dup {
+				return nil, d.fail("duplicate key")
+			}
+			v, err := d.value()
+			if err != nil {
+				return nil, err
+			}
+			d.steps = d.steps[:len(d.steps)-1]
+			obj[k] = v
+		}
+		if _, err := d.dec.Token(); err != nil {
+			return nil, d.syntax(err)
+		}
+		return obj, nil
+	case '[':
+		arr := []any{}
+		for d.dec.More() {
+			d.steps = append(d.steps, step{index: len(arr)})
+			v, err := d.value()
+			if err != nil {
+				return nil, err
+			}
+			d.steps = d.steps[:len(d.steps)-1]
+			arr = append(arr, v)
+		}
+		if _, err := d.dec.Token(); err != nil {
+			return nil, d.syntax(err)
+		}
+		return arr, nil
+	}
+	return nil, d.fail("not valid JSON")
 }
 
 // jsonProblem keeps the decoder's explanation but never a value: syntax
@@ -112,151 +158,57 @@ func jsonProblem(err error) string {
 	return err.Error()
 }
 
-// DecodeYAML decodes a single YAML document (YAML 1.2 core schema, so "no" is
-// a string) into the package's decoded form. It refuses anchors and aliases
-// (configuration has no use for them, and they are how documents explode),
-// non-string keys, duplicate keys, non-finite numbers and unknown tags, each
-// with the line and the JSON Pointer where it happened. An empty document is
-// null.
-func DecodeYAML(data []byte) (any, error) {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, nil
+// ToJSON returns the JSON text of data, a document in YAML (yaml true) or
+// JSON, held to lim with extraDepth levels of envelope beyond lim.MaxDepth
+// (0 for a document itself): JSON is checked by lim.CheckJSON and returned
+// as it is, YAML converted by wire.YAMLToJSON, the one converter (YAML 1.2
+// core schema; leading-zero integers, anchors, aliases and merge keys
+// refused). Errors are *varplane.Error values: bad-request naming the line
+// or byte, limit-exceeded, payload-too-large.
+func ToJSON(data []byte, yaml bool, lim varplane.Limits, extraDepth int) (json.RawMessage, error) {
+	lim = lim.WithDefaults()
+	if !yaml {
+		if err := lim.CheckJSON(data, extraDepth); err != nil {
+			return nil, err
 		}
-		return nil, &DecodeError{Message: "not valid YAML: " + err.Error()}
+		return data, nil
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, &DecodeError{Message: "more than one YAML document"}
-	}
-	if doc.Kind == yaml.DocumentNode {
-		if len(doc.Content) == 0 {
-			return nil, nil
-		}
-		return fromYAML(doc.Content[0], "")
-	}
-	return fromYAML(&doc, "")
+	lim.MaxDepth += extraDepth
+	return wire.YAMLToJSON(data, lim)
 }
 
-func fromYAML(n *yaml.Node, path string) (any, error) {
-	fail := func(format string, args ...any) error {
-		return &DecodeError{Path: path, Message: fmt.Sprintf("line %d: ", n.Line) + fmt.Sprintf(format, args...)}
-	}
-	if n.Anchor != "" || n.Kind == yaml.AliasNode {
-		return nil, fail("anchors and aliases are not supported")
-	}
-	switch n.Kind {
-	case yaml.MappingNode:
-		obj := make(map[string]any, len(n.Content)/2)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			kn, vn := n.Content[i], n.Content[i+1]
-			if kn.Kind != yaml.ScalarNode || (kn.ShortTag() != "!!str" && kn.ShortTag() != "!!int" && kn.ShortTag() != "!!float" && kn.ShortTag() != "!!bool") {
-				if kn.ShortTag() == "!!merge" {
-					return nil, fail("merge keys are not supported")
-				}
-				return nil, fail("keys must be strings")
-			}
-			k := kn.Value
-			child := path + "/" + EscapePointer(k)
-			if _, dup := obj[k]; dup {
-				return nil, &DecodeError{Path: child, Message: fmt.Sprintf("line %d: duplicate key", kn.Line)}
-			}
-			v, err := fromYAML(vn, child)
-			if err != nil {
-				return nil, err
-			}
-			obj[k] = v
-		}
-		return obj, nil
-	case yaml.SequenceNode:
-		arr := make([]any, 0, len(n.Content))
-		for i, c := range n.Content {
-			v, err := fromYAML(c, path+"/"+strconv.Itoa(i))
-			if err != nil {
-				return nil, err
-			}
-			arr = append(arr, v)
-		}
-		return arr, nil
-	case yaml.ScalarNode:
-		switch n.ShortTag() {
-		case "!!str", "!!timestamp", "!!binary":
-			return n.Value, nil
-		case "!!null":
-			return nil, nil
-		case "!!bool":
-			var b bool
-			if err := n.Decode(&b); err != nil {
-				return nil, fail("not a boolean")
-			}
-			return b, nil
-		case "!!int":
-			if isJSONNumber(n.Value) {
-				return json.Number(n.Value), nil
-			}
-			var i int64
-			if err := n.Decode(&i); err == nil {
-				return json.Number(strconv.FormatInt(i, 10)), nil
-			}
-			var u uint64
-			if err := n.Decode(&u); err == nil {
-				return json.Number(strconv.FormatUint(u, 10)), nil
-			}
-			return nil, fail("integer out of range")
-		case "!!float":
-			if isJSONNumber(n.Value) {
-				return json.Number(n.Value), nil
-			}
-			var f float64
-			if err := n.Decode(&f); err != nil {
-				return nil, fail("not a number")
-			}
-			if math.IsInf(f, 0) || math.IsNaN(f) {
-				return nil, fail("infinite and NaN numbers have no JSON form")
-			}
-			return json.Number(strconv.FormatFloat(f, 'g', -1, 64)), nil
-		default:
-			return nil, fail("unsupported tag %s", n.ShortTag())
-		}
-	}
-	return nil, fail("unsupported YAML node")
-}
-
-func isJSONNumber(s string) bool {
-	if s == "" {
-		return false
-	}
-	var n json.Number
-	return json.Unmarshal([]byte(s), &n) == nil && !strings.ContainsAny(s, " \t\n")
-}
-
-// DecodeFile decodes data by the extension of file: .json as JSON, anything
-// else as YAML.
-func DecodeFile(file string, data []byte) (any, error) {
-	if strings.EqualFold(filepath.Ext(file), ".json") {
-		return DecodeJSON(data)
-	}
-	return DecodeYAML(data)
-}
-
-// MarshalJSON encodes a decoded value compactly without HTML escaping, so the
-// text stays as authored ("<" remains "<").
-func marshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+// Decode is ToJSON followed by DecodeJSON: no tree is built before the input
+// has passed the limits.
+func Decode(data []byte, yaml bool, lim varplane.Limits, extraDepth int) (any, error) {
+	doc, err := ToJSON(data, yaml, lim, extraDepth)
+	if err != nil {
 		return nil, err
 	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return DecodeJSON(doc)
+}
+
+// DecodeFile decodes data by the extension of file, .json as JSON and
+// anything else as YAML, held to FileLimits.
+func DecodeFile(file string, data []byte) (any, error) {
+	return Decode(data, !strings.EqualFold(filepath.Ext(file), ".json"), FileLimits, 0)
+}
+
+// blankYAML reports whether data holds no YAML document at all: only blank
+// lines and comments.
+func blankYAML(data []byte) bool {
+	for _, line := range bytes.Split(data, []byte{'\n'}) {
+		l := bytes.TrimSpace(line)
+		if len(l) > 0 && l[0] != '#' {
+			return false
+		}
+	}
+	return true
 }
 
 // EscapePointer escapes one JSON Pointer token (RFC 6901).
-func EscapePointer(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
-}
+func EscapePointer(s string) string { return pointerEscaper.Replace(s) }
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 // JSONToYAML renders a JSON document as YAML, numbers as numbers and keys
 // sorted, for answers requested in YAML.

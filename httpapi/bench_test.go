@@ -127,7 +127,7 @@ func BenchmarkDecodeCreateRevision(b *testing.B) {
 	body := []byte(`{"scope":"bench.decode","document":` + doc + `,"actor":"bench","reason":"measure"}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := httpapi.DecodeCreateRevision(body); err != nil {
+		if _, err := httpapi.DecodeCreateRevision(body, varplane.Limits{}); err != nil {
 			b.Fatal(err)
 		}
 	}

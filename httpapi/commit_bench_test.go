@@ -2,21 +2,13 @@ package httpapi_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/httpapi"
-	"github.com/varplane/varplane/store/file"
 )
 
 // BenchmarkDurableCommit drives create + activate through the real handler
@@ -26,17 +18,7 @@ import (
 func BenchmarkDurableCommit(b *testing.B) {
 	for _, par := range []int{1, 64} {
 		b.Run(fmt.Sprintf("writers=%d", par), func(b *testing.B) {
-			s, err := file.Open(context.Background(), filepath.Join(b.TempDir(), "log.jsonl"), file.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			e := varplane.NewEngine(s, varplane.Options{})
-			defer e.Close()
-			h := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, Logger: slog.New(slog.DiscardHandler)})
-			defer h.Close()
-			srv := httptest.NewServer(h)
-			defer srv.Close()
+			srv, _ := durableServer(b)
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 			doc := `{"enabled":true,"note":"` + strings.Repeat("x", 980) + `"}`
 			var next atomic.Int64

@@ -152,7 +152,7 @@ func FuzzDecodeActivate(f *testing.F) {
 	f.Add([]byte(`{"scope":"a.b","expectedGeneraton":0}`))
 	f.Add([]byte("\xff{"))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := httpapi.DecodeActivate(body)
+		req, err := httpapi.DecodeActivate(body, varplane.Limits{})
 		checkDecodeError(t, err)
 		if err == nil && (!req.Scope.Valid() || req.Revision == "") {
 			t.Fatalf("accepted an invalid request: %+v", req)
@@ -165,7 +165,7 @@ func FuzzDecodeRollback(f *testing.F) {
 	f.Add([]byte(`{"scope":"a.b","expectedGeneration":2,"toRevision":"` + rev0 + `"}`))
 	f.Add([]byte(`{"scope":"a.b","expectedGeneration":-0}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := httpapi.DecodeRollback(body)
+		req, err := httpapi.DecodeRollback(body, varplane.Limits{})
 		checkDecodeError(t, err)
 		if err == nil && req.ToRevision != "" && req.ToGeneration != nil {
 			t.Fatalf("accepted both targets: %+v", req)
@@ -177,14 +177,14 @@ func FuzzDecodeCreateRevision(f *testing.F) {
 	f.Add([]byte(`{"scope":"a.b","document":{"x":[1,2]},"schemaId":"s/v1"}`))
 	f.Add([]byte(`{"scope":"g","document":null}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := httpapi.DecodeCreateRevision(body)
+		req, err := httpapi.DecodeCreateRevision(body, varplane.Limits{})
 		checkDecodeError(t, err)
 		if err == nil && (!req.Scope.Valid() || len(req.Document) == 0) {
 			t.Fatalf("accepted an invalid request: %+v", req)
 		}
-		_, err = httpapi.DecodeDeactivate(body)
+		_, err = httpapi.DecodeDeactivate(body, varplane.Limits{})
 		checkDecodeError(t, err)
-		_, err = httpapi.DecodeValidate(body)
+		_, err = httpapi.DecodeValidate(body, varplane.Limits{})
 		checkDecodeError(t, err)
 	})
 }

@@ -104,7 +104,7 @@ lanes-91c2 kinds=read,mutate prefixes=agentic. id=lanes-team
 	}
 	auth, _ := httpapi.Scoped(grants)
 	ctx := context.Background()
-	for _, req := range []httpapi.Request{
+	for _, req := range []varplane.Access{
 		{Kind: httpapi.KindMutate, Scope: "agentic.lanes.vinci", Token: "lanes-91c2"},
 		{Kind: httpapi.KindMutate, Scope: "billing.eu", Token: "lanes-91c2"},
 		{Kind: httpapi.KindAudit, Scope: "agentic.lanes.vinci", Token: "lanes-91c2"},
@@ -112,7 +112,7 @@ lanes-91c2 kinds=read,mutate prefixes=agentic. id=lanes-team
 		{Kind: httpapi.KindRead, Scope: "billing.eu"},
 	} {
 		verdict := "allowed"
-		if err := auth.Authorize(ctx, req); err != nil {
+		if _, err := auth.Authorize(ctx, req); err != nil {
 			verdict = fmt.Sprint(httpapi.StatusCode(varplane.ErrorCode(err)), " ", varplane.ErrorCode(err))
 		}
 		fmt.Printf("%s %s: %s\n", req.Kind, req.Scope, verdict)

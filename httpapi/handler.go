@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,15 +14,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
 
 // DefaultBase is the base path when Options.Base is empty.
 const DefaultBase = "/vars"
 
 // CodeMethodNotAllowed is the code of a 405 answer: the route exists, the
-// method does not. It is an HTTP routing condition, not a domain error, so it
-// has no counterpart in package varplane.
-const CodeMethodNotAllowed varplane.Code = "method-not-allowed"
+// method does not.
+const CodeMethodNotAllowed = varplane.CodeMethodNotAllowed
 
 // Options configure a Handler. The zero value serves the route table under
 // /vars, allows every request (with a one-time warning) and bounds bodies at
@@ -37,8 +38,10 @@ type Options struct {
 	// AllowAll, with a one-time warning on stderr.
 	Authorizer Authorizer
 
-	// MaxBodyBytes bounds request bodies (DefaultMaxBodyBytes when 0).
-	// Larger bodies are answered 413 payload-too-large.
+	// MaxBodyBytes bounds request bodies (the engine's Limits.MaxBodyBytes
+	// when 0). Larger bodies are answered 413 payload-too-large. The other
+	// document limits are the engine's (varplane.Options.Limits): a body is
+	// held to the same numbers at decode time as its document in the engine.
 	MaxBodyBytes int64
 
 	// Logger receives request logs and internal errors (slog.Default when
@@ -65,6 +68,13 @@ type Options struct {
 	// Subscribers feeds varplane_subscribers; see also SetSubscribers.
 	Subscribers func() int
 
+	// TrustedOrigins are origins ("https://console.example.com") whose pages
+	// may send writes across origins. Every other cross-origin write, told
+	// by Sec-Fetch-Site or by an Origin that is not the request's host, is
+	// refused 403: with no tokens configured, a page on another site must
+	// not be able to create or activate.
+	TrustedOrigins []string
+
 	// DisableOps stops the handler from serving /healthz, /readyz and
 	// /metrics (for embedders whose own mux already has them; they can serve
 	// OpsHandler themselves).
@@ -73,13 +83,13 @@ type Options struct {
 
 // Handler serves the route table of one plane. Build it with NewHandler.
 type Handler struct {
-	engine  *varplane.Engine
-	base    string
-	auth    Authorizer
-	maxBody int64
-	log     *slog.Logger
-	ready   func(ctx context.Context) error
-	watch   http.Handler
+	engine *varplane.Engine
+	base   string
+	auth   Authorizer
+	limits varplane.Limits
+	log    *slog.Logger
+	ready  func(ctx context.Context) error
+	watch  http.Handler
 
 	mux       *http.ServeMux
 	ops       *http.ServeMux
@@ -87,6 +97,8 @@ type Handler struct {
 	readRoute *route
 	unmatched *route
 	metrics   *metrics
+
+	cross *http.CrossOriginProtection
 
 	closeOnce   sync.Once
 	unsubscribe func()
@@ -104,25 +116,31 @@ type route struct {
 // registry). Call Close to stop following the engine's commits.
 func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h := &Handler{
-		engine:  engine,
-		base:    normalizeBase(opts.Base),
-		auth:    opts.Authorizer,
-		maxBody: opts.MaxBodyBytes,
-		log:     opts.Logger,
-		ready:   opts.Ready,
-		watch:   opts.Watch,
-		mux:     http.NewServeMux(),
-		ops:     http.NewServeMux(),
-		routes:  map[string]*route{},
+		engine: engine,
+		base:   normalizeBase(opts.Base),
+		auth:   opts.Authorizer,
+		limits: engine.Limits(),
+		log:    opts.Logger,
+		ready:  opts.Ready,
+		watch:  opts.Watch,
+		mux:    http.NewServeMux(),
+		ops:    http.NewServeMux(),
+		routes: map[string]*route{},
+	}
+	if h.log == nil {
+		h.log = slog.Default()
 	}
 	if h.auth == nil {
 		h.auth = defaultAuthorizer()
 	}
-	if h.maxBody <= 0 {
-		h.maxBody = DefaultMaxBodyBytes
+	h.cross = http.NewCrossOriginProtection()
+	for _, o := range opts.TrustedOrigins {
+		if err := h.cross.AddTrustedOrigin(o); err != nil {
+			h.log.Warn("trusted origin ignored", "origin", o, "error", err)
+		}
 	}
-	if h.log == nil {
-		h.log = slog.Default()
+	if opts.MaxBodyBytes > 0 {
+		h.limits.MaxBodyBytes = opts.MaxBodyBytes
 	}
 	h.metrics = newMetrics(engine, &opts)
 	h.unsubscribe = engine.OnCommit(h.metrics.commit)
@@ -139,14 +157,16 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	}
 	h.handle(h.mux, "GET "+b+"/batch", true, h.handleBatch)
 	h.handle(h.mux, "GET "+b+"/watch", false, h.handleWatch)
-	h.handle(h.mux, "POST "+b+"/admin/revisions", false, h.handleCreateRevision)
-	h.handle(h.mux, "POST "+b+"/admin/validate", false, h.handleValidate)
-	h.handle(h.mux, "POST "+b+"/admin/activate", false, h.handleActivate)
-	h.handle(h.mux, "POST "+b+"/admin/deactivate", false, h.handleDeactivate)
-	h.handle(h.mux, "POST "+b+"/admin/rollback", false, h.handleRollback)
+	h.handle(h.mux, "POST "+b+"/admin/revisions", false, h.sameOrigin(h.handleCreateRevision))
+	h.handle(h.mux, "POST "+b+"/admin/validate", false, h.sameOrigin(h.handleValidate))
+	h.handle(h.mux, "POST "+b+"/admin/activate", false, h.sameOrigin(h.handleActivate))
+	h.handle(h.mux, "POST "+b+"/admin/publish", false, h.sameOrigin(h.handlePublish))
+	h.handle(h.mux, "POST "+b+"/admin/deactivate", false, h.sameOrigin(h.handleDeactivate))
+	h.handle(h.mux, "POST "+b+"/admin/rollback", false, h.sameOrigin(h.handleRollback))
 	h.handle(h.mux, "GET "+b+"/admin/status", false, h.handleStatus)
 	h.handle(h.mux, "GET "+b+"/admin/history", false, h.handleHistory)
 	h.handle(h.mux, "GET "+b+"/admin/replay", false, h.handleReplay)
+	h.handle(h.mux, "GET "+b+"/admin/scopes", false, h.handleScopes)
 
 	ops := []struct {
 		pattern string
@@ -180,6 +200,18 @@ func (h *Handler) handle(mux *http.ServeMux, pattern string, quiet bool, fn http
 	h.routes[pattern] = rt
 	mux.Handle(pattern, fn)
 	return rt
+}
+
+// sameOrigin refuses a cross-origin write (see Options.TrustedOrigins)
+// before anything of it is read.
+func (h *Handler) sameOrigin(fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h.cross.Check(r); err != nil {
+			h.writeError(w, r, varplane.Errorf(varplane.CodeForbidden, "cross-origin writes are refused"))
+			return
+		}
+		fn(w, r)
+	}
 }
 
 // Base returns the normalized base path ("" for the root).
@@ -220,7 +252,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.log.LogAttrs(r.Context(), slog.LevelError, "handler panicked",
 				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("panic", fmt.Sprint(p)))
 			if !sw.wrote {
-				writeJSON(sw, http.StatusInternalServerError, ErrorBody{Code: varplane.CodeInternal, Error: "internal error"})
+				h.writeError(sw, r, errors.New("handler panicked"))
 			}
 		}
 		h.finish(r, rt, sw, start)
@@ -256,7 +288,11 @@ func (h *Handler) answerUnmatched(w http.ResponseWriter, r *http.Request, next h
 		h.writeError(w, r, &varplane.Error{Code: CodeMethodNotAllowed, Message: "method " + r.Method + " is not allowed on this route"})
 		return
 	}
-	h.writeError(w, r, varplane.Errorf(varplane.CodeNotFound, "no such route"))
+	e := varplane.Errorf(varplane.CodeNotFound, "no such route")
+	if h.base != "" && r.URL.Path != h.base && !strings.HasPrefix(r.URL.Path, h.base+"/") {
+		e.Hint = "the var API is mounted under " + h.base
+	}
+	h.writeError(w, r, e)
 }
 
 func (h *Handler) finish(r *http.Request, rt *route, sw *statusWriter, start time.Time) {
@@ -285,23 +321,13 @@ func (h *Handler) finish(r *http.Request, rt *route, sw *statusWriter, start tim
 		slog.Int64("bytes", sw.bytes))
 }
 
-// authorize runs the authorizer for one scope. A denial is returned as is;
-// any other failure, including a panic, becomes internal so that the request
-// fails closed and nothing of the cause reaches the client.
-func (h *Handler) authorize(r *http.Request, kind Kind, scope varplane.Scope, subtree bool) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("authorizer panicked: %v", p)
-		}
-	}()
-	err = h.auth.Authorize(r.Context(), Request{
-		Kind: kind, Scope: scope, Subtree: subtree, Token: bearerToken(r),
-		Method: r.Method, Path: r.URL.Path,
+// authorize runs the authorizer for one scope through varplane.Authorize,
+// which fails closed: a denial is returned as is, anything else is internal
+// and nothing of the cause reaches the client.
+func (h *Handler) authorize(r *http.Request, kind Kind, scope varplane.Scope, subtree bool) (varplane.Identity, error) {
+	return varplane.Authorize(r.Context(), h.auth, varplane.Access{
+		Kind: kind, Scope: scope, Subtree: subtree, Token: wire.RequestBearer(r),
 	})
-	if err != nil && varplane.ErrorCode(err) == varplane.CodeInternal {
-		return fmt.Errorf("authorizer failed: %w", err)
-	}
-	return err
 }
 
 // statusWriter records the status and size of a response. It unwraps to

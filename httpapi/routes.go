@@ -2,25 +2,26 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // handleRead serves GET {base}?key=<scope> | ?group=<scope>: the head's
 // precomputed body with its revision as ETag, or 304 when If-None-Match
 // names the current revision (or is *).
 func (h *Handler) handleRead(w http.ResponseWriter, r *http.Request) {
-	scope, err := ParseReadScope(r.URL.RawQuery)
+	scope, err := wire.ParseReadScope(r.URL.RawQuery)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
-	if err := h.authorize(r, KindRead, scope, false); err != nil {
+	if _, err := h.authorize(r, KindRead, scope, false); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
@@ -78,13 +79,13 @@ func ETagMatches(values []string, revision varplane.Revision) bool {
 // status "ok" with the read fields or "no-head". Any other per-scope error
 // fails the whole request with its code.
 func (h *Handler) handleBatch(w http.ResponseWriter, r *http.Request) {
-	targets, err := parseTargets(r.URL.RawQuery, false)
+	targets, err := wire.Targets(r.URL.RawQuery, false)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
 	for _, t := range targets {
-		if err := h.authorize(r, KindRead, t.Scope, false); err != nil {
+		if _, err := h.authorize(r, KindRead, t.Scope, false); err != nil {
 			h.writeError(w, r, err)
 			return
 		}
@@ -111,7 +112,7 @@ func (h *Handler) handleBatch(w http.ResponseWriter, r *http.Request) {
 			b = append(b, ',')
 		}
 		b = append(b, `{"scope":`...)
-		b = appendString(b, string(t.Scope))
+		b = jsontext.AppendString(b, string(t.Scope))
 		if heads[i] == nil {
 			b = append(b, `,"status":"no-head"}`...)
 			continue
@@ -125,11 +126,6 @@ func (h *Handler) handleBatch(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Content-Type", "application/json")
 	hdr.Set("Cache-Control", "no-cache")
 	_, _ = w.Write(b)
-}
-
-func appendString(b []byte, s string) []byte {
-	q, _ := json.Marshal(s) // a string always marshals
-	return append(b, q...)
 }
 
 type watchKey struct{}
@@ -151,13 +147,13 @@ func (h *Handler) handleWatch(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, varplane.Errorf(varplane.CodeNotFound, "the watch stream is not enabled on this server"))
 		return
 	}
-	targets, err := parseTargets(r.URL.RawQuery, true)
+	targets, err := wire.Targets(r.URL.RawQuery, true)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
 	for _, t := range targets {
-		if err := h.authorize(r, KindRead, t.Scope, t.Subtree); err != nil {
+		if _, err := h.authorize(r, KindRead, t.Scope, t.Subtree); err != nil {
 			h.writeError(w, r, err)
 			return
 		}
@@ -168,24 +164,35 @@ func (h *Handler) handleWatch(w http.ResponseWriter, r *http.Request) {
 	h.watch.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), watchKey{}, targets)))
 }
 
-// mutation reads and decodes a bounded body, then authorizes it as mutate
-// on the scope the body names; it answers the error itself and reports
-// false when the request must stop.
-func mutation[T any](h *Handler, w http.ResponseWriter, r *http.Request, decode func([]byte) (T, error), scope func(T) varplane.Scope) (T, bool) {
+// mutation checks the media type, reads and decodes a bounded body, then
+// authorizes it as mutate on the scope the body names and records the
+// authenticated identity as the request's actor (target returns the scope
+// and where the actor goes, nil for a request that records none). It answers
+// the error itself and reports false when the request must stop.
+func mutation[T any](h *Handler, w http.ResponseWriter, r *http.Request, decode func([]byte, varplane.Limits) (T, error), target func(*T) (varplane.Scope, *string)) (T, bool) {
 	var zero T
-	body, err := readBody(w, r, h.maxBody)
+	if err := wire.CheckContentType(r, "application/json"); err != nil {
+		h.writeError(w, r, err)
+		return zero, false
+	}
+	body, err := wire.ReadBody(w, r, h.limits.MaxBodyBytes)
 	if err != nil {
 		h.writeError(w, r, err)
 		return zero, false
 	}
-	req, err := decode(body)
+	req, err := decode(body, h.limits)
 	if err != nil {
 		h.writeError(w, r, err)
 		return zero, false
 	}
-	if err := h.authorize(r, KindMutate, scope(req), false); err != nil {
+	scope, actor := target(&req)
+	id, err := h.authorize(r, KindMutate, scope, false)
+	if err != nil {
 		h.writeError(w, r, err)
 		return zero, false
+	}
+	if actor != nil {
+		*actor = id.ID
 	}
 	return req, true
 }
@@ -194,7 +201,7 @@ func mutation[T any](h *Handler, w http.ResponseWriter, r *http.Request, decode 
 // {scope, revision, generation, created}, or 200 when the content-addressed
 // revision already existed; 422 revision-invalid with issues.
 func (h *Handler) handleCreateRevision(w http.ResponseWriter, r *http.Request) {
-	req, ok := mutation(h, w, r, DecodeCreateRevision, func(q varplane.CreateRevisionRequest) varplane.Scope { return q.Scope })
+	req, ok := mutation(h, w, r, DecodeCreateRevision, func(q *varplane.CreateRevisionRequest) (varplane.Scope, *string) { return q.Scope, &q.Actor })
 	if !ok {
 		return
 	}
@@ -214,7 +221,7 @@ func (h *Handler) handleCreateRevision(w http.ResponseWriter, r *http.Request) {
 
 // handleValidate serves POST {base}/admin/validate: 200 {valid, issues}.
 func (h *Handler) handleValidate(w http.ResponseWriter, r *http.Request) {
-	req, ok := mutation(h, w, r, DecodeValidate, func(q varplane.ValidateRequest) varplane.Scope { return q.Scope })
+	req, ok := mutation(h, w, r, DecodeValidate, func(q *varplane.ValidateRequest) (varplane.Scope, *string) { return q.Scope, nil })
 	if !ok {
 		return
 	}
@@ -229,7 +236,7 @@ func (h *Handler) handleValidate(w http.ResponseWriter, r *http.Request) {
 // handleActivate serves POST {base}/admin/activate: 200 {scope, generation,
 // revision, effectiveAt}; 409 revision-conflict; 404 not-found.
 func (h *Handler) handleActivate(w http.ResponseWriter, r *http.Request) {
-	req, ok := mutation(h, w, r, DecodeActivate, func(q varplane.ActivateRequest) varplane.Scope { return q.Scope })
+	req, ok := mutation(h, w, r, DecodeActivate, func(q *varplane.ActivateRequest) (varplane.Scope, *string) { return q.Scope, &q.Actor })
 	if !ok {
 		return
 	}
@@ -246,7 +253,7 @@ func (h *Handler) handleActivate(w http.ResponseWriter, r *http.Request) {
 // handleDeactivate serves POST {base}/admin/deactivate: 200 {scope,
 // generation, active: false, cascade?}; 409 revision-conflict.
 func (h *Handler) handleDeactivate(w http.ResponseWriter, r *http.Request) {
-	req, ok := mutation(h, w, r, DecodeDeactivate, func(q varplane.DeactivateRequest) varplane.Scope { return q.Scope })
+	req, ok := mutation(h, w, r, DecodeDeactivate, func(q *varplane.DeactivateRequest) (varplane.Scope, *string) { return q.Scope, &q.Actor })
 	if !ok {
 		return
 	}
@@ -263,7 +270,7 @@ func (h *Handler) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 // handleRollback serves POST {base}/admin/rollback: 200 {scope, generation,
 // revision, effectiveAt}; 409 revision-conflict; 404 not-found.
 func (h *Handler) handleRollback(w http.ResponseWriter, r *http.Request) {
-	req, ok := mutation(h, w, r, DecodeRollback, func(q varplane.RollbackRequest) varplane.Scope { return q.Scope })
+	req, ok := mutation(h, w, r, DecodeRollback, func(q *varplane.RollbackRequest) (varplane.Scope, *string) { return q.Scope, &q.Actor })
 	if !ok {
 		return
 	}
@@ -280,24 +287,24 @@ func (h *Handler) handleRollback(w http.ResponseWriter, r *http.Request) {
 // auditScope reads the required, single scope parameter of an audit route
 // (and any other named ones) and authorizes the request as audit.
 func (h *Handler) auditScope(r *http.Request, extra ...string) (varplane.Scope, map[string]string, error) {
-	params, err := singleParams(r.URL.RawQuery, append([]string{"scope"}, extra...)...)
+	params, err := wire.SingleParams(r.URL.RawQuery, append([]string{"scope"}, extra...)...)
 	if err != nil {
 		return "", nil, err
 	}
 	raw, ok := params["scope"]
 	if !ok {
-		return "", nil, badRequest("scope is required")
+		return "", nil, wire.BadRequest("scope is required")
 	}
-	scope, err := parseScopeField("scope", raw)
+	scope, err := wire.ScopeField("scope", raw)
 	if err != nil {
 		return "", nil, err
 	}
 	for _, name := range extra {
 		if _, ok := params[name]; !ok {
-			return "", nil, badRequest("%s is required", name)
+			return "", nil, wire.BadRequest("%s is required", name)
 		}
 	}
-	if err := h.authorize(r, KindAudit, scope, false); err != nil {
+	if _, err := h.authorize(r, KindAudit, scope, false); err != nil {
 		return "", nil, err
 	}
 	return scope, params, nil
@@ -348,11 +355,11 @@ func (h *Handler) handleHistory(w http.ResponseWriter, r *http.Request) {
 // scope's head as of that generation; 404 not-found; 400 store-unsupported on
 // a store without a log.
 func (h *Handler) handleReplay(w http.ResponseWriter, r *http.Request) {
-	params, err := singleParams(r.URL.RawQuery, "scope", "toGeneration")
+	params, err := wire.SingleParams(r.URL.RawQuery, "scope", "toGeneration")
 	if err == nil {
 		// Check the generation before authorizing, like a body is parsed first.
 		if raw, ok := params["toGeneration"]; ok {
-			_, err = parseGenerationText("toGeneration", raw)
+			_, err = wire.GenerationText("toGeneration", raw)
 		}
 	}
 	if err != nil {
@@ -364,7 +371,7 @@ func (h *Handler) handleReplay(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	gen, _ := parseGenerationText("toGeneration", params["toGeneration"])
+	gen, _ := wire.GenerationText("toGeneration", params["toGeneration"])
 	res, err := h.engine.Replay(r.Context(), scope, gen)
 	if err != nil {
 		h.writeError(w, r, err)

@@ -9,15 +9,18 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/varplane/varplane/internal/wire"
 )
 
-// Server defaults, applied by NewServer.
+// Server defaults, applied by NewServer: the one set of server limits of the
+// wire layer, shared with the RPC listener.
 const (
-	DefaultReadHeaderTimeout = 5 * time.Second
-	DefaultReadTimeout       = 30 * time.Second
-	DefaultWriteTimeout      = 30 * time.Second
-	DefaultIdleTimeout       = 120 * time.Second
-	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultReadHeaderTimeout = wire.ServerReadHeaderTimeout
+	DefaultReadTimeout       = wire.ServerReadTimeout
+	DefaultWriteTimeout      = wire.ServerWriteTimeout
+	DefaultIdleTimeout       = wire.ServerIdleTimeout
+	DefaultMaxHeaderBytes    = wire.ServerMaxHeaderBytes
 )
 
 // Server is an HTTP server for a Handler (or any http.Handler) with
@@ -34,6 +37,12 @@ type Server struct {
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
 	MaxHeaderBytes    int
+
+	// AllowedHosts are the Host names the server answers beside the
+	// loopback names and its listen address (see wire.HostPolicy); "*"
+	// answers every host. Any other Host is 421, so that a page whose name
+	// is rebound to this machine cannot reach it.
+	AllowedHosts []string
 
 	// Logger receives the server's own errors (slog.Default when nil).
 	Logger *slog.Logger
@@ -78,7 +87,7 @@ func (s *Server) Open() error {
 	}
 	s.ln = ln
 	s.srv = &http.Server{
-		Handler:           s.Handler,
+		Handler:           wire.NewHostPolicy(ln.Addr(), s.AllowedHosts).Guard(s.Handler),
 		ReadHeaderTimeout: s.ReadHeaderTimeout,
 		ReadTimeout:       s.ReadTimeout,
 		WriteTimeout:      s.WriteTimeout,

@@ -12,7 +12,7 @@ import (
 	"github.com/varplane/varplane/store/memory"
 )
 
-func newEngine(t *testing.T) *varplane.Engine {
+func newEngine(t testing.TB) *varplane.Engine {
 	t.Helper()
 	st := memory.New()
 	e := varplane.NewEngine(st, varplane.Options{})

@@ -20,6 +20,10 @@ package push
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +33,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
 
 // Source is what the Hub follows: the engine's commit seam and the store it
@@ -48,6 +53,10 @@ const (
 	DefaultMaxSubscribers = 10000
 	DefaultMaxPending     = 1024
 	DefaultStallTimeout   = 30 * time.Second
+	// DefaultTokenShare is the divisor of the default per-token cap: one
+	// token holds at most a tenth of MaxSubscribers (1,000 of the default
+	// 10,000), so that it takes at least ten tokens to fill the server.
+	DefaultTokenShare = 10
 )
 
 // Options configure a Hub. The zero value selects the defaults.
@@ -55,6 +64,16 @@ type Options struct {
 	// MaxSubscribers caps concurrent subscriptions; Subscribe past it fails
 	// with a too-many-subscribers error. Default DefaultMaxSubscribers.
 	MaxSubscribers int
+	// MaxSubscribersPerToken caps the concurrent subscriptions of one bearer
+	// token (counted under SubscribeOptions.Owner, across every transport
+	// that shares the hub); Subscribe past it fails with a
+	// too-many-subscribers error while other tokens still subscribe.
+	// Default MaxSubscribers/DefaultTokenShare (at least 1); negative
+	// disables the cap (a fleet that shares one token across more
+	// processes than that). Requests without a token (Owner "") are bounded
+	// by MaxSubscribers alone: without authorization the server cannot tell
+	// their callers apart.
+	MaxSubscribersPerToken int
 	// MaxPending bounds the distinct scopes waiting in one subscriber's
 	// queue. Past it the queue is discarded and the subscriber is resynced
 	// with a fresh snapshot of what changed. Default DefaultMaxPending.
@@ -70,17 +89,29 @@ type Options struct {
 }
 
 // ErrTooManySubscribers matches (errors.Is) the error Subscribe returns when
-// the hub already serves Options.MaxSubscribers subscriptions. Its code,
-// too-many-subscribers, maps to HTTP 503 and gRPC Unavailable.
+// the hub already serves Options.MaxSubscribers subscriptions, or the
+// request's token already holds Options.MaxSubscribersPerToken. Its code,
+// too-many-subscribers, maps to HTTP 503 (with Retry-After) and gRPC
+// Unavailable; its Limit names the cap ("max-subscribers" or
+// "max-subscribers-per-token").
 var ErrTooManySubscribers = &varplane.Error{Code: varplane.CodeTooManyRequests}
+
+// The Limit of a too-many-subscribers error: which cap refused it.
+const (
+	LimitSubscribers         = "max-subscribers"
+	LimitSubscribersPerToken = "max-subscribers-per-token"
+)
 
 // Reasons a Subscription ends, reported by Subscription.Err.
 var (
 	// ErrSlowSubscriber: the subscriber left updates undelivered for longer
 	// than Options.StallTimeout.
 	ErrSlowSubscriber = errors.New("push: subscriber did not drain its queue in time")
-	// ErrHubClosed: the hub was closed (the server is shutting down).
-	ErrHubClosed = errors.New("push: hub closed")
+	// ErrHubClosed: the hub was closed (the server is shutting down). It is
+	// a store-unavailable *varplane.Error, so that every transport answers
+	// it through its one code table (HTTP 503, gRPC Unavailable) and the
+	// client retries elsewhere or later.
+	ErrHubClosed = &varplane.Error{Code: varplane.CodeStoreUnavailable, Message: "the server is shutting down"}
 	// ErrUnsubscribed: the subscriber closed its subscription.
 	ErrUnsubscribed = errors.New("push: unsubscribed")
 )
@@ -101,29 +132,45 @@ func Reason(err error) string {
 }
 
 // Filter selects scopes. A key matches exactly; a group matches the group
-// scope itself; a prefix P matches P and every scope below it (P.*).
+// scope itself; a prefix P matches P and every scope below it (P.*); the
+// empty prefix (wire.Everything, a watch's all=1) matches every scope.
 type Filter struct {
 	Keys     []varplane.Scope
 	Groups   []varplane.Scope
 	Prefixes []varplane.Scope
 }
 
-// MaxFilterScopes bounds the scopes one filter names, as the HTTP API
-// bounds a batch or watch request.
-const MaxFilterScopes = 256
+// MaxFilterScopes bounds the scopes one filter names: the bound of a batch
+// or watch request of the HTTP API (wire.MaxBatchScopes).
+const MaxFilterScopes = wire.MaxBatchScopes
 
 // Validate returns a bad-request error when the filter is empty, names more
-// than MaxFilterScopes scopes, or names an invalid scope.
+// than MaxFilterScopes scopes, or names an invalid scope, by the rules of
+// the HTTP API's key, group and prefix parameters (wire.CheckKind: a key
+// contains a dot, a group does not), so that every transport refuses the
+// same filters.
 func (f Filter) Validate() error {
 	switch n := len(f.Keys) + len(f.Groups) + len(f.Prefixes); {
 	case n == 0:
-		return varplane.Errorf(varplane.CodeBadRequest, "name at least one key, group or prefix")
+		return wire.BadRequest("name at least one key, group or prefix")
 	case n > MaxFilterScopes:
-		return varplane.Errorf(varplane.CodeBadRequest, "at most %d scopes per subscription", MaxFilterScopes)
+		return wire.BadRequest("at most %d scopes per subscription", MaxFilterScopes)
 	}
-	for _, list := range [][]varplane.Scope{f.Keys, f.Groups, f.Prefixes} {
-		for _, s := range list {
-			if _, err := varplane.ParseScope(string(s)); err != nil {
+	for _, list := range []struct {
+		field  string
+		scopes []varplane.Scope
+	}{{"key", f.Keys}, {"group", f.Groups}, {"prefix", f.Prefixes}} {
+		for _, s := range list.scopes {
+			if list.field == "prefix" && s == "" {
+				continue // the empty prefix: every scope
+			}
+			var err error
+			if list.field == "prefix" {
+				_, err = wire.ScopeField(list.field, string(s))
+			} else {
+				_, err = wire.CheckKind(list.field, string(s))
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -172,7 +219,7 @@ func (m *matcher) match(s varplane.Scope) bool {
 		return true
 	}
 	for _, p := range m.prefixes {
-		if s == p || s.IsDescendantOf(p) {
+		if p == "" || s == p || s.IsDescendantOf(p) {
 			return true
 		}
 	}
@@ -250,6 +297,10 @@ type Stats struct {
 	// Disconnects counts subscriptions ended by the hub (slow subscribers,
 	// shutdown).
 	Disconnects uint64
+	// RefusedFull counts Subscribe calls refused because the hub served
+	// Options.MaxSubscribers; RefusedPerToken those refused because their
+	// token held Options.MaxSubscribersPerToken.
+	RefusedFull, RefusedPerToken uint64
 }
 
 // Hub fans commits out to subscribers. Create it with New; Close it when the
@@ -264,8 +315,11 @@ type Hub struct {
 	closed bool
 	unsub  func()
 
+	owners map[string]int // live subscriptions per SubscribeOptions.Owner; guarded by mu
+
 	subscribers                                            atomic.Int64
 	delivered, coalesced, dropped, resyncs, disconnections atomic.Uint64
+	refusedFull, refusedToken                              atomic.Uint64
 }
 
 // New returns a Hub following src. It registers one commit listener, which
@@ -280,10 +334,13 @@ func New(src Source, opts Options) *Hub {
 	if opts.StallTimeout <= 0 {
 		opts.StallTimeout = DefaultStallTimeout
 	}
+	if opts.MaxSubscribersPerToken == 0 {
+		opts.MaxSubscribersPerToken = max(1, opts.MaxSubscribers/DefaultTokenShare)
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	h := &Hub{store: src.Store(), opts: opts, log: opts.Logger}
+	h := &Hub{store: src.Store(), opts: opts, log: opts.Logger, owners: map[string]int{}}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
@@ -301,6 +358,9 @@ func (h *Hub) Stats() Stats {
 		Dropped:     h.dropped.Load(),
 		Resyncs:     h.resyncs.Load(),
 		Disconnects: h.disconnections.Load(),
+
+		RefusedFull:     h.refusedFull.Load(),
+		RefusedPerToken: h.refusedToken.Load(),
 	}
 }
 
@@ -343,8 +403,8 @@ func (h *Hub) onCommit(c varplane.Commit) {
 // included only when held names them at an older generation.
 //
 // It returns a bad-request error for an invalid filter, a too-many-subscribers
-// error (errors.Is ErrTooManySubscribers) past Options.MaxSubscribers,
-// ErrHubClosed after Close, and the store's error when the snapshot cannot be
+// error (errors.Is ErrTooManySubscribers) past Options.MaxSubscribers or
+// Options.MaxSubscribersPerToken, ErrHubClosed after Close, and the store's error when the snapshot cannot be
 // read. The caller must Close the subscription.
 func (h *Hub) Subscribe(ctx context.Context, f Filter, held map[varplane.Scope]varplane.Generation) (*Subscription, error) {
 	return h.SubscribeWith(ctx, f, held, SubscribeOptions{})
@@ -361,6 +421,33 @@ type SubscribeOptions struct {
 	// the consumer's own TryNext, so it must be safe for concurrent use,
 	// must not block and must not call back into the subscription.
 	Notify func()
+	// Owner is the key the per-token cap counts the subscription under:
+	// TokenKey of the request's bearer token. "" (no token) is counted by
+	// the global cap only. Never the raw token: the hub keeps the key for
+	// the subscription's lifetime.
+	Owner string
+}
+
+// tokenKeySecret keys TokenKey: random per process, so that a key seen in
+// memory cannot be tested against guessed tokens elsewhere.
+var tokenKeySecret = func() []byte {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (it panics instead)
+	return b
+}()
+
+// TokenKey returns the non-reversible key a bearer token is counted under
+// by the per-token cap (SubscribeOptions.Owner): an HMAC-SHA-256 of the
+// token under a per-process random key, hex-encoded, or "" for no token.
+// Every transport of one hub must derive owners with it, so that a token
+// counts the same over SSE, Connect and gRPC.
+func TokenKey(token string) string {
+	if token == "" {
+		return ""
+	}
+	m := hmac.New(sha256.New, tokenKeySecret)
+	m.Write([]byte(token))
+	return hex.EncodeToString(m.Sum(nil)[:16])
 }
 
 // SubscribeWith is Subscribe with options.
@@ -370,6 +457,7 @@ func (h *Hub) SubscribeWith(ctx context.Context, f Filter, held map[varplane.Sco
 	}
 	s := &Subscription{
 		hub:       h,
+		owner:     opts.Owner,
 		m:         newMatcher(f),
 		ready:     make(chan struct{}, 1),
 		notify:    opts.Notify,
@@ -407,13 +495,23 @@ func (h *Hub) add(s *Subscription) error {
 	}
 	cur := *h.subs.Load()
 	if len(cur) >= h.opts.MaxSubscribers {
-		return varplane.Errorf(varplane.CodeTooManyRequests, "the server already serves its maximum of %d subscribers", h.opts.MaxSubscribers)
+		h.refusedFull.Add(1)
+		return &varplane.Error{Code: varplane.CodeTooManyRequests, Limit: LimitSubscribers,
+			Message: fmt.Sprintf("the server already serves its maximum of %d subscribers", h.opts.MaxSubscribers)}
+	}
+	if s.owner != "" && h.opts.MaxSubscribersPerToken > 0 && h.owners[s.owner] >= h.opts.MaxSubscribersPerToken {
+		h.refusedToken.Add(1)
+		return &varplane.Error{Code: varplane.CodeTooManyRequests, Limit: LimitSubscribersPerToken,
+			Message: fmt.Sprintf("this token already holds its maximum of %d subscriptions; close one first", h.opts.MaxSubscribersPerToken)}
 	}
 	next := make([]*Subscription, len(cur), len(cur)+1)
 	copy(next, cur)
 	next = append(next, s)
 	h.subs.Store(&next)
 	h.subscribers.Add(1)
+	if s.owner != "" {
+		h.owners[s.owner]++
+	}
 	return nil
 }
 
@@ -430,6 +528,13 @@ func (h *Hub) remove(s *Subscription) {
 	next = append(next, cur[i+1:]...)
 	h.subs.Store(&next)
 	h.subscribers.Add(-1)
+	if s.owner != "" {
+		if n := h.owners[s.owner] - 1; n > 0 {
+			h.owners[s.owner] = n
+		} else {
+			delete(h.owners, s.owner) // the map holds live owners only
+		}
+	}
 }
 
 // snapshot reads the current state of every scope s selects and keeps those
@@ -482,6 +587,7 @@ func (h *Hub) snapshot(ctx context.Context, s *Subscription) ([]Update, error) {
 // goroutine with Next (or Ready + TryNext) and Close it when done.
 type Subscription struct {
 	hub    *Hub
+	owner  string // SubscribeOptions.Owner
 	m      *matcher
 	ready  chan struct{}
 	notify func() // replaces sends on ready when set (SubscribeOptions.Notify)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
 )
 
@@ -47,6 +48,9 @@ func TestFilterValidate(t *testing.T) {
 		{"bad key", push.Filter{Keys: []varplane.Scope{"a..b"}}, false},
 		{"bad prefix", push.Filter{Prefixes: []varplane.Scope{"a b"}}, false},
 		{"ok", push.Filter{Groups: []varplane.Scope{"g"}}, true},
+		{"group as a key", push.Filter{Keys: []varplane.Scope{"g"}}, false},
+		{"key as a group", push.Filter{Groups: []varplane.Scope{"g.k"}}, false},
+		{"single-segment prefix", push.Filter{Prefixes: []varplane.Scope{"g"}}, true},
 		{"at the bound", push.Filter{Keys: manyKeys(push.MaxFilterScopes)}, true},
 		{"too many", push.Filter{Keys: manyKeys(push.MaxFilterScopes + 1)}, false},
 	}
@@ -245,7 +249,7 @@ func TestSubscriberCap(t *testing.T) {
 	if got, want := varplane.ErrorCode(err), varplane.Code("too-many-subscribers"); got != want {
 		t.Errorf("code = %q, want %q", got, want)
 	}
-	if got, want := push.StatusOf(varplane.ErrorCode(err)), 503; got != want {
+	if got, want := wire.Status(varplane.ErrorCode(err)), 503; got != want {
 		t.Errorf("status = %d, want %d", got, want)
 	}
 	second.Close()

@@ -2,7 +2,6 @@ package push
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -12,12 +11,23 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // Defaults of SSEOptions.
 const (
 	DefaultHeartbeat    = 15 * time.Second
 	DefaultWriteTimeout = 30 * time.Second
+)
+
+// retryMillis is the reconnect delay the stream tells EventSource.
+const retryMillis = 1000
+
+// Frames every stream sends the same.
+var (
+	retryFrame     = wire.AppendRetry(nil, retryMillis)
+	heartbeatFrame = wire.AppendComment(nil, "heartbeat")
 )
 
 // SSEOptions configure the Server-Sent Events handler. The zero value
@@ -28,17 +38,25 @@ type SSEOptions struct {
 	Heartbeat time.Duration
 	// WriteTimeout bounds each write to the client; a peer that does not
 	// read for this long is disconnected (after at most an eighth more, and
-	// at most a second more: the deadline is re-armed lazily). Default
+	// at most a second more: see wire.StreamDeadline). Default
 	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
-	// Authorize, when set, is called with the request and its filter (whose
-	// Prefixes each cover a subtree) before anything is streamed; an error
-	// answers
-	// with the error's *varplane.Error code (return varplane.ErrForbidden to
-	// deny; any other error fails closed as 500 internal). When mounted behind
-	// httpapi, httpapi authorizes and this stays nil.
-	Authorize func(r *http.Request, f Filter) error
-	// Logger receives stream errors; slog.Default when nil.
+	// Targets, when set, returns the scopes a router in front of the handler
+	// has already parsed from the query and authorized (httpapi.WatchTargets
+	// when mounted as httpapi's Options.Watch); the handler then neither
+	// parses the query's key, group and prefix again nor authorizes them.
+	// When it is nil or returns nil, the handler parses them itself with
+	// wire.Targets, the rules of every other route.
+	Targets func(ctx context.Context) []wire.Target
+	// Authorizer, when set, is asked for kind read once per key and group,
+	// and once per prefix with Subtree set, through varplane.Authorize (so
+	// a failing authorizer fails closed), before anything is streamed; its
+	// denial is answered with its code. It applies to targets the handler
+	// parsed itself; targets from Targets were authorized by the router.
+	// Nil allows every request (behind httpapi, which authorizes).
+	Authorizer varplane.Authorizer
+	// Logger receives stream errors and failures answered 500 or 503;
+	// slog.Default when nil.
 	Logger *slog.Logger
 }
 
@@ -48,9 +66,13 @@ type SSEOptions struct {
 // repeatable since=<scope>@<generation> parameter and the Last-Event-ID
 // header (an event id is <scope>@<generation>).
 //
-// Before streaming it answers 400 bad-request for a bad filter or resume
-// parameter, 503 too-many-subscribers when the hub is full, 503 for a store
-// that cannot be read, all with the JSON error body {"code","error"}.
+// Before streaming it answers through the wire layer's one error table
+// (wire.WriteError): 400 bad-request for a bad filter or resume parameter
+// (the errors of wire.Targets, as every route), 401/403 from the
+// authorizer, 405 for a method other than GET or HEAD, 503
+// too-many-subscribers when the hub or the request's token is at its cap,
+// 503 store-unavailable when the store cannot be read or the server is
+// shutting down.
 func NewSSEHandler(hub *Hub, opts SSEOptions) http.Handler {
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = DefaultHeartbeat
@@ -74,26 +96,34 @@ type sseHandler struct {
 func ParseHeld(values []string) (map[varplane.Scope]varplane.Generation, error) {
 	held := make(map[varplane.Scope]varplane.Generation, len(values))
 	for _, v := range values {
-		if v == "" {
-			continue
-		}
-		i := strings.LastIndexByte(v, '@')
-		if i <= 0 {
-			return nil, varplane.Errorf(varplane.CodeBadRequest, "resume position must be <scope>@<generation>")
-		}
-		sc, err := varplane.ParseScope(v[:i])
-		if err != nil {
+		if err := addHeld(held, v); err != nil {
 			return nil, err
-		}
-		g, err := strconv.ParseUint(v[i+1:], 10, 64)
-		if err != nil {
-			return nil, varplane.Errorf(varplane.CodeBadRequest, "resume position of scope %q has no valid generation", sc)
-		}
-		if cur, ok := held[sc]; !ok || varplane.Generation(g) > cur {
-			held[sc] = varplane.Generation(g)
 		}
 	}
 	return held, nil
+}
+
+// addHeld adds one resume position to held, keeping the newest per scope.
+func addHeld(held map[varplane.Scope]varplane.Generation, v string) error {
+	if v == "" {
+		return nil
+	}
+	i := strings.LastIndexByte(v, '@')
+	if i <= 0 {
+		return wire.BadRequest("resume position must be <scope>@<generation>")
+	}
+	sc, err := wire.ScopeField("since", v[:i])
+	if err != nil {
+		return err
+	}
+	g, err := wire.GenerationText("since", v[i+1:])
+	if err != nil {
+		return err
+	}
+	if cur, ok := held[sc]; !ok || g > cur {
+		held[sc] = g
+	}
+	return nil
 }
 
 // EventID returns the SSE event id of a scope's state: <scope>@<generation>.
@@ -101,72 +131,85 @@ func EventID(scope varplane.Scope, gen varplane.Generation) string {
 	return string(scope) + "@" + strconv.FormatUint(uint64(gen), 10)
 }
 
-func filterFromQuery(r *http.Request) (Filter, error) {
-	q := r.URL.Query()
-	conv := func(name string) ([]varplane.Scope, error) {
-		vals := q[name]
-		out := make([]varplane.Scope, 0, len(vals))
-		for _, v := range vals {
-			sc, err := varplane.ParseScope(v)
-			if err != nil {
-				return nil, varplane.Errorf(varplane.CodeBadRequest, "%s: %s", name, varplane.ErrorMessage(err))
-			}
-			out = append(out, sc)
-		}
-		return out, nil
-	}
+// filterOf returns the filter of a watch request's targets: keys and groups
+// match exactly, Subtree targets are prefixes.
+func filterOf(targets []wire.Target) Filter {
 	var f Filter
-	var err error
-	if f.Keys, err = conv("key"); err != nil {
-		return f, err
+	for _, t := range targets {
+		switch {
+		case t.Subtree:
+			f.Prefixes = append(f.Prefixes, t.Scope)
+		case t.Scope.IsGroup():
+			f.Groups = append(f.Groups, t.Scope)
+		default:
+			f.Keys = append(f.Keys, t.Scope)
+		}
 	}
-	if f.Groups, err = conv("group"); err != nil {
-		return f, err
+	return f
+}
+
+// request reads a watch request: its targets (from the router, or parsed and
+// authorized here), and its resume positions from since and Last-Event-ID.
+func (h *sseHandler) request(r *http.Request) (Filter, map[varplane.Scope]varplane.Generation, error) {
+	var targets []wire.Target
+	if h.opts.Targets != nil {
+		targets = h.opts.Targets(r.Context())
 	}
-	if f.Prefixes, err = conv("prefix"); err != nil {
-		return f, err
+	if targets == nil {
+		var err error
+		if targets, err = wire.Targets(r.URL.RawQuery, true); err != nil {
+			return Filter{}, nil, err
+		}
+		if h.opts.Authorizer != nil {
+			token := wire.RequestBearer(r)
+			for _, t := range targets {
+				if _, err := varplane.Authorize(r.Context(), h.opts.Authorizer, varplane.Access{
+					Kind: varplane.KindRead, Scope: t.Scope, Subtree: t.Subtree, Token: token,
+				}); err != nil {
+					return Filter{}, nil, err
+				}
+			}
+		}
 	}
-	return f, f.Validate()
+	held := map[varplane.Scope]varplane.Generation{}
+	err := wire.QueryParams(r.URL.RawQuery, func(name, value string) error {
+		if name != "since" {
+			return nil
+		}
+		return addHeld(held, value)
+	})
+	if err != nil {
+		return Filter{}, nil, err
+	}
+	if err := addHeld(held, r.Header.Get("Last-Event-ID")); err != nil {
+		return Filter{}, nil, err
+	}
+	return filterOf(targets), held, nil
 }
 
 func (h *sseHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, varplane.Errorf(varplane.CodeBadRequest, "method %s is not allowed", r.Method), http.StatusMethodNotAllowed)
+		h.fail(w, r, varplane.Errorf(varplane.CodeMethodNotAllowed, "method %s is not allowed", r.Method))
 		return
 	}
-	f, err := filterFromQuery(r)
+	f, held, err := h.request(r)
 	if err != nil {
-		writeError(w, err, 0)
+		h.fail(w, r, err)
 		return
-	}
-	since := r.URL.Query()["since"]
-	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		since = append(since, id)
-	}
-	held, err := ParseHeld(since)
-	if err != nil {
-		writeError(w, err, 0)
-		return
-	}
-	if h.opts.Authorize != nil {
-		if err := h.opts.Authorize(r, f); err != nil {
-			writeError(w, err, 0)
-			return
-		}
 	}
 	ctx := r.Context()
-	sub, err := h.hub.Subscribe(ctx, f, held)
+	sub, err := h.hub.SubscribeWith(ctx, f, held, SubscribeOptions{Owner: TokenKey(wire.RequestBearer(r))})
 	if err != nil {
-		writeError(w, err, 0)
+		h.fail(w, r, err)
 		return
 	}
 	defer sub.Close()
 
+	// A server-wide ReadTimeout or WriteTimeout would cut every stream; each
+	// write gets its own deadline instead.
 	rc := http.NewResponseController(w)
-	// A server-wide WriteTimeout would cut every stream; each write gets its
-	// own deadline instead.
-	_ = rc.SetWriteDeadline(time.Time{})
+	deadline := wire.NewStreamDeadline(rc, h.opts.WriteTimeout)
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-cache")
@@ -175,29 +218,18 @@ func (h *sseHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	// Re-arming a deadline costs a runtime timer update per event, so it is
-	// armed with some slack and re-armed only once less than WriteTimeout
-	// is left: every write still gets at least WriteTimeout, at most
-	// WriteTimeout plus the slack.
-	slack := min(h.opts.WriteTimeout/8, time.Second)
-	var deadline time.Time
 	write := func(b []byte, now time.Time) bool {
 		if len(b) > 0 {
-			if deadline.Sub(now) < h.opts.WriteTimeout {
-				deadline = now.Add(h.opts.WriteTimeout + slack)
-				_ = rc.SetWriteDeadline(deadline)
-			}
+			deadline.Arm(now)
 			if _, err := w.Write(b); err != nil {
 				return false
 			}
 		}
-		// The deadline stays armed until the next write re-arms it: an
-		// expired deadline with no write pending is harmless.
 		return rc.Flush() == nil
 	}
 	// retry: tells EventSource how long to wait before reconnecting.
 	lastWrite := time.Now()
-	if !write([]byte("retry: 1000\n\n"), lastWrite) {
+	if !write(retryFrame, lastWrite) {
 		return
 	}
 	// Everything the loop waits for arrives on sub.Ready: commits, the end
@@ -216,8 +248,7 @@ func (h *sseHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-sub.Done():
-			reason, _ := json.Marshal(map[string]string{"reason": Reason(sub.Err())})
-			write(append(append([]byte("event: close\ndata: "), reason...), '\n', '\n'), time.Now())
+			write(closeFrame(sub.Err()), time.Now())
 			return
 		default:
 		}
@@ -226,7 +257,7 @@ func (h *sseHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if idle := now.Sub(lastWrite); idle < h.opts.Heartbeat {
 				heartbeat.Reset(h.opts.Heartbeat - idle)
 			} else {
-				if !write([]byte(": heartbeat\n\n"), now) {
+				if !write(heartbeatFrame, now) {
 					return
 				}
 				lastWrite = now
@@ -261,68 +292,47 @@ func (h *sseHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// fail answers err before the stream starts, through the wire layer.
+func (h *sseHandler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	wire.WriteError(w, r, h.opts.Logger, err)
+}
+
+// closeFrame is the event that ends a stream: {"reason": Reason(err)}.
+func closeFrame(err error) []byte {
+	data := append([]byte(`{"reason":`), jsontext.AppendString(nil, Reason(err))...)
+	return wire.AppendEvent(nil, "close", "", append(data, '}'))
+}
+
 // sseFrame returns the event for u, computed once per commit and shared.
 func (u *Update) sseFrame() []byte {
 	return u.Shared(SlotSSE, func(u *Update) any { return buildSSEFrame(u) }).([]byte)
 }
 
+// buildSSEFrame writes the event of u: "head" with the scope spliced into
+// the head's read body as its first member, or "no-head" with the scope and
+// generation. The data is written in place (one allocation for the frame).
 func buildSSEFrame(u *Update) []byte {
 	id := EventID(u.Scope, u.Generation)
-	scope, _ := json.Marshal(string(u.Scope))
-	var b []byte
-	if u.Head == nil {
-		b = make([]byte, 0, 2*len(id)+64)
-		b = append(b, "event: no-head\nid: "...)
-		b = append(b, id...)
-		b = append(b, "\ndata: {\"scope\":"...)
-		b = append(b, scope...)
-		b = append(b, `,"generation":`...)
-		b = strconv.AppendUint(b, uint64(u.Generation), 10)
-		return append(b, "}\n\n"...)
+	var body []byte
+	event := "no-head"
+	if u.Head != nil {
+		body, event = u.Head.ReadBody(), "head"
 	}
-	body := u.Head.ReadBody()
-	b = make([]byte, 0, len(body)+len(id)+len(scope)+40)
-	b = append(b, "event: head\nid: "...)
-	b = append(b, id...)
-	b = append(b, "\ndata: {\"scope\":"...)
-	b = append(b, scope...)
-	if len(body) > 2 { // body is a JSON object: splice "scope" in as its first member
-		b = append(b, ',')
-		b = append(b, body[1:]...)
-	} else {
-		b = append(b, '}')
-	}
-	return append(b, '\n', '\n')
-}
-
-// StatusOf maps an error code to the HTTP status the push transports answer
-// with before a stream starts.
-func StatusOf(code varplane.Code) int {
-	switch code {
-	case varplane.CodeBadRequest:
-		return http.StatusBadRequest
-	case varplane.CodeForbidden:
-		return http.StatusForbidden
-	case varplane.CodeUnauthorized:
-		return http.StatusUnauthorized
-	case varplane.CodeTooManyRequests, varplane.CodeStoreUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
-func writeError(w http.ResponseWriter, err error, status int) {
-	code := varplane.ErrorCode(err)
-	if errors.Is(err, ErrHubClosed) {
-		code = varplane.CodeStoreUnavailable
-	}
-	if status == 0 {
-		status = StatusOf(code)
-	}
-	if status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"code": string(code), "error": varplane.ErrorMessage(err)})
+	// "event: " event "\n" "id: " id "\n" "data: " data "\n\n", data being
+	// at most the body, the scope escaped and 40 bytes of ours.
+	size := len("event: \nid: \ndata: \n\n") + len(event) + len(id) + len(body) + 2*len(u.Scope) + 40
+	return wire.AppendEventWith(make([]byte, 0, size), event, id, func(b []byte) []byte {
+		b = append(b, `{"scope":`...)
+		b = jsontext.AppendString(b, string(u.Scope))
+		switch {
+		case u.Head == nil:
+			b = append(b, `,"generation":`...)
+			b = strconv.AppendUint(b, uint64(u.Generation), 10)
+			return append(b, '}')
+		case len(body) > 2: // body is a JSON object: splice "scope" in as its first member
+			b = append(b, ',')
+			return append(b, body[1:]...)
+		}
+		return append(b, '}')
+	})
 }

@@ -296,15 +296,16 @@ func TestSSEHeartbeat(t *testing.T) {
 func TestSSEErrors(t *testing.T) {
 	e := newEngine(t)
 	h := newHub(t, e, push.Options{MaxSubscribers: 1})
-	deny := func(r *http.Request, f push.Filter) error {
-		for _, s := range f.Scopes() {
-			if s == "secret.x" {
-				return varplane.ErrForbidden
-			}
+	deny := varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (varplane.Identity, error) {
+		if a.Kind != varplane.KindRead {
+			return varplane.Identity{}, fmt.Errorf("kind %s", a.Kind) // fails closed as 500
 		}
-		return nil
-	}
-	srv := newSSEServer(t, h, push.SSEOptions{Authorize: deny})
+		if a.Scope == "secret.x" || (a.Scope == "secret" && a.Subtree) {
+			return varplane.Identity{}, varplane.ErrForbidden
+		}
+		return varplane.Anonymous, nil
+	})
+	srv := newSSEServer(t, h, push.SSEOptions{Authorizer: deny})
 	keep := openSSE(t, srv, url.Values{"key": {"a.x"}}, nil) // takes the only slot
 	if keep.resp.StatusCode != http.StatusOK {
 		t.Fatalf("first stream status = %d", keep.resp.StatusCode)
@@ -319,6 +320,9 @@ func TestSSEErrors(t *testing.T) {
 		{"bad scope", url.Values{"key": {"a..b"}}, 400, "bad-request"},
 		{"bad since", url.Values{"key": {"a.x"}, "since": {"a.x"}}, 400, "bad-request"},
 		{"denied", url.Values{"key": {"secret.x"}}, 403, "forbidden"},
+		{"prefix denied as a subtree", url.Values{"prefix": {"secret"}}, 403, "forbidden"},
+		{"group named as a key", url.Values{"key": {"a"}}, 400, "bad-request"},
+		{"key named as a group", url.Values{"group": {"a.x"}}, 400, "bad-request"},
 		{"full", url.Values{"key": {"a.x"}}, 503, "too-many-subscribers"},
 	}
 	for _, tt := range tests {
@@ -507,7 +511,10 @@ func TestSSEWriteTimeout(t *testing.T) {
 func TestSSESlowReaderCatchesUp(t *testing.T) {
 	e := newEngine(t)
 	h := newHub(t, e, push.Options{})
-	srv := newSSEServer(t, h, push.SSEOptions{})
+	// The writes block until the reader starts; on a loaded machine (the
+	// race detector, a busy CI) the commits alone can outlast the default
+	// write timeout, which this test is not about.
+	srv := newSSEServer(t, h, push.SSEOptions{WriteTimeout: 5 * time.Minute})
 	c := dialRawSSE(t, srv, url.Values{"prefix": {"big"}})
 	// Distinct scopes are not coalesced: the server has more to write than
 	// the socket buffers hold.

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
 	v1 "github.com/varplane/varplane/rpc/gen/varplane/v1"
 	"github.com/varplane/varplane/rpc/gen/varplane/v1/varplanev1connect"
@@ -69,7 +70,7 @@ func defaultGRPCOptions() grpcOptions {
 		pingAfter:     30 * time.Second,
 		pingTimeout:   15 * time.Second,
 		maxStreams:    1000,
-		maxRequest:    1 << 20,
+		maxRequest:    MaxRequestBytes,
 		maxHeaderList: 16 << 10,
 
 		maxQueuedControl: 10000,
@@ -101,9 +102,6 @@ type grpcStatus struct {
 // table Connect uses on the main port (CodeOf).
 func statusOf(err error) *grpcStatus {
 	code := varplane.ErrorCode(err)
-	if errors.Is(err, push.ErrHubClosed) {
-		code = varplane.CodeStoreUnavailable
-	}
 	return &grpcStatus{code: int(CodeOf(code)), message: varplane.ErrorMessage(err), vpCode: code}
 }
 
@@ -639,7 +637,7 @@ func (c *h2conn) startStream(st *h2stream) {
 			c.endStream(st, &grpcStatus{code: int(connect.CodeInvalidArgument), message: err.Error()})
 			return
 		}
-		sub, err := subscribe(c.ctx, c.srv.hub, c.srv.authorize, msg, bearer(rs.auth), push.SubscribeOptions{Notify: func() { c.markReady(st) }})
+		sub, err := subscribe(c.ctx, c.srv.hub, c.srv.authorize, msg, wire.Bearer(rs.auth), push.SubscribeOptions{Notify: func() { c.markReady(st) }})
 		if err != nil {
 			c.endStream(st, statusOf(err))
 			return

@@ -51,7 +51,8 @@ func startFast(t *testing.T, popts push.Options, tune func(*grpcOptions)) *fastF
 func StartTestServer(t *testing.T, popts push.Options, auth Authorizer, tune func(*grpcOptions)) (*varplane.Engine, *push.Hub, *Server) {
 	t.Helper()
 	st := memory.New()
-	e := varplane.NewEngine(st, varplane.Options{})
+	// Room for the 16 MiB documents of the flow-control tests.
+	e := varplane.NewEngine(st, varplane.Options{Limits: varplane.Limits{MaxBodyBytes: 32 << 20, MaxStringBytes: 32 << 20}})
 	popts.Logger = slog.New(slog.DiscardHandler)
 	h := push.New(e, popts)
 	srv := NewServer("127.0.0.1:0", h, auth)
@@ -570,14 +571,14 @@ func TestFastGzipLargeMessages(t *testing.T) {
 func TestFastResetLoopIsBounded(t *testing.T) {
 	release := make(chan struct{})
 	var calls atomic.Int32
-	slow := func(ctx context.Context, _ string, _ bool, _ ...varplane.Scope) error {
+	slow := varplane.AuthorizerFunc(func(ctx context.Context, _ varplane.Access) (varplane.Identity, error) {
 		calls.Add(1)
 		select {
 		case <-release:
 		case <-ctx.Done():
 		}
-		return nil
-	}
+		return varplane.Anonymous, nil
+	})
 	_, h, srv := StartTestServer(t, push.Options{}, slow, func(o *grpcOptions) { o.maxStreams = 2 })
 	c := dialH2(t, srv.ln.Addr().String())
 	var ids []uint32

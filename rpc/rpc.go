@@ -16,13 +16,14 @@ package rpc
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
 	v1 "github.com/varplane/varplane/rpc/gen/varplane/v1"
 	"github.com/varplane/varplane/rpc/gen/varplane/v1/varplanev1connect"
@@ -48,21 +50,37 @@ const DefaultHeartbeat = 15 * time.Second
 // client accepts compression).
 const CompressMinBytes = 8 << 10
 
-// Authorizer decides whether the bearer token (empty when the request had
-// none) may read every one of scopes; subtree is true when the scopes are
-// prefixes, so that each one covers itself and all its descendants (the
-// same as httpapi.Request.Subtree). Subscribe calls it once for the keys and
-// groups (subtree false) and once for the prefixes (subtree true), skipping
-// an empty list. It returns nil to allow, varplane.ErrForbidden (or any
-// *varplane.Error with code forbidden or unauthorized) to deny; any other
-// error fails closed as Internal.
-type Authorizer func(ctx context.Context, token string, subtree bool, scopes ...varplane.Scope) error
+// MaxRequestBytes bounds a Subscribe request message, decompressed: a
+// request names at most push.MaxFilterScopes scopes and their held
+// generations, a few KiB in practice. The Connect handler refuses a larger
+// message (connect.WithReadMaxBytes, which applies after decompression) and
+// stops inflating a compressed one at this size, and bounds the request
+// body to it plus framing; the fan-out server bounds its request bodies the
+// same and takes no compressed requests.
+const MaxRequestBytes = 64 << 10
+
+// maxRequestBody is the body limit of the Connect handler: one message of
+// MaxRequestBytes with its envelopes (5-byte prefixes, an end-of-stream
+// message).
+const maxRequestBody = MaxRequestBytes + 1<<10
+
+// DefaultWriteTimeout bounds each message write of a Connect stream: a peer
+// that does not read for this long is disconnected (see
+// wire.StreamDeadline), whatever the server's own WriteTimeout.
+const DefaultWriteTimeout = 30 * time.Second
+
+// Authorizer is varplane.Authorizer, the one authorizer shape of every
+// entrance. Subscribe asks it for kind read once per key and group, and once
+// per prefix with Subtree set; nil allows every request.
+type Authorizer = varplane.Authorizer
 
 // HandlerOptions tune NewHandlerWith. The zero value selects the defaults.
 type HandlerOptions struct {
 	// Heartbeat is the interval of empty keep-alive batches on an idle
 	// stream. Default DefaultHeartbeat.
 	Heartbeat time.Duration
+	// WriteTimeout bounds each message write. Default DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// Logger receives stream errors; slog.Default when nil.
 	Logger *slog.Logger
 }
@@ -74,9 +92,19 @@ func NewHandler(hub *push.Hub, authorize Authorizer) (string, http.Handler) {
 }
 
 // NewHandlerWith is NewHandler with options.
+//
+// The handler bounds what a request costs before anything is authorized: the
+// body to MaxRequestBytes plus framing (http.MaxBytesReader), the message to
+// MaxRequestBytes after decompression, and inflation itself to that size (a
+// gzip bomb is refused after MaxRequestBytes of output, not inflated to its
+// end). A stream lifts the server's read and write deadlines once its
+// request is read and gives each write HandlerOptions.WriteTimeout instead.
 func NewHandlerWith(hub *push.Hub, authorize Authorizer, opts HandlerOptions) (string, http.Handler) {
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = DefaultHeartbeat
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -84,8 +112,50 @@ func NewHandlerWith(hub *push.Hub, authorize Authorizer, opts HandlerOptions) (s
 	// Compressing every small batch for every subscriber costs more CPU than
 	// the bytes it saves on the links this serves; large documents still
 	// compress.
-	return varplanev1connect.NewPushServiceHandler(&service{hub: hub, authorize: authorize, opts: opts},
-		connect.WithCompressMinBytes(CompressMinBytes), connect.WithCodec(wireCodec{}))
+	path, h := varplanev1connect.NewPushServiceHandler(&service{hub: hub, authorize: authorize, opts: opts},
+		connect.WithCompressMinBytes(CompressMinBytes), connect.WithCodec(wireCodec{}),
+		connect.WithReadMaxBytes(MaxRequestBytes),
+		connect.WithCompression("gzip",
+			func() connect.Decompressor { return &boundedGzip{max: MaxRequestBytes} },
+			func() connect.Compressor { return gzip.NewWriter(io.Discard) }))
+	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+		ctx := context.WithValue(r.Context(), controllerKey{}, http.NewResponseController(w))
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// controllerKey carries the stream's http.ResponseController to Subscribe,
+// which connect does not hand the ResponseWriter.
+type controllerKey struct{}
+
+// errInflateLimit ends the inflation of a request past MaxRequestBytes.
+var errInflateLimit = errors.New("the decompressed request is larger than the limit")
+
+// boundedGzip is connect's gzip decompressor with a ceiling: once it has
+// produced max+1 bytes (connect reads max+1 to see that a message is too
+// large) every read fails, so that connect's attempt to measure the rest
+// ends at once instead of inflating a bomb to its end.
+type boundedGzip struct {
+	gzip.Reader
+	max, n int64
+}
+
+func (z *boundedGzip) Read(p []byte) (int, error) {
+	if z.n > z.max {
+		return 0, errInflateLimit
+	}
+	if rest := z.max + 1 - z.n; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := z.Reader.Read(p)
+	z.n += int64(n)
+	return n, err
+}
+
+func (z *boundedGzip) Reset(r io.Reader) error {
+	z.n = 0
+	return z.Reader.Reset(r)
 }
 
 type service struct {
@@ -98,11 +168,25 @@ var _ varplanev1connect.PushServiceHandler = (*service)(nil)
 
 // Subscribe implements PushService.Subscribe.
 func (s *service) Subscribe(ctx context.Context, req *connect.Request[v1.SubscribeRequest], stream *connect.ServerStream[v1.SnapshotBatch]) error {
-	sub, err := subscribe(ctx, s.hub, s.authorize, req.Msg, bearer(req.Header().Get("Authorization")), push.SubscribeOptions{})
+	sub, err := subscribe(ctx, s.hub, s.authorize, req.Msg, wire.Bearer(req.Header().Get("Authorization")), push.SubscribeOptions{})
 	if err != nil {
 		return toConnect(err)
 	}
 	defer sub.Close()
+	// The request has been read whole (connect reads the one message and
+	// the end of the body before calling Subscribe): the stream now lifts
+	// the server's deadlines, which count from the request's start, and
+	// gives each write its own.
+	var deadline *wire.StreamDeadline
+	if rc, ok := ctx.Value(controllerKey{}).(*http.ResponseController); ok {
+		deadline = wire.NewStreamDeadline(rc, s.opts.WriteTimeout)
+	}
+	send := func(m *v1.SnapshotBatch, now time.Time) error {
+		if deadline != nil {
+			deadline.Arm(now)
+		}
+		return stream.Send(m)
+	}
 	// One wait for everything (commits, the end of the subscription, the
 	// request's end, the heartbeat timer): a delivery costs one channel
 	// receive and no timer update; the timer re-checks the idle time.
@@ -126,7 +210,7 @@ func (s *service) Subscribe(ctx context.Context, req *connect.Request[v1.Subscri
 			if idle := now.Sub(lastSend); idle < s.opts.Heartbeat {
 				heartbeat.Reset(s.opts.Heartbeat - idle)
 			} else {
-				if err := stream.Send(&v1.SnapshotBatch{}); err != nil {
+				if err := send(&v1.SnapshotBatch{}, now); err != nil {
 					return nil // the client is gone
 				}
 				lastSend = now
@@ -147,10 +231,10 @@ func (s *service) Subscribe(ctx context.Context, req *connect.Request[v1.Subscri
 		if !ok {
 			continue
 		}
-		if err := stream.Send(streamBatch(b)); err != nil {
+		lastSend = time.Now()
+		if err := send(streamBatch(b), lastSend); err != nil {
 			return nil
 		}
-		lastSend = time.Now()
 	}
 	return nil
 }
@@ -172,14 +256,14 @@ func subscribe(ctx context.Context, hub *push.Hub, authorize Authorizer, m *v1.S
 			subtree bool
 			scopes  []varplane.Scope
 		}{{false, exact}, {true, f.Prefixes}} {
-			if len(part.scopes) == 0 {
-				continue
-			}
-			if err := authorize(ctx, token, part.subtree, part.scopes...); err != nil {
-				return nil, authError(err)
+			for _, sc := range part.scopes {
+				if _, err := varplane.Authorize(ctx, authorize, varplane.Access{Kind: varplane.KindRead, Scope: sc, Subtree: part.subtree, Token: token}); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
+	opts.Owner = push.TokenKey(token)
 	return hub.SubscribeWith(ctx, f, held, opts)
 }
 
@@ -223,38 +307,43 @@ func scopes(in []string) []varplane.Scope {
 	return out
 }
 
-func bearer(h string) string {
-	const p = "bearer "
-	if len(h) > len(p) && strings.EqualFold(h[:len(p)], p) {
-		return strings.TrimSpace(h[len(p):])
-	}
-	return ""
-}
-
-// authError keeps a denial a denial and turns anything else into a
-// fail-closed internal error that echoes nothing.
-func authError(err error) error {
-	switch varplane.ErrorCode(err) {
-	case varplane.CodeForbidden, varplane.CodeUnauthorized:
-		return err
-	}
-	return &varplane.Error{Code: varplane.CodeInternal, Message: "internal error", Err: err}
-}
-
 // CodeOf maps a varplane error code to the Connect/gRPC code; this is the one
-// place that mapping lives.
+// place that mapping lives, for the Connect handler and the fan-out server
+// alike. Every code of the root package has its entry (a test holds it to
+// errors.go); unknown codes and internal are Internal. The varplane code
+// itself travels next to it in the CodeHeader metadata.
+//
+// The choices that are not one-to-one: revision-conflict is Aborted (the
+// gRPC code of a failed test-and-set, retried after re-reading);
+// payload-too-large is ResourceExhausted (what gRPC answers an oversized
+// message); limit-exceeded, a document's shape past a limit, is
+// InvalidArgument, since only changing the input helps; too-many-subscribers
+// stays Unavailable like its HTTP 503, so that clients back off and retry.
 func CodeOf(code varplane.Code) connect.Code {
 	switch code {
-	case varplane.CodeBadRequest:
+	case varplane.CodeBadRequest, varplane.CodeLimitExceeded, varplane.CodeRevisionInvalid,
+		varplane.CodeInvalidConfiguration, varplane.CodeUnsupportedMediaType:
 		return connect.CodeInvalidArgument
-	case varplane.CodeForbidden:
-		return connect.CodePermissionDenied
 	case varplane.CodeUnauthorized:
 		return connect.CodeUnauthenticated
+	case varplane.CodeForbidden, varplane.CodeScopeOwned:
+		return connect.CodePermissionDenied
+	case varplane.CodeNotFound, varplane.CodeNoHead, varplane.CodeUnknownComponent:
+		return connect.CodeNotFound
+	case varplane.CodeRevisionReclaimed:
+		return connect.CodeNotFound
+	case varplane.CodeChangeRequired, varplane.CodeChangeState:
+		return connect.CodeFailedPrecondition
+	case varplane.CodeRevisionConflict:
+		return connect.CodeAborted
+	case varplane.CodeIdempotencyReused:
+		return connect.CodeAlreadyExists
+	case varplane.CodePayloadTooLarge:
+		return connect.CodeResourceExhausted
+	case varplane.CodeStoreUnsupported, varplane.CodeMethodNotAllowed:
+		return connect.CodeUnimplemented
 	case varplane.CodeTooManyRequests, varplane.CodeStoreUnavailable:
 		return connect.CodeUnavailable
-	case varplane.CodeNotFound, varplane.CodeNoHead:
-		return connect.CodeNotFound
 	}
 	return connect.CodeInternal
 }
@@ -265,9 +354,6 @@ const CodeHeader = "Varplane-Code"
 
 func toConnect(err error) error {
 	code := varplane.ErrorCode(err)
-	if errors.Is(err, push.ErrHubClosed) {
-		code = varplane.CodeStoreUnavailable
-	}
 	cerr := connect.NewError(CodeOf(code), errors.New(varplane.ErrorMessage(err)))
 	cerr.Meta().Set(CodeHeader, string(code))
 	return cerr
@@ -322,10 +408,15 @@ func (s *Server) Open() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	http1 := newConnListener(ln.Addr())
+	// The wire layer's server limits, as on the main port: a stream lifts
+	// the read and write deadlines itself once its request is read.
 	s.srv = &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: wire.ServerReadHeaderTimeout,
+		ReadTimeout:       wire.ServerReadTimeout,
+		WriteTimeout:      wire.ServerWriteTimeout,
+		IdleTimeout:       wire.ServerIdleTimeout,
+		MaxHeaderBytes:    wire.ServerMaxHeaderBytes,
 		// Streams end with the server: Close cancels this context.
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}

@@ -93,20 +93,20 @@ func TestSubscribeSnapshotAndCommit(t *testing.T) {
 }
 
 func TestSubscribeErrors(t *testing.T) {
-	auth := func(_ context.Context, token string, subtree bool, scopes ...varplane.Scope) error {
-		switch token {
+	auth := varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (varplane.Identity, error) {
+		switch a.Token {
 		case "good":
-			return nil
+			return varplane.Anonymous, nil
 		case "keys-only":
-			if subtree {
-				return varplane.ErrForbidden
+			if a.Subtree {
+				return varplane.Identity{}, varplane.ErrForbidden
 			}
-			return nil
+			return varplane.Anonymous, nil
 		case "broken":
-			return errors.New("token service down")
+			return varplane.Identity{}, errors.New("token service down")
 		}
-		return varplane.ErrForbidden
-	}
+		return varplane.Identity{}, varplane.ErrForbidden
+	})
 	f := start(t, push.Options{MaxSubscribers: 1}, auth)
 	tests := []struct {
 		name  string

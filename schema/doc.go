@@ -8,6 +8,9 @@
 // slash-separated, without the extension ("agentic-lanes/v1.yaml" is
 // "agentic-lanes/v1"). A schema's own "$id" does not name it: it only sets
 // the base URI that the schema's internal references resolve against.
+// YAML files are read by the project's one YAML converter, with its one
+// policy (YAML 1.2 core schema; no anchors, aliases or merge keys — write a
+// shared part once under "$defs" and "$ref" it; no leading-zero integers).
 //
 // Schemas are self-contained. Every "$ref" or "$schema" that would need a
 // resource from outside the schema (a file, a network URL, another schema of

@@ -186,9 +186,9 @@ func loadFile(fsys fs.FS, p, ext string) (*Schema, error) {
 	if ext == ".json" {
 		return compileJSON(data)
 	}
-	doc, err := decodeYAML(data)
+	doc, err := yamlToJSON(data)
 	if err != nil {
 		return nil, err
 	}
-	return compileValue(doc)
+	return compileJSON(doc)
 }

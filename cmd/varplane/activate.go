@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"time"
+
+	"github.com/varplane/varplane"
 )
 
 // ActivateCommand makes a stored revision a scope's head:
@@ -14,18 +14,29 @@ type ActivateCommand struct {
 }
 
 // Run parses args and activates. A stale --expected-generation is a
-// revision-conflict *ServerError carrying currentGeneration.
+// revision-conflict *varplane.Error carrying currentGeneration.
 func (c *ActivateCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.newFlagSet("activate", "--scope SCOPE --revision sha256:… --expected-generation N [flags]", `
+	fs := c.m.newFlagSet("activate", "SCOPE --revision REV --expected-generation N [flags]", `
 Make a stored revision the head of a scope, at the next generation. The
 activation happens only when the scope is still at --expected-generation (the
 generation you last saw: 0 for a scope never activated); otherwise the server
-answers revision-conflict with the current generation and nothing changes.`)
+answers revision-conflict with the current generation and nothing changes.
+REV is sha256:… as create prints it, or a unique prefix of its digits (as
+history shows it); it may also be the second argument.`)
 	var g guardedFlags
 	g.register(fs, c.m.Getenv, "activate")
-	revision := fs.String("revision", "", "revision to activate, sha256:… as printed by create (required)")
-	if err := parseFlags(fs, args); err != nil {
+	revision := fs.String("revision", "", "revision to activate: sha256:… or a unique prefix (required)")
+	pos, err := parseArgs(fs, args, 2)
+	if err != nil {
 		return err
+	}
+	if err := scopeArg(pos, &g.scope); err != nil {
+		return err
+	}
+	if len(pos) == 2 {
+		if err := scopeArg(pos[1:], revision); err != nil {
+			return err
+		}
 	}
 	if err := g.check(); err != nil {
 		return err
@@ -33,40 +44,24 @@ answers revision-conflict with the current generation and nothing changes.`)
 	if err := requireFlag("revision", *revision); err != nil {
 		return err
 	}
-	cl, err := g.client(c.m.Stdout)
+	a, err := g.admin(c.m)
 	if err != nil {
 		return err
 	}
-	req := struct {
-		Scope              string `json:"scope"`
-		Revision           string `json:"revision"`
-		ExpectedGeneration uint64 `json:"expectedGeneration"`
-		Actor              string `json:"actor,omitempty"`
-		Reason             string `json:"reason,omitempty"`
-		IdempotencyKey     string `json:"idempotencyKey,omitempty"`
-	}{g.scope, *revision, g.expected.value, g.actor, g.reason, g.idempotencyKey}
-	resp, err := cl.do(ctx, http.MethodPost, "/admin/activate", nil, req, nil)
+	scope := varplane.Scope(g.scope)
+	rev, err := resolveRevision(ctx, a, scope, *revision)
 	if err != nil {
 		return err
 	}
-	return emit(c.m.Stdout, g.json(), resp.body, func() error {
-		return printActivation(c.m, "activated", resp.body)
-	})
-}
-
-// activation is the answer of activate and rollback.
-type activation struct {
-	Scope       string    `json:"scope"`
-	Generation  uint64    `json:"generation"`
-	Revision    string    `json:"revision"`
-	EffectiveAt time.Time `json:"effectiveAt"`
-}
-
-func printActivation(m *Main, verb string, body []byte) error {
-	var out activation
-	if err := decodeAnswer(body, &out); err != nil {
-		return err
+	out, err := a.Activate(ctx, varplane.ActivateRequest{Scope: scope, Revision: rev, ExpectedGeneration: varplane.Generation(g.expected.value),
+		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey})
+	if err != nil {
+		return classify(ctx, err)
 	}
+	return emit(c.m.Stdout, g.json(), out, func() error { return printActivation(c.m, "activated", out) })
+}
+
+func printActivation(m *Main, verb string, out varplane.ActivationResult) error {
 	_, err := fmt.Fprintf(m.Stdout, "%s %s generation %d revision %s\n", verb, out.Scope, out.Generation, out.Revision)
 	return err
 }

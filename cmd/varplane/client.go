@@ -8,12 +8,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
-	"sort"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/client"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // Defaults of the client flags.
@@ -38,7 +41,7 @@ func (c *clientFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.server, "server", envOr(getenv, "VARPLANE_SERVER", defaultServer), "server URL (env VARPLANE_SERVER)")
 	fs.StringVar(&c.token, "token", getenv("VARPLANE_TOKEN"), "bearer token sent as Authorization (env VARPLANE_TOKEN)")
 	fs.StringVar(&c.base, "base", envOr(getenv, "VARPLANE_BASE", defaultBase), "path the var API is mounted under (env VARPLANE_BASE)")
-	fs.StringVar(&c.output, "o", "text", "output format: text or json (the server's JSON, one document)")
+	fs.StringVar(&c.output, "o", "text", "output format: text or json (one JSON document; errors as one JSON object on stderr)")
 	fs.DurationVar(&c.timeout, "timeout", defaultClientTimeout, "timeout of each request")
 }
 
@@ -52,39 +55,46 @@ func envOr(getenv func(string) string, name, def string) string {
 // json reports whether -o json was asked for.
 func (c *clientFlags) json() bool { return c.output == "json" }
 
-// client checks the shared flags and returns a client for them. With -o
-// json, error bodies are also written to stdout.
-func (c *clientFlags) client(stdout io.Writer) (*apiClient, error) {
+// admin checks the shared flags and returns the SDK's admin client for them
+// (client.Admin: every route, the full *varplane.Error through the wire
+// layer); the commands only print what it returns. With -o json, Main
+// reports errors as JSON.
+func (c *clientFlags) admin(m *Main) (*client.Admin, error) {
 	switch c.output {
 	case "text", "json":
 	default:
 		return nil, usagef("-o must be text or json, not %q", c.output)
 	}
+	m.jsonErrors = c.json()
 	if c.timeout <= 0 {
 		return nil, usagef("--timeout must be positive")
 	}
 	u, err := url.Parse(c.server)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usagef("--server must be an http:// or https:// URL, not %q", c.server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, usagef("--server must be an http:// or https:// URL, not %q", redactURL(c.server))
+	}
+	// Refused here, never shown: the transport would fail on it later and
+	// look like an unreachable server.
+	if strings.ContainsFunc(c.token, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return nil, usagef("--token (env VARPLANE_TOKEN) holds a control character or a line break")
 	}
 	base, err := cleanBase(c.base)
 	if err != nil {
 		return nil, &usageError{err: err}
 	}
-	root := strings.TrimRight(u.String(), "/")
-	cl := &apiClient{
-		root:  root + base,
-		token: c.token,
-		http:  &http.Client{Timeout: c.timeout},
+	m.serverPath, m.base = strings.TrimRight(u.Path, "/"), base
+	if base == "" {
+		base = "/" // the root; an empty Base would be the default
 	}
-	if c.json() {
-		cl.errJSON = stdout
+	a, err := client.NewAdmin(c.server, client.AdminOptions{Base: base, Token: c.token, Timeout: c.timeout, MaxResponseBytes: maxResponseBytes})
+	if err != nil {
+		return nil, &usageError{err: err}
 	}
-	return cl, nil
+	return a, nil
 }
 
 // cleanBase returns base with one leading slash and no trailing slash; "/"
-// becomes "".
+// becomes "" (the root).
 func cleanBase(base string) (string, error) {
 	if strings.ContainsAny(base, "?#") {
 		return "", fmt.Errorf("--base %q must be a path", base)
@@ -96,152 +106,54 @@ func cleanBase(base string) (string, error) {
 	return base, nil
 }
 
-// apiClient sends requests to one server's var API.
-type apiClient struct {
-	root  string // scheme://host[:port]{base}
-	token string
-	http  *http.Client
-	// errJSON, when set (-o json), receives the body of an error answer, so
-	// that scripts can read its details from stdout as well.
-	errJSON io.Writer
+// classify turns what an Admin call returned into the CLI's error kinds: a
+// *varplane.Error stays as is (exit 1), a transport failure becomes an
+// *unreachableError (exit 3), the caller's cancellation is ctx.Err().
+func classify(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ve *varplane.Error
+	if errors.As(err, &ve) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return &unreachableError{err: ue.Err}
+	}
+	return err
 }
 
-// response is a server answer below 400.
-type response struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// newRequest builds a request for path (relative to the base) with the
-// token, a JSON body when body is not nil, and header.
-func (c *apiClient) newRequest(ctx context.Context, method, path string, query url.Values, body any, header http.Header) (*http.Request, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("encode request: %w", err)
-		}
-		rd = bytes.NewReader(b)
+// printServerError writes a refusal and its details, one a line, to w:
+// "error: <code>: <message>", then each detail the error carries under its
+// wire name, in name order (values as JSON, issues one a line).
+func printServerError(w io.Writer, e *varplane.Error) {
+	fmt.Fprintf(w, "error: %s\n", e.Error())
+	if e.Current != nil {
+		fmt.Fprintf(w, "  currentGeneration: %d\n", *e.Current)
 	}
-	target := c.root + path
-	if len(query) > 0 {
-		target += "?" + query.Encode()
+	if e.Expected != nil {
+		fmt.Fprintf(w, "  expectedGeneration: %d\n", *e.Expected)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target, rd)
-	if err != nil {
-		return nil, &usageError{err: fmt.Errorf("build request: %w", err)}
+	if e.Hint != "" {
+		fmt.Fprintf(w, "  hint: %s\n", jsontext.AppendString(nil, e.Hint))
 	}
-	for k, vs := range header {
-		req.Header[k] = vs
+	if e.Issues != nil {
+		fmt.Fprintf(w, "  issues:\n")
+		printIssues(w, e.Issues, "    ")
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if e.Limit != "" {
+		fmt.Fprintf(w, "  limit: %s\n", jsontext.AppendString(nil, e.Limit))
 	}
-	if req.Header.Get("Accept") == "" {
-		req.Header.Set("Accept", "application/json")
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	return req, nil
-}
-
-// do sends one request to path (relative to the base) and returns the answer.
-// A 4xx/5xx answer is a *ServerError; a transport failure is an
-// *unreachableError; the caller's cancellation is ctx.Err().
-func (c *apiClient) do(ctx context.Context, method, path string, query url.Values, body any, header http.Header) (*response, error) {
-	req, err := c.newRequest(ctx, method, path, query, body, header)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &unreachableError{err: err}
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return nil, &unreachableError{err: fmt.Errorf("read answer of %s %s: %w", method, path, err)}
-	}
-	if resp.StatusCode >= 400 {
-		if c.errJSON != nil && json.Valid(data) {
-			_ = emit(c.errJSON, true, data, nil)
-		}
-		return nil, newServerError(resp.StatusCode, data)
-	}
-	return &response{status: resp.StatusCode, header: resp.Header, body: data}, nil
-}
-
-// ServerError is an error answer of the server: its HTTP status, its stable
-// code, its message and every other detail field it carried.
-type ServerError struct {
-	Status  int
-	Code    string
-	Message string
-	// Body is the answer as received.
-	Body []byte
-	// Details holds every field of the body besides code and error.
-	Details map[string]json.RawMessage
-}
-
-func newServerError(status int, body []byte) *ServerError {
-	e := &ServerError{Status: status, Body: body}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(body, &fields) == nil && fields != nil {
-		_ = json.Unmarshal(fields["code"], &e.Code)
-		_ = json.Unmarshal(fields["error"], &e.Message)
-		delete(fields, "code")
-		delete(fields, "error")
-		e.Details = fields
-	}
-	if e.Code == "" {
-		e.Code = fmt.Sprintf("http-%d", status)
-	}
-	if e.Message == "" {
-		e.Message = http.StatusText(status)
-		if t := strings.TrimSpace(string(body)); t != "" && len(t) < 200 && e.Details == nil {
-			e.Message = t
-		}
-	}
-	return e
-}
-
-// Error returns "<code>: <message>".
-func (e *ServerError) Error() string { return e.Code + ": " + e.Message }
-
-// print writes the error and its details, one a line, to w.
-func (e *ServerError) print(w io.Writer) {
-	fmt.Fprintf(w, "error: %s: %s\n", e.Code, e.Message)
-	keys := make([]string, 0, len(e.Details))
-	for k := range e.Details {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if k == "issues" {
-			var issues []issue
-			if json.Unmarshal(e.Details[k], &issues) == nil {
-				fmt.Fprintf(w, "  issues:\n")
-				printIssues(w, issues, "    ")
-				continue
-			}
-		}
-		fmt.Fprintf(w, "  %s: %s\n", k, e.Details[k])
+	if e.Scope != "" {
+		fmt.Fprintf(w, "  scope: %s\n", jsontext.AppendString(nil, string(e.Scope)))
 	}
 }
 
-// issue is one validation finding as the server reports it.
-type issue struct {
-	Code    string `json:"code"`
-	Path    string `json:"path"`
-	Message string `json:"message"`
-}
-
-func printIssues(w io.Writer, issues []issue, indent string) {
+func printIssues(w io.Writer, issues []varplane.Issue, indent string) {
 	for _, is := range issues {
 		p := is.Path
 		if p == "" {
@@ -251,29 +163,40 @@ func printIssues(w io.Writer, issues []issue, indent string) {
 	}
 }
 
-// emit writes the raw JSON body to w when json is set (indented, one
-// document), and otherwise calls text.
-func emit(w io.Writer, asJSON bool, body []byte, text func() error) error {
+// emit writes v to w as indented JSON (one document, one final newline)
+// when asJSON is set, and otherwise calls text.
+func emit(w io.Writer, asJSON bool, v any, text func() error) error {
 	if !asJSON {
 		return text()
 	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, body, "", "  "); err != nil {
-		_, err = w.Write(body)
+	return writeJSON(w, v)
+}
+
+// writeJSON writes v as indented JSON (the project's one JSON writer: no
+// HTML escaping) followed by exactly one newline.
+func writeJSON(w io.Writer, v any) error {
+	b, err := jsontext.Marshal(v)
+	if err != nil {
 		return err
+	}
+	return printJSON(w, b)
+}
+
+// printJSON writes raw indented, followed by exactly one newline (whatever
+// whitespace raw ends with).
+func printJSON(w io.Writer, raw []byte) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		buf.Reset()
+		buf.Write(raw)
 	}
 	buf.WriteByte('\n')
 	_, err := w.Write(buf.Bytes())
 	return err
-}
-
-// decodeAnswer decodes a success body into v; a body the client cannot read
-// is reported as a server fault.
-func decodeAnswer(body []byte, v any) error {
-	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("cannot decode the server's answer: %w", err)
-	}
-	return nil
 }
 
 // requireFlag returns a usage error when the flag name was left empty.
@@ -339,8 +262,8 @@ func shortTime(t time.Time) string {
 }
 
 // guardedFlags are the flags of every mutation guarded by a generation
-// (activate, deactivate, rollback): the client and audit flags, --scope and
-// --expected-generation, both required.
+// (activate, deactivate, rollback): the client and audit flags, the scope
+// (first argument or --scope) and --expected-generation, both required.
 type guardedFlags struct {
 	clientFlags
 	mutationFlags
@@ -352,13 +275,13 @@ type guardedFlags struct {
 func (g *guardedFlags) register(fs *flag.FlagSet, getenv func(string) string, verb string) {
 	g.clientFlags.register(fs, getenv)
 	g.mutationFlags.register(fs, getenv)
-	fs.StringVar(&g.scope, "scope", "", "scope to "+verb+" (required)")
+	fs.StringVar(&g.scope, "scope", "", "scope to "+verb+" (or the first argument)")
 	fs.Var(&g.expected, "expected-generation", "generation the scope must be at (required)")
 }
 
-// check reports a missing --scope or --expected-generation as a usage error.
+// check reports a missing scope or --expected-generation as a usage error.
 func (g *guardedFlags) check() error {
-	if err := requireFlag("scope", g.scope); err != nil {
+	if err := requireScope(g.scope); err != nil {
 		return err
 	}
 	if !g.expected.set {
@@ -367,15 +290,93 @@ func (g *guardedFlags) check() error {
 	return nil
 }
 
-// parseScoped parses args into fs, requires --scope (whose value scope
-// points at) and returns the client: the opening of every command that
-// names one scope.
-func (c *clientFlags) parseScoped(fs *flag.FlagSet, args []string, scope *string, stdout io.Writer) (*apiClient, error) {
-	if err := parseFlags(fs, args); err != nil {
+// requireScope returns a usage error when no scope was given.
+func requireScope(scope string) error {
+	if scope == "" {
+		return usagef("a scope is required: give it as the first argument or as --scope")
+	}
+	return nil
+}
+
+// parseArgs parses args into fs with flags and positional arguments in any
+// order (everything after a "--" is positional), and returns the positional
+// ones; more than max of them is a usage error.
+func parseArgs(fs *flag.FlagSet, args []string, max int) ([]string, error) {
+	var pos, tail []string
+	for i, a := range args {
+		if a == "--" {
+			args, tail = args[:i], args[i+1:]
+			break
+		}
+	}
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, &usageError{err: err, reported: true}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos, args = append(pos, args[0]), args[1:]
+	}
+	pos = append(pos, tail...)
+	if len(pos) > max {
+		return nil, usagef("%s: unexpected argument %q (see -h)", fs.Name(), pos[max])
+	}
+	return pos, nil
+}
+
+// scopeArg takes the scope from the positional arguments (the first) or the
+// --scope flag into *scope: both is a usage error when they differ.
+func scopeArg(pos []string, scope *string) error {
+	if len(pos) == 0 {
+		return nil
+	}
+	if *scope != "" && *scope != pos[0] {
+		return usagef("the scope is given twice (%q and --scope %q)", pos[0], *scope)
+	}
+	*scope = pos[0]
+	return nil
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := file.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// openScoped parses args (at most one positional: the scope, or --scope
+// whose value scope points at), requires the scope and returns the admin
+// client: the opening of every command that names one scope and nothing
+// else.
+func (m *Main) openScoped(fs *flag.FlagSet, cf *clientFlags, args []string, scope *string) (*client.Admin, error) {
+	pos, err := parseArgs(fs, args, 1)
+	if err != nil {
 		return nil, err
 	}
-	if err := requireFlag("scope", *scope); err != nil {
+	if err := scopeArg(pos, scope); err != nil {
 		return nil, err
 	}
-	return c.client(stdout)
+	if err := requireScope(*scope); err != nil {
+		return nil, err
+	}
+	return cf.admin(m)
+}
+
+// resolveRevision returns the revision of scope that arg names (whole, or a
+// unique prefix: client.Admin.ResolveRevision). A malformed arg is a usage
+// error (exit 2), caught before anything is sent.
+func resolveRevision(ctx context.Context, a *client.Admin, scope varplane.Scope, arg string) (varplane.Revision, error) {
+	if _, err := client.ParseRevisionPrefix(arg); err != nil {
+		return "", &usageError{err: errors.New(varplane.ErrorMessage(err))}
+	}
+	rev, err := a.ResolveRevision(ctx, scope, arg)
+	return rev, classify(ctx, err)
 }

@@ -2,15 +2,13 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"net/http"
 	"strconv"
 
+	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/config"
-	"github.com/varplane/varplane/httpapi"
 )
 
 // The routes of the values service, mounted at the server root next to the
@@ -33,10 +31,22 @@ func init() {
 // and reach history, rollback, the audit log and the push streams.
 type componentsExtension struct {
 	file string
-	// fs is serve's FlagSet, kept to read --tokens and --max-body-bytes
-	// after parsing: they are serve's flags, and reading them here keeps
-	// one flag and one meaning for both APIs.
+	// fs is serve's FlagSet, kept to read --max-body-bytes after parsing:
+	// it is serve's flag, and reading it here keeps one flag and one
+	// meaning for both APIs.
 	fs *flag.FlagSet
+}
+
+// Owners reserves the configuration scopes ("<component>@<epoch>") to the
+// values service when it is served: the var admin API then answers
+// scope-owned for them, so that nothing the schema forbids is ever stored
+// around the service. serve asks after parsing flags, before it builds the
+// engine.
+func (e *componentsExtension) Owners() []varplane.Owner {
+	if e.file == "" {
+		return nil
+	}
+	return []varplane.Owner{config.Owner}
 }
 
 // RegisterFlags adds --components and keeps fs to read serve's own flags.
@@ -46,8 +56,8 @@ func (e *componentsExtension) RegisterFlags(fs *flag.FlagSet) {
 }
 
 // Start loads the deployment and mounts the values service on rt.Mux; it
-// does nothing without --components. An invalid deployment or token file
-// is a usage error (exit 2), reported before serve listens.
+// does nothing without --components. An invalid deployment is a usage error
+// (exit 2), reported before serve listens.
 func (e *componentsExtension) Start(ctx context.Context, rt *serveRuntime) (func(context.Context) error, error) {
 	if e.file == "" {
 		return nil, nil
@@ -60,15 +70,17 @@ func (e *componentsExtension) Start(ctx context.Context, rt *serveRuntime) (func
 	if err != nil {
 		return nil, fmt.Errorf("--components %s: %w", e.file, err)
 	}
-	identity, err := e.identity()
-	if err != nil {
-		return nil, err
-	}
+	lim := rt.Engine.Limits()
 	maxBody, err := e.maxBodyBytes()
 	if err != nil {
 		return nil, err
 	}
-	h := config.Handler(svc, config.HandlerOptions{Identity: identity, MaxBodyBytes: maxBody, Logger: rt.Logger})
+	if maxBody > 0 {
+		lim.MaxBodyBytes = maxBody
+	}
+	// rt.Authorizer is the one --tokens builds: a token's id= is the
+	// originator, its roles= (or every role for a bare token) the roles here.
+	h := config.Handler(svc, config.HandlerOptions{Authorizer: rt.Authorizer, Limits: lim, Logger: rt.Logger})
 	for _, p := range componentRoutes {
 		route := h
 		if p == "/configuration/values:watch" {
@@ -78,47 +90,6 @@ func (e *componentsExtension) Start(ctx context.Context, rt *serveRuntime) (func
 	}
 	rt.Logger.Info("component configuration served", "file", e.file, "components", len(dep.Components), "environment", dep.Environment, "path", "/configuration/values/")
 	return nil, nil
-}
-
-// identity resolves callers of the values service from serve's --tokens,
-// the one file both APIs read: id= names the caller (recorded as the
-// originator), roles= its roles here. Without --tokens every caller is
-// anonymous with every role, as the var API then allows everything.
-func (e *componentsExtension) identity() (config.IdentityResolver, error) {
-	path := e.flagValue("tokens")
-	if path == "" {
-		return config.AllowAll(), nil
-	}
-	// The var API's parser, not config.LoadTokens: the file is the var
-	// API's, and its kinds= and prefixes= must keep working (config's line
-	// parser refuses them) so that one file can narrow a token on both.
-	grants, err := httpapi.LoadTokenFile(path)
-	if err != nil {
-		return nil, &usageError{err: fmt.Errorf("--tokens: %w", err)}
-	}
-	return config.StaticTokens(tokenEntries(grants)), nil
-}
-
-// tokenEntries maps the var API's grants to identities of the values
-// service. A token without id= is known by a digest of it, so that records
-// never show it. A token without roles= holds every role ("system") when it
-// is a bare token, which may do everything on the var API too; when kinds=
-// or prefixes= narrow it there, it holds none here: a token narrowed on one
-// API is never wider on the other.
-func tokenEntries(grants []httpapi.Grant) []config.TokenEntry {
-	out := make([]config.TokenEntry, 0, len(grants))
-	for _, g := range grants {
-		e := config.TokenEntry{Token: g.Token, ID: g.ID, Roles: g.Roles}
-		if e.ID == "" {
-			sum := sha256.Sum256([]byte(g.Token))
-			e.ID = "token:" + hex.EncodeToString(sum[:4])
-		}
-		if e.Roles == nil && len(g.Kinds) == 0 && len(g.Prefixes) == 0 {
-			e.Roles = []string{"system"}
-		}
-		out = append(out, e)
-	}
-	return out
 }
 
 func (e *componentsExtension) maxBodyBytes() (int64, error) {

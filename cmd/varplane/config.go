@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/varplane/varplane/config"
+	"github.com/varplane/varplane/config/secret"
 )
 
 // ConfigCommand is the `varplane config` group: the component configuration
@@ -103,6 +104,11 @@ or kubectl create secret generic --from-env-file) and a Kubernetes Secret
 named "configuration" (--kubernetes, for envFrom). Without either flag the env
 file is printed on stdout. Files are written with mode 0600.
 
+To keep a secret out of shell history and the process list, NAME=@PATH reads
+the value from the file PATH and NAME=- from standard input (once); one
+trailing line break is dropped. NAME=@@… gives a literal value starting
+with '@'. No message ever shows a value.
+
 With --components (a deployment declaration), every secret its defaults
 reference must be given: a missing one is exit status 1 and nothing is
 written. Flags and assignments may come in any order.`)
@@ -110,6 +116,18 @@ written. Flags and assignments may come in any order.`)
 	namespace := fs.String("namespace", "", "Kubernetes namespace of the Secret (none when empty)")
 	envFile := fs.String("env-file", "", "write the env file here")
 	k8s := fs.String("kubernetes", "", "write the Kubernetes Secret manifest (YAML) here")
+	// An unknown flag is refused here rather than by the flag package,
+	// which would print it: it may be a secret given without its NAME=.
+	for i := 0; i < len(args) && args[i] != "--"; i++ {
+		name, ok := flagName(args[i])
+		switch {
+		case !ok || name == "h" || name == "help":
+		case fs.Lookup(name) == nil:
+			return usagef("config conceal: argument %d is neither a flag of conceal nor NAME=value (not shown: it may be a secret)", i+1)
+		case !strings.Contains(args[i], "="):
+			i++ // every flag of conceal takes a value: skip it
+		}
+	}
 	assignments, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -126,7 +144,14 @@ written. Flags and assignments may come in any order.`)
 			return err
 		}
 	}
-	out, err := config.Conceal(dep, *namespace, assignments)
+	values, err := secret.ParseAssignments(assignments, secret.Inputs{
+		Stdin: c.m.Stdin,
+		Open:  func(path string) (io.ReadCloser, error) { return os.Open(path) },
+	})
+	if err != nil {
+		return &usageError{err: err}
+	}
+	out, err := config.ConcealValues(dep, *namespace, values)
 	if err != nil {
 		return &usageError{err: err}
 	}
@@ -179,6 +204,17 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		args = left[1:]
 	}
 	return append(pos, rest...), nil
+}
+
+// flagName returns the name of a flag argument ("-x", "--x", "--x=v"), and
+// false for anything else ("-" and "--" included).
+func flagName(arg string) (string, bool) {
+	if len(arg) < 2 || arg[0] != '-' || arg == "--" {
+		return "", false
+	}
+	name := strings.TrimPrefix(arg[1:], "-")
+	name, _, _ = strings.Cut(name, "=")
+	return name, name != ""
 }
 
 func indexOf(list []string, s string) int {

@@ -7,11 +7,8 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -19,8 +16,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/varplane/varplane/httpapi"
 )
 
 const dummyManifest = `name: dummy
@@ -266,11 +261,11 @@ func TestServeComponents(t *testing.T) {
 		t.Fatalf("YAML get = %d %s", a.status, a.body)
 	}
 
-	bad := expect(t, send(t, "POST", values+"dummies.dummy/", "application/yaml", "configuration:\n  bar: 7\n"), 422, "INVALID_CONFIGURATION")
+	bad := expect(t, send(t, "POST", values+"dummies.dummy/", "application/yaml", "configuration:\n  bar: 7\n"), 422, "invalid-configuration")
 	if issues, _ := bad["issues"].([]any); len(issues) != 2 {
 		t.Fatalf("issues = %v, want the type of bar and the missing foo", bad["issues"])
 	}
-	expect(t, call(t, "POST", values+"dummies.nope/", map[string]any{"configuration": map[string]any{}}), 422, "UNKNOWN_COMPONENT")
+	expect(t, call(t, "POST", values+"dummies.nope/", map[string]any{"configuration": map[string]any{}}), 422, "unknown-component")
 	expect(t, send(t, "POST", values+"dummies.dummy/", "text/plain", "foo"), 415, "")
 
 	fetched := call(t, "POST", s.URL+"/configuration/values:fetch", []map[string]string{{"component": "dummies.dummy", "epoch": epoch}})
@@ -333,11 +328,14 @@ func TestServeComponentsTokens(t *testing.T) {
 		code                    string
 	}{
 		{"get without token", "GET", target, "", nil, 401, "unauthorized"},
-		{"get with an unknown token", "GET", target, "", auth("nope"), 401, "unauthorized"},
+		{"get with an unknown token", "GET", target, "", auth("nope"), 403, "forbidden"},
+		{"get with a Bearer token", "GET", target, "", []string{"Authorization", "Bearer app-token"}, 200, ""},
 		{"get with the get role", "GET", target, "", auth("app-token"), 200, ""},
 		{"create with the get role only", "POST", target, body, auth("app-token"), 403, "forbidden"},
 		{"page without token", "GET", s.URL + "/.configuration", "", nil, 401, "unauthorized"},
 		{"page as Basic password", "GET", s.URL + "/.configuration", "", []string{"Authorization", "Basic " + basic("app-token")}, 200, ""},
+		{"page with a mistyped Basic password", "GET", s.URL + "/.configuration", "", []string{"Authorization", "Basic " + basic("app-tokem")}, 401, "unauthorized"},
+		{"API with a Basic password", "GET", target, "", []string{"Authorization", "Basic " + basic("app-token")}, 401, "unauthorized"},
 		{"fetch without token", "POST", s.URL + "/configuration/values:fetch", "[]", nil, 401, "unauthorized"},
 		{"get with a token narrowed on the var API, no roles", "GET", target, "", auth("reader-token"), 403, "forbidden"},
 		{"var API mutation by a read-only grant", "POST", s.Base + "/admin/revisions", `{"scope":"dummies.x","document":{}}`, []string{"Authorization", "Bearer app-token"}, 403, "forbidden"},
@@ -414,38 +412,4 @@ func TestServeComponentsTokens(t *testing.T) {
 
 func basic(password string) string {
 	return base64.StdEncoding.EncodeToString([]byte("x:" + password))
-}
-
-func TestTokenEntries(t *testing.T) {
-	grants, err := httpapi.ParseTokens(strings.NewReader("bare\nnamed id=ops roles=system:configuration:get\nnarrow kinds=read\nscoped prefixes=app.\nboth id=app roles=system:configuration kinds=read\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	digest := func(tok string) string {
-		sum := sha256.Sum256([]byte(tok))
-		return "token:" + hex.EncodeToString(sum[:4])
-	}
-	tests := []struct {
-		token, id string
-		roles     []string
-	}{
-		{"bare", digest("bare"), []string{"system"}},
-		{"named", "ops", []string{"system:configuration:get"}},
-		{"narrow", digest("narrow"), nil},
-		{"scoped", digest("scoped"), nil},
-		{"both", "app", []string{"system:configuration"}},
-	}
-	got := tokenEntries(grants)
-	if len(got) != len(tests) {
-		t.Fatalf("got %d entries, want %d", len(got), len(tests))
-	}
-	for i, tt := range tests {
-		e := got[i]
-		if e.Token != tt.token || e.ID != tt.id {
-			t.Errorf("entry %d = %+v, want token %s id %q", i, e, tt.token, tt.id)
-		}
-		if fmt.Sprint(e.Roles) != fmt.Sprint(tt.roles) {
-			t.Errorf("%s: roles = %v, want %v", tt.token, e.Roles, tt.roles)
-		}
-	}
 }

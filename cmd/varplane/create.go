@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
+
+	"github.com/varplane/varplane"
 )
 
 // CreateCommand stores a document as a revision: POST {base}/admin/revisions.
@@ -13,26 +13,29 @@ type CreateCommand struct {
 }
 
 // Run parses args and creates the revision. A document the server finds
-// invalid is a *ServerError with code revision-invalid and its issues.
+// invalid is a *varplane.Error with code revision-invalid and its issues.
 func (c *CreateCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.newFlagSet("create", "--scope SCOPE [-f FILE] [flags]", `
+	fs := c.m.newFlagSet("create", "SCOPE [-f FILE] [flags]", `
 Store a document as a new immutable revision of a scope. The revision is the
 SHA-256 of the document's canonical JSON, so creating the same document twice
 returns the same revision (reported as unchanged). Creating does not activate:
-use "varplane activate" with the printed revision.
+use "varplane activate" with the printed revision, or "varplane set" to do
+both in one commit. SCOPE may also be given as --scope.
 
-The document is read from -f FILE, or from stdin when -f is absent or "-". It
-may be JSON or YAML (a .yaml/.yml file, or any input that is not JSON); YAML
-keys must be strings.`)
+The document is read from -f FILE (--file), or from stdin when absent or "-".
+It may be JSON or YAML (a .yaml/.yml file, or any input that is not JSON).
+YAML is read by the YAML 1.2 core schema, as the server reads it: an integer
+with a leading zero (010) is refused as ambiguous (write 10, 0o10 or "010"),
+and anchors, aliases and merge keys are refused.`)
 	var cf clientFlags
 	var mf mutationFlags
 	cf.register(fs, c.m.Getenv)
 	mf.register(fs, c.m.Getenv)
-	scope := fs.String("scope", "", "scope of the document, e.g. agentic.lanes.vinci (required)")
-	file := fs.String("f", "", "file holding the document (JSON or YAML); stdin when absent or -")
+	scope := fs.String("scope", "", "scope of the document, e.g. agentic.lanes.vinci (or the first argument)")
+	file := fileFlag(fs)
 	schemaID := fs.String("schema-id", "", "schemaId to validate the document against")
 	schemaVersion := fs.String("schema-version", "", "schema version, recorded with the revision")
-	cl, err := cf.parseScoped(fs, args, scope, c.m.Stdout)
+	a, err := c.m.openScoped(fs, &cf, args, scope)
 	if err != nil {
 		return err
 	}
@@ -40,34 +43,17 @@ keys must be strings.`)
 	if err != nil {
 		return err
 	}
-	req := struct {
-		Scope          string          `json:"scope"`
-		Document       json.RawMessage `json:"document"`
-		SchemaID       string          `json:"schemaId,omitempty"`
-		SchemaVersion  string          `json:"schemaVersion,omitempty"`
-		Actor          string          `json:"actor,omitempty"`
-		Reason         string          `json:"reason,omitempty"`
-		IdempotencyKey string          `json:"idempotencyKey,omitempty"`
-	}{*scope, doc, *schemaID, *schemaVersion, mf.actor, mf.reason, mf.idempotencyKey}
-	resp, err := cl.do(ctx, http.MethodPost, "/admin/revisions", nil, req, nil)
+	out, err := a.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: varplane.Scope(*scope), Document: doc,
+		SchemaID: *schemaID, SchemaVersion: *schemaVersion, Actor: mf.actor, Reason: mf.reason, IdempotencyKey: mf.idempotencyKey})
 	if err != nil {
-		return err
+		return classify(ctx, err)
 	}
-	return emit(c.m.Stdout, cf.json(), resp.body, func() error {
-		var out struct {
-			Scope      string `json:"scope"`
-			Revision   string `json:"revision"`
-			Generation uint64 `json:"generation"`
-			Created    bool   `json:"created"`
-		}
-		if err := decodeAnswer(resp.body, &out); err != nil {
-			return err
-		}
+	return emit(c.m.Stdout, cf.json(), out, func() error {
 		verb := "created"
 		if !out.Created {
 			verb = "unchanged (revision already stored)"
 		}
-		_, err := fmt.Fprintf(c.m.Stdout, "%s %s revision %s\n  scope is at generation %d; activate with: varplane activate --scope %s --revision %s --expected-generation %d\n",
+		_, err := fmt.Fprintf(c.m.Stdout, "%s %s revision %s\n  scope is at generation %d; activate with: varplane activate %s --revision %s --expected-generation %d\n",
 			verb, out.Scope, out.Revision, out.Generation, out.Scope, out.Revision, out.Generation)
 		return err
 	})

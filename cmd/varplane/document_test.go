@@ -9,61 +9,54 @@ import (
 	"testing"
 )
 
-func TestYAMLToJSON(t *testing.T) {
+// TestYAMLDocument checks the CLI's YAML through the project's one
+// converter (wire.YAMLToJSON, whose own tests cover the policy in full):
+// what it accepts, and that what it refuses is a usage error (exit 2) naming
+// the problem. Under this policy (YAML 1.2 core schema) a leading-zero
+// integer such as 010 is refused as ambiguous, anchors, aliases and merge
+// keys are refused, and scalar keys (1, true) become their text; the CLI's
+// former converter read 010 as octal 8, expanded aliases and merge keys, and
+// refused non-string keys.
+func TestYAMLDocument(t *testing.T) {
 	cases := []struct {
-		name, yaml, want string
+		name, yaml, want, refusal string
 	}{
-		{"mapping order kept", "b: 1\na: two\n", `{"b":1,"a":"two"}`},
-		{"nested and sequences", "x:\n  - 1\n  - {y: null}\n", `{"x":[1,{"y":null}]}`},
-		{"YAML 1.2 booleans only", "a: true\nb: no\nc: off\n", `{"a":true,"b":"no","c":"off"}`},
-		{"big integer keeps its digits", "n: 9007199254740993\n", `{"n":9007199254740993}`},
-		{"hex and octal integers", "h: 0x1F\no: 0o17\n", `{"h":31,"o":15}`},
-		{"negative integer", "n: -42\n", `{"n":-42}`},
-		{"float text kept when JSON", "f: 1.5e3\n", `{"f":1.5e3}`},
-		{"float normalised otherwise", "f: .5\n", `{"f":0.5}`},
-		{"quoted numbers stay strings", "s: '123'\n", `{"s":"123"}`},
-		{"timestamps stay text", "t: 2026-07-20\n", `{"t":"2026-07-20"}`},
-		{"anchors and aliases", "base: &b {x: 1}\nother: *b\n", `{"base":{"x":1},"other":{"x":1}}`},
-		{"merge keys", "base: &b {x: 1, y: 2}\nderived:\n  <<: *b\n  y: 3\n", `{"base":{"x":1,"y":2},"derived":{"y":3,"x":1}}`},
-		{"unicode and escapes", "k: \"caf\\u00e9 <tag>\"\n", `{"k":"café \u003ctag\u003e"}`},
-		{"scalar document", "42\n", `42`},
+		{"mapping order kept", "b: 1\na: two\n", `{"b":1,"a":"two"}`, ""},
+		{"nested and sequences", "x:\n  - 1\n  - {y: null}\n", `{"x":[1,{"y":null}]}`, ""},
+		{"YAML 1.2 booleans only", "a: true\nb: no\nc: off\n", `{"a":true,"b":"no","c":"off"}`, ""},
+		{"big integer keeps its digits", "n: 9007199254740993\n", `{"n":9007199254740993}`, ""},
+		{"hex and octal integers", "h: 0x1F\no: 0o17\n", `{"h":31,"o":15}`, ""},
+		{"timestamps stay text", "t: 2026-07-20\n", `{"t":"2026-07-20"}`, ""},
+		{"unicode kept, HTML not escaped", "k: \"caf\\u00e9 <tag>\"\n", `{"k":"café <tag>"}`, ""},
+		{"integer key is its text", "1: one\n", `{"1":"one"}`, ""},
+		{"leading zero is ambiguous", "mode: 010\n", "", "leading zero"},
+		{"anchors and aliases", "base: &b {x: 1}\nother: *b\n", "", "anchors and aliases"},
+		{"merge keys", "base: {x: 1}\nderived:\n  <<: {x: 2}\n", "", "merge keys"},
+		{"alias bomb", aliasBomb(), "", "anchors and aliases"},
+		{"duplicate key", "a: 1\na: 2\n", "", "duplicate key"},
+		{"two documents", "a: 1\n---\nb: 2\n", "", "more than one document"},
+		{"infinity", "x: .inf\n", "", "no JSON form"},
+		{"syntax error", "a: [1, 2\n", "", "not valid YAML"},
+		{"deeper than the default limit", strings.Repeat("- ", 65) + "x\n", "", "depth limit"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := yamlToJSON([]byte(c.yaml))
-			if err != nil {
-				t.Fatalf("yamlToJSON: %v", err)
+			got, err := yamlDocument("doc.yaml", []byte(c.yaml))
+			if c.refusal == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if string(got) != c.want {
+					t.Fatalf("got %s, want %s", got, c.want)
+				}
+				return
 			}
-			if string(got) != c.want {
-				t.Fatalf("got %s, want %s", got, c.want)
+			var ue *usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("err = %v (%.100s), want a usage error", err, got)
 			}
-		})
-	}
-}
-
-func TestYAMLToJSONRefuses(t *testing.T) {
-	cases := []struct {
-		name, yaml, want string
-	}{
-		{"integer key", "1: one\n", "not a string"},
-		{"boolean key", "true: yes\n", "not a string"},
-		{"null key", "~: x\n", "not a string"},
-		{"sequence key", "? [a]\n: x\n", "not a string"},
-		{"duplicate key", "a: 1\na: 2\n", "a"},
-		{"two documents", "a: 1\n---\nb: 2\n", "more than one document"},
-		{"infinity", "x: .inf\n", "no JSON form"},
-		{"not a number", "x: .nan\n", "no JSON form"},
-		{"syntax error", "a: [1, 2\n", "not valid YAML"},
-		{"alias bomb", aliasBomb(), ""},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, err := yamlToJSON([]byte(c.yaml))
-			if err == nil {
-				t.Fatalf("yamlToJSON accepted it: %.100s", got)
-			}
-			if !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("error %q does not mention %q", err, c.want)
+			if !strings.Contains(err.Error(), c.refusal) || !strings.Contains(err.Error(), "doc.yaml") {
+				t.Fatalf("error %q does not name the file and %q", err, c.refusal)
 			}
 		})
 	}
@@ -100,6 +93,8 @@ func TestReadDocument(t *testing.T) {
 		{"invalid .json file", write("bad.json", `{"a":`), "", "", true},
 		{"empty stdin", "", "  \n", "", true},
 		{"missing file", filepath.Join(dir, "missing.yaml"), "", "", true},
+		{"YAML over the default body limit", write("big.yaml", "a: "+strings.Repeat("x", 1<<20)+"\n"), "", "", true},
+		{"JSON over the default body limit is the server's to refuse", write("big.json", `"`+strings.Repeat("x", 1<<20)+`"`), "", `"` + strings.Repeat("x", 1<<20) + `"`, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

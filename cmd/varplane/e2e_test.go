@@ -756,12 +756,10 @@ func runCLI(t *testing.T, env []string, stdin string, args ...string) cliResult 
 	return cliResult{code: code, stdout: out.String(), stderr: errb.String()}
 }
 
-// TestCLI runs the client commands against a real server, checking their
-// output and exit codes.
-func TestCLI(t *testing.T) {
-	s := startServer(t)
-	env := []string{"VARPLANE_SERVER=" + s.URL}
-	run := func(t *testing.T, want int, stdin string, args ...string) cliResult {
+// expectCLI returns a runner of the binary with env that fails the test
+// when a run exits with another code than the one it wants.
+func expectCLI(env []string) func(t *testing.T, want int, stdin string, args ...string) cliResult {
+	return func(t *testing.T, want int, stdin string, args ...string) cliResult {
 		t.Helper()
 		r := runCLI(t, env, stdin, args...)
 		if r.code != want {
@@ -769,6 +767,14 @@ func TestCLI(t *testing.T) {
 		}
 		return r
 	}
+}
+
+// TestCLI runs the client commands against a real server, checking their
+// output and exit codes.
+func TestCLI(t *testing.T) {
+	s := startServer(t)
+	env := []string{"VARPLANE_SERVER=" + s.URL}
+	run := expectCLI(env)
 	const key = "agentic.lanes.vinci"
 	var rev string
 	t.Run("create from YAML on stdin", func(t *testing.T) {
@@ -897,9 +903,9 @@ func TestCLI(t *testing.T) {
 		for _, args := range cases {
 			run(t, 2, "", args...)
 		}
-		r := run(t, 2, "1: one\n", "create", "--scope", "a.b")
-		if !strings.Contains(r.stderr, "not a string") {
-			t.Fatalf("YAML with an integer key: %q", r.stderr)
+		r := run(t, 2, "mode: 010\n", "create", "--scope", "a.b")
+		if !strings.Contains(r.stderr, "leading zero") {
+			t.Fatalf("YAML with an ambiguous integer: %q", r.stderr)
 		}
 		r = run(t, 2, "", "serve", "--store", "postgres://localhost/db?bogus=1")
 		if !strings.Contains(r.stderr, "unknown URL parameter(s) bogus") {

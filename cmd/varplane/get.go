@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
-	"strings"
-	"time"
+
+	"github.com/varplane/varplane"
 )
 
 // GetCommand reads what a scope serves: GET {base}?key= or ?group=.
@@ -16,61 +13,70 @@ type GetCommand struct {
 }
 
 // Run parses args and prints the scope's values. A scope without a head is a
-// no-head *ServerError (exit 1); an unchanged head with --if-none-match is a
+// no-head *varplane.Error (exit 1); an unchanged head with --if-none-match is a
 // success that prints "not modified".
 func (c *GetCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.newFlagSet("get", "(--key SCOPE | --group GROUP) [--if-none-match REVISION] [flags]", `
+	fs := c.m.newFlagSet("get", "SCOPE [--value] [--if-none-match REVISION] [flags]", `
 Read the values a scope serves, as consumers do (the data plane). A key (it
 contains a dot) is served as {"<key>": document}; a group (one segment) passes
-its document through. The ETag is the revision: with --if-none-match set to the
-revision you hold, an unchanged head answers "not modified" with no body.`)
+its document through. SCOPE may also be given as --scope, --key or --group.
+--value prints only the document. The ETag is the revision: with
+--if-none-match set to the revision you hold, an unchanged head answers "not
+modified" with no body.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
+	scope := fs.String("scope", "", "scope to read: a key (with a dot) or a group (or the first argument)")
 	key := fs.String("key", "", "key scope to read, e.g. agentic.lanes.vinci")
 	group := fs.String("group", "", "group scope to read, e.g. agentic")
+	value := fs.Bool("value", false, "print only the document (JSON), nothing else")
 	ifNoneMatch := fs.String("if-none-match", "", "revision (ETag) you hold; an unchanged head answers not modified")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if (*key == "") == (*group == "") {
-		return usagef("give exactly one of --key and --group")
-	}
-	cl, err := cf.client(c.m.Stdout)
+	pos, err := parseArgs(fs, args, 1)
 	if err != nil {
 		return err
 	}
-	q := url.Values{"key": {*key}}
-	if *group != "" {
-		q = url.Values{"group": {*group}}
+	if err := scopeArg(pos, scope); err != nil {
+		return err
 	}
-	var hdr http.Header
-	if *ifNoneMatch != "" {
-		hdr = http.Header{"If-None-Match": {*ifNoneMatch}}
+	n := 0
+	for _, s := range []string{*scope, *key, *group} {
+		if s != "" {
+			n++
+		}
 	}
-	resp, err := cl.do(ctx, http.MethodGet, "", q, nil, hdr)
+	if n != 1 {
+		return usagef("give exactly one scope: the first argument, --scope, --key or --group")
+	}
+	sc := varplane.Scope(*scope + *key + *group)
+	switch {
+	case *key != "" && sc.IsGroup():
+		return usagef("--key %q must contain a dot (a group is --group)", *key)
+	case *group != "" && sc.IsKey():
+		return usagef("--group %q must not contain a dot (a key is --key)", *group)
+	}
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
-	if resp.status == http.StatusNotModified {
-		if cf.json() {
+	out, err := a.Read(ctx, sc, varplane.Revision(*ifNoneMatch))
+	if err != nil {
+		return classify(ctx, err)
+	}
+	if out.NotModified {
+		if cf.json() || *value {
 			return nil
 		}
-		_, err := fmt.Fprintf(c.m.Stdout, "not modified (still %s)\n", strings.Trim(resp.header.Get("ETag"), `"`))
+		_, err := fmt.Fprintf(c.m.Stdout, "not modified (still %s)\n", out.Revision)
 		return err
 	}
-	return emit(c.m.Stdout, cf.json(), resp.body, func() error {
-		var out struct {
-			Generation  uint64          `json:"generation"`
-			Revision    string          `json:"revision"`
-			SchemaID    string          `json:"schemaId"`
-			EffectiveAt time.Time       `json:"effectiveAt"`
-			Values      json.RawMessage `json:"values"`
+	if *value {
+		doc, err := out.Document(sc)
+		if err != nil {
+			return fmt.Errorf("cannot read the server's answer: %w", err)
 		}
-		if err := decodeAnswer(resp.body, &out); err != nil {
-			return err
-		}
-		scope := *key + *group
-		fmt.Fprintf(c.m.Stdout, "%s generation %d revision %s (effective %s)\n", scope, out.Generation, out.Revision, shortTime(out.EffectiveAt))
+		return printJSON(c.m.Stdout, doc)
+	}
+	return emit(c.m.Stdout, cf.json(), out, func() error {
+		fmt.Fprintf(c.m.Stdout, "%s generation %d revision %s (effective %s)\n", sc, out.Generation, out.Revision, shortTime(out.EffectiveAt))
 		return printJSON(c.m.Stdout, out.Values)
 	})
 }

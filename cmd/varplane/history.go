@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strings"
 	"text/tabwriter"
-	"time"
+
+	"github.com/varplane/varplane"
 )
 
 // HistoryCommand lists a scope's audit log: GET {base}/admin/history.
@@ -17,49 +16,40 @@ type HistoryCommand struct {
 
 // Run parses args and prints every event of the scope, oldest first.
 func (c *HistoryCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.newFlagSet("history", "--scope SCOPE [flags]", `
+	fs := c.m.newFlagSet("history", "SCOPE [flags]", `
 List every event of a scope's append-only audit log, oldest first: revisions
 created, activations (rollbacks included), deactivations and rejections, with
-generation, actor, reason and time. With -o json the documents are included.`)
+generation, actor (the authenticated caller, "for" the actor it claimed with
+--actor), reason and time. With -o json the documents are included.
+SCOPE may also be given as --scope.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
-	scope := fs.String("scope", "", "scope to list (required)")
-	cl, err := cf.parseScoped(fs, args, scope, c.m.Stdout)
+	scope := fs.String("scope", "", "scope to list (or the first argument)")
+	a, err := c.m.openScoped(fs, &cf, args, scope)
 	if err != nil {
 		return err
 	}
-	resp, err := cl.do(ctx, http.MethodGet, "/admin/history", url.Values{"scope": {*scope}}, nil, nil)
+	events, err := a.History(ctx, varplane.Scope(*scope))
 	if err != nil {
-		return err
+		return classify(ctx, err)
 	}
-	return emit(c.m.Stdout, cf.json(), resp.body, func() error {
-		var out struct {
-			Scope  string `json:"scope"`
-			Events []struct {
-				Kind            string    `json:"kind"`
-				Revision        string    `json:"revision"`
-				Generation      uint64    `json:"generation"`
-				Actor           string    `json:"actor"`
-				Reason          string    `json:"reason"`
-				RejectionReason string    `json:"rejectionReason"`
-				Timestamp       time.Time `json:"timestamp"`
-				Cascade         []struct {
-					Scope string `json:"scope"`
-				} `json:"cascade"`
-			} `json:"events"`
-		}
-		if err := decodeAnswer(resp.body, &out); err != nil {
-			return err
-		}
-		if len(out.Events) == 0 {
+	if events == nil {
+		events = []varplane.Event{}
+	}
+	out := struct {
+		Scope  varplane.Scope   `json:"scope"`
+		Events []varplane.Event `json:"events"`
+	}{varplane.Scope(*scope), events}
+	return emit(c.m.Stdout, cf.json(), out, func() error {
+		if len(events) == 0 {
 			_, err := fmt.Fprintf(c.m.Stdout, "%s has no events\n", out.Scope)
 			return err
 		}
 		tw := tabwriter.NewWriter(c.m.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TIME\tKIND\tGEN\tREVISION\tACTOR\tREASON")
-		for _, ev := range out.Events {
+		for _, ev := range events {
 			gen := "-"
-			if ev.Kind == "activated" || ev.Kind == "deactivated" {
+			if ev.Kind == varplane.EventActivated || ev.Kind == varplane.EventDeactivated {
 				gen = fmt.Sprint(ev.Generation)
 			}
 			reason := ev.Reason
@@ -69,11 +59,15 @@ generation, actor, reason and time. With -o json the documents are included.`)
 			if len(ev.Cascade) > 0 {
 				names := make([]string, len(ev.Cascade))
 				for i, d := range ev.Cascade {
-					names[i] = d.Scope
+					names[i] = string(d.Scope)
 				}
 				reason = strings.TrimSpace(reason + " (also " + strings.Join(names, ", ") + ")")
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", shortTime(ev.Timestamp), ev.Kind, gen, shortRevision(ev.Revision), dash(ev.Actor), dash(reason))
+			actor := dash(ev.Actor)
+			if ev.OnBehalfOf != "" {
+				actor += " for " + ev.OnBehalfOf
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", shortTime(ev.Timestamp), ev.Kind, gen, shortRevision(string(ev.Revision)), actor, dash(reason))
 		}
 		return tw.Flush()
 	})

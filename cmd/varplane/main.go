@@ -15,6 +15,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -24,6 +25,10 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // Exit codes of the varplane command.
@@ -49,6 +54,22 @@ type Main struct {
 	Stderr io.Writer
 	// Getenv reads the environment (VARPLANE_SERVER, VARPLANE_TOKEN, …).
 	Getenv func(string) string
+
+	// jsonErrors is set by -o json: errors are reported as one JSON object
+	// on stderr (and a server's refusal also as its body on stdout).
+	jsonErrors bool
+	// flagOut holds what the flag package prints while jsonErrors is set,
+	// so that stderr stays one JSON object (help is copied out).
+	flagOut bytes.Buffer
+	// serverPath and base are the path of --server and the base, for the
+	// hint of a route-not-found answer.
+	serverPath, base string
+	// terminal reports whether a stream is a terminal (isTerminal when nil;
+	// tests stand in for one).
+	terminal func(f any) bool
+	// lastFlags is the flag set of the command that ran last (completion
+	// reads the flags from it).
+	lastFlags *flag.FlagSet
 }
 
 // NewMain returns a Main wired to the process's streams and environment.
@@ -73,14 +94,21 @@ var commands = []commandInfo{
 	{"create", "store a document as a new immutable revision of a scope", func(m *Main) command { return &CreateCommand{m: m} }},
 	{"validate", "check a document without storing it", func(m *Main) command { return &ValidateCommand{m: m} }},
 	{"activate", "make a revision the head of a scope (guarded by --expected-generation)", func(m *Main) command { return &ActivateCommand{m: m} }},
+	{"set", "store a document and make it the head of a scope in one commit", func(m *Main) command { return &SetCommand{m: m} }},
 	{"deactivate", "clear the head of a scope and of its active descendants", func(m *Main) command { return &DeactivateCommand{m: m} }},
 	{"rollback", "re-activate an earlier revision as a new generation", func(m *Main) command { return &RollbackCommand{m: m} }},
 	{"status", "show whether a scope has a head, its generation and revision", func(m *Main) command { return &StatusCommand{m: m} }},
 	{"history", "list the audit log of a scope", func(m *Main) command { return &HistoryCommand{m: m} }},
 	{"replay", "show a scope as it was right after a generation (persistent stores)", func(m *Main) command { return &ReplayCommand{m: m} }},
+	{"list", "list the scopes (paged, sorted) with their state and last change", func(m *Main) command { return &ListCommand{m: m} }},
+	{"diff", "show what changed in a scope between two generations or revisions", func(m *Main) command { return &DiffCommand{m: m} }},
 	{"get", "read the values a scope serves (the data plane), with ETag support", func(m *Main) command { return &GetCommand{m: m} }},
 	{"watch", "follow commits to scopes as they happen (Server-Sent Events)", func(m *Main) command { return &WatchCommand{m: m} }},
 	{"config", "component configuration: deploy manifests, conceal secrets", func(m *Main) command { return &ConfigCommand{m: m} }},
+	{"token", "manage the principals held in the store: create, list, revoke", func(m *Main) command { return &TokenCommand{m: m} }},
+	{"migrate", "publish a directory into a store, bootstrap the first administrator, export", func(m *Main) command { return &MigrateCommand{m: m} }},
+	{"version", "print the version and VCS revision of this build", func(m *Main) command { return &VersionCommand{m: m} }},
+	{"completion", "print a shell completion script (bash, zsh or fish)", func(m *Main) command { return &CompletionCommand{m: m} }},
 }
 
 // Run runs the command named by args[0] and returns the process exit code.
@@ -95,7 +123,10 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		m.usage(m.Stderr)
 		return ExitUsage
 	}
+	m.jsonErrors = wantsJSON(args)
 	switch args[0] {
+	case "-version", "--version":
+		return m.exit((&VersionCommand{m: m}).Run(ctx, args[1:]))
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && args[0] == "help" {
 			return m.Run(ctx, []string{args[1], "-h"})
@@ -108,9 +139,30 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 			return m.exit(c.new(m).Run(ctx, args[1:]))
 		}
 	}
+	if m.jsonErrors {
+		return m.exit(usagef("unknown command %q (see varplane --help)", args[0]))
+	}
 	fmt.Fprintf(m.Stderr, "varplane: unknown command %q\n\n", args[0])
 	m.usage(m.Stderr)
 	return ExitUsage
+}
+
+// wantsJSON reports whether args ask for -o json, before any flag set has
+// parsed them, so that even a usage error is reported as JSON.
+func wantsJSON(args []string) bool {
+	for i, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-o", "--o":
+			if i+1 < len(args) && args[i+1] == "json" {
+				return true
+			}
+		case "-o=json", "--o=json":
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Main) usage(w io.Writer) {
@@ -131,7 +183,10 @@ Commands:
 	fmt.Fprint(w, `
 Client commands talk to --server (env VARPLANE_SERVER, default
 http://127.0.0.1:8790) with an optional bearer --token (env VARPLANE_TOKEN).
-They print readable text by default and the server's JSON with -o json.
+A scope is the first argument (or --scope; get and watch tell a key from a
+group by its dot); a revision may be a unique prefix of its digits. They
+print readable text by default and one JSON document with -o json, errors
+then being one JSON object on stderr.
 
 Exit codes: 0 ok, 1 refused by the server, 2 usage, 3 server unreachable.
 
@@ -139,40 +194,87 @@ Run "varplane <command> -h" for the flags of one command.
 `)
 }
 
-// exit maps a command's error to an exit code and reports it on stderr.
+// exit maps a command's error to an exit code and reports it on stderr:
+// as text, or with -o json as one JSON object {"code", "error", details…}
+// (the server's error body for a refusal, which also goes to stdout as it
+// always has; "usage", "unreachable" or "error" otherwise).
 func (m *Main) exit(err error) int {
 	if err == nil {
 		return ExitOK
 	}
 	if errors.Is(err, flag.ErrHelp) {
+		_, _ = m.flagOut.WriteTo(m.Stderr)
 		return ExitOK
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {
-		if !ue.reported {
+		switch {
+		case m.jsonErrors:
+			m.jsonError("usage", ue.err.Error())
+		case !ue.reported:
 			fmt.Fprintf(m.Stderr, "varplane: %v\n", ue.err)
 		}
 		return ExitUsage
 	}
-	var se *ServerError
+	var se *varplane.Error
 	if errors.As(err, &se) {
-		se.print(m.Stderr)
+		m.routeHint(se)
+		if m.jsonErrors {
+			body := wire.BodyOf(se)
+			_ = writeJSON(m.Stdout, body)
+			b, _ := jsontext.Marshal(body)
+			fmt.Fprintf(m.Stderr, "%s\n", b)
+		} else {
+			printServerError(m.Stderr, se)
+		}
 		return ExitRefused
 	}
 	var re *refusedError
 	if errors.As(err, &re) {
 		if re.msg != "" {
-			fmt.Fprintln(m.Stderr, re.msg)
+			if m.jsonErrors {
+				m.jsonError("refused", re.msg)
+			} else {
+				fmt.Fprintln(m.Stderr, re.msg)
+			}
 		}
 		return ExitRefused
 	}
 	var ne *unreachableError
 	if errors.As(err, &ne) {
-		fmt.Fprintf(m.Stderr, "error: server unreachable: %v\n", ne.err)
+		if m.jsonErrors {
+			m.jsonError("unreachable", "server unreachable: "+ne.err.Error())
+		} else {
+			fmt.Fprintf(m.Stderr, "error: server unreachable: %v\n", ne.err)
+		}
 		return ExitUnreachable
 	}
-	fmt.Fprintf(m.Stderr, "error: %v\n", err)
+	if m.jsonErrors {
+		m.jsonError("error", err.Error())
+	} else {
+		fmt.Fprintf(m.Stderr, "error: %v\n", err)
+	}
 	return ExitRefused
+}
+
+// jsonError writes {"code": code, "error": msg} as one line on stderr.
+func (m *Main) jsonError(code, msg string) {
+	b, _ := jsontext.Marshal(struct {
+		Code  string `json:"code"`
+		Error string `json:"error"`
+	}{code, msg})
+	fmt.Fprintf(m.Stderr, "%s\n", b)
+}
+
+// routeHint adds a hint to a route-not-found answer that has none when
+// --server carries a path of its own: the var API's path is --base, and a
+// server URL ending in it doubles it.
+func (m *Main) routeHint(e *varplane.Error) {
+	if e.Code != varplane.CodeNotFound || e.Hint != "" || m.serverPath == "" || !strings.Contains(e.Message, "no such route") {
+		return
+	}
+	e.Hint = fmt.Sprintf("--server carries the path %s, so requests go to %s%s/…; give the server's root URL as --server and the var API's path as --base (default %s)",
+		m.serverPath, m.serverPath, m.base, defaultBase)
 }
 
 // usageError marks an error as the caller's mistake (exit 2). reported is set
@@ -206,6 +308,10 @@ func (e *unreachableError) Unwrap() error { return e.err }
 func (m *Main) newFlagSet(name, synopsis, description string) *flag.FlagSet {
 	fs := flag.NewFlagSet("varplane "+name, flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
+	if m.jsonErrors {
+		fs.SetOutput(&m.flagOut)
+	}
+	m.lastFlags = fs
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "Usage: varplane %s %s\n\n%s\n\nFlags:\n", name, synopsis, strings.TrimSpace(description))

@@ -707,7 +707,9 @@ func TestRedisFlags(t *testing.T) {
 		{[]string{"--redis-eviction-check", "maybe"}, `--redis-eviction-check "maybe": want fail or warn`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			res := runCLI(t, nil, "", append([]string{"serve", "--store", "memory:", "--addr", "127.0.0.1:0"}, tc.args...)...)
+			// Nothing listens on port 1: the flags are refused before the
+			// store is opened.
+			res := runCLI(t, nil, "", append([]string{"serve", "--store", "redis://127.0.0.1:1/0", "--addr", "127.0.0.1:0"}, tc.args...)...)
 			if res.code != ExitUsage || !strings.Contains(res.stderr, tc.want) {
 				t.Fatalf("exit %d, stderr %q; want %d and %q", res.code, res.stderr, ExitUsage, tc.want)
 			}

@@ -18,7 +18,7 @@ import (
 )
 
 // redisFlags are serve's --redis-* flags. They apply to a redis:// store
-// only; other stores ignore them.
+// only; checkStore refuses them with any other store.
 type redisFlags struct {
 	evict      string
 	revalidate time.Duration

@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
-	"strconv"
-	"time"
+
+	"github.com/varplane/varplane"
 )
 
 // ReplayCommand shows a scope as of a generation: GET {base}/admin/replay.
@@ -19,63 +15,50 @@ type ReplayCommand struct {
 // Run parses args and prints the replayed head. A store without a log answers
 // store-unsupported (exit 1).
 func (c *ReplayCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.newFlagSet("replay", "--scope SCOPE --to-generation N [flags]", `
+	fs := c.m.newFlagSet("replay", "SCOPE --to-generation N [flags]", `
 Time travel: show what a scope served right after generation N, rebuilt from
 the store's log. Only persistent stores (file, redis) keep the log; the memory
-store answers store-unsupported.`)
+store answers store-unsupported. SCOPE may also be given as --scope.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
-	scope := fs.String("scope", "", "scope to replay (required)")
+	scope := fs.String("scope", "", "scope to replay (or the first argument)")
 	var gen uintFlag
 	fs.Var(&gen, "to-generation", "generation to replay to (required)")
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseArgs(fs, args, 1)
+	if err != nil {
 		return err
 	}
-	if err := requireFlag("scope", *scope); err != nil {
+	if err := scopeArg(pos, scope); err != nil {
+		return err
+	}
+	if err := requireScope(*scope); err != nil {
 		return err
 	}
 	if !gen.set {
 		return usagef("--to-generation is required")
 	}
-	cl, err := cf.client(c.m.Stdout)
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
-	q := url.Values{"scope": {*scope}, "toGeneration": {strconv.FormatUint(gen.value, 10)}}
-	resp, err := cl.do(ctx, http.MethodGet, "/admin/replay", q, nil, nil)
+	out, err := a.Replay(ctx, varplane.Scope(*scope), varplane.Generation(gen.value))
 	if err != nil {
-		return err
+		return classify(ctx, err)
 	}
-	return emit(c.m.Stdout, cf.json(), resp.body, func() error {
-		var out struct {
-			Scope       string          `json:"scope"`
-			Active      bool            `json:"active"`
-			Generation  uint64          `json:"generation"`
-			Revision    string          `json:"revision"`
-			SchemaID    string          `json:"schemaId"`
-			EffectiveAt time.Time       `json:"effectiveAt"`
-			Document    json.RawMessage `json:"document"`
-		}
-		if err := decodeAnswer(resp.body, &out); err != nil {
-			return err
-		}
+	return emit(c.m.Stdout, cf.json(), out, func() error {
 		w := c.m.Stdout
 		if !out.Active {
 			_, err := fmt.Fprintf(w, "%s at generation %d: no head (served nothing)\n", out.Scope, out.Generation)
 			return err
 		}
-		fmt.Fprintf(w, "%s at generation %d: revision %s (effective %s)\n", out.Scope, out.Generation, out.Revision, shortTime(out.EffectiveAt))
+		at := "-"
+		if out.EffectiveAt != nil {
+			at = shortTime(*out.EffectiveAt)
+		}
+		fmt.Fprintf(w, "%s at generation %d: revision %s (effective %s)\n", out.Scope, out.Generation, out.Revision, at)
 		if out.SchemaID != "" {
 			fmt.Fprintf(w, "schemaId: %s\n", out.SchemaID)
 		}
 		return printJSON(w, out.Document)
 	})
-}
-
-// printJSON writes raw indented, followed by a newline.
-func printJSON(w io.Writer, raw json.RawMessage) error {
-	if len(raw) == 0 {
-		return nil
-	}
-	return emit(w, true, raw, nil)
 }

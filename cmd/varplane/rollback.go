@@ -2,7 +2,8 @@ package main
 
 import (
 	"context"
-	"net/http"
+
+	"github.com/varplane/varplane"
 )
 
 // RollbackCommand re-activates an earlier revision as a new generation:
@@ -12,19 +13,24 @@ type RollbackCommand struct {
 }
 
 // Run parses args and rolls back. A missing target is a not-found
-// *ServerError, a stale generation a revision-conflict one.
+// *varplane.Error, a stale generation a revision-conflict one.
 func (c *RollbackCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.newFlagSet("rollback", "--scope SCOPE --expected-generation N [--to-revision sha256:… | --to-generation G] [flags]", `
+	fs := c.m.newFlagSet("rollback", "SCOPE --expected-generation N [--to-revision REV | --to-generation G] [flags]", `
 Re-activate an earlier revision of a scope as a NEW generation: history only
-grows. The target is --to-revision, or the revision activated at
---to-generation, or by default the revision that was active before the
-current one. Guarded by --expected-generation like activate.`)
+grows. The target is --to-revision (sha256:… or a unique prefix of its
+digits), or the revision activated at --to-generation, or by default the
+revision that was active before the current one. Guarded by
+--expected-generation like activate.`)
 	var g guardedFlags
 	g.register(fs, c.m.Getenv, "roll back")
-	toRevision := fs.String("to-revision", "", "revision to re-activate")
+	toRevision := fs.String("to-revision", "", "revision to re-activate: sha256:… or a unique prefix")
 	var toGeneration uintFlag
 	fs.Var(&toGeneration, "to-generation", "re-activate the revision that generation G activated")
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseArgs(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	if err := scopeArg(pos, &g.scope); err != nil {
 		return err
 	}
 	if err := g.check(); err != nil {
@@ -33,28 +39,25 @@ current one. Guarded by --expected-generation like activate.`)
 	if *toRevision != "" && toGeneration.set {
 		return usagef("give --to-revision or --to-generation, not both")
 	}
-	cl, err := g.client(c.m.Stdout)
+	a, err := g.admin(c.m)
 	if err != nil {
 		return err
 	}
-	req := struct {
-		Scope              string  `json:"scope"`
-		ExpectedGeneration uint64  `json:"expectedGeneration"`
-		ToRevision         string  `json:"toRevision,omitempty"`
-		ToGeneration       *uint64 `json:"toGeneration,omitempty"`
-		Actor              string  `json:"actor,omitempty"`
-		Reason             string  `json:"reason,omitempty"`
-		IdempotencyKey     string  `json:"idempotencyKey,omitempty"`
-	}{Scope: g.scope, ExpectedGeneration: g.expected.value, ToRevision: *toRevision,
+	scope := varplane.Scope(g.scope)
+	req := varplane.RollbackRequest{Scope: scope, ExpectedGeneration: varplane.Generation(g.expected.value),
 		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey}
+	if *toRevision != "" {
+		if req.ToRevision, err = resolveRevision(ctx, a, scope, *toRevision); err != nil {
+			return err
+		}
+	}
 	if toGeneration.set {
-		req.ToGeneration = &toGeneration.value
+		gen := varplane.Generation(toGeneration.value)
+		req.ToGeneration = &gen
 	}
-	resp, err := cl.do(ctx, http.MethodPost, "/admin/rollback", nil, req, nil)
+	out, err := a.Rollback(ctx, req)
 	if err != nil {
-		return err
+		return classify(ctx, err)
 	}
-	return emit(c.m.Stdout, g.json(), resp.body, func() error {
-		return printActivation(c.m, "rolled back", resp.body)
-	})
+	return emit(c.m.Stdout, g.json(), out, func() error { return printActivation(c.m, "rolled back", out) })
 }

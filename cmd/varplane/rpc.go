@@ -4,8 +4,6 @@ import (
 	"context"
 	"flag"
 
-	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/rpc"
 )
 
@@ -31,7 +29,7 @@ func (e *rpcExtension) RegisterFlags(fs *flag.FlagSet) {
 // Start mounts Subscribe on the main mux and, unless --rpc-addr is off,
 // opens its own listener; stop closes every stream.
 func (e *rpcExtension) Start(_ context.Context, rt *serveRuntime) (func(context.Context) error, error) {
-	authorize := rpcAuthorizer(rt.Authorizer)
+	authorize := rt.Authorizer
 	path, h := rpc.NewHandler(rt.Hub, authorize)
 	rt.Mux.Handle(path, h)
 	if e.addr == "off" || e.addr == "" {
@@ -43,17 +41,4 @@ func (e *rpcExtension) Start(_ context.Context, rt *serveRuntime) (func(context.
 	}
 	rt.Logger.Info("gRPC Subscribe listening", "url", srv.URL(), "path", path)
 	return srv.Close, nil
-}
-
-// rpcAuthorizer applies the HTTP API's read authorization to a Subscribe
-// request: every key and group as a scope, every prefix as a subtree.
-func rpcAuthorizer(a httpapi.Authorizer) rpc.Authorizer {
-	return func(ctx context.Context, token string, subtree bool, scopes ...varplane.Scope) error {
-		for _, s := range scopes {
-			if err := a.Authorize(ctx, httpapi.Request{Kind: httpapi.KindRead, Scope: s, Subtree: subtree, Token: token, Method: "POST", Path: "Subscribe"}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 }

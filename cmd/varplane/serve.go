@@ -38,9 +38,26 @@ type serveConfig struct {
 	documents    string
 	tokens       string
 	maxBodyBytes int64
-	logFormat    string
-	logLevel     string
-	redis        redisFlags
+	limits       varplane.Limits
+	allowedHosts string
+	maxSubs      int
+	// maxSubsPerToken: 0 takes push's default (a tenth of maxSubs).
+	maxSubsPerToken int
+	origins         string
+	logFormat       string
+	logLevel        string
+	redis           redisFlags
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // serveRuntime is what an extension can build on: the one engine every
@@ -54,8 +71,10 @@ type serveRuntime struct {
 	Logger *slog.Logger
 	Base   string
 	Mux    *http.ServeMux
-	// Authorizer is the one --tokens builds (httpapi.AllowAll without it),
-	// so that every transport authorizes exactly as the HTTP API does.
+	// Authorizer is the one --tokens builds, combined with the store's
+	// principals under --access-control (an authorizing extension), and
+	// httpapi.AllowAll without either, so that every transport authorizes
+	// exactly as the HTTP API does.
 	Authorizer httpapi.Authorizer
 }
 
@@ -71,6 +90,13 @@ type serveExtension interface {
 	// own; stop is called (with a deadline) during shutdown, before the
 	// engine and the store are closed. A nil stop is allowed.
 	Start(ctx context.Context, rt *serveRuntime) (stop func(context.Context) error, err error)
+}
+
+// scopeOwner is an extension that owns scopes (the values service its
+// "<component>@<epoch>" scopes): serve reserves them in the engine it
+// builds (varplane.Options.Owners), after the flags are parsed.
+type scopeOwner interface {
+	Owners() []varplane.Owner
 }
 
 // serveExtensions holds one constructor per extension; see serveExtension.
@@ -99,6 +125,13 @@ Stores (--store):
 	fs.StringVar(&cfg.documents, "documents", "", "directory of JSON Schemas (.json/.yaml); a file's path without extension is its schemaId")
 	fs.StringVar(&cfg.tokens, "tokens", envOr(c.m.Getenv, "VARPLANE_TOKENS_FILE", ""), "file of accepted bearer tokens, one a line, # comments (env VARPLANE_TOKENS_FILE); without it every request is allowed")
 	fs.Int64Var(&cfg.maxBodyBytes, "max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted; larger ones are 413")
+	fs.IntVar(&cfg.limits.MaxDepth, "max-document-depth", varplane.DefaultMaxDepth, fmt.Sprintf("deepest nesting of objects and arrays in a document (at most %d)", varplane.MaxDepthCeiling))
+	fs.IntVar(&cfg.limits.MaxStringBytes, "max-string-bytes", varplane.DefaultMaxStringBytes, "longest string or member name in a document, in bytes")
+	fs.IntVar(&cfg.limits.MaxMembers, "max-members", varplane.DefaultMaxMembers, "most members of one object or elements of one array in a document")
+	fs.IntVar(&cfg.maxSubs, "max-subscribers", push.DefaultMaxSubscribers, "most live-stream subscriptions (SSE, Connect, gRPC) at once")
+	fs.IntVar(&cfg.maxSubsPerToken, "max-subscribers-per-token", 0, "most subscriptions one bearer token may hold at once (0: a tenth of --max-subscribers; -1: no per-token cap)")
+	fs.StringVar(&cfg.allowedHosts, "allowed-hosts", envOr(c.m.Getenv, "VARPLANE_ALLOWED_HOSTS", ""), "comma-separated Host names answered besides loopback and the listen address (.example.com for subdomains, * for any) (env VARPLANE_ALLOWED_HOSTS)")
+	fs.StringVar(&cfg.origins, "trusted-origins", "", "comma-separated origins (https://console.example) whose pages may send writes across origins")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cfg.redis.register(fs)
@@ -119,11 +152,24 @@ Stores (--store):
 	if err != nil {
 		return &usageError{err: err}
 	}
+	if err := checkStore(fs, c.m.Getenv, cfg.store); err != nil {
+		return err
+	}
 	if err := cfg.redis.check(); err != nil {
 		return err
 	}
 	if cfg.maxBodyBytes <= 0 {
 		return usagef("--max-body-bytes must be positive")
+	}
+	if cfg.maxSubs <= 0 {
+		return usagef("--max-subscribers must be positive")
+	}
+	if cfg.limits.MaxDepth <= 0 || cfg.limits.MaxStringBytes <= 0 || cfg.limits.MaxMembers <= 0 {
+		return usagef("--max-document-depth, --max-string-bytes and --max-members must be positive")
+	}
+	cfg.limits.MaxBodyBytes = cfg.maxBodyBytes
+	if err := cfg.limits.Validate(); err != nil {
+		return usagef("%s", varplane.ErrorMessage(err))
 	}
 	return c.serve(ctx, cfg, base, log, exts)
 }
@@ -162,6 +208,10 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 
 	store, err := openStore(openCtx, cfg.store, cfg.redis, log)
 	if err != nil {
+		// A URL or option the store refuses is the caller's mistake.
+		if varplane.ErrorCode(err) == varplane.CodeBadRequest {
+			return &usageError{err: err}
+		}
 		return err
 	}
 	defer func() {
@@ -170,10 +220,21 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 		}
 	}()
-	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log})
+	var owners []varplane.Owner
+	for _, ext := range exts {
+		if o, ok := ext.(scopeOwner); ok {
+			owners = append(owners, o.Owners()...)
+		}
+	}
+	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log, Limits: cfg.limits, Owners: owners})
 	defer engine.Close()
-	hub := push.New(engine, push.Options{Logger: log})
+	hub := push.New(engine, push.Options{Logger: log, MaxSubscribers: cfg.maxSubs, MaxSubscribersPerToken: cfg.maxSubsPerToken})
 	defer hub.Close()
+	for _, ext := range exts {
+		if a, ok := ext.(authorizing); ok {
+			authz = a.Authorizer(engine, authz)
+		}
+	}
 
 	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz}
 	if rt.Authorizer == nil {
@@ -204,7 +265,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	if err := srv.Open(); err != nil {
 		return err
 	}
-	log.Info("varplane listening", "url", srv.URL(), "base", base, "store", storeLabel(cfg.store), "source", store.Name())
+	log.Info("varplane listening", "url", srv.URL(), "base", base, "store", redactURL(cfg.store), "source", store.Name())
 
 	select {
 	case <-ctx.Done():
@@ -220,15 +281,6 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	}
 	log.Info("stopped")
 	return nil
-}
-
-// storeLabel returns the store URL without credentials, for logs.
-func storeLabel(spec string) string {
-	scheme, rest, _ := strings.Cut(spec, "://")
-	if at := strings.LastIndex(rest, "@"); at >= 0 && (scheme == "redis" || scheme == "rediss" || strings.HasPrefix(scheme, "postgres")) {
-		return scheme + "://…@" + rest[at+1:]
-	}
-	return spec
 }
 
 // newLogger returns the slog logger serve writes to w.

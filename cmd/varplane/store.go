@@ -51,5 +51,5 @@ func openStore(ctx context.Context, spec string, rf redisFlags, log *slog.Logger
 	case "postgres", "postgresql":
 		return openPostgres(ctx, spec, log)
 	}
-	return nil, usagef("--store %q: want file:PATH, memory:, redis://HOST:PORT or postgres://HOST/DATABASE", spec)
+	return nil, usagef("--store %q: want file:PATH, memory:, redis://HOST:PORT or postgres://HOST/DATABASE", redactURL(spec))
 }

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
+
+	"github.com/varplane/varplane"
 )
 
 // ValidateCommand checks a document without storing it:
@@ -16,20 +16,24 @@ type ValidateCommand struct {
 // Run parses args and validates the document. An invalid document is a
 // refusal (exit 1) after its issues are printed.
 func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.newFlagSet("validate", "[-f FILE] [--scope SCOPE] [--schema-id ID] [flags]", `
-Check a document as "varplane create" would, without storing anything. With
---scope naming a group (one segment, no dot) the group shape rule applies:
-every top-level key must start with "<group>.". Exits 1 when the document is
-invalid, after listing its issues.`)
+	fs := c.m.newFlagSet("validate", "[SCOPE] [-f FILE] [--schema-id ID] [flags]", `
+Check a document as "varplane create" would, without storing anything. With a
+scope (the first argument or --scope) naming a group (one segment, no dot)
+the group shape rule applies: every top-level key must start with
+"<group>.". Exits 1 when the document is invalid, after listing its issues.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
-	scope := fs.String("scope", "", "scope the document is meant for (optional)")
-	file := fs.String("f", "", "file holding the document (JSON or YAML); stdin when absent or -")
+	scope := fs.String("scope", "", "scope the document is meant for (optional; or the first argument)")
+	file := fileFlag(fs)
 	schemaID := fs.String("schema-id", "", "schemaId to validate the document against")
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseArgs(fs, args, 1)
+	if err != nil {
 		return err
 	}
-	cl, err := cf.client(c.m.Stdout)
+	if err := scopeArg(pos, scope); err != nil {
+		return err
+	}
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
@@ -37,23 +41,14 @@ invalid, after listing its issues.`)
 	if err != nil {
 		return err
 	}
-	req := struct {
-		Document json.RawMessage `json:"document"`
-		SchemaID string          `json:"schemaId,omitempty"`
-		Scope    string          `json:"scope,omitempty"`
-	}{doc, *schemaID, *scope}
-	resp, err := cl.do(ctx, http.MethodPost, "/admin/validate", nil, req, nil)
+	out, err := a.Validate(ctx, varplane.ValidateRequest{Document: doc, SchemaID: *schemaID, Scope: varplane.Scope(*scope)})
 	if err != nil {
-		return err
+		return classify(ctx, err)
 	}
-	var out struct {
-		Valid  bool    `json:"valid"`
-		Issues []issue `json:"issues"`
+	if out.Issues == nil {
+		out.Issues = []varplane.Issue{}
 	}
-	if err := decodeAnswer(resp.body, &out); err != nil {
-		return err
-	}
-	err = emit(c.m.Stdout, cf.json(), resp.body, func() error {
+	err = emit(c.m.Stdout, cf.json(), out, func() error {
 		if out.Valid {
 			_, err := fmt.Fprintln(c.m.Stdout, "valid")
 			return err

@@ -1,26 +1,31 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
 
-// Bounds of the watch stream.
+// Bounds of the watch stream: reconnects wait by wire.Backoff between these.
 const (
-	watchMinBackoff  = 250 * time.Millisecond
-	watchMaxBackoff  = 15 * time.Second
-	maxSSEEventBytes = 64 << 20
+	watchMinBackoff = 250 * time.Millisecond
+	watchMaxBackoff = 15 * time.Second
 )
+
+// maxSSEEventBytes bounds one event watch reads: as large as the largest
+// body a server may be configured to take, since an event carries a
+// document. A variable so that tests can lower it.
+var maxSSEEventBytes = varplane.MaxBodyCeiling
 
 // WatchCommand follows commits as Server-Sent Events: GET {base}/watch.
 type WatchCommand struct {
@@ -31,12 +36,16 @@ type WatchCommand struct {
 // stream is resumed with backoff, sending the last event id; an answer the
 // server refuses (4xx) ends the watch with that error.
 func (c *WatchCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.newFlagSet("watch", "[--key SCOPE]… [--group GROUP]… [--prefix P]… [flags]", `
+	fs := c.m.newFlagSet("watch", "[SCOPE…] [--key K]… [--group G]… [--prefix P]… [flags]", `
 Follow commits as they happen. Each activation (rollbacks included) prints a
 "head" line with the new generation, revision and values; each deactivation a
 "no-head" line. When the stream drops, watch reconnects with backoff and
 resumes after the last event it printed (Last-Event-ID). Stop it with Ctrl-C.
---key, --group and --prefix may be repeated.`)
+
+Each SCOPE argument is a key (it has a dot) or a group; --key, --group and
+--prefix (a scope and everything below it) may be repeated. With no scope at
+all, watch follows every scope (all=1), which the server allows only to a
+token that may read every scope.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
 	var keys, groups, prefixes listFlag
@@ -45,65 +54,93 @@ resumes after the last event it printed (Last-Event-ID). Stop it with Ctrl-C.
 	fs.Var(&prefixes, "prefix", "follow every scope under this prefix (repeatable)")
 	lastID := fs.String("last-event-id", "", "resume after this event id")
 	idle := fs.Duration("idle-timeout", time.Minute, "reconnect when nothing (not even a heartbeat) arrives for this long")
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseArgs(fs, args, wire.MaxBatchScopes)
+	if err != nil {
 		return err
 	}
 	if *idle <= 0 {
 		return usagef("--idle-timeout must be positive")
 	}
-	cl, err := cf.client(c.m.Stdout)
+	q := url.Values{}
+	add := func(field, value string) error {
+		if field == "prefix" {
+			if _, err := wire.ScopeField(field, value); err != nil {
+				return &usageError{err: errors.New(varplane.ErrorMessage(err))}
+			}
+		} else if _, err := wire.CheckKind(field, value); err != nil {
+			return &usageError{err: errors.New(varplane.ErrorMessage(err))}
+		}
+		q.Add(field, value)
+		return nil
+	}
+	for _, p := range pos {
+		field := "group"
+		if varplane.Scope(p).IsKey() {
+			field = "key"
+		}
+		if err := add(field, p); err != nil {
+			return err
+		}
+	}
+	for _, list := range []struct {
+		field  string
+		values []string
+	}{{"key", keys}, {"group", groups}, {"prefix", prefixes}} {
+		for _, v := range list.values {
+			if err := add(list.field, v); err != nil {
+				return err
+			}
+		}
+	}
+	if len(q) == 0 {
+		q.Set("all", "1")
+	}
+	a, err := cf.admin(c.m)
 	if err != nil {
 		return err
 	}
 	// The stream has no overall deadline; --timeout bounds how long the
 	// server may take to answer the request.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	hc := wire.NewHTTPClient(nil, -1)
+	tr := hc.Transport.(*http.Transport)
 	tr.ResponseHeaderTimeout = cf.timeout
-	cl.http = &http.Client{Transport: tr}
 	defer tr.CloseIdleConnections()
 
-	q := url.Values{}
-	for _, k := range keys {
-		q.Add("key", k)
-	}
-	for _, g := range groups {
-		q.Add("group", g)
-	}
-	for _, p := range prefixes {
-		q.Add("prefix", p)
-	}
-	w := &watcher{c: cl, out: c.m.Stdout, errOut: c.m.Stderr, asJSON: cf.json(), query: q, lastID: *lastID, idle: *idle, held: map[string]string{}}
-	backoff := watchMinBackoff
+	w := &watcher{url: a.URL("/watch"), token: a.Token(), http: hc, out: c.m.Stdout, errOut: c.m.Stderr, asJSON: cf.json(), query: q, lastID: *lastID, idle: *idle, held: map[string]string{}}
+	attempt := 0
 	for {
 		got, err := w.stream(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		var se *ServerError
-		if errors.As(err, &se) && se.Status < 500 && se.Status != http.StatusTooManyRequests {
+		// A refusal below 500 (forbidden, bad scope…) will not change by
+		// retrying; nor will an answer that is no event stream.
+		var se *varplane.Error
+		if (errors.As(err, &se) && wire.Status(se.Code) < 500) || errors.Is(err, wire.ErrNotEventStream) {
 			return err
 		}
 		if got {
-			backoff = watchMinBackoff
+			attempt = 0
 		}
 		if err == nil {
 			err = errors.New("stream ended")
 		}
-		// Full jitter keeps a fleet of watchers from reconnecting in step.
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := wire.Backoff(attempt, watchMinBackoff, watchMaxBackoff)
+		attempt++
 		fmt.Fprintf(c.m.Stderr, "watch: %v; reconnecting in %v\n", err, wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, watchMaxBackoff)
 	}
 }
 
 // watcher holds the state of one watch across reconnections.
 type watcher struct {
-	c      *apiClient
+	url    string // {base}/watch
+	token  string
+	http   *http.Client
 	out    io.Writer
 	errOut io.Writer
 	asJSON bool
@@ -121,7 +158,7 @@ type watcher struct {
 func (w *watcher) stream(ctx context.Context) (got bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	hdr := http.Header{"Accept": {"text/event-stream"}, "Cache-Control": {"no-cache"}}
+	hdr := http.Header{}
 	if w.lastID != "" {
 		hdr.Set("Last-Event-ID", w.lastID)
 	}
@@ -132,126 +169,62 @@ func (w *watcher) stream(ctx context.Context) (got bool, err error) {
 	for _, id := range w.held {
 		q.Add("since", id)
 	}
-	req, err := w.c.newRequest(ctx, http.MethodGet, "/watch", q, nil, hdr)
+	req, err := wire.NewRequest(ctx, http.MethodGet, w.url+"?"+q.Encode(), w.token, nil)
 	if err != nil {
 		return false, err
 	}
-	resp, err := w.c.http.Do(req)
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	wire.SetStreamHeaders(req)
+	resp, err := w.http.Do(req)
 	if err != nil {
 		return false, &unreachableError{err: err}
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if resp.StatusCode >= 400 {
-			return false, newServerError(resp.StatusCode, data)
-		}
-		return false, fmt.Errorf("unexpected answer %s", resp.Status)
-	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		return false, &ServerError{Status: resp.StatusCode, Code: "not-an-event-stream", Message: "the server answered " + ct}
+	if err := wire.CheckStream(resp); err != nil {
+		return false, err
 	}
 	idle := time.AfterFunc(w.idle, func() { cancel(fmt.Errorf("nothing received for %v", w.idle)) })
 	defer idle.Stop()
 
-	r := bufio.NewReaderSize(resp.Body, 64<<10)
-	var ev sseEvent
+	r := wire.NewSSEReader(resp.Body, maxSSEEventBytes)
 	for {
-		line, err := readLine(r)
+		ev, err := r.Next()
 		if err != nil {
 			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 				return got, cause
+			}
+			if errors.Is(err, wire.ErrEventTooLarge) {
+				return got, fmt.Errorf("an event larger than %d bytes", maxSSEEventBytes)
 			}
 			return got, err
 		}
 		idle.Reset(w.idle)
 		got = true
-		if len(line) == 0 {
-			if ev.dispatchable() {
-				if ev.id != "" {
-					w.lastID = ev.id
-					if i := strings.LastIndexByte(ev.id, '@'); i > 0 {
-						w.held[ev.id[:i]] = ev.id
-					}
-				}
-				if err := w.print(ev); err != nil {
-					return got, err
-				}
-			}
-			ev = sseEvent{}
-			continue
+		if ev.Name == "" && ev.Data == "" {
+			continue // a heartbeat or a retry field
 		}
-		if err := ev.field(line); err != nil {
+		if ev.ID != "" {
+			w.lastID = ev.ID
+			if i := strings.LastIndexByte(ev.ID, '@'); i > 0 {
+				w.held[ev.ID[:i]] = ev.ID
+			}
+		}
+		if err := w.print(ev); err != nil {
 			return got, err
 		}
 	}
 }
 
-// readLine reads one line of an event stream (LF, CRLF or CR-LF endings are
-// all LF-terminated in practice), bounded by maxSSEEventBytes.
-func readLine(r *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		line = append(line, chunk...)
-		if len(line) > maxSSEEventBytes {
-			return nil, fmt.Errorf("event stream line longer than %d bytes", maxSSEEventBytes)
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return bytes.TrimRight(line, "\r\n"), nil
-	}
-}
-
-// sseEvent is one event being assembled from its fields.
-type sseEvent struct {
-	name   string
-	id     string
-	data   bytes.Buffer
-	hasDat bool
-}
-
-func (e *sseEvent) dispatchable() bool { return e.hasDat }
-
-// field applies one "name: value" line; comments (":…") are heartbeats.
-func (e *sseEvent) field(line []byte) error {
-	if line[0] == ':' {
-		return nil
-	}
-	name, value, _ := bytes.Cut(line, []byte(":"))
-	value = bytes.TrimPrefix(value, []byte(" "))
-	switch string(name) {
-	case "event":
-		e.name = string(value)
-	case "data":
-		if e.hasDat {
-			e.data.WriteByte('\n')
-		}
-		e.data.Write(value)
-		e.hasDat = true
-		if e.data.Len() > maxSSEEventBytes {
-			return fmt.Errorf("event larger than %d bytes", maxSSEEventBytes)
-		}
-	case "id":
-		if !bytes.ContainsRune(value, 0) {
-			e.id = string(value)
-		}
-	}
-	return nil
-}
-
 // print writes one event: a readable line, or with -o json one JSON object a
 // line ({"event","id","data"}).
-func (w *watcher) print(ev sseEvent) error {
-	name := ev.name
+func (w *watcher) print(ev wire.Event) error {
+	name := ev.Name
 	if name == "" {
 		name = "message"
 	}
-	data := ev.data.Bytes()
+	data := []byte(ev.Data)
 	if name == "close" { // the server ends the stream; the caller reconnects
 		_, err := fmt.Fprintf(w.errOut, "watch: server closed the stream: %s\n", data)
 		return err
@@ -261,7 +234,7 @@ func (w *watcher) print(ev sseEvent) error {
 			Event string          `json:"event"`
 			ID    string          `json:"id,omitempty"`
 			Data  json.RawMessage `json:"data"`
-		}{Event: name, ID: ev.id}
+		}{Event: name, ID: ev.ID}
 		if json.Valid(data) {
 			var buf bytes.Buffer
 			if json.Compact(&buf, data) == nil {

@@ -5,8 +5,8 @@
 // A Configuration subscribes before it fetches, so no created object can fall
 // between the two; the fetches of one tick from many components travel as
 // one call (identical pairs share one request); while nothing is served it
-// retries with backoff min(1 s × 1.5^round, 10 s), logging rounds 1, 6, 11,
-// …; secret references are substituted from the process environment; what it
+// retries with the project's backoff (wire.Backoff: full jitter under a bound
+// doubling from 1 s up to 10 s), logging rounds 1, 6, 11, …; secret references are substituted from the process environment; what it
 // holds is what the service stored, whole (validated against the schema, never
 // completed with schema defaults nor coerced); only a strictly newer created
 // order replaces the held value, and a later value that does not fit the
@@ -26,11 +26,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
 	"github.com/varplane/varplane/config"
+	"github.com/varplane/varplane/internal/wire"
 )
 
 // Source answers fetches: the values service over HTTP (HTTP) or in process
@@ -58,8 +58,8 @@ type Update struct {
 
 // ClientOptions tune a Client. The zero value uses the documented defaults.
 type ClientOptions struct {
-	// Base and Max shape the retry backoff min(Base × 1.5^round, Max);
-	// 1 s and 10 s when zero.
+	// Base and Max shape the retry backoff (wire.Backoff: a uniform draw up
+	// to min(Base × 2^round, Max)); 1 s and 10 s when zero.
 	Base, Max time.Duration
 	// Warn: a retry is logged at attempts 1, 1+Warn, 1+2·Warn, …; 5 when 0.
 	Warn int
@@ -70,16 +70,6 @@ type ClientOptions struct {
 	Timeout time.Duration
 	// Logger receives retries and dropped events; slog.Default when nil.
 	Logger *slog.Logger
-}
-
-// Backoff returns the wait after retry round (0-based) when nothing was
-// served: min(base × 1.5^round, max).
-func Backoff(round int, base, max time.Duration) time.Duration {
-	d := float64(base) * math.Pow(1.5, float64(round))
-	if d >= float64(max) || math.IsInf(d, 0) {
-		return max
-	}
-	return time.Duration(d)
 }
 
 type listener struct{ fn func(Update) }
@@ -278,7 +268,7 @@ func (c *Client) Fetch(ctx context.Context, component, epoch string) (Update, er
 			return Update{}, fmt.Errorf("consumer: fetch configuration of %s: %w", component, errors.Join(ctx.Err(), c.ctx.Err()))
 		}
 		attempt := round + 1
-		wait := Backoff(round, c.opts.Base, c.opts.Max)
+		wait := wire.Backoff(round, c.opts.Base, c.opts.Max)
 		if (attempt-1)%c.opts.Warn == 0 {
 			attrs := []any{"component", component, "epoch", epoch, "attempt", attempt, "retryIn", wait.String()}
 			if err != nil {

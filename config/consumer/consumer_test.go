@@ -157,25 +157,6 @@ func env(vars map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
 }
 
-func TestBackoff(t *testing.T) {
-	tests := []struct {
-		round int
-		want  time.Duration
-	}{
-		{0, time.Second},
-		{1, 1500 * time.Millisecond},
-		{2, 2250 * time.Millisecond},
-		{5, 7593750 * time.Microsecond},
-		{6, 10 * time.Second},
-		{1000, 10 * time.Second},
-	}
-	for _, tt := range tests {
-		if got := Backoff(tt.round, time.Second, 10*time.Second); got != tt.want {
-			t.Errorf("Backoff(%d) = %v, want %v", tt.round, got, tt.want)
-		}
-	}
-}
-
 func TestClientBatchesOneTick(t *testing.T) {
 	src := &fakeSource{created: 7}
 	src.set("a.one", `{"foo":1}`)

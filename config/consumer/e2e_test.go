@@ -20,6 +20,7 @@ import (
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/config/consumer"
 	"github.com/varplane/varplane/config/secret"
+	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/store/file"
 )
 
@@ -50,9 +51,8 @@ configuration:
     bar: $BAZ_VALUE
     n: 1
 `
-	tokens = `tokens:
-  - {token: ops-token, id: ops, roles: [system:configuration]}
-  - {token: app-token, id: app, roles: [system:configuration:get]}
+	tokens = `ops-token id=ops roles=system:configuration
+app-token id=app roles=system:configuration:get
 `
 )
 
@@ -72,7 +72,11 @@ func start(t *testing.T, storePath, deploymentFile, tokenFile string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := config.LoadTokens(tokenFile)
+	grants, err := httpapi.LoadTokenFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authz, err := httpapi.Scoped(grants)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +88,7 @@ func start(t *testing.T, storePath, deploymentFile, tokenFile string) *world {
 	if w.service, err = config.NewService(w.engine, dep); err != nil {
 		t.Fatal(err)
 	}
-	h := config.Handler(w.service, config.HandlerOptions{Identity: config.StaticTokens(entries), Heartbeat: 50 * time.Millisecond})
+	h := config.Handler(w.service, config.HandlerOptions{Authorizer: authz, Heartbeat: 50 * time.Millisecond})
 	w.server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, ":fetch") {
 			w.fetches.Add(1)
@@ -173,7 +177,7 @@ func TestEndToEnd(t *testing.T) {
 	dummyFile := write("components/dummy/manifest.toa.yaml", dummyManifest)
 	write("components/other/manifest.json", otherManifest)
 	contextPath := write("context.toa.yaml", contextFile)
-	tokenFile := write("tokens.yaml", tokens)
+	tokenFile := write("tokens", tokens)
 
 	// varplane config deploy --manifests components --annotation context.toa.yaml --environment staging
 	decl, err := config.Deploy(filepath.Join(dir, "components"), contextPath, "staging")

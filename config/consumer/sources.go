@@ -1,8 +1,6 @@
 package consumer
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/config"
+	"github.com/varplane/varplane/internal/wire"
 )
 
 // ServiceSource fetches from a values service in the same process.
@@ -50,27 +49,39 @@ var (
 // HTTP talks to the values service's routes: POST
 // {BaseURL}/configuration/values:fetch and the event stream GET
 // {BaseURL}/configuration/values:watch. It is both a Source and a
-// Subscriber.
+// Subscriber. It speaks the project's wire layer: an error answer is the
+// *varplane.Error the service sent (errors.Is and the details work), the
+// stream is read by wire.SSEReader within MaxEventBytes, and reconnects wait
+// by wire.Backoff.
 type HTTP struct {
 	// BaseURL is the server's root, such as "http://127.0.0.1:8790".
 	BaseURL string
-	// Token, when set, is sent as "Authorization: Token <Token>".
+	// Token, when set, is sent as "Authorization: Bearer <Token>".
 	Token string
-	// Client is the HTTP client; http.DefaultClient when nil. It should
-	// have no overall Timeout, which would cut the event stream.
+	// Client is the HTTP client; when nil, the project's client (bounded
+	// dial, handshake and header waits, no overall timeout: each fetch is
+	// bounded by its context). It should have no overall Timeout, which
+	// would cut the event stream.
 	Client *http.Client
 	// Logger receives reconnections; slog.Default when nil.
 	Logger *slog.Logger
-	// Reconnect shapes the stream's reconnection backoff (Backoff with
+	// Reconnect shapes the stream's reconnection backoff (wire.Backoff with
 	// these); 100 ms and 5 s when zero.
 	ReconnectBase, ReconnectMax time.Duration
+	// MaxEventBytes bounds one event of the stream: a larger one breaks the
+	// stream, which reconnects and fetches again. wire.MaxEventBytes when 0.
+	MaxEventBytes int
 }
+
+// defaultClient carries the requests of every HTTP without a Client, so
+// that they share connections.
+var defaultClient = wire.NewHTTPClient(nil, -1)
 
 func (h *HTTP) client() *http.Client {
 	if h.Client != nil {
 		return h.Client
 	}
-	return http.DefaultClient
+	return defaultClient
 }
 
 func (h *HTTP) logger() *slog.Logger {
@@ -80,45 +91,31 @@ func (h *HTTP) logger() *slog.Logger {
 	return slog.Default()
 }
 
-func (h *HTTP) newRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(h.BaseURL, "/")+path, body)
-	if err != nil {
-		return nil, err
-	}
-	if h.Token != "" {
-		req.Header.Set("Authorization", "Token "+h.Token)
-	}
-	return req, nil
+func (h *HTTP) newRequest(ctx context.Context, method, path string, body any) (*http.Request, error) {
+	return wire.NewRequest(ctx, method, strings.TrimRight(h.BaseURL, "/")+path, h.Token, body)
 }
 
-// Fetch posts the pairs as one call.
+// maxFetchBytes bounds a fetch answer: the configurations of one tick.
+const maxFetchBytes = 64 << 20
+
+// Fetch posts the pairs as one call. A refusal is the service's
+// *varplane.Error.
 func (h *HTTP) Fetch(ctx context.Context, pairs []config.Pair) ([]config.Fetched, error) {
-	body, err := json.Marshal(pairs)
+	req, err := h.newRequest(ctx, http.MethodPost, "/configuration/values:fetch", pairs)
 	if err != nil {
 		return nil, err
 	}
-	req, err := h.newRequest(ctx, http.MethodPost, "/configuration/values:fetch", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	resp, err := h.client().Do(req)
+	resp, err := wire.Do(h.client(), req)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: fetch: %w", err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxFetchBytes))
 	if err != nil {
 		return nil, fmt.Errorf("consumer: fetch: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Code  string `json:"code"`
-			Error string `json:"error"`
-		}
-		_ = json.Unmarshal(data, &e)
-		return nil, fmt.Errorf("consumer: fetch: %s: %s %s", resp.Status, e.Code, e.Error)
+		return nil, fmt.Errorf("consumer: fetch: the service answered %s", resp.Status)
 	}
 	var out []config.Fetched
 	if err := json.Unmarshal(data, &out); err != nil {
@@ -157,7 +154,7 @@ func (h *HTTP) Subscribe(ctx context.Context, onCreated func(config.CreatedEvent
 			}
 			h.logger().Warn("configuration event stream ended, reconnecting", "err", err)
 			for round := 0; ; round++ {
-				t := time.NewTimer(Backoff(round, base, maxWait))
+				t := time.NewTimer(wire.Backoff(round, base, maxWait))
 				select {
 				case <-life.Done():
 					t.Stop()
@@ -191,7 +188,7 @@ func (h *HTTP) open(ctx, life context.Context) (*streamBody, error) {
 		cancel()
 		return nil, err
 	}
-	req.Header.Set("Accept", "text/event-stream")
+	wire.SetStreamHeaders(req)
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
 	resp, err := h.client().Do(req)
@@ -199,14 +196,14 @@ func (h *HTTP) open(ctx, life context.Context) (*streamBody, error) {
 		cancel()
 		return nil, fmt.Errorf("consumer: watch: %w", err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if err := wire.CheckStream(resp); err != nil {
 		resp.Body.Close()
 		cancel()
-		return nil, fmt.Errorf("consumer: watch: %s", resp.Status)
+		return nil, fmt.Errorf("consumer: watch: %w", err)
 	}
-	sb := &streamBody{body: resp.Body, cancel: cancel, r: bufio.NewReader(resp.Body)}
-	name, _, err := sb.next()
-	if err != nil || name != "ready" {
+	sb := &streamBody{body: resp.Body, cancel: cancel, r: wire.NewSSEReader(resp.Body, h.MaxEventBytes)}
+	ev, err := sb.next()
+	if err != nil || ev.Name != "ready" {
 		sb.Close()
 		return nil, fmt.Errorf("consumer: watch: the stream did not report ready: %v", err)
 	}
@@ -221,7 +218,7 @@ func (h *HTTP) open(ctx, life context.Context) (*streamBody, error) {
 type streamBody struct {
 	body   io.ReadCloser
 	cancel func()
-	r      *bufio.Reader
+	r      *wire.SSEReader
 }
 
 func (s *streamBody) Close() {
@@ -229,49 +226,33 @@ func (s *streamBody) Close() {
 	_ = s.body.Close()
 }
 
-// next reads one event: its name and data.
-func (s *streamBody) next() (string, string, error) {
-	var name string
-	var data strings.Builder
+// next returns the next event, skipping heartbeats and retry fields.
+func (s *streamBody) next() (wire.Event, error) {
 	for {
-		line, err := s.r.ReadString('\n')
-		if err != nil {
-			return "", "", err
-		}
-		line = strings.TrimRight(line, "\r\n")
-		switch {
-		case line == "":
-			if name != "" || data.Len() > 0 {
-				return name, data.String(), nil
-			}
-		case strings.HasPrefix(line, ":"):
-		case strings.HasPrefix(line, "event:"):
-			name = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
-		case strings.HasPrefix(line, "data:"):
-			if data.Len() > 0 {
-				data.WriteByte('\n')
-			}
-			data.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
+		ev, err := s.r.Next()
+		if err != nil || ev.Name != "" || ev.Data != "" {
+			return ev, err
 		}
 	}
 }
 
-// read hands the stream's created events to onCreated until it breaks; a
-// blocked read returns when the subscription's context ends.
+// read hands the stream's created events to onCreated until it breaks (an
+// event over the bound breaks it too); a blocked read returns when the
+// subscription's context ends.
 func (h *HTTP) read(sb *streamBody, onCreated func(config.CreatedEvent)) error {
 	for {
-		name, data, err := sb.next()
+		ev, err := sb.next()
 		if err != nil {
 			return err
 		}
-		switch name {
+		switch ev.Name {
 		case "created":
-			var ev config.CreatedEvent
-			if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			var ce config.CreatedEvent
+			if err := json.Unmarshal([]byte(ev.Data), &ce); err != nil {
 				h.logger().Error("undecodable configuration event", "err", err)
 				continue
 			}
-			onCreated(ev)
+			onCreated(ce)
 		case "overflow":
 			return errors.New("the server dropped this slow stream")
 		}

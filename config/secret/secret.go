@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"regexp"
 	"sort"
@@ -194,26 +195,114 @@ func substitute(v any, lookup func(string) (string, bool), missing *[]string) an
 	return v
 }
 
+// Inputs are where ParseAssignments may read a value from instead of the
+// argument itself, so that a secret stays out of shell history and the
+// process list: NAME=@PATH reads the file at PATH (through Open), NAME=-
+// reads standard input (Stdin, once). A nil field refuses that form.
+type Inputs struct {
+	Stdin io.Reader
+	Open  func(path string) (io.ReadCloser, error)
+}
+
+// MaxValueBytes bounds a value read from a file or standard input (a
+// Kubernetes Secret holds at most 1 MiB in all).
+const MaxValueBytes = 1 << 20
+
 // ParseAssignments reads NAME=value pairs, as given to `conceal`. A name may
 // be written with or without its "$"; it must be a valid secret name, and
-// each name may appear once.
-func ParseAssignments(args []string) (map[string]string, error) {
+// each name may appear once. The value is taken literally, except:
+//
+//	NAME=@PATH   the content of the file PATH
+//	NAME=-       all of standard input (one NAME=- at most)
+//	NAME=@@…     the literal value "@…" (an escaped leading '@')
+//
+// A value read from a file or standard input loses one trailing line break
+// ("\n" or "\r\n"), as editors and `echo` add one.
+//
+// Errors never quote a value, nor an argument that may be one: a malformed
+// argument or an invalid name is named by its position among the
+// assignments ("NAME=value #2"), a repeated name by the name.
+func ParseAssignments(args []string, in Inputs) (map[string]string, error) {
 	out := make(map[string]string, len(args))
-	for _, a := range args {
+	pos := make(map[string]int, len(args))
+	stdinBy := ""
+	for i, a := range args {
+		n := i + 1
 		name, value, ok := strings.Cut(a, "=")
 		if !ok {
-			return nil, fmt.Errorf("secret: %q is not NAME=value", strings.SplitN(a, "=", 2)[0])
+			return nil, fmt.Errorf("secret: NAME=value #%d has no '=' (not shown: it may be a secret)", n)
 		}
 		name = strings.TrimPrefix(name, "$")
 		if !ValidName(name) {
-			return nil, fmt.Errorf("secret: %q is not a secret name (1 to 32 of A-Z, 0-9, _)", name)
+			return nil, fmt.Errorf("secret: NAME=value #%d: the name is not a secret name (1 to 32 of A-Z, 0-9, _; not shown)", n)
 		}
-		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("secret: %s is given twice", name)
+		if first, dup := pos[name]; dup {
+			return nil, fmt.Errorf("secret: %s is given twice (NAME=value #%d and #%d)", name, first, n)
+		}
+		pos[name] = n
+		switch {
+		case value == "-":
+			if stdinBy != "" {
+				return nil, fmt.Errorf("secret: %s and %s both read standard input (NAME=- may appear once)", stdinBy, name)
+			}
+			stdinBy = name
+			if in.Stdin == nil {
+				return nil, fmt.Errorf("secret: %s=-: standard input is not available", name)
+			}
+			v, err := readValue(in.Stdin)
+			if err != nil {
+				return nil, fmt.Errorf("secret: %s=-: read standard input: %w", name, err)
+			}
+			value = v
+		case strings.HasPrefix(value, "@@"):
+			value = value[1:]
+		case strings.HasPrefix(value, "@"):
+			path := value[1:]
+			if path == "" {
+				return nil, fmt.Errorf("secret: %s=@ names no file (write @@ for a value that starts with '@')", name)
+			}
+			if in.Open == nil {
+				return nil, fmt.Errorf("secret: %s=@…: reading files is not available", name)
+			}
+			v, err := readFile(in.Open, path)
+			if err != nil {
+				return nil, fmt.Errorf("secret: %s: %w", name, err)
+			}
+			value = v
 		}
 		out[name] = value
 	}
 	return out, nil
+}
+
+func readFile(open func(string) (io.ReadCloser, error), path string) (string, error) {
+	f, err := open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	v, err := readValue(f)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return v, nil
+}
+
+// readValue reads a whole value, at most MaxValueBytes, without its one
+// trailing line break.
+func readValue(r io.Reader) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(r, MaxValueBytes+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > MaxValueBytes {
+		return "", fmt.Errorf("the value is larger than %d bytes", MaxValueBytes)
+	}
+	v := strings.TrimSuffix(string(b), "\n")
+	if len(v) < len(b) {
+		v = strings.TrimSuffix(v, "\r")
+	}
+	return v, nil
 }
 
 // ErrMultiline is returned by EnvFile for a value with a line break, which the

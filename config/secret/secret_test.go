@@ -137,7 +137,7 @@ func TestReferences(t *testing.T) {
 }
 
 func TestConcealOutputs(t *testing.T) {
-	vals, err := ParseAssignments([]string{"BAZ_VALUE=$ecr3t=x", "$API=k"})
+	vals, err := ParseAssignments([]string{"BAZ_VALUE=$ecr3t=x", "$API=k"}, Inputs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestConcealOutputs(t *testing.T) {
 		t.Errorf("data = %q", dec)
 	}
 	for _, bad := range [][]string{{"lower=x"}, {"NOEQUALS"}, {"A=1", "A=2"}, {strings.Repeat("A", 33) + "=x"}} {
-		if _, err := ParseAssignments(bad); err == nil {
+		if _, err := ParseAssignments(bad, Inputs{}); err == nil {
 			t.Errorf("ParseAssignments(%q) accepted", bad)
 		}
 	}

@@ -432,6 +432,7 @@ func (tx *Tx) apply(e *varplane.Event) {
 				Generation:         c.Generation,
 				PreviousGeneration: &prev,
 				Actor:              e.Actor,
+				OnBehalfOf:         e.OnBehalfOf,
 				Reason:             reason,
 				Timestamp:          e.Timestamp,
 			})
@@ -463,6 +464,9 @@ const (
 	modeAppend = iota
 	modeSubtree
 	modeReplay
+	// modePublish checks an activation whose revision the same publish
+	// creates: everything of modeAppend but the revision's existence.
+	modePublish
 )
 
 // check validates e against the fold including the transaction.
@@ -471,7 +475,10 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 	// appeared, and an activation's revision is looked up below: skipping
 	// those checks is most of what replay saves on validation.
 	_, known := tx.view(e.Scope)
-	if err := wellFormed(e, mode == modeReplay && known, mode == modeReplay); err != nil {
+	// Every event reaching here has a valid document: normalize compacted
+	// it (json.Compact refuses invalid JSON), or the log decoder delimited
+	// it; so wellFormed need not parse it again.
+	if err := wellFormed(e, mode == modeReplay && known, true); err != nil {
 		return err
 	}
 	switch {
@@ -500,7 +507,7 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 			return badRequest("%s event for scope %q carries previousGeneration %d, want %d", e.Kind, e.Scope, *e.PreviousGeneration, expected)
 		}
 		if e.Kind == varplane.EventActivated {
-			if tx.rev(e.Scope, e.Revision) == nil {
+			if mode != modePublish && tx.rev(e.Scope, e.Revision) == nil {
 				return &varplane.Error{Code: varplane.CodeNotFound, Message: fmt.Sprintf("revision %s not found in scope %q", e.Revision, e.Scope)}
 			}
 			break
@@ -538,7 +545,7 @@ func wellFormed(ev *varplane.Event, known, decoded bool) error {
 		return badRequest("event kind %q is not one of revision-created, activated, deactivated, rejected", ev.Kind)
 	}
 	for _, f := range [...]struct{ name, v string }{
-		{"actor", ev.Actor}, {"reason", ev.Reason}, {"schemaId", ev.SchemaID}, {"schemaVersion", ev.SchemaVersion},
+		{"actor", ev.Actor}, {"onBehalfOf", ev.OnBehalfOf}, {"reason", ev.Reason}, {"schemaId", ev.SchemaID}, {"schemaVersion", ev.SchemaVersion},
 		{"idempotencyKey", ev.IdempotencyKey}, {"requestHash", ev.RequestHash}, {"rejectionReason", ev.RejectionReason},
 	} {
 		if !utf8.ValidString(f.v) {
@@ -599,6 +606,7 @@ func normalize(ev *varplane.Event, expected varplane.Generation) (varplane.Event
 	e.Timestamp = ev.Timestamp.Round(0).UTC()
 	if len(ev.Document) > 0 {
 		var b bytes.Buffer
+		b.Grow(len(ev.Document)) // one allocation: compacting never grows a document
 		if err := json.Compact(&b, ev.Document); err != nil {
 			return e, badRequest("event document for scope %q is not valid JSON", ev.Scope)
 		}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // The log line codec is hand-written: restart decodes every event of the log,
@@ -22,9 +23,9 @@ import (
 // ev.Document must be valid, compact JSON (the stores compact it).
 func AppendEvent(b []byte, ev *varplane.Event) []byte {
 	b = append(b, `{"kind":`...)
-	b = appendString(b, string(ev.Kind))
+	b = jsontext.AppendString(b, string(ev.Kind))
 	b = append(b, `,"scope":`...)
-	b = appendString(b, string(ev.Scope))
+	b = jsontext.AppendString(b, string(ev.Scope))
 	b = appendField(b, "revision", string(ev.Revision))
 	if len(ev.Document) > 0 {
 		b = append(b, `,"document":`...)
@@ -41,6 +42,7 @@ func AppendEvent(b []byte, ev *varplane.Event) []byte {
 		b = strconv.AppendUint(b, uint64(*ev.PreviousGeneration), 10)
 	}
 	b = appendField(b, "actor", ev.Actor)
+	b = appendField(b, "onBehalfOf", ev.OnBehalfOf)
 	b = appendField(b, "reason", ev.Reason)
 	b = appendField(b, "idempotencyKey", ev.IdempotencyKey)
 	b = appendField(b, "requestHash", ev.RequestHash)
@@ -52,7 +54,7 @@ func AppendEvent(b []byte, ev *varplane.Event) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"scope":`...)
-			b = appendString(b, string(c.Scope))
+			b = jsontext.AppendString(b, string(c.Scope))
 			b = append(b, `,"generation":`...)
 			b = strconv.AppendUint(b, uint64(c.Generation), 10)
 			b = append(b, '}')
@@ -71,59 +73,7 @@ func appendField(b []byte, name, v string) []byte {
 	b = append(b, ',', '"')
 	b = append(b, name...)
 	b = append(b, '"', ':')
-	return appendString(b, v)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string, escaping what JSON requires and
-// U+2028/U+2029 (as encoding/json does); invalid UTF-8 becomes U+FFFD.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return jsontext.AppendString(b, v)
 }
 
 // interner shares the strings that repeat across a log (scopes, revisions,
@@ -258,7 +208,7 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 		err = d.strField((*string)(&ev.Revision))
 	case "document":
 		start := d.p
-		if err = d.skipValue(0); err == nil {
+		if err = d.skipValue(1); err == nil {
 			ev.Document = append([]byte(nil), d.b[start:d.p]...)
 		}
 	case "schemaId":
@@ -282,6 +232,8 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 		}
 	case "actor":
 		err = d.strField(&ev.Actor)
+	case "onBehalfOf":
+		err = d.strField(&ev.OnBehalfOf)
 	case "reason":
 		err = d.strField(&ev.Reason)
 	case "idempotencyKey":
@@ -301,7 +253,7 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 			}
 		}
 	default:
-		err = d.skipValue(0)
+		err = d.skipValue(1)
 	}
 	return err
 }
@@ -539,7 +491,7 @@ func (d *decoder) cascade() ([]varplane.CascadeEntry, error) {
 						c.Generation = varplane.Generation(g)
 					}
 				default:
-					err = d.skipValue(0)
+					err = d.skipValue(3)
 				}
 				if err != nil {
 					return nil, err
@@ -566,13 +518,17 @@ func (d *decoder) cascade() ([]varplane.CascadeEntry, error) {
 	}
 }
 
-const maxDepth = 1000
+// maxLineDepth bounds the nesting of one log line: the deepest document any
+// allowed configuration accepts, plus the envelope around it. The bound must
+// never be below what the engine accepts, or a document that was
+// acknowledged would make the next Open refuse the log; it exists only so
+// that a hostile line cannot exhaust the stack.
+const maxLineDepth = varplane.MaxDepthCeiling + varplane.EnvelopeDepth
 
-// skipValue validates and skips one JSON value.
+// skipValue validates and skips one JSON value. depth is the number of
+// containers of the line that enclose the value (1 for a field of the event
+// object).
 func (d *decoder) skipValue(depth int) error {
-	if depth > maxDepth {
-		return d.fail("nested too deeply")
-	}
 	if d.p >= len(d.b) {
 		return d.fail("want a value")
 	}
@@ -580,6 +536,9 @@ func (d *decoder) skipValue(depth int) error {
 	case c == '"':
 		return d.skipString()
 	case c == '{':
+		if depth >= maxLineDepth {
+			return d.fail("nested deeper than %d levels", maxLineDepth)
+		}
 		d.p++
 		d.ws()
 		if d.eat('}') {
@@ -608,6 +567,9 @@ func (d *decoder) skipValue(depth int) error {
 			return d.fail("want ',' or '}'")
 		}
 	case c == '[':
+		if depth >= maxLineDepth {
+			return d.fail("nested deeper than %d levels", maxLineDepth)
+		}
 		d.p++
 		d.ws()
 		if d.eat(']') {

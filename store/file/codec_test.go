@@ -80,6 +80,32 @@ func TestDecodeRefuses(t *testing.T) {
 	}
 }
 
+// TestDecodeDepthBound checks the reader's depth bound against the ceilings:
+// a line nested MaxDepthCeiling+EnvelopeDepth deep (the deepest document
+// any configuration accepts, and more) decodes, in the document and in a
+// skipped field; one level more is refused.
+func TestDecodeDepthBound(t *testing.T) {
+	const lineDepth = varplane.MaxDepthCeiling + varplane.EnvelopeDepth
+	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	for _, tc := range []struct {
+		name  string
+		line  func(docDepth int) string
+		outer int // containers of the line around the value
+	}{
+		{"document", func(d int) string { return `{"kind":"revision-created","document":` + nest(d) + `}` }, 1},
+		{"unknown field", func(d int) string { return `{"kind":"activated","extra":` + nest(d) + `}` }, 1},
+		{"cascade field", func(d int) string { return `{"cascade":[{"scope":"a.b","x":` + nest(d) + `}]}` }, 3},
+	} {
+		var ev varplane.Event
+		if err := file.DecodeEvent([]byte(tc.line(lineDepth-tc.outer)), &ev); err != nil {
+			t.Errorf("%s: a line %d deep is refused: %v", tc.name, lineDepth, err)
+		}
+		if err := file.DecodeEvent([]byte(tc.line(lineDepth-tc.outer+1)), &ev); err == nil {
+			t.Errorf("%s: a line %d deep decodes, want the depth bound", tc.name, lineDepth+1)
+		}
+	}
+}
+
 func TestDecodeTolerates(t *testing.T) {
 	line := ` { "kind" : "activated" , "extra": {"x":[1,{"y":null}]}, "scope":"a.b", "previousGeneration": null, "actor":null,` +
 		` "reason":"\ud83d\ude00 \ud800", "generation": 3, "timestamp":"2026-07-20T12:00:00+02:00" } `

@@ -2,23 +2,34 @@
 // one JSON object per line (the JSON form of varplane.Event), folded in memory
 // for reads. A commit is written and fdatasync'ed before it is acknowledged
 // and before any reader can see it. Concurrent commits share one write and
-// one fsync (group commit). On Open the log is replayed; a torn final line
-// left by a crash is cut off with a warning, while damage anywhere before
-// the final line stops Open with an error naming the line.
+// one fsync (group commit); a publish's two lines are in one batch. On Open
+// the log is replayed; a torn tail left by a crash (a final fragment without
+// its newline, or the first line of a publish whose second line the crash
+// lost) is cut off with a warning, while a complete line that does not
+// decode, wherever it is, stops Open with an error naming the line and its
+// byte offset (see Open).
 //
 // Concurrency contract: every method is safe for concurrent use. Reads never
 // wait for a commit; State takes no lock and does not allocate for a scope
-// that exists. Commits are validated, written and published in order by one
-// committer goroutine that the Store owns and Close stops. Watch callbacks
+// that exists. Commits are checked against the state, written and published
+// in order by one committer goroutine that the Store owns and Close stops;
+// the checks that need no state, and the encoding of the log lines, run on
+// the committing caller's goroutine before it queues the commit. Watch callbacks
 // run on that goroutine, after the snapshot is installed and before the
 // commits are acknowledged, so they must not block nor commit to the store.
 // One log has one writer: Open takes an exclusive lock (flock on
 // "<path>.lock"), and a second Open of the same log, in this process or
 // another, fails with ErrLocked.
+//
+// Leases (AcquireLease, RenewLease, ReleaseLease) live in the memory of the
+// one writer process, not in the log: the lock makes that process the only
+// one that can hold or contest a lease, and a restart, which frees every
+// lease, only lets the next pass start sooner.
 package file
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +72,8 @@ const maxBatch = 1024
 
 // Store is a file-backed store. Obtain one with Open.
 type Store struct {
-	logstate.Reads // State, Revision, History, Idempotency, Scopes
+	logstate.Reads  // State, Revision, History, Idempotency, Scopes
+	logstate.Leases // AcquireLease, RenewLease, ReleaseLease: in this process
 
 	path string
 	log  *slog.Logger
@@ -84,22 +96,53 @@ type Store struct {
 	commits, batches, rejected atomic.Uint64
 }
 
+// A request is one commit for the committer. A plain append or a publish
+// arrives prepared: normalised, checked for what does not depend on the
+// state, and encoded by the submitting goroutine, so that the committer
+// only checks it against the state, orders, writes and syncs. A subtree
+// deactivation, whose cascade depends on the state, is prepared there.
 type request struct {
-	ev       *varplane.Event
+	ev       *varplane.Event // subtree: as given; otherwise prepared
+	act      *varplane.Event // a publish: its prepared activation (ev is its revision)
 	expected varplane.Generation
 	subtree  bool
+	line     []byte // ev's log line; a publish: its first line, marked
+	actLine  []byte // a publish: the activation's line without the key (after a created revision)
+	keyLine  []byte // a publish: the activation's line with the key (a found revision)
 	stored   *varplane.Event
+	created  bool // a publish appended its revision-created event
 	err      error
 	done     chan struct{}
 }
 
+// publishMark ends the revision-created line of a publish, whose next line
+// is the activation. It is a field of the log line only (decoders skip it):
+// Open cuts a log that ends right after such a line, as it cuts a torn line,
+// so that a crash between a publish's two lines shows neither.
+const publishMark = `,"publish":true}`
+
 // Open opens (creating it and its directory when absent, 0700/0600) the log
 // at path, replays it, and starts the committer. It returns ErrLocked
-// (wrapped, naming the path) when the log is already open for writing, and
-// an error naming the line when a line other than the last is damaged or
-// inconsistent with the lines before it. A torn last line (no newline, or
-// undecodable) is cut off and logged as a warning: it was never
-// acknowledged.
+// (wrapped, naming the path) when the log is already open for writing.
+//
+// The torn-tail rule: only bytes that were never acknowledged may be cut.
+// Every acknowledged event is a whole line, newline included, that was
+// written and fdatasync'ed before its answer; the log keeps no separate
+// record of the synced offset, so Open tells a torn write from damage by the
+// newline alone. A crash during a write leaves a prefix of that write, so
+// the only torn thing it can leave after the last complete line is a
+// fragment without a newline: Open cuts that fragment (and only it) and logs
+// a warning naming the line and offset. A complete line that does not
+// decode, or that does not follow from the lines before it, is damage
+// whether it is the last line or not: it may be an acknowledged event, so
+// Open fails with an error naming the line number and its byte offset and
+// changes nothing in the file. Complete lines after the last fsync (written
+// whole, but not yet acknowledged when the process died) are kept; that
+// loses nothing a client was told was stored. Zero bytes that a filesystem
+// exposes after a crash (the writer never writes a zero byte) are cut like
+// any fragment when no newline follows them; zero bytes followed by a
+// newline stop Open like any damage, because they cannot be told from an
+// acknowledged line whose block was zeroed: the operator decides.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	logger := opts.Logger
 	if logger == nil {
@@ -152,6 +195,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		done: make(chan struct{}),
 	}
 	s.Init(s.st)
+	s.InitLeases(&s.Reads, nil)
 	fd := int(f.Fd())
 	s.syncf = func() error { return unix.Fdatasync(fd) }
 	if opts.NoSync {
@@ -185,18 +229,19 @@ const batchLines = 1024
 // a replay may also report how the log ends: a torn tail to cut or an error.
 type decodedBatch struct {
 	evs       []varplane.Event
-	firstLine int   // line number of evs[0]
-	end       int64 // offset just past the last line of evs
+	starts    []int64 // byte offset of each line of evs
+	firstLine int     // line number of evs[0]
+	end       int64   // offset just past the last line of evs
 
-	torn    bool // a torn final line starts at end
+	torn    bool // a final fragment without newline starts at end
 	tornLen int
 	tornWhy string
 	err     error
 }
 
 // replay folds the log into s.st and sets s.off to the end of its last
-// complete line, cutting a torn tail. Decoding runs on a goroutine of its
-// own, one batch ahead of folding.
+// complete line, cutting a torn tail (a fragment without newline). Decoding
+// runs on a goroutine of its own, one batch ahead of folding.
 func (s *Store) replay(ctx context.Context) error {
 	out := make(chan *decodedBatch, 4)
 	free := make(chan *decodedBatch, 6)
@@ -213,7 +258,7 @@ func (s *Store) replay(ctx context.Context) error {
 		for i := range b.evs {
 			if err := tx.Apply(&b.evs[i]); err != nil {
 				stop()
-				return fmt.Errorf("file store: %s line %d does not follow from the lines before it: %w", s.path, b.firstLine+i, err)
+				return fmt.Errorf("file store: %s line %d (byte offset %d) does not follow from the lines before it: %w", s.path, b.firstLine+i, b.starts[i], err)
 			}
 		}
 		if len(b.evs) > 0 {
@@ -255,15 +300,19 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		off    int64
 		lineNo int
 		long   []byte
+		// pub is the offset of the last line when it is the first line of
+		// a publish (publishMark), -1 otherwise: a log that ends there is
+		// cut back to it, like a torn line.
+		pub int64 = -1
 	)
 	next := func() *decodedBatch {
 		select {
 		case b := <-free:
 			clear(b.evs)
-			*b = decodedBatch{evs: b.evs[:0], firstLine: lineNo + 1, end: off}
+			*b = decodedBatch{evs: b.evs[:0], starts: b.starts[:0], firstLine: lineNo + 1, end: off}
 			return b
 		default:
-			return &decodedBatch{evs: make([]varplane.Event, 0, batchLines), firstLine: lineNo + 1, end: off}
+			return &decodedBatch{evs: make([]varplane.Event, 0, batchLines), starts: make([]int64, 0, batchLines), firstLine: lineNo + 1, end: off}
 		}
 	}
 	send := func(b *decodedBatch) bool {
@@ -288,8 +337,10 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		}
 		if errors.Is(err, io.EOF) {
 			if len(line) > 0 {
+				// A fragment without its newline was never acknowledged.
 				b.torn, b.tornLen, b.tornWhy = true, len(line), "no trailing newline"
 			}
+			cutPublish(b, pub, off)
 			send(b)
 			return
 		}
@@ -301,19 +352,24 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		lineNo++
 		b.evs = append(b.evs, varplane.Event{})
 		if derr := decodeEvent(line[:len(line)-1], &b.evs[len(b.evs)-1], in); derr != nil {
+			// A complete line may be an acknowledged event, even the last
+			// one: never cut it (see Open).
 			b.evs = b.evs[:len(b.evs)-1]
-			if _, perr := r.Peek(1); errors.Is(perr, io.EOF) {
-				b.torn, b.tornLen, b.tornWhy = true, len(line), derr.Error()
-			} else {
-				b.err = fmt.Errorf("file store: %s line %d is damaged: %w", s.path, lineNo, derr)
-			}
+			b.err = fmt.Errorf("file store: %s line %d (byte offset %d) is damaged: %w", s.path, lineNo, off, derr)
 			send(b)
 			return
+		}
+		b.starts = append(b.starts, off)
+		pub = -1
+		if bytes.HasSuffix(line, publishLine) {
+			pub = off
 		}
 		off += int64(len(line))
 		b.end = off
 		long = long[:0]
-		if len(b.evs) == batchLines {
+		// A publish's first line stays in the batch until the line after
+		// it is read, so that cutPublish can still take it out.
+		if len(b.evs) >= batchLines && pub < 0 {
 			if err := ctx.Err(); err != nil {
 				b.err = err
 				send(b)
@@ -327,7 +383,31 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 	}
 }
 
-// cutTail truncates the log at off, dropping a torn final line.
+// publishLine is how the first line of a publish ends, newline included.
+var publishLine = []byte(publishMark + "\n")
+
+// cutPublish drops from b, the last batch of a log that ends at off, the
+// first line of a publish whose activation line is missing (it starts at
+// pub, or pub < 0 when the last complete line is no such line): the log is
+// cut back to pub as if that line were torn too.
+func cutPublish(b *decodedBatch, pub, off int64) {
+	if pub < 0 {
+		return
+	}
+	b.evs = b.evs[:len(b.evs)-1]
+	b.end = pub
+	b.tornLen += int(off - pub)
+	b.torn = true
+	if b.tornWhy == "" {
+		b.tornWhy = "a publish cut between its revision and its activation"
+	} else {
+		b.tornWhy = "a publish cut between its revision and its activation (" + b.tornWhy + ")"
+	}
+}
+
+// cutTail truncates the log at off, dropping a final fragment without
+// newline (or a publish cut between its two lines): the only bytes of a log
+// that cannot hold an acknowledged event.
 func (s *Store) cutTail(off int64, lineNo, n int, why string) error {
 	s.log.Warn("file store: cutting torn final line of the log",
 		"path", s.path, "line", lineNo, "offset", off, "bytes", n, "reason", why)
@@ -340,8 +420,8 @@ func (s *Store) cutTail(off int64, lineNo, n int, why string) error {
 	return nil
 }
 
-// committer validates, writes, syncs and publishes batches of requests in
-// arrival order until reqs is closed.
+// committer checks against the state, writes, syncs and publishes batches
+// of requests in arrival order until reqs is closed.
 func (s *Store) committer() {
 	defer close(s.done)
 	tx := s.st.Begin()
@@ -380,21 +460,36 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		}
 		return buf
 	}
-	accepted := 0
+	accepted, events := 0, 0
 	for _, r := range batch {
 		var err error
-		if r.subtree {
-			r.stored, err = tx.AppendSubtree(r.ev, r.expected)
-		} else {
-			r.stored, err = tx.Append(r.ev, r.expected)
+		switch {
+		case r.act != nil:
+			if r.created, err = tx.AppendPublishPrepared(r.ev, r.act, r.expected); err == nil {
+				r.stored = r.act
+				if r.created {
+					buf = append(append(buf, r.line...), r.actLine...)
+					events++
+				} else {
+					buf = append(buf, r.keyLine...)
+				}
+			}
+		case r.subtree:
+			if r.stored, err = tx.AppendSubtree(r.ev, r.expected); err == nil {
+				buf = append(AppendEvent(buf, r.stored), '\n')
+			}
+		default:
+			if err = tx.AppendPrepared(r.ev, r.expected); err == nil {
+				r.stored = r.ev
+				buf = append(buf, r.line...)
+			}
 		}
 		if err != nil {
 			r.err = err
 			continue
 		}
-		buf = AppendEvent(buf, r.stored)
-		buf = append(buf, '\n')
 		accepted++
+		events++
 	}
 	s.rejected.Add(uint64(len(batch) - accepted))
 	if accepted == 0 {
@@ -413,7 +508,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		return buf
 	}
 	s.off += int64(len(buf))
-	s.commits.Add(uint64(accepted))
+	s.commits.Add(uint64(events))
 	s.batches.Add(1)
 	s.watchers.Notify(tx.Commit())
 	return buf
@@ -440,25 +535,77 @@ func (s *Store) write(buf []byte) error {
 }
 
 func (s *Store) submit(ctx context.Context, ev *varplane.Event, expected varplane.Generation, subtree bool) (*varplane.Event, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	r := &request{ev: ev, expected: expected, subtree: subtree}
+	if !subtree {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		p, err := logstate.Prepare(ev, expected)
+		if err != nil {
+			s.rejected.Add(1)
+			return nil, err
+		}
+		r.ev, r.line = p, encodeLine(p, "")
 	}
-	r := &request{ev: ev, expected: expected, subtree: subtree, done: make(chan struct{})}
+	return r.stored, s.send(ctx, r)
+}
+
+// encodeLine returns the log line of ev, newline included, in one
+// allocation; a non-empty mark replaces the closing brace (publishMark).
+func encodeLine(ev *varplane.Event, mark string) []byte {
+	b := AppendEvent(make([]byte, 0, len(ev.Document)+len(ev.Scope)+len(ev.Actor)+len(ev.Reason)+len(ev.RejectionReason)+320), ev)
+	if mark != "" {
+		b = append(b[:len(b)-1], mark...)
+	}
+	return append(b, '\n')
+}
+
+// preparePublish fills r, a publish of created and activated, with the
+// prepared events and the lines the committer may write: the marked first
+// line and the activation without the key when the revision is new, the
+// activation with the key when it is found.
+func (s *Store) preparePublish(r *request, created, activated *varplane.Event) error {
+	c, a, err := logstate.PreparePublish(created, activated, r.expected)
+	if err != nil {
+		s.rejected.Add(1)
+		return err
+	}
+	r.ev, r.act = c, a
+	key, hash := a.IdempotencyKey, a.RequestHash
+	r.keyLine = encodeLine(a, "")
+	r.actLine = r.keyLine
+	if key != "" {
+		a.IdempotencyKey, a.RequestHash = "", ""
+		r.actLine = encodeLine(a, "")
+		a.IdempotencyKey, a.RequestHash = key, hash
+		c.IdempotencyKey, c.RequestHash = key, hash
+	}
+	r.line = encodeLine(c, publishMark)
+	c.IdempotencyKey, c.RequestHash = "", ""
+	return nil
+}
+
+// send queues r for the committer and waits for its outcome.
+func (s *Store) send(ctx context.Context, r *request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.done = make(chan struct{})
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return nil, varplane.ErrClosed
+		return varplane.ErrClosed
 	}
 	if p := s.failed.Load(); p != nil {
 		s.mu.RUnlock()
-		return nil, varplane.Unavailable(*p)
+		return varplane.Unavailable(*p)
 	}
 	s.reqs <- r
 	s.mu.RUnlock()
 	// Once queued, the commit may happen: wait for its outcome whatever ctx
 	// says, so that the answer is never ambiguous.
 	<-r.done
-	return r.stored, r.err
+	return r.err
 }
 
 // Name returns "file".
@@ -499,6 +646,23 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		ev.Cascade = slices.Clone(stored.Cascade)
 	}
 	return err
+}
+
+// AppendPublish commits a publish (see varplane.Store.AppendPublish) in one
+// write and one fdatasync, shared with the other commits of its batch: the
+// revision-created line, marked as the first of a publish, unless the
+// revision is already stored, then the activation line. Errors and
+// durability as Append.
+func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	r := &request{expected: expected}
+	if err := s.preparePublish(r, created, activated); err != nil {
+		return false, err
+	}
+	err := s.send(ctx, r)
+	return r.created && err == nil, err
 }
 
 // Watch registers fn for every commit that changes a head, called on the

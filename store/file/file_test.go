@@ -1,7 +1,9 @@
 package file_test
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -32,6 +34,28 @@ func harness(opts file.Options) storetest.Harness {
 			}
 			return mustOpen(tb, path, opts)
 		},
+		CutLastEvent: func(tb testing.TB, s varplane.Store) varplane.Store {
+			path := s.(*file.Store).Path()
+			if err := s.Close(); err != nil {
+				tb.Fatalf("Close: %v", err)
+			}
+			cutLastLine(tb, path)
+			return mustOpen(tb, path, opts)
+		},
+	}
+}
+
+// cutLastLine truncates the log at path just after its second-to-last
+// newline, as a crash that lost the last line's write leaves it.
+func cutLastLine(tb testing.TB, path string) {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	i := bytes.LastIndexByte(b[:len(b)-1], '\n')
+	if err := os.Truncate(path, int64(i+1)); err != nil {
+		tb.Fatal(err)
 	}
 }
 

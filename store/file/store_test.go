@@ -3,6 +3,7 @@ package file_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -97,11 +98,19 @@ func captureLog() (*slog.Logger, *bytes.Buffer) {
 	return slog.New(slog.NewTextHandler(&buf, nil)), &buf
 }
 
+// TestTornTailIsCut appends fragments without a newline, as a crash during
+// a write leaves them: Open cuts exactly the fragment, keeps every earlier
+// event, and logs a warning.
 func TestTornTailIsCut(t *testing.T) {
+	path0 := logPath(t)
+	good0 := writeSample(t, path0)
+	lastLine := good0[bytes.LastIndexByte(good0[:len(good0)-1], '\n')+1:]
 	for name, tail := range map[string]string{
-		"no newline":  `{"kind":"activated","scope":"agentic.lanes.vinci","revis`,
-		"undecodable": "{\"kind\":\"activ\x00\x00\n",
-		"zeros":       "\x00\x00\x00\x00",
+		"no newline": `{"kind":"activated","scope":"agentic.lanes.vinci","revis`,
+		"zeros":      "\x00\x00\x00\x00",
+		// A whole event without its newline was not acknowledged either:
+		// its newline was part of the same write and fdatasync.
+		"event without newline": string(lastLine[:len(lastLine)-1]),
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := logPath(t)
@@ -125,7 +134,17 @@ func TestTornTailIsCut(t *testing.T) {
 	}
 }
 
-func TestDamageBeforeLastLineStopsOpen(t *testing.T) {
+// TestDamagedLineStopsOpen damages one complete line (ending in a newline),
+// in the middle of the log or as its last line: it may be an acknowledged
+// event, so Open fails naming the line and its byte offset, and leaves the
+// file byte for byte as it was.
+func TestDamagedLineStopsOpen(t *testing.T) {
+	gap := func(i int) func(l []string) []string {
+		return func(l []string) []string {
+			l[i] = strings.Replace(l[i], fmt.Sprintf(`"generation":%d,"previousGeneration":%d`, i/2+1, i/2), `"generation":9,"previousGeneration":8`, 1)
+			return l
+		}
+	}
 	tests := []struct {
 		name   string
 		damage func(lines []string) []string
@@ -133,10 +152,12 @@ func TestDamageBeforeLastLineStopsOpen(t *testing.T) {
 	}{
 		{"garbage", func(l []string) []string { l[1] = `{"kind":"revision-cre` + "\x00"; return l }, 2},
 		{"blank", func(l []string) []string { l[2] = ""; return l }, 3},
-		{"generation gap", func(l []string) []string {
-			l[3] = strings.Replace(l[3], `"generation":2,"previousGeneration":1`, `"generation":5,"previousGeneration":4`, 1)
-			return l
-		}, 4},
+		{"generation gap", gap(3), 4},
+		{"garbage last line", func(l []string) []string { l[5] = "{\"kind\":\"activ\x00\x00"; return l }, 6},
+		{"zeros last line", func(l []string) []string { l[5] = "\x00\x00\x00\x00"; return l }, 6},
+		{"blank last line", func(l []string) []string { return append(l, "") }, 7},
+		{"truncated last line", func(l []string) []string { l[5] = l[5][:len(l[5])/2]; return l }, 6},
+		{"generation gap last line", gap(5), 6},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,7 +172,11 @@ func TestDamageBeforeLastLineStopsOpen(t *testing.T) {
 			if err == nil {
 				t.Fatal("Open of a damaged log succeeded")
 			}
-			if want := fmt.Sprintf("line %d", tc.line); !strings.Contains(err.Error(), want) {
+			offset := 0
+			for _, l := range lines[:tc.line-1] {
+				offset += len(l) + 1
+			}
+			if want := fmt.Sprintf("line %d (byte offset %d)", tc.line, offset); !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not name %s", err, want)
 			}
 			if b, _ := os.ReadFile(path); string(b) != damaged {
@@ -165,38 +190,100 @@ func TestDamageBeforeLastLineStopsOpen(t *testing.T) {
 	}
 }
 
-// TestCrashAtEveryOffsetOfLastLine cuts the log at every byte of its last
-// line, as a crash during the last write could, and checks that Open keeps
-// every complete line and cuts only the torn one.
-func TestCrashAtEveryOffsetOfLastLine(t *testing.T) {
+// TestCrashAtOffsetsOfLastLines cuts the log within its last three lines,
+// as a crash during a group commit that wrote them in one write could (at
+// every byte of the last line, and around every newline and every 16th byte
+// of the two before), and checks the torn-tail rule: Open keeps every
+// complete line and cuts only the fragment after the last newline.
+func TestCrashAtOffsetsOfLastLines(t *testing.T) {
 	dir := t.TempDir()
 	good := writeSample(t, filepath.Join(dir, "src.jsonl"))
-	lastStart := bytes.LastIndexByte(good[:len(good)-1], '\n') + 1
-	for cut := lastStart; cut <= len(good); cut++ {
+	lines := strings.SplitAfter(string(good), "\n")
+	from := len(good) - len(lines[3]) - len(lines[4]) - len(lines[5])
+	lastStart := len(good) - len(lines[5])
+	for cut := from; cut <= len(good); cut++ {
+		nearNewline := bytes.IndexByte(good[max(cut-2, 0):min(cut+2, len(good))], '\n') >= 0
+		if cut < lastStart && !nearNewline && cut%16 != 0 {
+			continue
+		}
 		path := filepath.Join(dir, fmt.Sprintf("cut-%d.jsonl", cut))
 		if err := os.WriteFile(path, good[:cut], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		logger, _ := captureLog()
+		logger, out := captureLog()
 		s, err := file.Open(context.Background(), path, file.Options{Logger: logger})
 		if err != nil {
 			t.Fatalf("cut at %d: Open: %v", cut, err)
 		}
-		wantGen, wantLen := varplane.Generation(2), lastStart
-		if cut == len(good) {
-			wantGen, wantLen = 3, len(good)
-		}
+		// Lines alternate create, activate: k complete lines hold k/2
+		// activations.
+		complete := bytes.Count(good[:cut], []byte("\n"))
+		wantLen := bytes.LastIndexByte(good[:cut], '\n') + 1
+		wantGen := varplane.Generation(complete / 2)
 		st, _ := s.State(context.Background(), "agentic.lanes.vinci")
 		h, _ := s.History(context.Background(), "agentic.lanes.vinci")
-		if st.Generation != wantGen || len(h) != 5+int(wantGen-2) {
-			t.Errorf("cut at %d: gen %d with %d events, want gen %d", cut, st.Generation, len(h), wantGen)
+		if st.Generation != wantGen || len(h) != complete {
+			t.Errorf("cut at %d: gen %d with %d events, want gen %d with %d", cut, st.Generation, len(h), wantGen, complete)
+		}
+		if torn := cut != wantLen; torn != strings.Contains(out.String(), "level=WARN") {
+			t.Errorf("cut at %d: torn %v, but the log says %q", cut, torn, out.String())
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if fi, _ := os.Stat(path); fi.Size() != int64(wantLen) {
-			t.Errorf("cut at %d: log is %d bytes after open, want %d", cut, fi.Size(), wantLen)
+		if b, _ := os.ReadFile(path); !bytes.Equal(b, good[:wantLen]) {
+			t.Errorf("cut at %d: log is %d bytes after open, want the first %d", cut, len(b), wantLen)
 		}
+	}
+}
+
+// TestDocumentAtDepthCeilingSurvivesRestart is the attack of issue 11: a
+// document nested deeper than the reader accepted was acknowledged, and the
+// next Open refused the log or, as its last line, cut it. Now the reader
+// accepts every document the ceilings allow, and a line beyond its bound
+// (which no engine acknowledges) stops Open naming the line instead of being
+// cut.
+func TestDocumentAtDepthCeilingSurvivesRestart(t *testing.T) {
+	ctx := context.Background()
+	nested := func(depth int) json.RawMessage {
+		return json.RawMessage(strings.Repeat(`{"a":[`, depth/2) + strings.Repeat("[", depth%2) + "1" + strings.Repeat("]", depth%2) + strings.Repeat(`]}`, depth/2))
+	}
+	path := logPath(t)
+	s := mustOpen(t, path, file.Options{})
+	doc := nested(varplane.MaxDepthCeiling)
+	if err := storetest.Ceilings.CheckJSON(doc, 0); err != nil {
+		t.Fatalf("the ceiling-deep document is refused by the limits: %v", err)
+	}
+	rev := storetest.CreatedEvent("deep.k", doc)
+	if err := s.Append(ctx, rev, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, path, file.Options{})
+	rec, err := s.Revision(ctx, "deep.k", rev.Revision)
+	if err != nil || !bytes.Equal(rec.Document, doc) {
+		t.Fatalf("after restart: revision %v, err %v; want the %d-deep document", rec, err, varplane.MaxDepthCeiling)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A 1,002-deep document as the last line, written by a version without
+	// limits: Open refuses the log naming the line, and deletes nothing.
+	good, _ := os.ReadFile(path)
+	deep := storetest.CreatedEvent("deep.k", nested(1002))
+	damaged := append(file.AppendEvent(append([]byte{}, good...), deep), '\n')
+	if err := os.WriteFile(path, damaged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = file.Open(ctx, path, file.Options{})
+	if want := fmt.Sprintf("line 2 (byte offset %d)", len(good)); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Open of a log with a 1,002-deep last line: err = %v, want one naming %s", err, want)
+	}
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, damaged) {
+		t.Error("Open changed the log")
 	}
 }
 
@@ -349,8 +436,9 @@ func TestGroupCommit(t *testing.T) {
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // FuzzTornTail appends arbitrary bytes to a good log: Open never panics, a
-// tail without a newline is always cut, and whatever happens no complete
-// good line is lost.
+// tail without a newline is always cut, only the bytes after the last
+// newline are ever cut, and an Open that fails names the line and its offset
+// and leaves the log as it was.
 func FuzzTornTail(f *testing.F) {
 	good := writeSample(f, filepath.Join(f.TempDir(), "good.jsonl"))
 	lastLine := good[bytes.LastIndexByte(good[:len(good)-1], '\n')+1:]
@@ -368,8 +456,11 @@ func FuzzTornTail(f *testing.F) {
 			if !bytes.Contains(tail, []byte("\n")) {
 				t.Fatalf("a tail without newline failed Open: %v", err)
 			}
-			if !strings.Contains(err.Error(), "line ") {
-				t.Fatalf("error does not name a line: %v", err)
+			if !strings.Contains(err.Error(), "line ") || !strings.Contains(err.Error(), "byte offset ") {
+				t.Fatalf("error does not name a line and its offset: %v", err)
+			}
+			if b, _ := os.ReadFile(path); !bytes.Equal(b, append(append([]byte{}, good...), tail...)) {
+				t.Fatal("a failed Open changed the log")
 			}
 			return
 		}
@@ -384,6 +475,10 @@ func FuzzTornTail(f *testing.F) {
 		}
 		if !bytes.Contains(tail, []byte("\n")) && !bytes.Equal(b, good) {
 			t.Fatalf("a tail without newline was kept: %q", b[len(good):])
+		}
+		// Only the fragment after the last newline may have been cut.
+		if want := len(good) + bytes.LastIndexByte(tail, '\n') + 1; len(b) != want {
+			t.Fatalf("the log is %d bytes after Open, want %d: a complete line was cut", len(b), want)
 		}
 	})
 }

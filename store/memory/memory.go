@@ -10,7 +10,7 @@
 // while that mutex is held, so they must not block nor commit to the same
 // store. The memory store does not implement varplane.Replayer: it keeps no
 // durable log to replay from, so an engine answers replay with
-// store-unsupported.
+// store-unsupported. Leases live in the same process memory.
 package memory
 
 import (
@@ -26,7 +26,8 @@ var _ varplane.Store = (*Store)(nil)
 
 // Store is the in-memory store. The zero value is not usable: call New.
 type Store struct {
-	logstate.Reads // State, Revision, History, Idempotency, Scopes
+	logstate.Reads  // State, Revision, History, Idempotency, Scopes
+	logstate.Leases // AcquireLease, RenewLease, ReleaseLease: in this process
 
 	st *logstate.State
 
@@ -41,6 +42,7 @@ func New() *Store {
 	st := logstate.New()
 	s := &Store{st: st, tx: st.Begin()}
 	s.Init(st)
+	s.InitLeases(&s.Reads, nil)
 	return s
 }
 
@@ -65,6 +67,27 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		ev.Cascade = slices.Clone(stored.Cascade)
 	}
 	return err
+}
+
+// AppendPublish commits created (unless its revision is already stored)
+// and its activation at expected+1 together, all or nothing, and reports
+// whether the revision was created. Errors as Append.
+func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.IsShut() {
+		return false, varplane.ErrClosed
+	}
+	c, _, err := s.tx.AppendPublish(created, activated, expected)
+	if err != nil {
+		s.tx.Discard()
+		return false, err
+	}
+	s.watchers.Notify(s.tx.Commit())
+	return c != nil, nil
 }
 
 func (s *Store) commit(ctx context.Context, ev *varplane.Event, expected varplane.Generation, subtree bool) (*varplane.Event, error) {

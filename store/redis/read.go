@@ -157,7 +157,11 @@ func (s *Store) snapshotFrom(ctx context.Context, scope varplane.Scope, h headFi
 	return snap, nil
 }
 
-// readRevision reads one revision record from Redis.
+// readRevision reads one revision record from Redis. Like every read of the
+// store, it decodes with encoding/json, which bounds neither the size of a
+// value nor its nesting below 10,000 levels: whatever the limits' ceilings
+// let the engine store (MaxDepthCeiling+EnvelopeDepth levels, MaxBodyCeiling
+// bytes) is read back, with its document bytes as they were written.
 func (s *Store) readRevision(ctx context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
 	ctx, cancel := s.cmdCtx(ctx)
 	defer cancel()

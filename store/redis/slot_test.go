@@ -80,6 +80,7 @@ func TestScriptKeysShareOneSlot(t *testing.T) {
 			scripts := map[string][]string{
 				"create":     append(s.commonKeys(ev), s.keys.revision(sc, rev)),
 				"activate":   append(s.commonKeys(ev), s.keys.revision(sc, rev)),
+				"publish":    append(s.commonKeys(ev), s.keys.revision(sc, rev)),
 				"reject":     s.commonKeys(ev),
 				"confirm":    {s.keys.head(sc)},
 				"deactivate": append(s.commonKeys(ev), s.keys.headBase(sc)+string(sc)+".d{}", s.keys.historyBase(sc)+string(sc)+".d.e"),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // errReadOnly is returned by every mutation of a ReadOnly store.
@@ -198,11 +199,11 @@ func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
 		Scope: ev.Scope, Revision: ev.Revision, Document: ev.Document,
 		SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp,
 	}
-	recJSON, err := json.Marshal(&rec)
+	recJSON, err := jsontext.Marshal(&rec)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "revision record cannot be encoded: %v", err)
 	}
-	evJSON, err := json.Marshal(ev)
+	evJSON, err := jsontext.Marshal(ev)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
@@ -233,7 +234,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 			return err
 		}
 	}
-	evJSON, err := json.Marshal(ev)
+	evJSON, err := jsontext.Marshal(ev)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
@@ -299,7 +300,7 @@ func (s *Store) refreshAfterCommit(ctx context.Context, kind varplane.EventKind,
 }
 
 func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
-	evJSON, err := json.Marshal(ev)
+	evJSON, err := jsontext.Marshal(ev)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
@@ -320,9 +321,10 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 // cascadeTail is the part of a descendant's deactivated event after its
 // generations.
 type cascadeTail struct {
-	Actor     string    `json:"actor,omitempty"`
-	Reason    string    `json:"reason"`
-	Timestamp time.Time `json:"timestamp"`
+	Actor      string    `json:"actor,omitempty"`
+	OnBehalfOf string    `json:"onBehalfOf,omitempty"`
+	Reason     string    `json:"reason"`
+	Timestamp  time.Time `json:"timestamp"`
 }
 
 // AppendSubtreeDeactivation deactivates ev.Scope at generation expected+1
@@ -349,12 +351,12 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	defer cancel()
 	base := *ev
 	base.Cascade = nil
-	evJSON, err := json.Marshal(&base)
+	evJSON, err := jsontext.Marshal(&base)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
 	evJSON = bytes.TrimSuffix(evJSON, []byte("}"))
-	tail, err := json.Marshal(cascadeTail{Actor: ev.Actor, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
+	tail, err := jsontext.Marshal(cascadeTail{Actor: ev.Actor, OnBehalfOf: ev.OnBehalfOf, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/client"
+)
+
+func init() {
+	commands = append(commands, commandInfo{"change", "reviewed changes: propose, show, list, approve, reject, withdraw, publish, rebase", func(m *Main) command { return &ChangeCommand{m: m} }})
+}
+
+// ChangeCommand is `varplane change SUBCOMMAND`: the change requests of the
+// control API ({base}/control/changes).
+type ChangeCommand struct {
+	m *Main
+}
+
+// changeView is the part of a change the text output shows.
+type changeView struct {
+	ID         string    `json:"id"`
+	Scope      string    `json:"scope"`
+	Base       uint64    `json:"base"`
+	Revision   string    `json:"revision"`
+	Author     string    `json:"author"`
+	State      string    `json:"state"`
+	Note       string    `json:"note"`
+	ProposedAt time.Time `json:"proposedAt"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	Approvals  []struct {
+		By string `json:"by"`
+	} `json:"approvals"`
+	Checks []struct {
+		Name   string `json:"name"`
+		Passed bool   `json:"passed"`
+		Issues []struct {
+			Code, Path, Message string
+		} `json:"issues"`
+	} `json:"checks"`
+	Published *struct {
+		Generation uint64 `json:"generation"`
+		By         string `json:"by"`
+	} `json:"published"`
+	AfterPublish *struct {
+		Outcome string `json:"outcome"`
+	} `json:"afterPublish"`
+}
+
+const changeUsage = `propose|show|list|approve|reject|withdraw|publish|rebase ...`
+
+// Run dispatches to the subcommand.
+func (c *ChangeCommand) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(c.m.Stderr, "Usage: varplane change %s\n\n%s", changeUsage, changeHelp)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			return flag.ErrHelp
+		}
+		return usagef("varplane change needs a subcommand")
+	}
+	sub, rest := args[0], args[1:]
+	switch sub {
+	case "propose":
+		return c.propose(ctx, rest)
+	case "show":
+		return c.transition(ctx, sub, rest)
+	case "list":
+		return c.list(ctx, rest)
+	case "approve", "reject", "withdraw", "publish":
+		return c.transition(ctx, sub, rest)
+	case "rebase":
+		return c.rebase(ctx, rest)
+	}
+	return usagef("varplane change: unknown subcommand %q (%s)", sub, changeUsage)
+}
+
+const changeHelp = `Subcommands:
+  propose SCOPE [-f FILE] [--base-generation N] [--note TEXT] [--schema-id ID]
+                        propose a document (JSON or YAML; stdin without -f) on base generation N
+                        (default: the scope's current generation)
+  show ID               show a change
+  list [--scope S] [--state open|STATE]
+                        list changes, newest first
+  approve ID [--note]   approve (never your own change)
+  reject ID [--note]    reject
+  withdraw ID [--note]  withdraw your own change
+  publish ID            publish: the head moves only if it is still at the change's base
+  rebase ID [--base-generation N]
+                        move a change onto N (default: the current generation) and check it again
+`
+
+// flags returns a FlagSet for subcommand sub with the client flags.
+func (c *ChangeCommand) flags(sub, synopsis, what string, cf *clientFlags) *flag.FlagSet {
+	fs := c.m.newFlagSet("change "+sub, synopsis, what)
+	cf.register(fs, c.m.Getenv)
+	return fs
+}
+
+// firstArg takes a leading positional argument off args.
+func firstArg(args []string) (string, []string) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return args[0], args[1:]
+	}
+	return "", args
+}
+
+func (c *ChangeCommand) propose(ctx context.Context, args []string) error {
+	var cf clientFlags
+	fs := c.flags("propose", "SCOPE [-f FILE] [--base-generation N] [flags]", "Propose a change of SCOPE's document on a base generation; the server checks it at once.", &cf)
+	file := fs.String("f", "", "file holding the document (JSON or YAML); stdin when absent or -")
+	var base uintFlag
+	fs.Var(&base, "base-generation", "generation the change is proposed on (default: the scope's current one)")
+	note := fs.String("note", "", "why the change is made")
+	schemaID := fs.String("schema-id", "", "schemaId to validate the document against")
+	scope, args := firstArg(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("scope (the first argument)", scope); err != nil {
+		return err
+	}
+	a, err := cf.admin(c.m)
+	if err != nil {
+		return err
+	}
+	doc, err := readDocument(*file, c.m.Stdin)
+	if err != nil {
+		return err
+	}
+	if !base.set {
+		if base.value, err = currentGeneration(ctx, a, scope); err != nil {
+			return err
+		}
+	}
+	req := struct {
+		Scope    string          `json:"scope"`
+		Base     uint64          `json:"base"`
+		Document json.RawMessage `json:"document"`
+		SchemaID string          `json:"schemaId,omitempty"`
+		Note     string          `json:"note,omitempty"`
+	}{scope, base.value, doc, *schemaID, *note}
+	var ch json.RawMessage
+	if err := a.Call(ctx, http.MethodPost, "/control/changes", nil, req, &ch); err != nil {
+		return classify(ctx, err)
+	}
+	return c.show(&cf, ch)
+}
+
+// currentGeneration reads scope's generation from the var API's status.
+func currentGeneration(ctx context.Context, a *client.Admin, scope string) (uint64, error) {
+	st, err := a.Status(ctx, varplane.Scope(scope))
+	if err != nil {
+		return 0, classify(ctx, err)
+	}
+	return uint64(st.Generation), nil
+}
+
+// transition is show (GET) and the transitions that take only a note.
+func (c *ChangeCommand) transition(ctx context.Context, sub string, args []string) error {
+	var cf clientFlags
+	fs := c.flags(sub, "ID [flags]", sub+" a change request.", &cf)
+	note := new(string)
+	if sub != "show" {
+		fs.StringVar(note, "note", "", "a note recorded with the transition")
+	}
+	id, args := firstArg(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("change id (the first argument)", id); err != nil {
+		return err
+	}
+	a, err := cf.admin(c.m)
+	if err != nil {
+		return err
+	}
+	var ch json.RawMessage
+	if sub == "show" {
+		err = a.Call(ctx, http.MethodGet, "/control/changes/"+url.PathEscape(id), nil, nil, &ch)
+	} else {
+		body := struct {
+			Note string `json:"note,omitempty"`
+		}{*note}
+		err = a.Call(ctx, http.MethodPost, "/control/changes/"+url.PathEscape(id)+":"+sub, nil, body, &ch)
+	}
+	if err != nil {
+		return classify(ctx, err)
+	}
+	return c.show(&cf, ch)
+}
+
+func (c *ChangeCommand) rebase(ctx context.Context, args []string) error {
+	var cf clientFlags
+	fs := c.flags("rebase", "ID [--base-generation N] [flags]", "Move a change onto a new base and check it again.", &cf)
+	var base uintFlag
+	fs.Var(&base, "base-generation", "the new base (default: the scope's current generation)")
+	id, args := firstArg(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("change id (the first argument)", id); err != nil {
+		return err
+	}
+	a, err := cf.admin(c.m)
+	if err != nil {
+		return err
+	}
+	path := "/control/changes/" + url.PathEscape(id)
+	if !base.set {
+		var ch changeView
+		if err := a.Call(ctx, http.MethodGet, path, nil, nil, &ch); err != nil {
+			return classify(ctx, err)
+		}
+		if base.value, err = currentGeneration(ctx, a, ch.Scope); err != nil {
+			return err
+		}
+	}
+	var ch json.RawMessage
+	if err := a.Call(ctx, http.MethodPost, path+":rebase", nil, struct {
+		Base uint64 `json:"base"`
+	}{base.value}, &ch); err != nil {
+		return classify(ctx, err)
+	}
+	return c.show(&cf, ch)
+}
+
+func (c *ChangeCommand) list(ctx context.Context, args []string) error {
+	var cf clientFlags
+	fs := c.flags("list", "[--scope S] [--state STATE] [flags]", "List change requests, newest first.", &cf)
+	scope := fs.String("scope", "", "only the changes of this scope")
+	state := fs.String("state", "", "only changes in this state (open: every state that may still move)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	a, err := cf.admin(c.m)
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	if *scope != "" {
+		q.Set("scope", *scope)
+	}
+	if *state != "" {
+		q.Set("state", *state)
+	}
+	var out struct {
+		Changes []changeView `json:"changes"`
+	}
+	if err := a.Call(ctx, http.MethodGet, "/control/changes", q, nil, &out); err != nil {
+		return classify(ctx, err)
+	}
+	return emit(c.m.Stdout, cf.json(), out, func() error {
+		for _, ch := range out.Changes {
+			if _, err := fmt.Fprintf(c.m.Stdout, "%s %s %s base %d by %s %s\n", ch.ID, ch.Scope, ch.State, ch.Base, ch.Author, ch.ProposedAt.Format(time.RFC3339)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// show prints one change: a header line, then its checks, approvals and
+// publication.
+func (c *ChangeCommand) show(cf *clientFlags, body json.RawMessage) error {
+	return emit(c.m.Stdout, cf.json(), body, func() error {
+		var ch changeView
+		if err := json.Unmarshal(body, &ch); err != nil {
+			return fmt.Errorf("decode the change: %w", err)
+		}
+		return printChange(c.m.Stdout, &ch)
+	})
+}
+
+func printChange(w io.Writer, ch *changeView) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "change %s %s %s base %d by %s\n", ch.ID, ch.Scope, ch.State, ch.Base, ch.Author)
+	if ch.Note != "" {
+		fmt.Fprintf(&b, "  note: %s\n", ch.Note)
+	}
+	if ch.Revision != "" {
+		fmt.Fprintf(&b, "  revision: %s\n", ch.Revision)
+	}
+	for _, k := range ch.Checks {
+		verdict := "passed"
+		if !k.Passed {
+			verdict = "failed"
+		}
+		fmt.Fprintf(&b, "  check %s: %s\n", k.Name, verdict)
+		for _, is := range k.Issues {
+			fmt.Fprintf(&b, "    %s at %s: %s\n", is.Code, is.Path, is.Message)
+		}
+	}
+	for _, a := range ch.Approvals {
+		fmt.Fprintf(&b, "  approved by %s\n", a.By)
+	}
+	if p := ch.Published; p != nil {
+		fmt.Fprintf(&b, "  published as generation %d by %s\n", p.Generation, p.By)
+	}
+	if a := ch.AfterPublish; a != nil {
+		fmt.Fprintf(&b, "  after publish: %s\n", a.Outcome)
+	}
+	if ch.State != "published" && !ch.ExpiresAt.IsZero() {
+		fmt.Fprintf(&b, "  expires: %s\n", ch.ExpiresAt.Format(time.RFC3339))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,583 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/varplane/varplane"
+)
+
+// State is where a change request stands.
+type State string
+
+// The states of a change request. Open states may still move; published,
+// rejected, withdrawn and expired are final.
+const (
+	StateProposed   State = "proposed"   // recorded, checks not yet run
+	StateChecked    State = "checked"    // every check passed; awaiting approvals
+	StateFailed     State = "failed"     // a check found issues
+	StateCanary     State = "canary"     // a canary window is open
+	StateApproved   State = "approved"   // approved as the policy asks; may publish
+	StatePublishing State = "publishing" // claimed by a publish; only a publish moves it
+	StateConflicted State = "conflicted" // its base moved; rebase re-checks it
+	StatePublished  State = "published"
+	StateRejected   State = "rejected"
+	StateWithdrawn  State = "withdrawn"
+	StateExpired    State = "expired"
+)
+
+// Open reports whether a change in state s may still move.
+func (s State) Open() bool {
+	switch s {
+	case StatePublished, StateRejected, StateWithdrawn, StateExpired:
+		return false
+	}
+	return true
+}
+
+func validState(s State) bool {
+	switch s {
+	case StateProposed, StateChecked, StateFailed, StateCanary, StateApproved, StatePublishing, StateConflicted,
+		StatePublished, StateRejected, StateWithdrawn, StateExpired:
+		return true
+	}
+	return false
+}
+
+// Change is one change request, as stored and as the API answers it.
+type Change struct {
+	ID    string         `json:"id"`
+	Scope varplane.Scope `json:"scope"`
+	// Base is the generation of Scope the change was proposed (or rebased)
+	// on; publishing activates the candidate at Base+1 or not at all.
+	Base varplane.Generation `json:"base"`
+	// Revision is the candidate, stored as a revision of Scope; empty when
+	// schema validation refused the document (the change then failed).
+	Revision varplane.Revision `json:"revision,omitempty"`
+	// Document is the candidate, read from its revision: the record does
+	// not repeat it, so a record stays within the limits of the document
+	// it proposes. Absent when it failed validation or was reclaimed.
+	Document json.RawMessage `json:"document,omitempty"`
+	SchemaID string          `json:"schemaId,omitempty"`
+	Note     string          `json:"note,omitempty"`
+	// RollbackTo is the generation whose document a rollback change
+	// restores.
+	RollbackTo *varplane.Generation `json:"rollbackTo,omitempty"`
+	Author     string               `json:"author"`
+	State      State                `json:"state"`
+	Checks     []CheckResult        `json:"checks"`
+	Approvals  []Approval           `json:"approvals"`
+	Canary     *Window              `json:"canary,omitempty"`
+	// Published is set once the change is the head.
+	Published *Publication `json:"published,omitempty"`
+	// AfterPublish is what the comparison of the heads its checks read
+	// found right after publishing.
+	AfterPublish *Detection   `json:"afterPublish,omitempty"`
+	ProposedAt   time.Time    `json:"proposedAt"`
+	ExpiresAt    time.Time    `json:"expiresAt"`
+	Transitions  []Transition `json:"transitions"`
+	// Version is the generation of the change's record: the compare-and-set
+	// every transition is guarded by. It is not stored in the record.
+	Version varplane.Generation `json:"version"`
+}
+
+// Approval is one identity's approval.
+type Approval struct {
+	By string    `json:"by"`
+	At time.Time `json:"at"`
+}
+
+// Publication records the publish of a change.
+type Publication struct {
+	Generation varplane.Generation `json:"generation"`
+	By         string              `json:"by"`
+	At         time.Time           `json:"at"`
+}
+
+// Transition is one move of a change, with the identity that made it (the
+// same identity is the actor of the record's event in the store's log).
+type Transition struct {
+	From State     `json:"from,omitempty"`
+	To   State     `json:"to"`
+	By   string    `json:"by"`
+	At   time.Time `json:"at"`
+	Note string    `json:"note,omitempty"`
+}
+
+// Options configure a Service. The zero value is usable.
+type Options struct {
+	// Now is the clock (time.Now when nil); tests give a fake one.
+	Now func() time.Time
+	// ExpireAfter is how long after it was proposed an open change
+	// expires: 7 days when zero.
+	ExpireAfter time.Duration
+	// Checks are the check hooks a Go service registers, run on every
+	// proposal and rebase after schema validation.
+	Checks []Check
+	// DetectTimeout bounds the comparison of read heads after a publish
+	// (detection-timed-out past it): 10 seconds when zero.
+	DetectTimeout time.Duration
+	// Instances reports the instances' statuses and canary reports; nil
+	// when no instance reports (propagation then counts none).
+	Instances Instances
+	// Logger receives failures of background work; slog.Default when nil.
+	Logger *slog.Logger
+}
+
+// DefaultExpireAfter is how long an open change lives by default.
+const DefaultExpireAfter = 7 * 24 * time.Hour
+
+// ExpiryActor is the identity recorded for an expiry.
+const ExpiryActor = "varplane:expiry"
+
+// Service runs the workflow over an engine whose Options.Owners include the
+// Guard's Owners.
+type Service struct {
+	engine *varplane.Engine
+	store  varplane.Store
+	guard  *Guard
+	opts   Options
+}
+
+// New returns a Service over engine and binds guard to the engine's store.
+func New(engine *varplane.Engine, guard *Guard, opts Options) *Service {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.ExpireAfter <= 0 {
+		opts.ExpireAfter = DefaultExpireAfter
+	}
+	if opts.DetectTimeout <= 0 {
+		opts.DetectTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	guard.Bind(engine.Store())
+	return &Service{engine: engine, store: engine.Store(), guard: guard, opts: opts}
+}
+
+func (svc *Service) now() time.Time { return svc.opts.Now().UTC() }
+
+// ProposeRequest proposes a change of Scope's document, on Base.
+type ProposeRequest struct {
+	Scope    varplane.Scope
+	Base     varplane.Generation
+	Document json.RawMessage
+	SchemaID string
+	Note     string
+	// rollbackTo is set by Rollback.
+	rollbackTo *varplane.Generation
+}
+
+// Propose records a change by author, runs its checks and stores its
+// candidate as a revision of the scope. It answers the change: checked, or
+// failed with the issues. A base ahead of the scope is bad-request; a base
+// behind it is accepted and the change is conflicted at once.
+func (svc *Service) Propose(ctx context.Context, by varplane.Identity, req ProposeRequest) (*Change, error) {
+	if _, err := varplane.ParseScope(string(req.Scope)); err != nil {
+		return nil, err
+	}
+	if isRecordScope(req.Scope) {
+		return nil, varplane.Errorf(varplane.CodeScopeOwned, "scope %q belongs to the %s", req.Scope, OwnerName)
+	}
+	st, err := svc.store.State(ctx, req.Scope)
+	if err != nil {
+		return nil, err
+	}
+	if req.Base > st.Generation {
+		return nil, varplane.Errorf(varplane.CodeBadRequest, "base %d is ahead of scope %q (generation %d)", req.Base, req.Scope, st.Generation)
+	}
+	id, err := newID()
+	if err != nil {
+		return nil, err
+	}
+	now := svc.now()
+	c := &Change{
+		ID: id, Scope: req.Scope, Base: req.Base, Document: req.Document, SchemaID: req.SchemaID,
+		Note: req.Note, RollbackTo: req.rollbackTo, Author: by.ID, State: StateProposed,
+		ProposedAt: now, ExpiresAt: now.Add(svc.opts.ExpireAfter),
+		Approvals: []Approval{}, Transitions: []Transition{{To: StateProposed, By: by.ID, At: now, Note: req.Note}},
+	}
+	if err := svc.runChecks(ctx, c); err != nil {
+		return nil, err
+	}
+	to := StateChecked
+	if !c.checksPassed() {
+		to = StateFailed
+	} else if st.Generation != c.Base {
+		to = StateConflicted
+	}
+	c.move(to, by.ID, now, "")
+	return c, svc.save(ctx, c, 0, "propose")
+}
+
+// Get returns change id, expiring it first when its time is up.
+func (svc *Service) Get(ctx context.Context, id string) (*Change, error) {
+	c, err := svc.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c, svc.expireIfDue(ctx, c)
+}
+
+// ListRequest filters List. Zero fields do not filter; State "open"
+// matches every open state.
+type ListRequest struct {
+	Scope varplane.Scope
+	State string
+}
+
+// List returns the changes that match, newest first. Changes whose time is
+// up are expired first (an open list never shows them).
+func (svc *Service) List(ctx context.Context, req ListRequest) ([]*Change, error) {
+	if req.State != "" && req.State != "open" && !validState(State(req.State)) {
+		return nil, varplane.Errorf(varplane.CodeBadRequest, "state %q is not a change state (nor open)", req.State)
+	}
+	out := []*Change{}
+	err := svc.each(ctx, func(c *Change) error {
+		if err := svc.expireIfDue(ctx, c); err != nil {
+			return err
+		}
+		switch {
+		case req.Scope != "" && c.Scope != req.Scope:
+		case req.State == "open" && !c.State.Open():
+		case req.State != "" && req.State != "open" && string(c.State) != req.State:
+		default:
+			out = append(out, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(out, func(a, b *Change) int { return b.ProposedAt.Compare(a.ProposedAt) })
+	return out, nil
+}
+
+// ExpireDue expires every open change whose time is up, as the
+// maintenance pass does; it returns how many it expired.
+func (svc *Service) ExpireDue(ctx context.Context) (int, error) {
+	n := 0
+	err := svc.each(ctx, func(c *Change) error {
+		if !c.State.Open() {
+			return nil
+		}
+		expired, err := svc.expire(ctx, c)
+		if expired {
+			n++
+		}
+		return err
+	})
+	return n, err
+}
+
+// Approve records by's approval. The author never approves their own
+// change; under a policy by must hold one of its roles; an identity
+// approves once. Once the policy's count is reached the change is
+// approved. With no policy one approval approves.
+func (svc *Service) Approve(ctx context.Context, by varplane.Identity, id, note string) (*Change, error) {
+	return svc.transition(ctx, id, "approve", func(c *Change, pol Policy, hasPolicy bool) error {
+		if c.State != StateChecked && c.State != StateCanary {
+			return stateError(c, "approve")
+		}
+		if by.ID == c.Author {
+			return varplane.Errorf(varplane.CodeForbidden, "the author of change %s cannot approve it", c.ID)
+		}
+		if hasPolicy && len(pol.Roles) > 0 && !slices.ContainsFunc(pol.Roles, by.Has) {
+			return varplane.Errorf(varplane.CodeForbidden, "approving changes of %q needs one of the roles %s", c.Scope, strings.Join(pol.Roles, ", "))
+		}
+		if slices.ContainsFunc(c.Approvals, func(a Approval) bool { return a.By == by.ID }) {
+			return varplane.Errorf(varplane.CodeChangeState, "%s already approved change %s", by.ID, c.ID)
+		}
+		now := svc.now()
+		c.Approvals = append(c.Approvals, Approval{By: by.ID, At: now})
+		need := 1
+		if hasPolicy {
+			need = pol.Approvals
+		}
+		if len(c.Approvals) >= need && c.State != StateCanary {
+			c.move(StateApproved, by.ID, now, note)
+		} else {
+			c.Transitions = append(c.Transitions, Transition{From: c.State, To: c.State, By: by.ID, At: now, Note: "approval " + note})
+		}
+		return nil
+	})
+}
+
+// Reject closes an open change as rejected, by anyone but its author (who
+// withdraws instead).
+func (svc *Service) Reject(ctx context.Context, by varplane.Identity, id, note string) (*Change, error) {
+	return svc.transition(ctx, id, "reject", func(c *Change, _ Policy, _ bool) error {
+		if by.ID == c.Author {
+			return varplane.Errorf(varplane.CodeForbidden, "the author of change %s withdraws it rather than rejecting it", c.ID)
+		}
+		c.move(StateRejected, by.ID, svc.now(), note)
+		return svc.closeWindow(ctx, c)
+	})
+}
+
+// Withdraw closes an open change as withdrawn, by its author only.
+func (svc *Service) Withdraw(ctx context.Context, by varplane.Identity, id, note string) (*Change, error) {
+	return svc.transition(ctx, id, "withdraw", func(c *Change, _ Policy, _ bool) error {
+		if by.ID != c.Author {
+			return varplane.Errorf(varplane.CodeForbidden, "only the author of change %s may withdraw it", c.ID)
+		}
+		c.move(StateWithdrawn, by.ID, svc.now(), note)
+		return svc.closeWindow(ctx, c)
+	})
+}
+
+// Rebase moves an open change onto base, which must be the scope's current
+// generation, clears its approvals and runs its checks again.
+func (svc *Service) Rebase(ctx context.Context, by varplane.Identity, id string, base varplane.Generation) (*Change, error) {
+	return svc.transition(ctx, id, "rebase", func(c *Change, _ Policy, _ bool) error {
+		if c.Revision == "" {
+			return varplane.Errorf(varplane.CodeChangeState, "change %s failed schema validation; propose a corrected document", c.ID)
+		}
+		st, err := svc.store.State(ctx, c.Scope)
+		if err != nil {
+			return err
+		}
+		if base != st.Generation {
+			cur := st.Generation
+			return &varplane.Error{Code: varplane.CodeRevisionConflict, Scope: c.Scope, Expected: &base, Current: &cur,
+				Message: fmt.Sprintf("scope %q is at generation %d: rebase on that", c.Scope, cur)}
+		}
+		if err := svc.closeWindow(ctx, c); err != nil {
+			return err
+		}
+		c.Base, c.Approvals, c.Canary = base, []Approval{}, nil
+		if err := svc.runChecks(ctx, c); err != nil {
+			return err
+		}
+		to := StateChecked
+		if !c.checksPassed() {
+			to = StateFailed
+		}
+		c.move(to, by.ID, svc.now(), fmt.Sprintf("rebased on %d", base))
+		return nil
+	})
+}
+
+// Publish activates the change's candidate at base+1, as by. It needs the
+// approvals (and the canary) its policy asks for; with no policy a checked
+// change publishes. When the base moved the change becomes conflicted and
+// the answer is revision-conflict carrying the current generation: the
+// head is untouched.
+//
+// It takes three steps, each a compare-and-set: the change is claimed
+// (publishing), so no reject or withdraw can land while the head moves;
+// the candidate is activated, with an idempotency key of the change and its
+// base; the change is recorded published (or conflicted). A publish cut
+// short after its claim is finished by the next publish of the change: the
+// key makes the activation answer what it did the first time.
+func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string) (*Change, error) {
+	c, err := svc.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if c.State != StatePublishing {
+		if c, err = svc.transition(ctx, id, "publish", func(c *Change, pol Policy, hasPolicy bool) error {
+			switch {
+			case c.State == StateApproved:
+			case c.State == StateChecked && !hasPolicy:
+			case c.State == StateChecked || c.State == StateCanary:
+				return varplane.Errorf(varplane.CodeChangeState, "change %s has %d of %d approvals", c.ID, len(c.Approvals), pol.Approvals)
+			default:
+				return stateError(c, "publish")
+			}
+			if hasPolicy && pol.Canary && !c.Canary.passed() {
+				return &varplane.Error{Code: varplane.CodeStoreUnavailable, Message: fmt.Sprintf("change %s needs a passed canary window", c.ID)}
+			}
+			c.move(StatePublishing, by.ID, svc.now(), "")
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	res, actErr := svc.engine.Activate(ctx, varplane.ActivateRequest{
+		Scope: c.Scope, Revision: c.Revision, ExpectedGeneration: c.Base,
+		Actor: by.ID, Owner: OwnerName, Reason: changeReason(c.ID),
+		IdempotencyKey: fmt.Sprintf("control:%s:%d", c.ID, c.Base),
+	})
+	if actErr != nil && !errors.Is(actErr, varplane.ErrConflict) {
+		return nil, actErr // still publishing: the next publish finishes it
+	}
+	version, now := c.Version, svc.now()
+	if actErr != nil {
+		c.move(StateConflicted, by.ID, now, "base moved")
+	} else {
+		c.Published = &Publication{Generation: res.Generation, By: by.ID, At: now}
+		c.move(StatePublished, by.ID, now, "")
+	}
+	if err := svc.save(ctx, c, version, "publish"); err != nil {
+		return nil, err
+	}
+	if actErr != nil {
+		return c, actErr
+	}
+	svc.detectAfterPublish(ctx, c)
+	return c, nil
+}
+
+// changeReason is the reason of the activation that publishes change id;
+// the head and the revisions name the change from it.
+func changeReason(id string) string { return "change " + id }
+
+// changeOf returns the change id an activation's reason names.
+func changeOf(reason string) string {
+	id, ok := strings.CutPrefix(reason, "change ")
+	if !ok || !validID(id) {
+		return ""
+	}
+	return id
+}
+
+// transition loads change id, refuses it when it is not open (expiring it
+// when due), applies fn and saves the change guarded by its version.
+func (svc *Service) transition(ctx context.Context, id, op string, fn func(c *Change, pol Policy, hasPolicy bool) error) (*Change, error) {
+	c, err := svc.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.expireIfDue(ctx, c); err != nil {
+		return nil, err
+	}
+	if !c.State.Open() || (c.State == StatePublishing && op != "publish") {
+		return nil, stateError(c, op)
+	}
+	pol, has, err := svc.PolicyFor(ctx, c.Scope)
+	if err != nil {
+		return nil, err
+	}
+	version := c.Version
+	if err := fn(c, pol, has); err != nil {
+		return nil, err
+	}
+	return c, svc.save(ctx, c, version, op)
+}
+
+// closeWindow unstages the candidate of c's open canary window, for a
+// change that leaves the window another way (rejected, withdrawn, rebased,
+// expired).
+func (svc *Service) closeWindow(ctx context.Context, c *Change) error {
+	if c.Canary == nil || c.Canary.State != WindowOpen || svc.opts.Instances == nil {
+		return nil
+	}
+	w := *c.Canary
+	w.State, w.Reason = WindowBlocked, "the change left the window"
+	c.Canary = &w
+	return svc.opts.Instances.Unstage(ctx, w, c)
+}
+
+func stateError(c *Change, op string) error {
+	return varplane.Errorf(varplane.CodeChangeState, "change %s is %s: it cannot %s", c.ID, c.State, op)
+}
+
+// move records a transition of c to state to.
+func (c *Change) move(to State, by string, at time.Time, note string) {
+	c.Transitions = append(c.Transitions, Transition{From: c.State, To: to, By: by, At: at, Note: note})
+	c.State = to
+}
+
+// each calls fn with every stored change, in the order of their record
+// scopes. The changes are found from the store's scope list: a store of
+// many changes makes this a scan, which the list of open changes of a
+// later contract addition can replace.
+func (svc *Service) each(ctx context.Context, fn func(*Change) error) error {
+	scopes, err := svc.store.Scopes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sc := range scopes {
+		id, ok := strings.CutPrefix(string(sc), changePrefix)
+		if !ok || !validID(id) {
+			continue
+		}
+		c, err := svc.load(ctx, id)
+		if errors.Is(err, errNoRecord) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// expireIfDue expires c when it is open and its time is up.
+func (svc *Service) expireIfDue(ctx context.Context, c *Change) error {
+	_, err := svc.expire(ctx, c)
+	return err
+}
+
+// expire moves c to expired when it is open and its time is up, and
+// reports whether this call expired it.
+func (svc *Service) expire(ctx context.Context, c *Change) (bool, error) {
+	if !c.State.Open() || c.State == StatePublishing || svc.now().Before(c.ExpiresAt) {
+		return false, nil
+	}
+	version := c.Version
+	c.move(StateExpired, ExpiryActor, svc.now(), "")
+	if err := svc.closeWindow(ctx, c); err != nil {
+		return false, err
+	}
+	err := svc.save(ctx, c, version, "expire")
+	if errors.Is(err, varplane.ErrConflict) {
+		// Another replica moved it first: read what it wrote.
+		fresh, lerr := svc.load(ctx, c.ID)
+		if lerr != nil {
+			return false, lerr
+		}
+		*c = *fresh
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (svc *Service) load(ctx context.Context, id string) (*Change, error) {
+	if !validID(id) {
+		return nil, varplane.Errorf(varplane.CodeNotFound, "no change %q", id)
+	}
+	var c Change
+	version, found, err := readRecord(ctx, svc.store, changeScope(id), &c)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, &varplane.Error{Code: varplane.CodeNotFound, Message: fmt.Sprintf("no change %q", id), Err: errNoRecord}
+	}
+	c.Version = version
+	if c.Revision != "" {
+		rec, err := svc.store.Revision(ctx, c.Scope, c.Revision)
+		switch {
+		case err == nil:
+			c.Document = rec.Document
+		case !errors.Is(err, varplane.ErrNotFound) && !errors.Is(err, varplane.ErrReclaimed):
+			return nil, err
+		}
+	}
+	return &c, nil
+}
+
+// save writes c guarded by version and sets its new version.
+func (svc *Service) save(ctx context.Context, c *Change, version varplane.Generation, op string) error {
+	rec := *c
+	rec.Document, rec.Version = nil, 0
+	v, err := writeRecord(ctx, svc.engine, changeScope(c.ID), version, &rec, c.Transitions[len(c.Transitions)-1].By, op+": "+string(c.State))
+	if err != nil {
+		return err
+	}
+	c.Version = v
+	return nil
+}

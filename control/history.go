@@ -1,0 +1,246 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/varplane/varplane"
+)
+
+// DocumentHead is the head of a document as the control API answers it:
+// the head, who published it, and the change it came from with its
+// approvers.
+type DocumentHead struct {
+	Scope       varplane.Scope      `json:"scope"`
+	Generation  varplane.Generation `json:"generation"`
+	Revision    varplane.Revision   `json:"revision"`
+	SchemaID    string              `json:"schemaId,omitempty"`
+	EffectiveAt time.Time           `json:"effectiveAt"`
+	Document    json.RawMessage     `json:"document"`
+	PublishedBy string              `json:"publishedBy"`
+	Reason      string              `json:"reason,omitempty"`
+	Change      string              `json:"change,omitempty"`
+	ApprovedBy  []string            `json:"approvedBy"`
+}
+
+// Head returns scope's head; no-head when it serves nothing.
+func (svc *Service) Head(ctx context.Context, scope varplane.Scope) (*DocumentHead, error) {
+	if _, err := varplane.ParseScope(string(scope)); err != nil {
+		return nil, err
+	}
+	h, err := svc.engine.Head(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	out := &DocumentHead{
+		Scope: scope, Generation: h.Generation, Revision: h.Revision, SchemaID: h.SchemaID,
+		EffectiveAt: h.EffectiveAt, Document: h.Document, PublishedBy: h.Actor, Reason: h.Reason,
+		Change: changeOf(h.Reason), ApprovedBy: []string{},
+	}
+	if out.Change != "" {
+		c, err := svc.load(ctx, out.Change)
+		if err != nil && !errors.Is(err, errNoRecord) {
+			return nil, err
+		}
+		if c != nil {
+			for _, a := range c.Approvals {
+				out.ApprovedBy = append(out.ApprovedBy, a.By)
+			}
+		}
+	}
+	return out, nil
+}
+
+// RevisionEntry is one generation of a document: an activation (with its
+// revision) or a deactivation.
+type RevisionEntry struct {
+	Generation varplane.Generation `json:"generation"`
+	Kind       varplane.EventKind  `json:"kind"`
+	Revision   varplane.Revision   `json:"revision,omitempty"`
+	By         string              `json:"by,omitempty"`
+	OnBehalfOf string              `json:"onBehalfOf,omitempty"`
+	Reason     string              `json:"reason,omitempty"`
+	Change     string              `json:"change,omitempty"`
+	At         time.Time           `json:"at"`
+	// Document is set on a single revision's answer.
+	Document json.RawMessage `json:"document,omitempty"`
+	SchemaID string          `json:"schemaId,omitempty"`
+}
+
+// Page limits of Revisions.
+const (
+	DefaultPage = 20
+	MaxPage     = 200
+)
+
+// RevisionsPage is a page of revisions, newest first; Next is the before
+// of the next page (0: none).
+type RevisionsPage struct {
+	Revisions []RevisionEntry     `json:"revisions"`
+	Next      varplane.Generation `json:"next,omitempty"`
+}
+
+// Revisions returns up to limit generations of scope below before (every
+// one when before is 0), newest first. limit 0 is DefaultPage; a limit over
+// MaxPage is MaxPage.
+func (svc *Service) Revisions(ctx context.Context, scope varplane.Scope, before varplane.Generation, limit int) (*RevisionsPage, error) {
+	switch {
+	case limit == 0:
+		limit = DefaultPage
+	case limit > MaxPage:
+		limit = MaxPage
+	case limit < 0:
+		return nil, varplane.Errorf(varplane.CodeBadRequest, "limit must be positive")
+	}
+	events, err := svc.engine.History(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	page := &RevisionsPage{Revisions: []RevisionEntry{}}
+	for i := len(events) - 1; i >= 0; i-- {
+		ev := &events[i]
+		if ev.Generation == 0 || (before != 0 && ev.Generation >= before) {
+			continue
+		}
+		if len(page.Revisions) == limit {
+			page.Next = page.Revisions[limit-1].Generation
+			break
+		}
+		page.Revisions = append(page.Revisions, entryOf(ev))
+	}
+	return page, nil
+}
+
+func entryOf(ev *varplane.Event) RevisionEntry {
+	return RevisionEntry{
+		Generation: ev.Generation, Kind: ev.Kind, Revision: ev.Revision, By: ev.Actor,
+		OnBehalfOf: ev.OnBehalfOf, Reason: ev.Reason, Change: changeOf(ev.Reason), At: ev.Timestamp,
+	}
+}
+
+// Revision returns generation n of scope with its document: not-found when
+// scope never reached n, revision-reclaimed (410) when n's document is no
+// longer kept.
+func (svc *Service) Revision(ctx context.Context, scope varplane.Scope, n varplane.Generation) (*RevisionEntry, error) {
+	events, err := svc.engine.History(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	for i := range events {
+		ev := &events[i]
+		if ev.Generation != n || n == 0 {
+			continue
+		}
+		e := entryOf(ev)
+		if ev.Kind != varplane.EventActivated {
+			return &e, nil
+		}
+		rec, err := svc.store.Revision(ctx, scope, ev.Revision)
+		switch {
+		case errors.Is(err, varplane.ErrReclaimed), errors.Is(err, varplane.ErrNotFound):
+			// The log names the revision, so it was stored: its body is
+			// what is gone.
+			return nil, &varplane.Error{Code: varplane.CodeRevisionReclaimed, Scope: scope,
+				Message: fmt.Sprintf("the document of generation %d of %q was reclaimed", n, scope)}
+		case err != nil:
+			return nil, err
+		}
+		e.Document, e.SchemaID = rec.Document, rec.SchemaID
+		return &e, nil
+	}
+	return nil, varplane.Errorf(varplane.CodeNotFound, "scope %q has no generation %d", scope, n)
+}
+
+// documentAt returns scope's document at generation n: null for a
+// deactivation (nothing served).
+func (svc *Service) documentAt(ctx context.Context, scope varplane.Scope, n varplane.Generation) (json.RawMessage, error) {
+	e, err := svc.Revision(ctx, scope, n)
+	if err != nil {
+		return nil, err
+	}
+	if e.Document == nil {
+		return json.RawMessage("null"), nil
+	}
+	return e.Document, nil
+}
+
+// Diff returns the RFC 6902 JSON Patch that turns scope's document at from
+// into the one at to (to 0: the current generation).
+func (svc *Service) Diff(ctx context.Context, scope varplane.Scope, from, to varplane.Generation) ([]PatchOp, error) {
+	if to == 0 {
+		st, err := svc.store.State(ctx, scope)
+		if err != nil {
+			return nil, err
+		}
+		to = st.Generation
+	}
+	a, err := svc.documentAt(ctx, scope, from)
+	if err != nil {
+		return nil, err
+	}
+	b, err := svc.documentAt(ctx, scope, to)
+	if err != nil {
+		return nil, err
+	}
+	return Diff(a, b)
+}
+
+// Propagation is how far a generation has reached: of the instances whose
+// status is fresh (Live), how many have installed it or a later one.
+type Propagation struct {
+	Generation varplane.Generation `json:"generation"`
+	Installed  int                 `json:"installed"`
+	Live       int                 `json:"live"`
+}
+
+// Propagation counts the instances with a fresh status and those of them
+// that run generation n of scope or later. Without Options.Instances both
+// counts are 0.
+func (svc *Service) Propagation(ctx context.Context, scope varplane.Scope, n varplane.Generation) (*Propagation, error) {
+	if _, err := svc.Revision(ctx, scope, n); err != nil && varplane.ErrorCode(err) != varplane.CodeRevisionReclaimed {
+		return nil, err
+	}
+	p := &Propagation{Generation: n}
+	if svc.opts.Instances == nil {
+		return p, nil
+	}
+	statuses, err := svc.opts.Instances.Statuses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := svc.now()
+	for _, s := range statuses {
+		if now.Sub(s.At) > StatusFresh {
+			continue
+		}
+		p.Live++
+		if s.Installed[scope] >= n {
+			p.Installed++
+		}
+	}
+	return p, nil
+}
+
+// Rollback proposes a change whose content is generation n's document, on
+// the scope's current generation; it goes through the same review as any
+// change.
+func (svc *Service) Rollback(ctx context.Context, by varplane.Identity, scope varplane.Scope, n varplane.Generation, note string) (*Change, error) {
+	e, err := svc.Revision(ctx, scope, n)
+	if err != nil {
+		return nil, err
+	}
+	if e.Kind != varplane.EventActivated {
+		return nil, varplane.Errorf(varplane.CodeBadRequest, "generation %d of %q is a deactivation: nothing to roll back to", n, scope)
+	}
+	st, err := svc.store.State(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	if note == "" {
+		note = fmt.Sprintf("rollback to generation %d", n)
+	}
+	return svc.Propose(ctx, by, ProposeRequest{Scope: scope, Base: st.Generation, Document: e.Document, SchemaID: e.SchemaID, Note: note, rollbackTo: &n})
+}

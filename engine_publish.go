@@ -1,0 +1,110 @@
+package varplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// PublishRequest asks to store a document as a revision of a scope (or find
+// it stored) and make it the head, in one commit.
+type PublishRequest struct {
+	Scope              Scope
+	Document           json.RawMessage
+	SchemaID           string
+	SchemaVersion      string
+	ExpectedGeneration Generation
+	Actor              string
+	OnBehalfOf         string
+	Owner              string
+	Reason             string
+	IdempotencyKey     string
+}
+
+// PublishResult answers Publish: the activation, as Activate answers it,
+// and whether the publish created the revision (false: it was stored
+// already, and only activated).
+type PublishResult struct {
+	ActivationResult
+	Created bool `json:"created"`
+}
+
+// Publish validates req.Document as CreateRevision does and, in one atomic
+// store operation (Store.AppendPublish: one fsync, script or transaction),
+// stores it unless the content-addressed revision exists and activates it at
+// req.ExpectedGeneration+1. Its refusals are those of CreateRevision and
+// Activate: revision-invalid with the issues (a rejected event is recorded
+// and nothing else), revision-conflict carrying the current generation (and
+// no revision is left behind), idempotency-key-reused. Without an
+// idempotency key, a scope already past req.ExpectedGeneration is a conflict
+// before the document is even validated. A repeated request
+// with the same idempotency key answers the first result, Created included.
+func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult, error) {
+	if err := e.writable(req.Scope, req.Owner); err != nil {
+		return PublishResult{}, err
+	}
+	if req.IdempotencyKey == "" {
+		// A publish that has already lost its race is refused before its
+		// document is validated: losers of a contended scope retry often.
+		// Generations only grow, so a snapshot past the expected one (even
+		// a shared store's, which may lag) proves the conflict; one at or
+		// behind it proves nothing, and the store decides. A request with
+		// a key goes the whole way, so that a retry of a publish that won
+		// answers its first result.
+		if st, err := e.store.State(ctx, req.Scope); err == nil && st.Generation > req.ExpectedGeneration {
+			return PublishResult{}, ConflictError(req.Scope, req.ExpectedGeneration, st.Generation)
+		}
+	}
+	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	hash := requestHash("publish", req.Scope, string(rev), req.SchemaID, req.SchemaVersion, fmt.Sprint(req.ExpectedGeneration))
+	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
+		return publishResult(rec), err
+	}
+	act := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, author{req.Actor, req.OnBehalfOf}, req.Reason, req.IdempotencyKey, hash)
+	act.Revision = rev
+	created := &Event{
+		Kind:          EventRevisionCreated,
+		Scope:         req.Scope,
+		Revision:      rev,
+		Document:      doc,
+		SchemaID:      req.SchemaID,
+		SchemaVersion: req.SchemaVersion,
+		Actor:         req.Actor,
+		OnBehalfOf:    req.OnBehalfOf,
+		Reason:        req.Reason,
+		Timestamp:     act.Timestamp,
+	}
+	isNew, err := e.store.AppendPublish(ctx, created, act, req.ExpectedGeneration)
+	switch {
+	case errors.Is(err, ErrDuplicateIdempotencyKey):
+		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
+		return publishResult(rec), err
+	case err != nil:
+		return PublishResult{}, err
+	}
+	return PublishResult{
+		ActivationResult: ActivationResult{Scope: act.Scope, Generation: act.Generation, Revision: rev, EffectiveAt: act.Timestamp},
+		Created:          isNew,
+	}, nil
+}
+
+// publishResult rebuilds the answer of a recorded publish. The store keeps
+// the key with the publish's first event: its revision-created event (at
+// the generation before the activation) when it created the revision, its
+// activation otherwise.
+func publishResult(rec *IdempotencyRecord) PublishResult {
+	if rec == nil {
+		return PublishResult{}
+	}
+	if ev := rec.Event; ev.Kind == EventRevisionCreated {
+		return PublishResult{
+			ActivationResult: ActivationResult{Scope: ev.Scope, Generation: rec.Generation + 1, Revision: ev.Revision, EffectiveAt: ev.Timestamp},
+			Created:          true,
+		}
+	}
+	return PublishResult{ActivationResult: activationResult(rec)}
+}

@@ -1,0 +1,66 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
+)
+
+// publishBody is the body of POST {base}/admin/publish.
+type publishBody struct {
+	Scope              *string         `json:"scope"`
+	Document           json.RawMessage `json:"document"`
+	ExpectedGeneration json.RawMessage `json:"expectedGeneration"`
+	SchemaID           *string         `json:"schemaId"`
+	SchemaVersion      *string         `json:"schemaVersion"`
+	Actor              *string         `json:"actor"`
+	Reason             *string         `json:"reason"`
+	IdempotencyKey     *string         `json:"idempotencyKey"`
+}
+
+// DecodePublish decodes and checks a POST {base}/admin/publish body: scope,
+// document and expectedGeneration are required. Errors as
+// DecodeCreateRevision.
+func DecodePublish(body []byte, lim varplane.Limits) (varplane.PublishRequest, error) {
+	var b publishBody
+	if err := wire.DecodeStrict(body, &b, lim); err != nil {
+		return varplane.PublishRequest{}, err
+	}
+	scope, err := wire.RequiredScope("scope", b.Scope)
+	if err != nil {
+		return varplane.PublishRequest{}, err
+	}
+	if err := requireDocument(b.Document); err != nil {
+		return varplane.PublishRequest{}, err
+	}
+	gen, err := wire.RequiredGeneration("expectedGeneration", b.ExpectedGeneration)
+	if err != nil {
+		return varplane.PublishRequest{}, err
+	}
+	return varplane.PublishRequest{
+		Scope: scope, Document: b.Document, ExpectedGeneration: gen,
+		SchemaID: wire.Optional(b.SchemaID), SchemaVersion: wire.Optional(b.SchemaVersion),
+		OnBehalfOf: wire.Optional(b.Actor), Reason: wire.Optional(b.Reason), IdempotencyKey: wire.Optional(b.IdempotencyKey),
+	}, nil
+}
+
+// handlePublish serves POST {base}/admin/publish, a create (or find) and an
+// activation in one commit: 200 {scope, generation, revision, effectiveAt,
+// created}; 422 revision-invalid with issues; 409 revision-conflict.
+func (h *Handler) handlePublish(w http.ResponseWriter, r *http.Request) {
+	req, ok := mutation(h, w, r, DecodePublish, func(q *varplane.PublishRequest) (varplane.Scope, *string) { return q.Scope, &q.Actor })
+	if !ok {
+		return
+	}
+	start := time.Now()
+	res, err := h.engine.Publish(r.Context(), req)
+	h.metrics.timeCommit("publish", start)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}

@@ -1,0 +1,172 @@
+package httpapi
+
+import (
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
+)
+
+// Bounds of a page of GET {base}/admin/scopes.
+const (
+	DefaultScopesLimit = 100
+	MaxScopesLimit     = 1000
+)
+
+// ScopeSummary is one item of GET {base}/admin/scopes: where a scope stands
+// and its last activation or deactivation (absent for a scope never
+// activated).
+type ScopeSummary struct {
+	Scope      varplane.Scope      `json:"scope"`
+	Active     bool                `json:"active"`
+	Generation varplane.Generation `json:"generation"`
+	Revision   varplane.Revision   `json:"revision,omitempty"`
+	LastChange *ScopeChange        `json:"lastChange,omitempty"`
+}
+
+// ScopeChange is the last activation (rollbacks included) or deactivation
+// of a scope: its kind, generation, time and the actor recorded for it.
+type ScopeChange struct {
+	Kind       varplane.EventKind  `json:"kind"`
+	Generation varplane.Generation `json:"generation"`
+	Timestamp  time.Time           `json:"timestamp"`
+	Actor      string              `json:"actor,omitempty"`
+}
+
+// ScopesResponse is the body of GET {base}/admin/scopes: one page of
+// scopes in scope order. Next, when set, is the after= of the next page.
+type ScopesResponse struct {
+	Items []ScopeSummary `json:"items"`
+	Next  varplane.Scope `json:"next,omitempty"`
+}
+
+// handleScopes serves GET {base}/admin/scopes?prefix=&after=&limit=: the
+// scopes that have appeared in the log, sorted, at most limit (default
+// DefaultScopesLimit, at most MaxScopesLimit) a page, each strictly after
+// after=, and with prefix= the prefix itself and the scopes below it (as a
+// watch prefix).
+//
+// Authorization filters per scope: each scope is listed only when the
+// request may audit it (kind audit, as its status), so a token narrowed to
+// some prefixes lists exactly the scopes it could inspect one by one, and
+// no route tells it of the others. The request is first authenticated (kind
+// identify, no scope): a missing token is refused 401 and an unknown one 403,
+// never answered an empty page; an authorizer that fails fails the request
+// closed.
+func (h *Handler) handleScopes(w http.ResponseWriter, r *http.Request) {
+	res, err := h.listScopes(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (h *Handler) listScopes(r *http.Request) (*ScopesResponse, error) {
+	params, err := wire.SingleParams(r.URL.RawQuery, "prefix", "after", "limit")
+	if err != nil {
+		return nil, err
+	}
+	var prefix, after varplane.Scope
+	if raw := params["prefix"]; raw != "" {
+		if prefix, err = wire.ScopeField("prefix", raw); err != nil {
+			return nil, err
+		}
+	}
+	if raw := params["after"]; raw != "" {
+		if after, err = wire.ScopeField("after", raw); err != nil {
+			return nil, err
+		}
+	}
+	limit := DefaultScopesLimit
+	if raw, ok := params["limit"]; ok {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > MaxScopesLimit {
+			return nil, wire.BadRequest("limit must be an integer from 1 to %d", MaxScopesLimit)
+		}
+		limit = n
+	}
+	// Authenticate first (kind identify), so that a missing or unknown token
+	// is refused rather than answered an empty page.
+	if _, err := h.authorize(r, varplane.KindIdentify, "", false); err != nil {
+		return nil, err
+	}
+	ctx := r.Context()
+	st := h.engine.Store()
+	all, err := st.Scopes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Scopes is sorted; start past after without a scan.
+	i := 0
+	if after != "" {
+		i = sort.Search(len(all), func(i int) bool { return all[i] > after })
+	} else if prefix != "" {
+		i = sort.Search(len(all), func(i int) bool { return all[i] >= prefix })
+	}
+	res := &ScopesResponse{Items: []ScopeSummary{}}
+	for ; i < len(all); i++ {
+		sc := all[i]
+		if prefix != "" && sc != prefix && !sc.IsDescendantOf(prefix) {
+			if sc > prefix && !hasPrefixText(sc, prefix) {
+				break // sorted: no later scope lies under prefix
+			}
+			continue
+		}
+		if _, err := h.authorize(r, KindAudit, sc, false); err != nil {
+			if varplane.ErrorCode(err) == varplane.CodeForbidden {
+				continue
+			}
+			return nil, err
+		}
+		if len(res.Items) == limit {
+			res.Next = res.Items[len(res.Items)-1].Scope
+			break
+		}
+		item, err := h.summarize(r, st, sc)
+		if err != nil {
+			return nil, err
+		}
+		res.Items = append(res.Items, item)
+	}
+	return res, nil
+}
+
+// hasPrefixText reports whether s starts with p as text: scopes under p sort
+// among those, so the first scope past p that does not is past them all.
+func hasPrefixText(s, p varplane.Scope) bool {
+	return len(s) >= len(p) && s[:len(p)] == p
+}
+
+// summarize reads one scope's item: its state, and its last change from
+// the head or, for a scope without one, from its history.
+func (h *Handler) summarize(r *http.Request, st varplane.Store, sc varplane.Scope) (ScopeSummary, error) {
+	ctx := r.Context()
+	s, err := st.State(ctx, sc)
+	if err != nil {
+		return ScopeSummary{}, err
+	}
+	item := ScopeSummary{Scope: sc, Generation: s.Generation}
+	if hd := s.Head; hd != nil {
+		item.Active, item.Revision = true, hd.Revision
+		item.LastChange = &ScopeChange{Kind: varplane.EventActivated, Generation: hd.Generation, Timestamp: hd.EffectiveAt, Actor: hd.Actor}
+		return item, nil
+	}
+	if s.Generation == 0 {
+		return item, nil
+	}
+	events, err := st.History(ctx, sc)
+	if err != nil {
+		return ScopeSummary{}, err
+	}
+	for j := len(events) - 1; j >= 0; j-- {
+		if ev := events[j]; ev.Kind == varplane.EventDeactivated || ev.Kind == varplane.EventActivated {
+			item.LastChange = &ScopeChange{Kind: ev.Kind, Generation: ev.Generation, Timestamp: ev.Timestamp.UTC(), Actor: ev.Actor}
+			break
+		}
+	}
+	return item, nil
+}

@@ -1,0 +1,152 @@
+package httpapi_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/httpapi"
+)
+
+func scopeNames(items []httpapi.ScopeSummary) string {
+	names := make([]string, len(items))
+	for i, it := range items {
+		names[i] = string(it.Scope)
+	}
+	return strings.Join(names, " ")
+}
+
+// TestScopesRoute lists, pages, filters by prefix and by authorization, and
+// refuses bad parameters.
+func TestScopesRoute(t *testing.T) {
+	auth, err := httpapi.Scoped([]httpapi.Grant{
+		{Token: "all"},
+		{Token: "agentic", Kinds: []httpapi.Kind{httpapi.KindAudit}, Prefixes: []string{"agentic."}},
+		{Token: "reader", Kinds: []httpapi.Kind{httpapi.KindRead}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPlane(t, httpapi.Options{Authorizer: auth})
+	all := []string{"Authorization", "Bearer all"}
+	for _, sc := range []string{"agentic.lanes.vinci", "agentic", "agentic-x.y", "agentic.b", "billing.z", "zeta"} {
+		rec := p.do("POST", "/vars/admin/revisions", `{"scope":"`+sc+`","document":{"`+sc+`.v":1}}`, append(all, "Content-Type", "application/json")...)
+		if rec.Code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", sc, rec.Code, rec.Body)
+		}
+		var res varplane.CreateRevisionResult
+		mustJSON(t, rec.Body.Bytes(), &res)
+		if sc == "agentic-x.y" {
+			continue // stays never activated
+		}
+		rec = p.do("POST", "/vars/admin/activate", jsonf(`{"scope":%q,"revision":%q,"expectedGeneration":0}`, sc, res.Revision), append(all, "Content-Type", "application/json")...)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("activate %s: %d %s", sc, rec.Code, rec.Body)
+		}
+	}
+	rec := p.do("POST", "/vars/admin/deactivate", `{"scope":"zeta","expectedGeneration":1}`, append(all, "Content-Type", "application/json")...)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("deactivate: %d %s", rec.Code, rec.Body)
+	}
+
+	list := func(t *testing.T, token, query string) httpapi.ScopesResponse {
+		t.Helper()
+		rec := p.do("GET", "/vars/admin/scopes"+query, "", "Authorization", "Bearer "+token)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("GET scopes%s as %s: %d %s", query, token, rec.Code, rec.Body)
+		}
+		var res httpapi.ScopesResponse
+		mustJSON(t, rec.Body.Bytes(), &res)
+		return res
+	}
+	tests := []struct {
+		name, token, query string
+		want, next         string
+	}{
+		{"everything", "all", "", "agentic agentic-x.y agentic.b agentic.lanes.vinci billing.z zeta", ""},
+		{"prefix is a subtree", "all", "?prefix=agentic", "agentic agentic.b agentic.lanes.vinci", ""},
+		{"prefix of a key", "all", "?prefix=agentic.lanes", "agentic.lanes.vinci", ""},
+		{"empty prefix is everything", "all", "?prefix=&limit=2", "agentic agentic-x.y", "agentic-x.y"},
+		{"page two", "all", "?after=agentic-x.y&limit=2", "agentic.b agentic.lanes.vinci", "agentic.lanes.vinci"},
+		{"last page", "all", "?after=agentic.lanes.vinci&limit=2", "billing.z zeta", ""},
+		{"exact page has no next", "all", "?prefix=agentic&limit=3", "agentic agentic.b agentic.lanes.vinci", ""},
+		{"after within a prefix", "all", "?prefix=agentic&after=agentic.b", "agentic.lanes.vinci", ""},
+		{"narrow token sees its scopes only", "agentic", "", "agentic.b agentic.lanes.vinci", ""},
+		{"narrow token pages over its scopes", "agentic", "?limit=1", "agentic.b", "agentic.b"},
+		{"read-only token sees nothing", "reader", "", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := list(t, tt.token, tt.query)
+			if got := scopeNames(res.Items); got != tt.want || string(res.Next) != tt.next {
+				t.Fatalf("scopes = %q next %q, want %q next %q", got, res.Next, tt.want, tt.next)
+			}
+		})
+	}
+	t.Run("items carry state and last change", func(t *testing.T) {
+		byScope := map[varplane.Scope]httpapi.ScopeSummary{}
+		for _, it := range list(t, "all", "").Items {
+			byScope[it.Scope] = it
+		}
+		v := byScope["agentic.lanes.vinci"]
+		if !v.Active || v.Generation != 1 || !strings.HasPrefix(string(v.Revision), "sha256:") ||
+			v.LastChange == nil || v.LastChange.Kind != varplane.EventActivated || v.LastChange.Actor != "token-1" || v.LastChange.Timestamp.IsZero() {
+			t.Errorf("active item = %+v (%+v)", v, v.LastChange)
+		}
+		z := byScope["zeta"]
+		if z.Active || z.Generation != 2 || z.Revision != "" || z.LastChange == nil || z.LastChange.Kind != varplane.EventDeactivated || z.LastChange.Generation != 2 {
+			t.Errorf("deactivated item = %+v (%+v)", z, z.LastChange)
+		}
+		if n := byScope["agentic-x.y"]; n.Active || n.Generation != 0 || n.LastChange != nil {
+			t.Errorf("never activated item = %+v", n)
+		}
+	})
+	t.Run("refusals", func(t *testing.T) {
+		wantError(t, p.do("GET", "/vars/admin/scopes", ""), 401, varplane.CodeUnauthorized)
+		wantError(t, p.do("GET", "/vars/admin/scopes", "", "Authorization", "Bearer nobody"), 403, varplane.CodeForbidden)
+		for _, q := range []string{"?limit=0", "?limit=1001", "?limit=x", "?prefix=a..b", "?after=a%20b", "?limit=1&limit=2"} {
+			wantError(t, p.do("GET", "/vars/admin/scopes"+q, "", all...), 400, varplane.CodeBadRequest)
+		}
+	})
+}
+
+// TestWatchEverything: all=1 reaches the watch handler as the Everything
+// target, authorized as read on the empty scope's subtree: a "*" or
+// unnarrowed grant may, a grant narrowed to prefixes may not.
+func TestWatchEverything(t *testing.T) {
+	auth, err := httpapi.Scoped([]httpapi.Grant{
+		{Token: "star", Kinds: []httpapi.Kind{httpapi.KindRead}, Prefixes: []string{"*"}},
+		{Token: "bare"},
+		{Token: "agentic", Kinds: []httpapi.Kind{httpapi.KindRead}, Prefixes: []string{"agentic.", "agentic"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []httpapi.Target
+	watch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = httpapi.WatchTargets(r.Context())
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, ": hello\n\n")
+	})
+	p := newPlane(t, httpapi.Options{Watch: watch, Authorizer: auth})
+	for _, token := range []string{"star", "bare"} {
+		got = nil
+		if rec := p.do("GET", "/vars/watch?all=1", "", "Authorization", "Bearer "+token); rec.Code != 200 {
+			t.Fatalf("%s: status %d %s", token, rec.Code, rec.Body)
+		}
+		if len(got) != 1 || !got[0].IsEverything() {
+			t.Fatalf("%s: targets = %+v", token, got)
+		}
+	}
+	got = nil
+	wantError(t, p.do("GET", "/vars/watch?all=1", "", "Authorization", "Bearer agentic"), 403, varplane.CodeForbidden)
+	if got != nil {
+		t.Fatal("a refused watch reached the handler")
+	}
+	if rec := p.do("GET", "/vars/watch?prefix=agentic", "", "Authorization", "Bearer agentic"); rec.Code != 200 {
+		t.Fatalf("narrow prefix watch: %d", rec.Code)
+	}
+	wantError(t, p.do("GET", "/vars/watch?prefix=", "", "Authorization", "Bearer star"), 400, varplane.CodeBadRequest)
+}
