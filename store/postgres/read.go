@@ -238,13 +238,22 @@ func (s *Store) State(ctx context.Context, scope varplane.Scope) (*varplane.Scop
 func (s *Store) readRevision(ctx context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
 	cctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
-	var b []byte
-	err := s.pool.QueryRow(cctx, "SELECT record FROM revisions WHERE scope = $1 AND revision = $2", string(scope), string(rev)).Scan(&b)
+	var (
+		b         []byte
+		reclaimed bool
+	)
+	err := s.pool.QueryRow(cctx, "SELECT record, reclaimed_at IS NOT NULL FROM revisions WHERE scope = $1 AND revision = $2",
+		string(scope), string(rev)).Scan(&b, &reclaimed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, varplane.Errorf(varplane.CodeNotFound, "revision %s of scope %q is not stored", rev, scope)
 	}
 	if err != nil {
 		return nil, s.readFailure("revision", scope, err)
+	}
+	if reclaimed {
+		// The row stays, so a reclaimed revision is told apart from one
+		// that never existed; its record is not served, whatever it holds.
+		return nil, varplane.Errorf(varplane.CodeRevisionReclaimed, "the body of revision %s of scope %q was reclaimed by retention", rev, scope)
 	}
 	var rec varplane.RevisionRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
@@ -258,7 +267,8 @@ func (s *Store) readRevision(ctx context.Context, scope varplane.Scope, rev varp
 
 // Revision returns revision rev of scope: from memory when it is the
 // installed head's, from the database otherwise. It returns an error
-// matching varplane.ErrNotFound when the record is not stored.
+// matching varplane.ErrNotFound when the record is not stored, and one
+// matching varplane.ErrReclaimed when its row is marked reclaimed_at.
 func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/logstate"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // errReadOnly is returned by every mutation of a ReadOnly store.
@@ -119,11 +120,11 @@ func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
 		Scope: ev.Scope, Revision: ev.Revision, Document: ev.Document,
 		SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp,
 	}
-	recJSON, err := json.Marshal(&rec)
+	recJSON, err := jsontext.Marshal(&rec)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "revision record cannot be encoded: %v", err)
 	}
-	evJSON, err := json.Marshal(ev)
+	evJSON, err := jsontext.Marshal(ev)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
@@ -146,7 +147,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 			rec = r
 		}
 	}
-	evJSON, err := json.Marshal(ev)
+	evJSON, err := jsontext.Marshal(ev)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
@@ -222,7 +223,7 @@ func (s *Store) refreshAfterCommit(ctx context.Context, kind varplane.EventKind,
 }
 
 func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
-	evJSON, err := json.Marshal(ev)
+	evJSON, err := jsontext.Marshal(ev)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
@@ -250,9 +251,10 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 // cascadeTail is the part of a descendant's deactivated event after its
 // generations.
 type cascadeTail struct {
-	Actor     string    `json:"actor,omitempty"`
-	Reason    string    `json:"reason"`
-	Timestamp time.Time `json:"timestamp"`
+	Actor      string    `json:"actor,omitempty"`
+	OnBehalfOf string    `json:"onBehalfOf,omitempty"`
+	Reason     string    `json:"reason"`
+	Timestamp  time.Time `json:"timestamp"`
 }
 
 // descendantReply is one element of varplane_deactivate's descendants.
@@ -290,12 +292,12 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	}
 	ctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
-	evJSON, err := json.Marshal(&base)
+	evJSON, err := jsontext.Marshal(&base)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
 	evJSON = bytes.TrimSuffix(evJSON, []byte("}"))
-	tail, err := json.Marshal(cascadeTail{Actor: ev.Actor, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
+	tail, err := jsontext.Marshal(cascadeTail{Actor: ev.Actor, OnBehalfOf: ev.OnBehalfOf, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
