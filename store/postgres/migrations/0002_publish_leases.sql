@@ -90,3 +90,39 @@ BEGIN
 	cur_generation := p_generation;
 END
 $$;
+
+-- varplane_create as in version 1, but adding the scope's heads row before
+-- the revision: a first publish of a scope inserts that row (and holds it)
+-- before it inserts the revision, so a create that inserted the revision
+-- first and then waited for the row would deadlock with it. In this order
+-- the create waits for the publish's row and then finds its revision
+-- (EXISTS); a row already committed is not locked by DO NOTHING, so the
+-- create never waits for a publish that holds it.
+CREATE OR REPLACE FUNCTION varplane_create(p_scope text, p_revision text, p_record json, p_event json, p_key text, p_hash text,
+	OUT status text)
+LANGUAGE plpgsql AS $$
+DECLARE
+	s bigint;
+	g bigint;
+BEGIN
+	IF p_key IS NOT NULL AND EXISTS (SELECT 1 FROM idempotency WHERE key = p_key) THEN
+		status := 'DUP';
+		RETURN;
+	END IF;
+	-- Written only when the scope is new, and then kept only if the
+	-- revision is new too (an EXISTS refusal finds the row the revision's
+	-- own creation committed).
+	INSERT INTO heads (scope) VALUES (p_scope) ON CONFLICT DO NOTHING;
+	INSERT INTO revisions (scope, revision, record) VALUES (p_scope, p_revision, p_record) ON CONFLICT DO NOTHING;
+	IF NOT FOUND THEN
+		status := 'EXISTS';
+		RETURN;
+	END IF;
+	INSERT INTO events (scope, kind, body) VALUES (p_scope, 'revision-created', p_event) RETURNING seq INTO s;
+	IF p_key IS NOT NULL THEN
+		SELECT h.generation INTO g FROM heads h WHERE h.scope = p_scope;
+		INSERT INTO idempotency (key, request_hash, scope, generation, event_seq) VALUES (p_key, p_hash, p_scope, g, s);
+	END IF;
+	status := 'OK';
+END
+$$;
