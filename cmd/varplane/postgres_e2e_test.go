@@ -81,10 +81,30 @@ func TestPostgresReplicas(t *testing.T) {
 	if st, g, body := readGen(t, b.Base, key); st != 200 || g != 2 {
 		t.Fatalf("B reads %d %s, want generation 2", st, body)
 	}
+	// The atomic publish, through B; A's stream sees its one activation.
+	expect(t, call(t, "POST", b.Base+"/admin/publish", map[string]any{"scope": key, "document": map[string]any{"n": 3}, "expectedGeneration": 2}), 200, "")
+	eventsA := openSSE(t, ctx, a.Base+"/watch?key="+q(key))
+	waitHead(t, wctx, eventsA, 3)
+	expect(t, call(t, "POST", a.Base+"/admin/publish", map[string]any{"scope": key, "document": map[string]any{"n": 4}, "expectedGeneration": 2}), 409, "revision-conflict")
+	// serve's store figures: the store's counters on /metrics and its
+	// details on /readyz.
+	text := string(call(t, "GET", a.URL+"/metrics", nil).body)
+	if v, ok := metricValue(text, "varplane_postgres_commits_total"); !ok || v < 4 {
+		t.Errorf("A's varplane_postgres_commits_total = %v (present %v), want at least 4", v, ok)
+	}
+	if _, ok := metricValue(text, `varplane_postgres_lagging_scopes{threshold="warn"}`); !ok {
+		t.Error("A's /metrics has no varplane_postgres_lagging_scopes")
+	}
+	if pg, _ := expect(t, call(t, "GET", a.URL+"/readyz", nil), 200, "")["postgres"].(map[string]any); pg["readOnly"] != false || pg["installedScopes"] != float64(1) {
+		t.Errorf("A's /readyz postgres details = %v", pg)
+	}
 
 	c := startServer(t, "--store", u+"&read_only=true")
-	if st, g, body := readGen(t, c.Base, key); st != 200 || g != 2 {
-		t.Fatalf("read-only replica reads %d %s, want generation 2", st, body)
+	if st, g, body := readGen(t, c.Base, key); st != 200 || g != 3 {
+		t.Fatalf("read-only replica reads %d %s, want generation 3", st, body)
+	}
+	if pg, _ := expect(t, call(t, "GET", c.URL+"/readyz", nil), 200, "")["postgres"].(map[string]any); pg["readOnly"] != true {
+		t.Errorf("the read-only replica's /readyz postgres details = %v", pg)
 	}
 	m := expect(t, call(t, "POST", c.Base+"/admin/revisions", map[string]any{"scope": key, "document": map[string]any{"n": -1}}), 400, "store-unsupported")
 	if msg := str(t, m, "error"); !strings.Contains(msg, "read-only") {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 	"github.com/varplane/varplane/store/storetest"
 )
 
@@ -175,5 +176,74 @@ func TestCorruptRowFailsClosed(t *testing.T) {
 	var n int
 	if err := raw.QueryRow(context.Background(), "SELECT count(*) FROM heads WHERE scope = 'bad.k'").Scan(&n); err != nil || n != 1 {
 		t.Errorf("the corrupt row was not left in place: %d, %v", n, err)
+	}
+}
+
+// TestUpgradeFromVersion1: a schema written by a version-1 binary (here,
+// its migration and commit functions called by hand) is brought to this
+// binary's version on open, keeps its head, history and idempotency
+// records, and takes publishes and leases afterwards.
+func TestUpgradeFromVersion1(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, schema, _, err := parseURL(u, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	raw := rawConn(t, u)
+	for _, q := range []string{
+		"CREATE SCHEMA " + schema,
+		"CREATE TABLE schema_version (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+		ms[0].sql,
+		"INSERT INTO schema_version (version, name) VALUES (1, '" + ms[0].name + "')",
+	} {
+		if _, err := raw.Exec(ctx, q); err != nil {
+			t.Fatalf("version-1 schema: %v", err)
+		}
+	}
+	const scope = varplane.Scope("up.k")
+	c := storetest.CreatedEvent(scope, storetest.Doc(1))
+	c.IdempotencyKey, c.RequestHash = "up-k1", "h1"
+	rec := varplane.RevisionRecord{Scope: scope, Revision: c.Revision, Document: c.Document, SchemaID: c.SchemaID, Actor: c.Actor, CreatedAt: c.Timestamp}
+	a := storetest.ActivatedEvent(scope, c.Revision, 0)
+	recJ, _ := jsontext.Marshal(&rec)
+	cJ, _ := jsontext.Marshal(c)
+	aJ, _ := jsontext.Marshal(a)
+	var st string
+	if err := raw.QueryRow(ctx, "SELECT status FROM varplane_create($1, $2, $3, $4, $5, $6)", string(scope), string(c.Revision), recJ, cJ, "up-k1", "h1").Scan(&st); err != nil || st != "OK" {
+		t.Fatalf("version-1 create: %q, %v", st, err)
+	}
+	if err := raw.QueryRow(ctx, "SELECT status FROM varplane_activate($1, 0, 1, $2, $3, NULL, '', false)", string(scope), string(c.Revision), aJ).Scan(&st); err != nil || st != "OK" {
+		t.Fatalf("version-1 activate: %q, %v", st, err)
+	}
+
+	s := openStore(t, u, Options{})
+	var n, max int
+	if err := raw.QueryRow(ctx, "SELECT count(*), max(version) FROM schema_version").Scan(&n, &max); err != nil || n != SchemaVersion() || max != SchemaVersion() {
+		t.Fatalf("schema_version after the upgrade: %d rows up to %d (%v), want %d", n, max, err, SchemaVersion())
+	}
+	if got := state(t, s, scope); got.Generation != 1 || got.Head == nil || got.Head.Revision != c.Revision {
+		t.Fatalf("state after the upgrade = %+v", got)
+	}
+	if r, err := s.Idempotency(ctx, "up-k1"); err != nil || r.Event.Kind != varplane.EventRevisionCreated {
+		t.Fatalf("idempotency record after the upgrade = %+v, %v", r, err)
+	}
+	if r, err := s.Revision(ctx, scope, c.Revision); err != nil || r.Revision != c.Revision {
+		t.Fatalf("revision after the upgrade = %+v, %v", r, err)
+	}
+	p := storetest.CreatedEvent(scope, storetest.Doc(2))
+	if created, err := s.AppendPublish(ctx, p, storetest.ActivatedEvent(scope, p.Revision, 1), 1); err != nil || !created {
+		t.Fatalf("publish after the upgrade: created %v, %v", created, err)
+	}
+	if err := s.AcquireLease(ctx, "up", "h", time.Minute); err != nil {
+		t.Fatalf("lease after the upgrade: %v", err)
+	}
+	h, err := s.History(ctx, scope)
+	if err != nil || kinds(h) != "revision-created,activated,revision-created,activated" {
+		t.Fatalf("history after the upgrade = %s, %v", kinds(h), err)
 	}
 }

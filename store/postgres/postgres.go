@@ -349,6 +349,13 @@ func (s *Store) Name() string { return "postgres" }
 // Schema returns the schema the store's tables live in.
 func (s *Store) Schema() string { return s.schema }
 
+// ReadOnly reports whether the store is a data-plane replica that refuses
+// every mutation (Options.ReadOnly or read_only=true).
+func (s *Store) ReadOnly() bool { return s.opts.ReadOnly }
+
+// RevalidateInterval is the period of the store's revalidation passes.
+func (s *Store) RevalidateInterval() time.Duration { return s.opts.RevalidateInterval }
+
 // Close stops the store's goroutines and closes its connections. Later
 // calls of any method return varplane.ErrClosed.
 func (s *Store) Close() error {
