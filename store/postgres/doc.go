@@ -9,7 +9,10 @@
 // UPDATE) and its generation compared with the expected one, the event is
 // appended, the head updated and the idempotency key inserted (its primary
 // key refuses a reuse). A subtree deactivation chooses and locks its active
-// descendants in the same transaction.
+// descendants in the same transaction; a publish (AppendPublish) stores a
+// revision and activates it in one, locking the head row before it looks
+// for the revision. Leases are one conditional statement each on the
+// leases table, timed by the database's clock.
 //
 // Right after a commit the store sends its invalidation with pg_notify, in
 // a transaction of its own that commits asynchronously: a NOTIFY inside the
