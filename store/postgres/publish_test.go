@@ -240,3 +240,50 @@ func TestReadOnlyRefusesPublishAndLeases(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishKeyRace: two replicas publish with one idempotency key on two
+// scopes at once (so no head-row lock orders them): the primary key of
+// idempotency refuses the second, which is a duplicate and leaves nothing
+// in its scope.
+func TestPublishKeyRace(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	stores := []*Store{openStore(t, u, Options{}), openStore(t, u, Options{})}
+	for round := range 10 {
+		key := fmt.Sprintf("pub-keyrace-%d", round)
+		scopes := []varplane.Scope{varplane.Scope(fmt.Sprintf("pub.kr%d.a", round)), varplane.Scope(fmt.Sprintf("pub.kr%d.b", round))}
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, errs[i] = publishOn(stores[i], scopes[i], storetest.Doc(round), key, 0)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && won < 0:
+				won = i
+			case err == nil:
+				t.Fatalf("round %d: both publishes with one key were accepted", round)
+			case !errors.Is(err, varplane.ErrDuplicateIdempotencyKey):
+				t.Fatalf("round %d: publish %d: %v, want a duplicate idempotency key", round, i, err)
+			}
+		}
+		if won < 0 {
+			t.Fatalf("round %d: both refused", round)
+		}
+		lost := scopes[1-won]
+		if h, err := stores[0].History(context.Background(), lost); err != nil || len(h) != 0 {
+			t.Errorf("round %d: the refused publish's scope has history %s (%v)", round, kinds(h), err)
+		}
+		if rec, err := stores[1].Idempotency(context.Background(), key); err != nil || rec.Event.Scope != scopes[won] {
+			t.Errorf("round %d: Idempotency = %+v, %v; want the winner's", round, rec, err)
+		}
+	}
+}
