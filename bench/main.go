@@ -58,11 +58,14 @@ type config struct {
 	tmp       string
 	etcdBin   string
 	redisAddr string
-	install   bool
-	keep      bool
+	// postgresURL is the server the postgres scenario creates its
+	// database on.
+	postgresURL string
+	install     bool
+	keep        bool
 }
 
-var allScenarios = []string{"read", "commit", "contended", "push", "restart", "redis", "sdk", "instance"}
+var allScenarios = []string{"read", "commit", "contended", "push", "restart", "redis", "postgres", "sdk", "instance"}
 
 func main() {
 	os.Exit(run())
@@ -84,6 +87,7 @@ func run() int {
 		noInst   = flag.Bool("no-install", false, "do not apt-get install etcd-server when etcd is missing")
 		keep     = flag.Bool("keep", false, "keep the temporary directory (logs, data dirs)")
 		redis    = flag.String("redis", envOr("VARPLANE_REDIS_URL", "redis://127.0.0.1:6379"), "Redis URL for the redis scenario")
+		postgres = flag.String("postgres", envOr("VARPLANE_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL for the postgres scenario (it creates a database of its own there, and drops it)")
 		rounds   = flag.Int("rounds", 0, "rounds per scenario (default 3, or 3 with -quick)")
 		etcdRC   = flag.Int("etcd-read-clients", 1, "clientv3 clients (gRPC connections) the 64 etcd readers share (1 read fastest in trials of 1, 8, 64)")
 		profile  = flag.Bool("profile", false, "after the scenarios, profile the varplane hot paths (CPU and allocations) on the library embedded with net/http/pprof, and add the top functions to the report")
@@ -95,7 +99,7 @@ func run() int {
 		return renderOnly(*render, *md, *repo)
 	}
 
-	cfg := &config{quick: *quick, repo: *repo, install: !*noInst, keep: *keep, redisAddr: *redis, docSize: 1024, etcdReadClients: *etcdRC}
+	cfg := &config{quick: *quick, repo: *repo, install: !*noInst, keep: *keep, redisAddr: *redis, postgresURL: *postgres, docSize: 1024, etcdReadClients: *etcdRC}
 	if *quick {
 		cfg.rounds, cfg.warm, cfg.readDur, cfg.commitDur = 3, 150*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 		cfg.pushSubs, cfg.pushConns, cfg.pushCommits, cfg.pushSpacing = 1000, 10, 30, 20*time.Millisecond
@@ -178,6 +182,7 @@ func run() int {
 		{"push", scenarioPush},
 		{"restart", scenarioRestart},
 		{"redis", scenarioRedis},
+		{"postgres", scenarioPostgres},
 		{"sdk", scenarioSDK},
 		{"instance", scenarioInstance},
 	} {
@@ -233,6 +238,7 @@ func targets(cfg *config) []*Target {
 		{Name: "publish ≥ 0.8× raw fdatasync (1 writer)", Group: "commit.1", Side: "varplane-publish", Peer: "raw-fdatasync", Metric: "throughput", Op: ">=", Want: 0.8},
 		{Name: "publish ≥ 2× etcd CAS (1 writer)", Group: "commit.1", Side: "varplane-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		{Name: "publish ≥ 2× etcd CAS (64 writers)", Group: "commit.64", Side: "varplane-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
+		{Name: "PostgreSQL durable commits ≥ 1× etcd CAS (64 writers)", Group: "postgres.commit.64", Side: "varplane-postgres", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
 		{Name: "contended successes ≥ 2× etcd's", Group: "contended", Side: "varplane", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		{Name: "contended publish successes ≥ 2× etcd's", Group: "contended", Side: "varplane-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		{Name: "Redis store publish ≥ etcd CAS (64 writers; acknowledged per appendfsync)", Group: "redis.commit.64", Side: "varplane-redis-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},

@@ -896,7 +896,7 @@ func TestCLI(t *testing.T) {
 			{"status", "--scope", "a.b", "--server", "ftp://x"},
 			{"rollback", "--scope", "a.b", "--expected-generation", "1", "--to-revision", rev, "--to-generation", "1"},
 			{"create", "--scope", "a.b", "-f", filepath.Join(t.TempDir(), "missing.json")},
-			{"serve", "--store", "postgres://localhost/db"},
+			{"serve", "--store", "postgres://localhost/db?bogus=1"},
 			{"serve", "--store", "bogus:x"},
 			{"serve", "--log-format", "xml"},
 		}
@@ -907,9 +907,9 @@ func TestCLI(t *testing.T) {
 		if !strings.Contains(r.stderr, "leading zero") {
 			t.Fatalf("YAML with an ambiguous integer: %q", r.stderr)
 		}
-		r = run(t, 2, "", "serve", "--store", "postgres://localhost/db")
-		if !strings.Contains(r.stderr, "PostgreSQL") {
-			t.Fatalf("postgres store: %q", r.stderr)
+		r = run(t, 2, "", "serve", "--store", "postgres://localhost/db?bogus=1")
+		if !strings.Contains(r.stderr, "unknown URL parameter(s) bogus") {
+			t.Fatalf("postgres store with an unknown parameter: %q", r.stderr)
 		}
 	})
 	t.Run("help exits 0", func(t *testing.T) {

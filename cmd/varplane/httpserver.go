@@ -47,6 +47,7 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 	if rw != nil {
 		rw.mount(rt.Mux, api)
 	}
+	mountPostgres(rt.Mux, api, rt.Store)
 	// Extensions registered their routes on rt.Mux; the var API takes every
 	// other path. The mux's precedence (the most specific pattern wins)
 	// keeps the two apart without an ordering rule.

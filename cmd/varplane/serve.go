@@ -122,11 +122,12 @@ last activation. It stops cleanly on SIGINT or SIGTERM.
 Stores (--store):
   file:PATH          append-only JSONL log, fsync before acknowledging (default)
   memory:            ephemeral: empty on every start; no replay
-  redis://HOST:PORT  Redis as the shared store of record (rediss:// for TLS)`)
+  redis://HOST:PORT  Redis as the shared store of record (rediss:// for TLS)
+  postgres://HOST/DB PostgreSQL as the shared store of record (settings as URL parameters)`)
 	var cfg serveConfig
 	fs.StringVar(&cfg.addr, "addr", envOr(c.m.Getenv, "VARPLANE_ADDR", defaultAddr), "address to listen on; port 0 picks a free port (env VARPLANE_ADDR)")
 	fs.StringVar(&cfg.base, "base", envOr(c.m.Getenv, "VARPLANE_BASE", defaultBase), "path to mount the var API under (env VARPLANE_BASE)")
-	fs.StringVar(&cfg.store, "store", envOr(c.m.Getenv, "VARPLANE_STORE", defaultStore), "store URL: file:PATH, memory: or redis://… (env VARPLANE_STORE)")
+	fs.StringVar(&cfg.store, "store", envOr(c.m.Getenv, "VARPLANE_STORE", defaultStore), "store URL: file:PATH, memory:, redis://… or postgres://… (env VARPLANE_STORE)")
 	fs.StringVar(&cfg.documents, "documents", "", "directory of JSON Schemas (.json/.yaml); a file's path without extension is its schemaId")
 	fs.StringVar(&cfg.tokens, "tokens", envOr(c.m.Getenv, "VARPLANE_TOKENS_FILE", ""), "file of accepted bearer tokens, one a line, # comments (env VARPLANE_TOKENS_FILE); without it every request is allowed")
 	fs.Int64Var(&cfg.maxBodyBytes, "max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted; larger ones are 413")

@@ -20,7 +20,8 @@ const defaultStore = "file:./.varplane/var-log.jsonl"
 //	file:PATH            append-only JSONL log (file.Open creates it and its directory)
 //	memory:              ephemeral, empty on every start
 //	redis://… rediss://  Redis as the shared store of record
-//	postgres://…         not available yet
+//	postgres://… postgresql://…  PostgreSQL as the shared store of record
+//	                     (its settings are URL parameters; docs/postgres.md)
 //
 // rf carries the --redis-* flags; other stores ignore them.
 func openStore(ctx context.Context, spec string, rf redisFlags, log *slog.Logger) (varplane.Store, error) {
@@ -48,7 +49,7 @@ func openStore(ctx context.Context, spec string, rf redisFlags, log *slog.Logger
 		}
 		return replicaOf(ctx, s, rf, log)
 	case "postgres", "postgresql":
-		return nil, usagef("--store %s://…: the PostgreSQL store is not built yet; use file:PATH, memory: or redis://…", scheme)
+		return openPostgres(ctx, spec, log)
 	}
-	return nil, usagef("--store %q: want file:PATH, memory: or redis://HOST:PORT", redactURL(spec))
+	return nil, usagef("--store %q: want file:PATH, memory:, redis://HOST:PORT or postgres://HOST/DATABASE", redactURL(spec))
 }

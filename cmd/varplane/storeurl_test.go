@@ -56,7 +56,7 @@ func TestServeRefusesStoreConfig(t *testing.T) {
 		{"fragment", nil, []string{"--store", rd + "#prefix=a"}, []string{`"redis://…": a '#' fragment is not read`}},
 		{"value the store refuses", nil, []string{"--store", rd + "?db=x"}, []string{"invalid database number"}},
 		{"typo through the environment", map[string]string{"VARPLANE_STORE": rd + "?prefx=zz"}, nil, []string{`"prefx"`}},
-		{"unknown scheme with a password", nil, []string{"--store", "redis+tls://varplane:" + secretPW + "@h:1"}, []string{"want file:PATH, memory: or redis://", "varplane:xxxxx@h:1"}},
+		{"unknown scheme with a password", nil, []string{"--store", "redis+tls://varplane:" + secretPW + "@h:1"}, []string{"want file:PATH, memory:, redis://HOST:PORT or postgres://", "varplane:xxxxx@h:1"}},
 
 		// Flags of one store given with another.
 		{"redis flag with memory:", nil, []string{"--store", "memory:", "--redis-read-only"}, []string{"--redis-read-only: for a redis store only, and --store is memory:"}},

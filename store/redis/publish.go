@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // publishScript is a publish in one step: it compares the head's generation
@@ -80,7 +81,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	noKey.IdempotencyKey, noKey.RequestHash = "", ""
 	var js [4][]byte
 	for i, v := range []any{rec, &withKey, &noKey, activated} {
-		b, err := json.Marshal(v)
+		b, err := jsontext.Marshal(v) // documents kept byte for byte
 		if err != nil {
 			return false, varplane.Errorf(varplane.CodeBadRequest, "publish cannot be encoded: %v", err)
 		}

@@ -32,6 +32,7 @@ func testPublish(t *testing.T, h Harness) {
 		{"Restart", testPublishRestart},
 		{"CrashBetweenEvents", testPublishCrash},
 		{"Closed", testPublishClosed},
+		{"BytesKept", testPublishBytesKept},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}
@@ -404,5 +405,34 @@ func PublishLoad(b *testing.B, s varplane.Store, parallelism int) {
 	b.StopTimer()
 	if elapsed > 0 {
 		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "commits/s")
+	}
+}
+
+// testPublishBytesKept: a published document is kept byte for byte, the
+// characters an HTML-escaping encoder would rewrite included, in the
+// revision, the head and the history, also after a restart.
+func testPublishBytesKept(t *testing.T, h Harness) {
+	s := open(t, h)
+	const scope = varplane.Scope("pub.bytes")
+	doc := []byte(`{"html":"<a href=\"x\">&amp;</a>","sep":"\u2028","raw":" "}`)
+	rev, _ := publish(t, s, scope, doc, 0)
+	check := func(s varplane.Store, when string) {
+		t.Helper()
+		rec, err := s.Revision(context.Background(), scope, rev)
+		if err != nil || string(rec.Document) != string(doc) {
+			t.Fatalf("%s: revision document %s, %v; want %s", when, rec.Document, err, doc)
+		}
+		if st := mustState(t, s, scope); string(st.Head.Document) != string(doc) {
+			t.Fatalf("%s: head document %s, want %s", when, st.Head.Document, doc)
+		}
+		for _, ev := range mustHistory(t, s, scope) {
+			if ev.Kind == varplane.EventRevisionCreated && string(ev.Document) != string(doc) {
+				t.Fatalf("%s: history document %s, want %s", when, ev.Document, doc)
+			}
+		}
+	}
+	check(s, "after publish")
+	if h.Reopen != nil {
+		check(h.Reopen(t, s), "after reopen")
 	}
 }

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// pgSubs is the number of SSE subscribers of the PostgreSQL replica group.
+const pgSubs = 100
+
+// scenarioPostgres measures the PostgreSQL store of record: durable commits
+// at 1 and 64 writers beside the file store and etcd in the same run, and a
+// commit on replica A → delivery to subscribers of replica B (LISTEN/NOTIFY
+// and B's read of the head). It creates a database of its own on the
+// server at -postgres (with synchronous_commit on), and drops it at the end.
+func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
+	var groups []*Group
+	for _, writers := range []int{1, 64} {
+		g := newGroup(fmt.Sprintf("postgres.commit.%d", writers), "postgres",
+			fmt.Sprintf("durable commit on the PostgreSQL store, %d concurrent writer(s) on distinct scopes, 1 KiB documents", writers),
+			"commits/s", "etcd-cas", "varplane-file")
+		groups = append(groups, g)
+	}
+	gRep := newGroup("postgres.replica", "postgres",
+		fmt.Sprintf("commit on replica A → delivery on replica B (%d SSE subscribers on B, %d commits spaced %v)", pgSubs, cfg.pushCommits, cfg.pushSpacing),
+		"deliveries/s", "A→A")
+	rep.Groups = append(rep.Groups, append(groups, gRep)...)
+	skipAll := func(why string) {
+		for _, g := range groups {
+			g.skip("varplane-postgres", why)
+		}
+		gRep.skip("A→B", why)
+	}
+
+	dbName := fmt.Sprintf("varplane_bench_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	admin, storeURL, syncCommit, err := createBenchDB(ctx, cfg.postgresURL, dbName)
+	if err != nil {
+		skipAll(fmt.Sprintf("PostgreSQL at -postgres unusable: %v", err))
+		return
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := admin.Exec(dctx, "DROP DATABASE "+dbName+" WITH (FORCE)")
+		logf("postgres: dropped database %s: %v", dbName, err)
+		_ = admin.Close(dctx)
+		rep.Notes = append(rep.Notes, fmt.Sprintf("postgres: used the database %s (synchronous_commit %s) and dropped it afterwards", dbName, syncCommit))
+	}()
+	note := fmt.Sprintf("varplane serve --store postgres://…/%s (the machine's PostgreSQL on loopback, synchronous_commit %s: a commit is acknowledged after its WAL is flushed); two servers (replicas A and B) share it", dbName, syncCommit)
+	for _, g := range groups {
+		g.Notes = append(g.Notes, note,
+			"one commit = POST admin/revisions + POST admin/activate with expectedGeneration (two transactions: varplane_create and varplane_activate); one keep-alive connection per writer; pool_max_conns 32 (default)",
+			"varplane-file: the file store (fsync before the answer) and etcd-cas (Txn on ModRevision, fdatasync) in the same run")
+	}
+
+	if _, err := e.varplaneBin(); err != nil {
+		skipAll(err.Error())
+		return
+	}
+	a, err := e.startVarplane(ctx, "postgres-a", storeURL)
+	if err != nil {
+		skipAll(err.Error())
+		return
+	}
+	defer a.stop()
+	b, err := e.startVarplane(ctx, "postgres-b", storeURL)
+	if err != nil {
+		skipAll(err.Error())
+		return
+	}
+	defer b.stop()
+
+	fs, fsErr := e.startVarplane(ctx, "postgres-file-peer", "file:"+filepath.Join(cfg.tmp, "postgres-peer.jsonl"))
+	if fsErr == nil {
+		defer fs.stop()
+	}
+	et, etErr := startEtcd(ctx, cfg, "postgres-peer")
+	var ecli []*clientv3.Client
+	if etErr == nil {
+		defer et.stop()
+		ecli, etErr = et.clients(64)
+		if etErr == nil {
+			defer closeClients(ecli)
+		}
+	}
+	for i, writers := range []int{1, 64} {
+		g := groups[i]
+		sides := []side{vpCommitSide(cfg, "varplane-postgres", a, writers, fmt.Sprintf("bench.pg%d", writers))}
+		if fsErr != nil {
+			g.skip("varplane-file", fsErr.Error())
+		} else {
+			sides = append(sides, vpCommitSide(cfg, "varplane-file", fs, writers, fmt.Sprintf("bench.pgf%d", writers)))
+		}
+		if etErr != nil {
+			g.skip("etcd-cas", etErr.Error())
+		} else {
+			sides = append(sides, etcdCommitSide(cfg, "etcd-cas", et, ecli, writers, fmt.Sprintf("/bench/pg%d", writers)))
+		}
+		runRounds(ctx, cfg, g, cfg.rounds, sides)
+	}
+
+	// replica A → B
+	pu, err := newVPPusher(ctx, cfg, a, "bench.pg.push")
+	if err != nil {
+		gRep.skip("A→B", err.Error())
+		gRep.skip("A→A", err.Error())
+		return
+	}
+	defer pu.a.close()
+	gRep.Notes = append(gRep.Notes, "A→A: the same commits delivered to subscribers on replica A itself (the peer); A→B adds the notification (pg_notify on commit, LISTEN on B) and B's read of the head")
+	repSide := func(name string, sub *vpServer) side {
+		return side{name: name, run: func(ctx context.Context) (Stats, error) {
+			sctx, cancel := context.WithCancel(ctx)
+			set := newSubscriberSet(pgSubs)
+			seqBase.Store(int64(pu.gen))
+			startSSE(sctx, sub.base+"/watch?key=bench.pg.push", set)
+			return pu.run(ctx, set, cancel)
+		}}
+	}
+	runRounds(ctx, cfg, gRep, cfg.rounds, []side{repSide("A→B", b), repSide("A→A", a)})
+}
+
+// createBenchDB creates database name on the server at adminURL with
+// synchronous_commit on, and returns the admin connection (to drop it),
+// the --store URL of the new database and the setting as the server
+// reports it.
+func createBenchDB(ctx context.Context, adminURL, name string) (*pgx.Conn, string, string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(cctx, adminURL)
+	if err != nil {
+		return nil, "", "", err
+	}
+	for _, sql := range []string{"CREATE DATABASE " + name, "ALTER DATABASE " + name + " SET synchronous_commit = on"} {
+		if _, err := admin.Exec(cctx, sql); err != nil {
+			_ = admin.Close(cctx)
+			return nil, "", "", err
+		}
+	}
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		_ = admin.Close(cctx)
+		return nil, "", "", err
+	}
+	u.Path = "/" + name
+	storeURL := u.String()
+	var sc string
+	probe, err := pgx.Connect(cctx, storeURL)
+	if err == nil {
+		err = probe.QueryRow(cctx, "SHOW synchronous_commit").Scan(&sc)
+		_ = probe.Close(cctx)
+	}
+	if err != nil {
+		_, _ = admin.Exec(cctx, "DROP DATABASE "+name)
+		_ = admin.Close(cctx)
+		return nil, "", "", err
+	}
+	return admin, storeURL, sc, nil
+}

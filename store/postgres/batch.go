@@ -1,0 +1,199 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Commit batching. Every commit must wait for its WAL flush; on a small
+// machine the fixed cost of a transaction (its begin, commit and flush
+// wait, the backend's context switches) dominates, so concurrent commits
+// are grouped: a caller that finds commits waiting takes the lead, runs up
+// to maxBatch of them (its own among them) in one transaction, and answers
+// all of them once it commits; at most leaders batches run at once. Each
+// call keeps its own semantics inside the batch, because the commit
+// functions answer a refusal (conflict, duplicate, ...) without writing
+// anything and later calls see the writes of earlier ones (two activations
+// of one scope in a batch are compared in order). A call that fails with an
+// error the server raised (a racing idempotency key, a deadlock) aborts the
+// batch: nothing of it was committed, and every call of it is run again on
+// its own. A lone caller runs its own statement straight away, on its own
+// goroutine, so one writer pays no batching latency.
+
+const (
+	// leaders is the number of batches that may run at once; each holds
+	// one pool connection while it runs.
+	leaders = 4
+	// maxBatch bounds the calls of one transaction.
+	maxBatch = 64
+)
+
+// commitCall is one commit function call waiting to be run.
+type commitCall struct {
+	ctx   context.Context
+	scope string // a batch runs its calls in scope order (stable)
+	sql   string
+	args  []any
+	dst   []any
+	done  chan error
+}
+
+// call runs one commit function statement and scans its row, in a batch
+// with whatever else is waiting.
+func (s *Store) call(ctx context.Context, scope string, sql string, args []any, dst ...any) error {
+	c := &commitCall{ctx: ctx, scope: scope, sql: sql, args: args, dst: dst, done: make(chan error, 1)}
+	select {
+	case s.calls <- c:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for {
+		select {
+		case err := <-c.done:
+			return err
+		case s.lead <- struct{}{}:
+			ran := s.runQueued()
+			<-s.lead
+			if !ran {
+				// The queue was empty: another leader took this call
+				// and answers it.
+				return <-c.done
+			}
+		}
+	}
+}
+
+// runQueued runs the calls waiting (up to maxBatch) and answers them. It
+// reports false when there were none.
+func (s *Store) runQueued() bool {
+	batch := make([]*commitCall, 0, 8)
+fill:
+	for len(batch) < maxBatch {
+		select {
+		case c := <-s.calls:
+			batch = append(batch, c)
+		default:
+			break fill
+		}
+	}
+	if len(batch) == 0 {
+		return false
+	}
+	live := batch[:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.done <- err
+			continue
+		}
+		live = append(live, c)
+	}
+	switch len(live) {
+	case 0:
+	case 1:
+		live[0].done <- s.single(live[0])
+	default:
+		s.runBatch(live)
+	}
+	return true
+}
+
+// single runs one call in a transaction of its own, retrying a
+// transaction the server rolled back on a serialization failure or a
+// deadlock.
+func (s *Store) single(c *commitCall) error {
+	var err error
+	for range 3 {
+		err = s.pool.QueryRow(c.ctx, c.sql, c.args...).Scan(c.dst...)
+		if !retryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// runBatch runs calls in one transaction and answers each.
+func (s *Store) runBatch(calls []*commitCall) {
+	slices.SortStableFunc(calls, func(a, b *commitCall) int { return strings.Compare(a.scope, b.scope) })
+	// The batch is bounded by the earliest deadline of its calls, but not
+	// cancelled with any one of them: a caller that goes away must not
+	// fail the commits of the others.
+	deadline := time.Now().Add(s.opts.CommandTimeout)
+	for _, c := range calls {
+		if d, ok := c.ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	s.stats.batches.Add(1)
+	s.stats.batchedCalls.Add(uint64(len(calls)))
+	err, serverRefused := s.tryBatch(ctx, calls)
+	switch {
+	case err == nil:
+		for _, c := range calls {
+			c.done <- nil
+		}
+	case serverRefused:
+		// Nothing was committed: each call runs again on its own and
+		// gets its own answer (such as a duplicate idempotency key).
+		s.stats.batchRetries.Add(1)
+		for _, c := range calls {
+			c.done <- s.single(c)
+		}
+	default:
+		for _, c := range calls {
+			c.done <- err
+		}
+	}
+}
+
+// tryBatch runs calls in one transaction. serverRefused reports an error
+// the server raised for a statement or the commit, after which the
+// transaction is known to be rolled back.
+func (s *Store) tryBatch(ctx context.Context, calls []*commitCall) (err error, serverRefused bool) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err, false
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	b := &pgx.Batch{}
+	for _, c := range calls {
+		b.Queue(c.sql, c.args...)
+	}
+	br := tx.SendBatch(ctx, b)
+	var first error
+	for _, c := range calls {
+		if err := br.QueryRow().Scan(c.dst...); err != nil && first == nil {
+			first = err
+		}
+	}
+	if cerr := br.Close(); cerr != nil && first == nil {
+		first = cerr
+	}
+	if first != nil {
+		return first, isServerError(first)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// A commit the server refused is rolled back; any other failure
+		// of the commit is ambiguous and reported as it is.
+		return err, isServerError(err)
+	}
+	return nil, false
+}
+
+// isServerError reports an error the server raised (as opposed to a
+// failure to reach it, or a context that ended).
+func isServerError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe)
+}

@@ -1,0 +1,298 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/varplane/varplane"
+)
+
+// listenLoop keeps one connection of its own (outside the pool) listening
+// on the schema's channel. It pings that connection when nothing arrived
+// for a while, so a server that stopped answering is noticed and the
+// connection replaced; every LISTEN after the first asks for a revalidation
+// pass, which catches what was committed while it was down.
+func (s *Store) listenLoop() {
+	defer s.wg.Done()
+	first := true
+	backoff := 50 * time.Millisecond
+	idle := min(s.opts.RevalidateInterval, 5*time.Second)
+	for s.ctx.Err() == nil {
+		conn, err := s.listenConn()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("postgres store: cannot listen for invalidations; installed heads are served and revalidated until it is back", "err", err)
+			select {
+			case <-time.After(backoff):
+			case <-s.ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		s.stats.listens.Add(1)
+		if first {
+			first = false
+			close(s.listening)
+		} else {
+			s.log.Info("postgres store: listening for invalidations again; revalidating", "channel", s.channel)
+			s.askPass()
+		}
+		err = s.receive(conn, idle)
+		cctx, cancel := s.cmdCtxBackground()
+		_ = conn.Close(cctx)
+		cancel()
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("postgres store: invalidation connection lost; reconnecting", "err", err)
+	}
+}
+
+// listenConn opens the listening connection.
+func (s *Store) listenConn() (*pgx.Conn, error) {
+	ctx, cancel := s.cmdCtx(s.ctx)
+	defer cancel()
+	cfg := s.poolCfg.ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] += "-listen"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		_ = conn.Close(ctx)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// receive hands every notification to the notification loop until the
+// connection fails or the store closes.
+func (s *Store) receive(conn *pgx.Conn, idle time.Duration) error {
+	for {
+		wctx, cancel := context.WithTimeout(s.ctx, idle)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err == nil {
+			s.stats.notifications.Add(1)
+			select {
+			case s.msgs <- n.Payload:
+			default:
+				s.stats.notDrop.Add(1)
+				s.askPass()
+			}
+			continue
+		}
+		if s.ctx.Err() != nil {
+			return err
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || conn.IsClosed() {
+			return err
+		}
+		// Nothing for a while: make sure the server still answers.
+		pctx, pcancel := s.cmdCtx(s.ctx)
+		_, err = conn.Exec(pctx, "SELECT 1")
+		pcancel()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// askPass requests a revalidation pass without blocking.
+func (s *Store) askPass() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// notificationLoop handles notifications one at a time, in the order the
+// server delivered them (commit order).
+func (s *Store) notificationLoop() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case m := <-s.msgs:
+			s.handleNotification(m)
+		}
+	}
+}
+
+// handleNotification reads every scope a payload names whose installed
+// head is not already at the announced version (an own commit's echo is
+// skipped), installs them and delivers the commit.
+func (s *Store) handleNotification(payload string) {
+	lines := strings.Split(payload, "\n")
+	kind := varplane.EventKind(lines[0])
+	var stale []varplane.Scope
+	for _, l := range lines[1:] {
+		if l == "*" { // too many scopes for one notification
+			s.askPass()
+			return
+		}
+		f := strings.SplitN(l, " ", 3)
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if len(f) != 3 || err != nil {
+			s.log.Warn("postgres store: malformed notification ignored; revalidation will catch up")
+			s.askPass()
+			return
+		}
+		scope := varplane.Scope(f[2])
+		if e := s.entry(scope); e != nil && e.snap.Load().version >= v {
+			e.confirmed.Store(time.Now().UnixNano())
+			continue
+		}
+		stale = append(stale, scope)
+	}
+	if len(stale) == 0 {
+		return
+	}
+	s.stats.notificationReads.Add(uint64(len(stale)))
+	if err := s.refresh(s.ctx, kind, stale...); err != nil {
+		s.log.Warn("postgres store: reading a notified head failed; the next revalidation pass retries", "scope", string(stale[0]), "err", err)
+		s.addPending(stale...)
+	}
+}
+
+// addPending remembers scopes whose notification could not be read, so
+// that the next pass reads them even if they are not installed, and asks
+// for that pass.
+func (s *Store) addPending(scopes ...varplane.Scope) {
+	s.pendingMu.Lock()
+	if s.pending == nil {
+		s.pending = map[varplane.Scope]struct{}{}
+	}
+	for _, sc := range scopes {
+		s.pending[sc] = struct{}{}
+	}
+	s.pendingMu.Unlock()
+	s.askPass()
+}
+
+// revalidateLoop runs one pass per interval (or sooner when asked), never
+// two at once.
+func (s *Store) revalidateLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.RevalidateInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		s.revalidatePass()
+	}
+}
+
+// passChunk bounds the scopes one revalidation statement probes.
+const passChunk = 1000
+
+// revalidatePass re-reads the pending scopes, then confirms every installed
+// head in statements of passChunk probes each: the server answers only the
+// heads whose version differs, which are installed (and delivered).
+func (s *Store) revalidatePass() {
+	start := time.Now()
+	s.stats.passes.Add(1)
+	s.pendingMu.Lock()
+	pending := s.pending
+	s.pending = nil
+	s.pendingMu.Unlock()
+	for sc := range pending {
+		if err := s.refresh(s.ctx, "", sc); err != nil {
+			s.pendingMu.Lock()
+			if s.pending == nil {
+				s.pending = map[varplane.Scope]struct{}{}
+			}
+			s.pending[sc] = struct{}{}
+			s.pendingMu.Unlock()
+		}
+	}
+	scopes := s.installedScopes()
+	for i := 0; i < len(scopes) && s.ctx.Err() == nil; i += passChunk {
+		s.confirm(scopes[i:min(i+passChunk, len(scopes))])
+	}
+	s.stats.lastPassNanos.Store(int64(time.Since(start)))
+	s.logLags()
+}
+
+// confirm revalidates one chunk of installed scopes.
+func (s *Store) confirm(scopes []varplane.Scope) {
+	probes := make([]probe, 0, len(scopes))
+	seqs := make(map[varplane.Scope]uint64, len(scopes))
+	for _, sc := range scopes {
+		e := s.entry(sc)
+		if e == nil {
+			continue
+		}
+		seqs[sc] = e.seq.Load()
+		cur := e.snap.Load()
+		p := probe{scope: sc, version: cur.version, gen: cur.state.Generation}
+		if cur.rec != nil {
+			p.rev, p.hint = cur.rec.Revision, cur.rec
+		}
+		probes = append(probes, p)
+	}
+	if len(probes) == 0 {
+		return
+	}
+	got, bad, err := s.fetchHeads(s.ctx, probes)
+	if err != nil {
+		s.stats.confirmErr.Add(1)
+		if s.ctx.Err() == nil {
+			s.log.Debug("postgres store: revalidation failed; installed heads are served as they are", "err", err)
+		}
+		return
+	}
+	now := time.Now().UnixNano()
+	for _, p := range probes {
+		if bad[p.scope] != nil {
+			continue // logged; the installed head is served as it was
+		}
+		snap, changed := got[p.scope]
+		if !changed {
+			s.stats.confirms.Add(1)
+			if e := s.entry(p.scope); e != nil {
+				e.confirmed.Store(now)
+			}
+			continue
+		}
+		s.stats.confirmChanged.Add(1)
+		reqs := []installReq{{scope: p.scope, snap: snap, seq: seqs[p.scope]}}
+		s.fillGaps(s.ctx, reqs)
+		s.installAndDeliver(varplane.EventActivated, reqs)
+	}
+}
+
+// logLags logs installed heads the database has not confirmed for longer
+// than LagWarn (ERROR past LagEscalate), at most once a minute per scope.
+func (s *Store) logLags() {
+	now := time.Now().UnixNano()
+	s.entries.Range(func(k, v any) bool {
+		e := v.(*entry)
+		lag := time.Duration(now - e.confirmed.Load())
+		if lag < s.opts.LagWarn || time.Duration(now-e.lagLogged.Load()) < time.Minute {
+			return true
+		}
+		e.lagLogged.Store(now)
+		attrs := []any{"scope", k.(varplane.Scope), "lag", lag.Round(time.Millisecond)}
+		if lag >= s.opts.LagEscalate {
+			s.log.Error("postgres store: installed head is stale: not confirmed by the database", attrs...)
+		} else {
+			s.log.Warn("postgres store: installed head has not been confirmed by the database", attrs...)
+		}
+		return true
+	})
+}

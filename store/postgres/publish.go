@@ -1,0 +1,95 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/logstate"
+	"github.com/varplane/varplane/internal/wire/jsontext"
+)
+
+// AppendPublish commits a publish (see varplane.Store.AppendPublish) as one
+// call of varplane_publish, in one transaction (its own or a batch's): the
+// revision record and its revision-created event unless the scope stores
+// the revision already, then the activation and the head. The head row is
+// locked and its generation compared before anything else, so a publish
+// that loses a race is a conflict and leaves no revision. It reports
+// whether the revision was created. Errors as Append; on any error nothing
+// is written.
+func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation) (bool, error) {
+	if err := s.checkWritable(); err != nil {
+		return false, err
+	}
+	if err := checkScope(activated.Scope); err != nil {
+		return false, err
+	}
+	c, a, err := logstate.PreparePublish(created, activated, expected)
+	if err != nil {
+		return false, err
+	}
+	if a.Generation != expected+1 {
+		return false, varplane.Errorf(varplane.CodeBadRequest, "activation generation %d is not expected generation %d + 1", a.Generation, expected)
+	}
+	rec := &varplane.RevisionRecord{
+		Scope: c.Scope, Revision: c.Revision, Document: c.Document,
+		SchemaID: c.SchemaID, SchemaVersion: c.SchemaVersion, Actor: c.Actor, CreatedAt: c.Timestamp,
+	}
+	// The key goes with the publish's first event: the revision-created
+	// one when the revision is new, the activation otherwise.
+	withKey := *c
+	withKey.IdempotencyKey, withKey.RequestHash = a.IdempotencyKey, a.RequestHash
+	noKey := *a
+	noKey.IdempotencyKey, noKey.RequestHash = "", ""
+	var js [4][]byte
+	for i, v := range []any{rec, &withKey, &noKey, a} {
+		if js[i], err = jsontext.Marshal(v); err != nil {
+			return false, varplane.Errorf(varplane.CodeBadRequest, "publish cannot be encoded: %v", err)
+		}
+	}
+	ctx, cancel := s.cmdCtx(ctx)
+	defer cancel()
+	var (
+		st               string
+		cur, version     *int64
+		rejected, recJSN []byte
+		isNew            *bool
+	)
+	err = s.call(ctx, string(a.Scope), "SELECT status, cur_generation, new_version, last_rejected, rev_record, created FROM varplane_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+		[]any{string(a.Scope), int64(expected), int64(a.Generation), string(a.Revision), js[0], js[1], js[2], js[3],
+			nullable(a.IdempotencyKey), a.RequestHash},
+		&st, &cur, &version, &rejected, &recJSN, &isNew)
+	if err != nil {
+		return false, s.writeFailure(a.Scope, err)
+	}
+	if err := s.status(a, expected, st, deref(cur)); err != nil {
+		return false, err
+	}
+	wasNew := isNew != nil && *isNew
+	if version != nil {
+		s.notify(fmt.Sprintf("%s\n%d %d %s", varplane.EventActivated, *version, a.Generation, a.Scope))
+	}
+	ev := a
+	if wasNew {
+		ev = &noKey
+	}
+	snap, err := s.ownSnapshot(a.Scope, a.Generation, version, rejected)
+	if err == nil && !wasNew {
+		var found varplane.RevisionRecord
+		if err = json.Unmarshal(recJSN, &found); err == nil {
+			rec = &found
+		}
+	}
+	if err != nil {
+		s.log.Warn("postgres store: published, but the reply cannot be read; reloading", "scope", string(a.Scope), "err", err)
+		s.refreshAfterCommit(ctx, varplane.EventActivated, a.Scope)
+		return wasNew, nil
+	}
+	snap.rec = rec
+	snap.state.Head = varplane.NewHead(ev, rec)
+	reqs := []installReq{{scope: a.Scope, snap: snap, seq: ownSeq}}
+	s.fillGaps(ctx, reqs) // commits of other replicas this one had not seen yet
+	s.installAndDeliver(varplane.EventActivated, reqs)
+	return wasNew, nil
+}
