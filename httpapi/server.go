@@ -47,12 +47,32 @@ type Server struct {
 	// Logger receives the server's own errors (slog.Default when nil).
 	Logger *slog.Logger
 
+	// HTTP2, when set, serves the connections of this listener that open
+	// with the HTTP/2 client preface (h2c with prior knowledge: gRPC
+	// clients), so that one port answers HTTP/1.1, Connect and gRPC; every
+	// other connection gets Handler over HTTP/1.1 with the timeouts above.
+	HTTP2 HTTP2Server
+
+	// Listener holds the connection caps of the listener (NewServer sets
+	// wire.DefaultMaxConns and wire.DefaultMaxConnsPerAddr); its Accept
+	// survives EMFILE with a pause and a log line.
+	Listener wire.ListenerOptions
+
 	mu         sync.Mutex
 	onShutdown []func()
 	ln         net.Listener
+	wln        *wire.Listener
+	split      *wire.Split
 	srv        *http.Server
 	done       chan struct{}
 	serveErr   error
+}
+
+// HTTP2Server serves the HTTP/2 connections of a Server's listener (see
+// Server.HTTP2), holding each stream's :authority to hosts, the policy the
+// HTTP side holds Host to.
+type HTTP2Server interface {
+	ServeHTTP2(ln net.Listener, hosts *wire.HostPolicy) error
 }
 
 // NewServer returns a Server for handler on addr with the default timeouts.
@@ -65,6 +85,7 @@ func NewServer(addr string, handler http.Handler) *Server {
 		WriteTimeout:      DefaultWriteTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
 		MaxHeaderBytes:    DefaultMaxHeaderBytes,
+		Listener:          wire.ListenerOptions{MaxConns: wire.DefaultMaxConns, MaxConnsPerAddr: wire.DefaultMaxConnsPerAddr},
 	}
 }
 
@@ -77,7 +98,7 @@ func (s *Server) Open() error {
 	if s.srv != nil {
 		return errors.New("httpapi: server already open")
 	}
-	ln, err := net.Listen("tcp", s.Addr)
+	raw, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.Addr, err)
 	}
@@ -85,9 +106,26 @@ func (s *Server) Open() error {
 	if log == nil {
 		log = slog.Default()
 	}
+	lopts := s.Listener
+	if lopts.Logger == nil {
+		lopts.Logger = log
+	}
+	s.wln = wire.NewListener(raw, lopts)
+	hosts := wire.NewHostPolicy(raw.Addr(), s.AllowedHosts)
+	var ln net.Listener = s.wln
+	if s.HTTP2 != nil {
+		s.split = wire.SplitHTTP2(s.wln)
+		ln = s.split.HTTP1()
+		h2, h2ln := s.HTTP2, s.split.HTTP2()
+		go func() {
+			if err := h2.ServeHTTP2(h2ln, hosts); err != nil {
+				log.Error("the HTTP/2 server stopped serving", "err", err)
+			}
+		}()
+	}
 	s.ln = ln
 	s.srv = &http.Server{
-		Handler:           wire.NewHostPolicy(ln.Addr(), s.AllowedHosts).Guard(s.Handler),
+		Handler:           hosts.Guard(s.Handler),
 		ReadHeaderTimeout: s.ReadHeaderTimeout,
 		ReadTimeout:       s.ReadTimeout,
 		WriteTimeout:      s.WriteTimeout,
@@ -118,6 +156,17 @@ func (s *Server) ListenAddr() net.Addr {
 		return nil
 	}
 	return s.ln.Addr()
+}
+
+// ListenerStats returns the listener's connection counters (zero before
+// Open).
+func (s *Server) ListenerStats() wire.ListenerStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wln == nil {
+		return wire.ListenerStats{}
+	}
+	return s.wln.Stats()
 }
 
 // URL returns "http://host:port" of the listener, "" before Open.
@@ -158,10 +207,15 @@ func (s *Server) RegisterOnShutdown(fn func()) {
 // no-op.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
-	srv, done := s.srv, s.done
+	srv, done, split := s.srv, s.done, s.split
 	s.mu.Unlock()
 	if srv == nil {
 		return nil
+	}
+	if split != nil {
+		// No new connection of either kind; the HTTP/2 server's owner ends
+		// its streams.
+		_ = split.Close()
 	}
 	err := srv.Shutdown(ctx)
 	if err != nil {

@@ -67,7 +67,11 @@ func TestServerLimits(t *testing.T) {
 		srv.MaxHeaderBytes != wire.ServerMaxHeaderBytes {
 		t.Errorf("server limits = %v %v %v %v %d", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout, srv.MaxHeaderBytes)
 	}
-	if s.opts.maxRequest != MaxRequestBytes {
-		t.Errorf("fan-out request bound = %d, want MaxRequestBytes", s.opts.maxRequest)
+	if got := s.grpc.svc.opts; got.MaxStreams != DefaultMaxStreams || got.RequestTimeout != DefaultRequestTimeout ||
+		got.KeepaliveMinTime != DefaultKeepaliveMinTime || got.MaxWatches != DefaultMaxWatches || got.Hosts == nil {
+		t.Errorf("gRPC limits = %+v, want the defaults and the listener's host policy", got)
+	}
+	if st := s.ListenerStats(); st.Accepted != 0 || s.Listener.MaxConns != wire.DefaultMaxConns || s.Listener.MaxConnsPerAddr != wire.DefaultMaxConnsPerAddr {
+		t.Errorf("listener = %+v, caps %+v", st, s.Listener)
 	}
 }

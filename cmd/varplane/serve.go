@@ -13,7 +13,9 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
+	"github.com/varplane/varplane/rpc"
 	"github.com/varplane/varplane/schema"
 )
 
@@ -47,6 +49,9 @@ type serveConfig struct {
 	logFormat       string
 	logLevel        string
 	redis           redisFlags
+	// maxConns and maxConnsPerAddr cap the main listener's connections.
+	maxConns        int
+	maxConnsPerAddr int
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.
@@ -74,6 +79,9 @@ type serveRuntime struct {
 	// Authorizer is the one --tokens builds (httpapi.AllowAll without it),
 	// so that every transport authorizes exactly as the HTTP API does.
 	Authorizer httpapi.Authorizer
+	// GRPC, when an extension sets it, serves the main port's HTTP/2
+	// connections (gRPC over h2c) next to the HTTP/1.1 handler.
+	GRPC *rpc.GRPCServer
 }
 
 // serveExtension is the place to add a transport or a feature to serve
@@ -129,6 +137,8 @@ Stores (--store):
 	fs.IntVar(&cfg.maxSubs, "max-subscribers", push.DefaultMaxSubscribers, "most live-stream subscriptions (SSE, Connect, gRPC) at once")
 	fs.IntVar(&cfg.maxSubsPerToken, "max-subscribers-per-token", 0, "most subscriptions one bearer token may hold at once (0: a tenth of --max-subscribers; -1: no per-token cap)")
 	fs.StringVar(&cfg.allowedHosts, "allowed-hosts", envOr(c.m.Getenv, "VARPLANE_ALLOWED_HOSTS", ""), "comma-separated Host names answered besides loopback and the listen address (.example.com for subdomains, * for any) (env VARPLANE_ALLOWED_HOSTS)")
+	fs.IntVar(&cfg.maxConns, "max-connections", wire.DefaultMaxConns, "most connections the listener holds open at once (HTTP and gRPC); past it new ones are closed at once")
+	fs.IntVar(&cfg.maxConnsPerAddr, "max-connections-per-addr", wire.DefaultMaxConnsPerAddr, "most connections one client IP address holds open at once")
 	fs.StringVar(&cfg.origins, "trusted-origins", "", "comma-separated origins (https://console.example) whose pages may send writes across origins")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -158,6 +168,9 @@ Stores (--store):
 	}
 	if cfg.maxBodyBytes <= 0 {
 		return usagef("--max-body-bytes must be positive")
+	}
+	if cfg.maxConns <= 0 || cfg.maxConnsPerAddr <= 0 {
+		return usagef("--max-connections and --max-connections-per-addr must be positive")
 	}
 	if cfg.maxSubs <= 0 {
 		return usagef("--max-subscribers must be positive")
