@@ -47,11 +47,14 @@ type Server struct {
 	// Logger receives the server's own errors (slog.Default when nil).
 	Logger *slog.Logger
 
-	// HTTP2, when set, serves the connections of this listener that open
-	// with the HTTP/2 client preface (h2c with prior knowledge: gRPC
-	// clients), so that one port answers HTTP/1.1, Connect and gRPC; every
-	// other connection gets Handler over HTTP/1.1 with the timeouts above.
-	HTTP2 HTTP2Server
+	// H2C makes the server answer HTTP/2 with prior knowledge (h2c, how
+	// gRPC clients connect without TLS) besides HTTP/1.1, so that one port
+	// serves HTTP/1.1, Connect and gRPC (route gRPC requests in Handler;
+	// Host, which the policy above holds, is :authority for HTTP/2).
+	H2C bool
+	// HTTP2 is the HTTP/2 configuration (windows, streams, pings); nil
+	// takes net/http's defaults.
+	HTTP2 *http.HTTP2Config
 
 	// Listener holds the connection caps of the listener (NewServer sets
 	// wire.DefaultMaxConns and wire.DefaultMaxConnsPerAddr); its Accept
@@ -62,17 +65,9 @@ type Server struct {
 	onShutdown []func()
 	ln         net.Listener
 	wln        *wire.Listener
-	split      *wire.Split
 	srv        *http.Server
 	done       chan struct{}
 	serveErr   error
-}
-
-// HTTP2Server serves the HTTP/2 connections of a Server's listener (see
-// Server.HTTP2), holding each stream's :authority to hosts, the policy the
-// HTTP side holds Host to.
-type HTTP2Server interface {
-	ServeHTTP2(ln net.Listener, hosts *wire.HostPolicy) error
 }
 
 // NewServer returns a Server for handler on addr with the default timeouts.
@@ -111,21 +106,15 @@ func (s *Server) Open() error {
 		lopts.Logger = log
 	}
 	s.wln = wire.NewListener(raw, lopts)
-	hosts := wire.NewHostPolicy(raw.Addr(), s.AllowedHosts)
-	var ln net.Listener = s.wln
-	if s.HTTP2 != nil {
-		s.split = wire.SplitHTTP2(s.wln)
-		ln = s.split.HTTP1()
-		h2, h2ln := s.HTTP2, s.split.HTTP2()
-		go func() {
-			if err := h2.ServeHTTP2(h2ln, hosts); err != nil {
-				log.Error("the HTTP/2 server stopped serving", "err", err)
-			}
-		}()
-	}
+	ln := s.wln
 	s.ln = ln
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(s.H2C)
 	s.srv = &http.Server{
-		Handler:           hosts.Guard(s.Handler),
+		Handler:           wire.NewHostPolicy(raw.Addr(), s.AllowedHosts).Guard(s.Handler),
+		Protocols:         &protos,
+		HTTP2:             s.HTTP2,
 		ReadHeaderTimeout: s.ReadHeaderTimeout,
 		ReadTimeout:       s.ReadTimeout,
 		WriteTimeout:      s.WriteTimeout,
@@ -207,15 +196,10 @@ func (s *Server) RegisterOnShutdown(fn func()) {
 // no-op.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
-	srv, done, split := s.srv, s.done, s.split
+	srv, done := s.srv, s.done
 	s.mu.Unlock()
 	if srv == nil {
 		return nil
-	}
-	if split != nil {
-		// No new connection of either kind; the HTTP/2 server's owner ends
-		// its streams.
-		_ = split.Close()
 	}
 	err := srv.Shutdown(ctx)
 	if err != nil {

@@ -2,10 +2,9 @@ package rpc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -24,16 +22,14 @@ import (
 )
 
 // Limits of the gRPC server, each a default of GRPCOptions (and a flag of
-// `varplane serve`).
+// `varplane serve`). The HTTP/2 ones are net/http's (see HTTP2Config): the
+// server's HTTP/2 is net/http's, and gRPC requests reach grpc-go through
+// its ServeHTTP.
 const (
-	// DefaultMaxStreams is the most concurrent streams of one connection
-	// (SETTINGS_MAX_CONCURRENT_STREAMS; a client past it waits or is
-	// refused). A Watch stream carries any number of watches.
+	// DefaultMaxStreams is the most concurrent streams of one HTTP/2
+	// connection (SETTINGS_MAX_CONCURRENT_STREAMS). A Watch stream carries
+	// any number of watches.
 	DefaultMaxStreams = 250
-	// DefaultKeepaliveMinTime is the shortest interval between a client's
-	// pings the server tolerates; a client that pings more often gets
-	// GOAWAY too_many_pings and loses the connection.
-	DefaultKeepaliveMinTime = 10 * time.Second
 	// DefaultKeepaliveTime is how long a connection may be silent before the
 	// server pings it; DefaultKeepaliveTimeout how long the answer may take
 	// before the connection is closed (a dead peer is found this way).
@@ -43,12 +39,9 @@ const (
 	// (or a Watch stream's first request): a stream opened and left silent
 	// is ended with DeadlineExceeded instead of holding its slot.
 	DefaultRequestTimeout = wire.ServerReadTimeout
-	// streamWindow is the receive window of each stream and of each
+	// streamWindow is the receive window of each stream, connWindow of each
 	// connection: what the server buffers of a peer's unread data. A
-	// request is at most MaxRequestBytes, so it always fits; fixing the
-	// windows also turns off grpc-go's window growth (BDP estimation),
-	// which would otherwise let an unauthenticated peer make the server
-	// buffer megabytes per stream.
+	// request is at most MaxRequestBytes, so it always fits.
 	streamWindow = MaxRequestBytes + 1<<10
 	connWindow   = 1 << 20
 )
@@ -58,24 +51,15 @@ type GRPCOptions struct {
 	// MaxStreams is the most concurrent streams per connection; default
 	// DefaultMaxStreams.
 	MaxStreams uint32
-	// MaxConnectionAge, when positive, ends a connection (GOAWAY, then its
-	// streams get MaxConnectionAge/10 to finish) once it is that old, so
-	// that clients spread over restarted or added servers. Default off:
-	// push streams are meant to be long.
-	MaxConnectionAge time.Duration
-	// KeepaliveMinTime, KeepaliveTime and KeepaliveTimeout: see the
-	// defaults of the same names.
-	KeepaliveMinTime, KeepaliveTime, KeepaliveTimeout time.Duration
+	// KeepaliveTime and KeepaliveTimeout: see the defaults of the same
+	// names.
+	KeepaliveTime, KeepaliveTimeout time.Duration
 	// Heartbeat is the interval of empty batches (Subscribe) and progress
 	// responses (Watch) on an idle stream; default DefaultHeartbeat.
 	Heartbeat time.Duration
 	// RequestTimeout bounds the wait for a stream's request; default
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
-	// Hosts, when set, is the listener's Host policy applied to each
-	// stream's :authority (a refused one is PermissionDenied, code
-	// forbidden), as the HTTP side applies it to Host.
-	Hosts *wire.HostPolicy
 	// MaxWatches is the most watches of one Watch stream; default
 	// DefaultMaxWatches.
 	MaxWatches int
@@ -87,17 +71,17 @@ type GRPCOptions struct {
 type GRPCStats struct {
 	Streams         int64  // Subscribe and Watch streams open now
 	Watches         int64  // watches open now, over every Watch stream
-	RefusedHost     uint64 // streams refused for their :authority
 	RequestTimeouts uint64 // streams ended waiting for their request
 }
 
-// GRPCServer serves PushService with grpc-go (google.golang.org/grpc) on
-// any listener of HTTP/2 connections with prior knowledge (h2c) or of TLS
-// connections: Subscribe and Watch, with every commit encoded once for all
-// its streams (see codec.go). Its methods are safe for concurrent use.
+// GRPCServer serves PushService with grpc-go (google.golang.org/grpc)
+// behind net/http's HTTP/2 server (h2c or TLS; see Route and HTTP2Config):
+// Subscribe and Watch, with every commit encoded once for all its streams
+// (see codec.go). Its methods are safe for concurrent use.
 type GRPCServer struct {
 	srv   *grpc.Server
 	svc   *grpcService
+	opts  GRPCOptions
 	close sync.Once
 }
 
@@ -106,9 +90,6 @@ type GRPCServer struct {
 func NewGRPCServer(hub *push.Hub, authorize Authorizer, opts GRPCOptions) *GRPCServer {
 	if opts.MaxStreams == 0 {
 		opts.MaxStreams = DefaultMaxStreams
-	}
-	if opts.KeepaliveMinTime <= 0 {
-		opts.KeepaliveMinTime = DefaultKeepaliveMinTime
 	}
 	if opts.KeepaliveTime <= 0 {
 		opts.KeepaliveTime = DefaultKeepaliveTime
@@ -130,47 +111,74 @@ func NewGRPCServer(hub *push.Hub, authorize Authorizer, opts GRPCOptions) *GRPCS
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	svc := &grpcService{hub: hub, authorize: authorize, opts: opts, ctx: ctx, cancel: cancel}
-	// A connection without streams is closed after the wire layer's idle
-	// timeout, as an idle HTTP/1.1 connection is.
-	kp := keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout, MaxConnectionIdle: wire.ServerIdleTimeout}
-	if opts.MaxConnectionAge > 0 {
-		kp.MaxConnectionAge = opts.MaxConnectionAge
-		kp.MaxConnectionAgeGrace = opts.MaxConnectionAge / 10
-	}
 	srv := grpc.NewServer(
 		grpc.ForceServerCodecV2(grpcCodec{}),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
-		grpc.MaxConcurrentStreams(opts.MaxStreams),
-		grpc.InitialWindowSize(streamWindow),
-		grpc.InitialConnWindowSize(connWindow),
-		grpc.MaxHeaderListSize(wire.ServerMaxHeaderBytes),
-		grpc.ConnectionTimeout(wire.ServerReadHeaderTimeout),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: opts.KeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(kp),
 		grpc.ChainStreamInterceptor(svc.intercept),
 	)
-	svc.hosts.Store(opts.Hosts)
 	v1.RegisterPushServiceServer(srv, svc)
-	return &GRPCServer{srv: srv, svc: svc}
+	return &GRPCServer{srv: srv, svc: svc, opts: opts}
 }
 
-// ServeHTTP2 is Serve holding each stream's :authority to hosts: the
-// httpapi.HTTP2Server of a main port whose HTTP/2 connections it serves.
-func (g *GRPCServer) ServeHTTP2(ln net.Listener, hosts *wire.HostPolicy) error {
-	if hosts != nil {
-		g.svc.hosts.Store(hosts)
+// HTTP2Config is the HTTP/2 configuration of a server that carries g's
+// streams: the stream and connection windows (what the server buffers of
+// unread request data, at most a request per stream), the concurrent
+// streams per connection, and the keepalive pings that find dead peers.
+// A connection whose writes make no progress for DefaultWriteTimeout is
+// closed, so that a peer that stops reading releases its streams.
+func (g *GRPCServer) HTTP2Config() *http.HTTP2Config {
+	return &http.HTTP2Config{
+		MaxConcurrentStreams: int(g.opts.MaxStreams),
+		// The smallest frame HTTP/2 allows: requests are small, and a
+		// peer's oversized frame is a FRAME_SIZE_ERROR at once.
+		MaxReadFrameSize:              16 << 10,
+		MaxReceiveBufferPerStream:     streamWindow,
+		MaxReceiveBufferPerConnection: connWindow,
+		SendPingTimeout:               g.opts.KeepaliveTime,
+		PingTimeout:                   g.opts.KeepaliveTimeout,
+		WriteByteTimeout:              DefaultWriteTimeout,
 	}
-	return g.Serve(ln)
 }
 
-// Serve accepts connections on ln until Close; it returns when ln fails or
-// the server is closed (nil then).
-func (g *GRPCServer) Serve(ln net.Listener) error {
-	err := g.srv.Serve(ln)
-	if errors.Is(err, grpc.ErrServerStopped) || errors.Is(err, net.ErrClosed) {
-		return nil
+// IsGRPC reports whether r is a gRPC request (HTTP/2, content-type
+// application/grpc or application/grpc+proto; not gRPC-Web, which the
+// Connect handler serves).
+func IsGRPC(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	return r.ProtoMajor == 2 && strings.HasPrefix(ct, "application/grpc") && !strings.HasPrefix(ct, "application/grpc-web")
+}
+
+// Route sends gRPC requests (IsGRPC) to g and every other request to next:
+// the handler of a port that answers HTTP/1.1, Connect and gRPC.
+func (g *GRPCServer) Route(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if IsGRPC(r) {
+			g.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ServeHTTP serves one gRPC request. The stream lifts the server's read
+// and write deadlines (HTTP2Config's write timeout and keepalive still
+// hold the connection), and its request body is metered: grpc-go's
+// handler reads a body ahead into a buffer of its own, so the body is
+// capped (Subscribe: one request) or paced (Watch: at most watchAhead
+// bytes read and not yet consumed), and HTTP/2 flow control holds the
+// rest at the client.
+func (g *GRPCServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	if strings.HasSuffix(r.URL.Path, "/Watch") {
+		m := newMeteredBody(r.Body, watchAhead)
+		r.Body = m
+		r = r.WithContext(context.WithValue(r.Context(), meterKey{}, m))
+	} else {
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
 	}
-	return err
+	g.srv.ServeHTTP(w, r)
 }
 
 // Close ends every stream with Unavailable ("the server is shutting
@@ -180,6 +188,11 @@ func (g *GRPCServer) Close(ctx context.Context) error {
 	var err error
 	g.close.Do(func() {
 		g.svc.cancel()
+		// Let the streams write their status before grpc-go closes what is
+		// left (GracefulStop cannot drain requests it got from ServeHTTP).
+		for g.svc.streams.Load() > 0 && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
 		done := make(chan struct{})
 		go func() { g.srv.GracefulStop(); close(done) }()
 		select {
@@ -196,7 +209,7 @@ func (g *GRPCServer) Close(ctx context.Context) error {
 // Stats returns the server's counters.
 func (g *GRPCServer) Stats() GRPCStats {
 	s := g.svc
-	return GRPCStats{Streams: s.streams.Load(), Watches: s.watches.Load(), RefusedHost: s.refusedHost.Load(), RequestTimeouts: s.requestTimeouts.Load()}
+	return GRPCStats{Streams: s.streams.Load(), Watches: s.watches.Load(), RequestTimeouts: s.requestTimeouts.Load()}
 }
 
 type grpcService struct {
@@ -207,21 +220,14 @@ type grpcService struct {
 	ctx       context.Context // ended by Close
 	cancel    context.CancelFunc
 
-	hosts                        atomic.Pointer[wire.HostPolicy]
-	streams, watches             atomic.Int64
-	refusedHost, requestTimeouts atomic.Uint64
+	streams, watches atomic.Int64
+	requestTimeouts  atomic.Uint64
 }
 
-// intercept holds every stream to the Host policy, counts it, and bounds
-// the wait for its request.
-func (s *grpcService) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if hosts := s.hosts.Load(); hosts != nil {
-		md, _ := metadata.FromIncomingContext(ss.Context())
-		if a := md.Get(":authority"); len(a) != 1 || !hosts.Allows(a[0]) {
-			s.refusedHost.Add(1)
-			return toGRPC(ss.Context(), &varplane.Error{Code: varplane.CodeForbidden, Message: "this server does not answer for that host name"})
-		}
-	}
+// intercept counts every stream and bounds the wait for its request. (The
+// Host policy is the HTTP server's: it has held :authority, which net/http
+// gives as Request.Host, before grpc-go sees the stream.)
+func (s *grpcService) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	s.streams.Add(1)
 	defer s.streams.Add(-1)
 	return handler(srv, &timedStream{ServerStream: ss, timeout: s.opts.RequestTimeout, svc: s})

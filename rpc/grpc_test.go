@@ -213,7 +213,8 @@ func TestRequestTimeout(t *testing.T) {
 	}
 }
 
-// The listener's Host policy holds :authority too.
+// The listener's Host policy holds :authority too (net/http's Host): a
+// refused one is answered 421 before grpc-go sees the stream.
 func TestAuthorityOutsideTheHostPolicy(t *testing.T) {
 	_, _, srv := rpc.StartTestServer(t, push.Options{}, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -227,7 +228,7 @@ func TestAuthorityOutsideTheHostPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = s.Recv()
-		if tc.ok != (err == nil) || !tc.ok && status.Code(err) != codes.PermissionDenied {
+		if tc.ok != (err == nil) || !tc.ok && !strings.Contains(err.Error(), "421") {
 			t.Errorf("%s: %v", tc.authority, err)
 		}
 	}

@@ -305,12 +305,12 @@ func toConnect(err error) error {
 	return cerr
 }
 
-// Server serves PushService on its own listener (serve --rpc-addr): HTTP/2
-// connections with prior knowledge (h2c, how gRPC clients connect without
-// TLS) go to a GRPCServer, every other connection to an HTTP/1.1 server of
-// the Connect handler (Connect, gRPC-Web), with the wire layer's timeouts.
-// The listener holds the connection caps and survives EMFILE (see
-// wire.Listener).
+// Server serves PushService on its own listener (serve --rpc-addr): one
+// net/http server for HTTP/1.1 and HTTP/2 (h2c with prior knowledge, how
+// gRPC clients connect without TLS), whose gRPC requests go to a
+// GRPCServer and every other one to the Connect handler (Connect,
+// gRPC-Web), with the wire layer's timeouts and Host policy. The listener
+// holds the connection caps and survives EMFILE (see wire.Listener).
 type Server struct {
 	// Addr is the listen address. Use "127.0.0.1:0" in tests and read URL
 	// after Open.
@@ -325,7 +325,6 @@ type Server struct {
 	auth    Authorizer
 	mu      sync.Mutex
 	ln      *wire.Listener
-	split   *wire.Split
 	srv     *http.Server
 	grpc    *GRPCServer
 	cancel  context.CancelFunc
@@ -355,12 +354,16 @@ func (s *Server) Open() error {
 	}
 	ln := wire.NewListener(raw, s.Listener)
 	ctx, cancel := context.WithCancel(context.Background())
-	split := wire.SplitHTTP2(ln)
-	hosts := wire.NewHostPolicy(raw.Addr(), nil)
+	g := NewGRPCServer(s.hub, s.auth, s.GRPC)
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
 	// The wire layer's server limits, as on the main port: a stream lifts
 	// the read and write deadlines itself once its request is read.
 	s.srv = &http.Server{
-		Handler:           hosts.Guard(s.handler),
+		Handler:           wire.NewHostPolicy(raw.Addr(), nil).Guard(g.Route(s.handler)),
+		Protocols:         &protos,
+		HTTP2:             g.HTTP2Config(),
 		ReadHeaderTimeout: wire.ServerReadHeaderTimeout,
 		ReadTimeout:       wire.ServerReadTimeout,
 		WriteTimeout:      wire.ServerWriteTimeout,
@@ -369,26 +372,12 @@ func (s *Server) Open() error {
 		// Streams end with the server: Close cancels this context.
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
-	opts := s.GRPC
-	if opts.Hosts == nil {
-		opts.Hosts = hosts
-	}
-	s.grpc = NewGRPCServer(s.hub, s.auth, opts)
-	s.ln, s.split, s.cancel, s.done = ln, split, cancel, make(chan struct{})
-	srv, g, done := s.srv, s.grpc, s.done
-	var serving sync.WaitGroup
-	serving.Add(2)
+	s.grpc = g
+	s.ln, s.cancel, s.done = ln, cancel, make(chan struct{})
+	srv, done := s.srv, s.done
 	go func() {
-		defer serving.Done()
-		_ = srv.Serve(split.HTTP1())
-	}()
-	go func() {
-		defer serving.Done()
-		_ = g.Serve(split.HTTP2())
-	}()
-	go func() {
-		serving.Wait()
-		close(done)
+		defer close(done)
+		_ = srv.Serve(ln)
 	}()
 	return nil
 }
@@ -428,15 +417,16 @@ func (s *Server) ListenerStats() wire.ListenerStats {
 // is not open.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
-	split, srv, g, cancel, done := s.split, s.srv, s.grpc, s.cancel, s.done
-	s.ln, s.split, s.srv, s.grpc = nil, nil, nil, nil
+	srv, g, cancel, done := s.srv, s.grpc, s.cancel, s.done
+	s.ln, s.srv, s.grpc = nil, nil, nil
 	s.mu.Unlock()
 	if srv == nil {
 		return nil
 	}
-	_ = split.Close()
-	cancel()
+	// gRPC streams first, so that they end with their status; then the
+	// Connect streams (their requests' context).
 	gerr := g.Close(ctx)
+	cancel()
 	err := srv.Shutdown(ctx)
 	if err != nil {
 		_ = srv.Close()

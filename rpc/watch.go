@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/wire"
@@ -29,11 +30,87 @@ const DefaultMaxWatches = 4096
 // holds a bounded amount of the server's memory.
 const watchRequests = 16
 
+// watchAhead bounds what the server reads of a Watch stream's request body
+// before the watcher has consumed it (see GRPCServer.ServeHTTP): room for
+// two requests of the largest size, so that a whole request always fits.
+const watchAhead = 2 * maxRequestBody
+
+// meterKey carries a Watch request's meteredBody to the watcher.
+type meterKey struct{}
+
+// meteredBody lets its reader (grpc-go's body-reading goroutine) read at
+// most max bytes ahead of what consumed has given back; past that, Read
+// waits, the server stops returning HTTP/2 window, and the client's
+// requests wait at the client.
+type meteredBody struct {
+	body       io.ReadCloser
+	mu         sync.Mutex
+	cond       *sync.Cond
+	ahead, max int64
+	closed     bool
+}
+
+func newMeteredBody(body io.ReadCloser, max int64) *meteredBody {
+	m := &meteredBody{body: body, max: max}
+	m.cond = sync.NewCond(&m.mu)
+	return m
+}
+
+func (m *meteredBody) Read(p []byte) (int, error) {
+	m.mu.Lock()
+	for m.ahead >= m.max && !m.closed {
+		m.cond.Wait()
+	}
+	if m.closed {
+		m.mu.Unlock()
+		return 0, io.EOF
+	}
+	if room := m.max - m.ahead; int64(len(p)) > room {
+		p = p[:room]
+	}
+	m.mu.Unlock()
+	n, err := m.body.Read(p)
+	m.mu.Lock()
+	m.ahead += int64(n)
+	m.mu.Unlock()
+	return n, err
+}
+
+// consumed gives n bytes of room back.
+func (m *meteredBody) consumed(n int) {
+	m.mu.Lock()
+	if m.ahead -= int64(n); m.ahead < 0 {
+		m.ahead = 0
+	}
+	m.mu.Unlock()
+	m.cond.Broadcast()
+}
+
+func (m *meteredBody) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.cond.Broadcast()
+	return m.body.Close()
+}
+
 // Watch implements PushService.Watch on grpc-go.
 func (s *grpcService) Watch(stream grpc.BidiStreamingServer[v1.WatchRequest, v1.WatchResponse]) error {
 	ctx := stream.Context()
+	recv := stream.Recv
+	if m, ok := ctx.Value(meterKey{}).(*meteredBody); ok {
+		stop := context.AfterFunc(ctx, func() { _ = m.Close() })
+		defer stop()
+		recv = func() (*v1.WatchRequest, error) {
+			req, err := stream.Recv()
+			if req != nil {
+				m.consumed(proto.Size(req) + 5) // the message and its gRPC prefix
+			}
+			return req, err
+		}
+	}
 	w := &watcher{hub: s.hub, authorize: s.authorize, token: bearerOf(ctx), max: s.opts.MaxWatches,
-		heartbeat: s.opts.Heartbeat, count: &s.watches, recv: stream.Recv, send: stream.Send}
+		heartbeat: s.opts.Heartbeat, count: &s.watches, recv: recv, send: stream.Send}
 	return toGRPC(ctx, w.run(ctx, s.ctx))
 }
 

@@ -54,13 +54,17 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 	// other path. The mux's precedence (the most specific pattern wins)
 	// keeps the two apart without an ordering rule.
 	rt.Mux.Handle("/", api)
-	srv := httpapi.NewServer(cfg.addr, rt.Mux)
+	var handler http.Handler = rt.Mux
+	if rt.GRPC != nil {
+		// One port: gRPC requests (h2c) go to grpc-go, the rest to the mux.
+		handler = rt.GRPC.Route(rt.Mux)
+	}
+	srv := httpapi.NewServer(cfg.addr, handler)
 	srv.Logger = rt.Logger
 	srv.AllowedHosts = splitList(cfg.allowedHosts)
 	srv.Listener = wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, Logger: rt.Logger}
 	if rt.GRPC != nil {
-		// One port: gRPC clients' h2c connections go to grpc-go.
-		srv.HTTP2 = rt.GRPC
+		srv.H2C, srv.HTTP2 = true, rt.GRPC.HTTP2Config()
 		registerGRPCMetrics(api.Registry(), rt.GRPC)
 	}
 	registerListenerMetrics(api.Registry(), srv.ListenerStats)
@@ -96,8 +100,8 @@ func registerPushMetrics(reg *prometheus.Registry, hub *push.Hub) {
 // registerGRPCMetrics exposes the gRPC server's gauges and refusals:
 // varplane_grpc_streams (Subscribe and Watch streams open),
 // varplane_grpc_watches (watches open over every Watch stream) and
-// varplane_grpc_refused_total by reason (host: an :authority outside
-// --allowed-hosts; request-timeout: a stream whose request did not come).
+// varplane_grpc_refused_total by reason (request-timeout: a stream whose
+// request did not come in time).
 func registerGRPCMetrics(reg *prometheus.Registry, g *rpc.GRPCServer) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "varplane_grpc_streams", Help: "gRPC streams (Subscribe and Watch) open now."},
@@ -105,7 +109,6 @@ func registerGRPCMetrics(reg *prometheus.Registry, g *rpc.GRPCServer) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "varplane_grpc_watches", Help: "Watches open now over every gRPC Watch stream."},
 			func() float64 { return float64(g.Stats().Watches) }))
 	for reason, count := range map[string]func(rpc.GRPCStats) uint64{
-		"host":            func(s rpc.GRPCStats) uint64 { return s.RefusedHost },
 		"request-timeout": func(s rpc.GRPCStats) uint64 { return s.RequestTimeouts },
 	} {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

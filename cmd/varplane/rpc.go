@@ -29,7 +29,7 @@ type rpcExtension struct {
 // RegisterFlags adds --rpc-addr and the gRPC server's limits.
 func (e *rpcExtension) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&e.addr, "rpc-addr", "", "address of an extra gRPC/Connect listener (off unless given: --addr serves gRPC too); port 0 picks a free port")
-	fs.Func("grpc-max-streams", fmt.Sprintf("most concurrent streams of one gRPC connection (default %d)", rpc.DefaultMaxStreams), func(s string) error {
+	fs.Func("grpc-max-streams", fmt.Sprintf("most concurrent streams of one HTTP/2 connection (default %d)", rpc.DefaultMaxStreams), func(s string) error {
 		n, err := strconv.ParseUint(s, 10, 32)
 		if err != nil || n == 0 {
 			return fmt.Errorf("want a positive integer, got %q", s)
@@ -37,8 +37,7 @@ func (e *rpcExtension) RegisterFlags(fs *flag.FlagSet) {
 		e.opts.MaxStreams = uint32(n)
 		return nil
 	})
-	fs.DurationVar(&e.opts.MaxConnectionAge, "grpc-max-connection-age", 0, "end gRPC connections older than this (GOAWAY, a tenth of it as grace) so that clients spread over servers; 0: never")
-	fs.DurationVar(&e.opts.KeepaliveMinTime, "grpc-keepalive-min-time", rpc.DefaultKeepaliveMinTime, "shortest interval between a client's keepalive pings; a client that pings faster loses its connection (GOAWAY too_many_pings)")
+	fs.DurationVar(&e.opts.KeepaliveTime, "grpc-keepalive-time", rpc.DefaultKeepaliveTime, "ping an HTTP/2 connection silent for this long; one that does not answer within 20s is closed")
 	fs.IntVar(&e.opts.MaxWatches, "grpc-max-watches", rpc.DefaultMaxWatches, "most watches of one Watch stream")
 }
 

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bufio"
 	"errors"
 	"log/slog"
 	"net"
@@ -9,8 +8,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // Listener defaults: the connection caps of a server's listener.
@@ -180,138 +177,3 @@ func (c *countedConn) Close() error {
 // NetConn returns the wrapped connection (for crypto/tls and net/http,
 // which look for it).
 func (c *countedConn) NetConn() net.Conn { return c.Conn }
-
-// PrefaceTimeout bounds how long SplitHTTP2 waits for a connection's first
-// bytes before treating it as HTTP/1.1 (whose server then applies its own
-// header timeout).
-const PrefaceTimeout = ServerReadHeaderTimeout
-
-// Split routes the connections of one listener to two: those that open
-// with the HTTP/2 client preface (h2c with prior knowledge, how gRPC
-// clients connect without TLS) to HTTP2, every other one to HTTP1. Each
-// connection is told apart in its own goroutine, byte by byte, so that a
-// short HTTP/1.1 request is routed as soon as it differs from the preface
-// and a silent peer holds only itself (until PrefaceTimeout).
-type Split struct {
-	ln     net.Listener
-	h1, h2 *chanListener
-	once   sync.Once
-}
-
-// SplitHTTP2 starts routing ln's connections; close the Split (or ln) to
-// stop. Serve both of its listeners: a connection waits until its side
-// accepts it.
-func SplitHTTP2(ln net.Listener) *Split {
-	s := &Split{ln: ln, h1: newChanListener(ln.Addr()), h2: newChanListener(ln.Addr())}
-	go s.run()
-	return s
-}
-
-// HTTP1 is the listener of the connections that are not HTTP/2.
-func (s *Split) HTTP1() net.Listener { return s.h1 }
-
-// HTTP2 is the listener of the connections that open with the preface.
-func (s *Split) HTTP2() net.Listener { return s.h2 }
-
-// Close closes the underlying listener and both sides.
-func (s *Split) Close() error {
-	var err error
-	s.once.Do(func() {
-		err = s.ln.Close()
-		s.h1.Close()
-		s.h2.Close()
-	})
-	return err
-}
-
-func (s *Split) run() {
-	defer s.Close()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		go s.route(c)
-	}
-}
-
-func (s *Split) route(c net.Conn) {
-	br := bufio.NewReaderSize(c, len(http2.ClientPreface))
-	_ = c.SetReadDeadline(time.Now().Add(PrefaceTimeout))
-	h2 := true
-	for n := 1; n <= len(http2.ClientPreface); n++ {
-		b, err := br.Peek(n)
-		if err != nil {
-			if n == 1 {
-				_ = c.Close()
-				return
-			}
-			h2 = false
-			break
-		}
-		if b[n-1] != http2.ClientPreface[n-1] {
-			h2 = false
-			break
-		}
-	}
-	_ = c.SetReadDeadline(time.Time{})
-	side := s.h1
-	if h2 {
-		side = s.h2
-	}
-	if !side.deliver(&peekedConn{Conn: c, r: br}) {
-		_ = c.Close()
-	}
-}
-
-// chanListener is a net.Listener fed with connections accepted elsewhere.
-type chanListener struct {
-	addr   net.Addr
-	ch     chan net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func newChanListener(addr net.Addr) *chanListener {
-	return &chanListener{addr: addr, ch: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (l *chanListener) deliver(c net.Conn) bool {
-	select {
-	case l.ch <- c:
-		return true
-	case <-l.closed:
-		return false
-	}
-}
-
-func (l *chanListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *chanListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *chanListener) Addr() net.Addr { return l.addr }
-
-// peekedConn is a connection whose first bytes sit in r.
-type peekedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c *peekedConn) Read(p []byte) (int, error) {
-	if c.r.Buffered() > 0 {
-		return c.r.Read(p)
-	}
-	return c.Conn.Read(p)
-}
-
-func (c *peekedConn) NetConn() net.Conn { return c.Conn }

@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // flakyListener fails its first n Accepts with err, then accepts from ln.
@@ -147,52 +145,6 @@ func TestListenerCaps(t *testing.T) {
 				_ = c.Close()
 			}
 			_ = l.Close()
-		})
-	}
-}
-
-// Split routes on the HTTP/2 preface, byte by byte, and keeps every byte.
-func TestSplitHTTP2(t *testing.T) {
-	s := SplitHTTP2(listen(t))
-	defer s.Close()
-	for _, tc := range []struct {
-		name  string
-		send  string
-		h2    bool
-		close bool
-	}{
-		{"preface", http2.ClientPreface + "rest", true, false},
-		{"HTTP/1.1", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", false, false},
-		{"short and different", "P", false, true},
-		{"a prefix of the preface, then silence", "PRI * HTTP/2.0\r\n", false, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := net.Dial("tcp", s.ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if _, err := io.WriteString(c, tc.send); err != nil {
-				t.Fatal(err)
-			}
-			if tc.close {
-				// The client's half-close tells the sniffer no more is coming.
-				_ = c.(*net.TCPConn).CloseWrite()
-			}
-			side := s.HTTP1()
-			if tc.h2 {
-				side = s.HTTP2()
-			}
-			got, err := side.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer got.Close()
-			_ = got.SetReadDeadline(time.Now().Add(5 * time.Second))
-			b := make([]byte, len(tc.send))
-			if _, err := io.ReadFull(got, b); err != nil || string(b) != tc.send {
-				t.Errorf("read %q, %v; want %q", b, err, tc.send)
-			}
 		})
 	}
 }
