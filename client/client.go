@@ -29,6 +29,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,6 +133,10 @@ type Options struct {
 	// Timeout must be zero (the stream is long-lived): per-request timeouts
 	// come from RequestTimeout, bound through each request's context.
 	HTTPClient *http.Client
+	// TLS configures the project's client when HTTPClient is nil: the CAs
+	// to trust and a client certificate to present (see TLSConfig).
+	// Ignored with HTTPClient.
+	TLS *tls.Config
 	// RequestTimeout bounds every request except the stream. Default 10s.
 	RequestTimeout time.Duration
 	// Transport is TransportSSE (default), TransportPoll or TransportNone.
@@ -283,7 +288,7 @@ func New(serverURL string, opts Options) (*Client, error) {
 	c := &Client{base: u, opts: opts, http: opts.HTTPClient, log: opts.Logger, getenv: opts.Getenv,
 		kick: make(chan struct{}, 1), fetchq: make(chan *fetchReq, 256)}
 	if c.http == nil {
-		c.http = wire.NewHTTPClient(nil, -1)
+		c.http = wire.NewHTTPClient(opts.TLS, -1)
 	}
 	if c.log == nil {
 		c.log = slog.Default()

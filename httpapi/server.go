@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,6 +56,9 @@ type Server struct {
 	// HTTP2 is the HTTP/2 configuration (windows, streams, pings); nil
 	// takes net/http's defaults.
 	HTTP2 *http.HTTP2Config
+	// TLS, when set, serves HTTPS on the listener (wire.ServerTLS):
+	// HTTP/1.1 and HTTP/2, gRPC included, share the port through ALPN.
+	TLS *tls.Config
 
 	// Listener holds the connection caps of the listener (NewServer sets
 	// wire.DefaultMaxConns and wire.DefaultMaxConnsPerAddr); its Accept
@@ -111,9 +115,11 @@ func (s *Server) Open() error {
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(s.H2C)
+	protos.SetHTTP2(s.TLS != nil)
 	s.srv = &http.Server{
 		Handler:           wire.NewHostPolicy(raw.Addr(), s.AllowedHosts).Guard(s.Handler),
 		Protocols:         &protos,
+		TLSConfig:         s.TLS,
 		HTTP2:             s.HTTP2,
 		ReadHeaderTimeout: s.ReadHeaderTimeout,
 		ReadTimeout:       s.ReadTimeout,
@@ -128,7 +134,13 @@ func (s *Server) Open() error {
 	s.done = make(chan struct{})
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if s.srv.TLSConfig != nil {
+			err = s.srv.ServeTLS(ln, "", "") // the certificate comes from TLSConfig
+		} else {
+			err = s.srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.mu.Lock()
 			s.serveErr = err
 			s.mu.Unlock()
@@ -158,11 +170,15 @@ func (s *Server) ListenerStats() wire.ListenerStats {
 	return s.wln.Stats()
 }
 
-// URL returns "http://host:port" of the listener, "" before Open.
+// URL returns "http://host:port" of the listener ("https://…" with TLS),
+// "" before Open.
 func (s *Server) URL() string {
 	a := s.ListenAddr()
 	if a == nil {
 		return ""
+	}
+	if s.TLS != nil {
+		return "https://" + a.String()
 	}
 	return "http://" + a.String()
 }

@@ -2,17 +2,21 @@ package rpc_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/internal/wire/wiretest"
 	"github.com/varplane/varplane/push"
 	"github.com/varplane/varplane/rpc"
 	v1 "github.com/varplane/varplane/rpc/gen/varplane/v1"
@@ -245,5 +249,59 @@ func TestOversizedRequest(t *testing.T) {
 	}
 	if _, err := s.Recv(); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("oversized request: %v, want ResourceExhausted", err)
+	}
+}
+
+// gRPC over TLS shares the port with HTTP/1.1 through ALPN, with mutual
+// TLS: grpc-go with the client certificate subscribes; without it, the
+// handshake fails.
+func TestGRPCOverMutualTLS(t *testing.T) {
+	ca := wiretest.NewCA(t, "ca")
+	certFile, keyFile := ca.Issue(t, t.TempDir(), "server")
+	cfg, err := wire.ServerTLS(certFile, keyFile, ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, srv := rpc.StartTestServer(t, push.Options{}, nil, func(s *rpc.Server) { s.TLS = cfg })
+	if !strings.HasPrefix(srv.URL(), "https://") {
+		t.Fatalf("URL = %s", srv.URL())
+	}
+	clientCert, clientKey := ca.Issue(t, t.TempDir(), "client")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name      string
+		cert, key string
+		ok        bool
+	}{{"with a client certificate", clientCert, clientKey, true}, {"without", "", "", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ccfg, err := wire.ClientTLS(ca.File, tc.cert, tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc, err := grpc.NewClient(strings.TrimPrefix(srv.URL(), "https://"), grpc.WithTransportCredentials(credentials.NewTLS(ccfg)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			s, err := v1.NewPushServiceClient(cc).Subscribe(ctx, &v1.SubscribeRequest{Keys: []string{"a.b"}})
+			if err == nil {
+				_, err = s.Recv()
+			}
+			if tc.ok != (err == nil) {
+				t.Fatalf("err = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+	// HTTP/1.1 on the same port: the Connect handler answers.
+	ccfg, _ := wire.ClientTLS(ca.File, clientCert, clientKey)
+	ccfg.NextProtos = []string{"http/1.1"}
+	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: ccfg}}).Post(srv.URL()+"/varplane.v1.PushService/Subscribe", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.ProtoMajor != 1 || resp.StatusCode == http.StatusNotFound {
+		t.Errorf("HTTP/1.1 over TLS: %s %d", resp.Proto, resp.StatusCode)
 	}
 }

@@ -17,6 +17,7 @@ package rpc
 import (
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -319,6 +320,9 @@ type Server struct {
 	// before Open.
 	GRPC     GRPCOptions
 	Listener wire.ListenerOptions
+	// TLS, when set, serves HTTPS (wire.ServerTLS): HTTP/1.1 and HTTP/2,
+	// gRPC included, share the port through ALPN.
+	TLS *tls.Config
 
 	handler http.Handler
 	hub     *push.Hub
@@ -358,9 +362,11 @@ func (s *Server) Open() error {
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
+	protos.SetHTTP2(s.TLS != nil)
 	// The wire layer's server limits, as on the main port: a stream lifts
 	// the read and write deadlines itself once its request is read.
 	s.srv = &http.Server{
+		TLSConfig:         s.TLS,
 		Handler:           wire.NewHostPolicy(raw.Addr(), nil).Guard(g.Route(s.handler)),
 		Protocols:         &protos,
 		HTTP2:             g.HTTP2Config(),
@@ -377,6 +383,10 @@ func (s *Server) Open() error {
 	srv, done := s.srv, s.done
 	go func() {
 		defer close(done)
+		if srv.TLSConfig != nil {
+			_ = srv.ServeTLS(ln, "", "") // the certificate comes from TLSConfig
+			return
+		}
 		_ = srv.Serve(ln)
 	}()
 	return nil
@@ -389,6 +399,9 @@ func (s *Server) URL() string {
 	defer s.mu.Unlock()
 	if s.ln == nil {
 		return ""
+	}
+	if s.TLS != nil {
+		return "https://" + s.ln.Addr().String()
 	}
 	return "http://" + s.ln.Addr().String()
 }

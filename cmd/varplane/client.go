@@ -34,6 +34,7 @@ type clientFlags struct {
 	base    string
 	output  string
 	timeout time.Duration
+	tls     tlsClientFlags
 }
 
 // register adds the shared flags to fs, taking defaults from the environment.
@@ -43,6 +44,7 @@ func (c *clientFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.base, "base", envOr(getenv, "VARPLANE_BASE", defaultBase), "path the var API is mounted under (env VARPLANE_BASE)")
 	fs.StringVar(&c.output, "o", "text", "output format: text or json (the server's JSON, one document)")
 	fs.DurationVar(&c.timeout, "timeout", defaultClientTimeout, "timeout of each request")
+	c.tls.register(fs, getenv)
 }
 
 func envOr(getenv func(string) string, name, def string) string {
@@ -79,11 +81,15 @@ func (c *clientFlags) client(stdout io.Writer) (*apiClient, error) {
 	if err != nil {
 		return nil, &usageError{err: err}
 	}
+	tlsConfig, err := c.tls.config()
+	if err != nil {
+		return nil, &usageError{err: err}
+	}
 	root := strings.TrimRight(u.String(), "/")
 	cl := &apiClient{
 		root:  root + base,
 		token: c.token,
-		http:  wire.NewHTTPClient(nil, c.timeout),
+		http:  wire.NewHTTPClient(tlsConfig, c.timeout),
 	}
 	if c.json() {
 		cl.errJSON = stdout

@@ -62,6 +62,7 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 	srv := httpapi.NewServer(cfg.addr, handler)
 	srv.Logger = rt.Logger
 	srv.AllowedHosts = splitList(cfg.allowedHosts)
+	srv.TLS = rt.TLS
 	srv.Listener = wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, Logger: rt.Logger}
 	if rt.GRPC != nil {
 		srv.H2C, srv.HTTP2 = true, rt.GRPC.HTTP2Config()

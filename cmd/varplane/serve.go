@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -52,6 +53,8 @@ type serveConfig struct {
 	// maxConns and maxConnsPerAddr cap the main listener's connections.
 	maxConns        int
 	maxConnsPerAddr int
+	tls             tlsServeFlags
+	tlsConfig       *tls.Config // built from tls after parsing
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.
@@ -79,9 +82,11 @@ type serveRuntime struct {
 	// Authorizer is the one --tokens builds (httpapi.AllowAll without it),
 	// so that every transport authorizes exactly as the HTTP API does.
 	Authorizer httpapi.Authorizer
-	// GRPC, when an extension sets it, serves the main port's HTTP/2
-	// connections (gRPC over h2c) next to the HTTP/1.1 handler.
+	// GRPC, when an extension sets it, serves the main port's gRPC
+	// requests (HTTP/2: h2c, or TLS) next to the mux.
 	GRPC *rpc.GRPCServer
+	// TLS is the listeners' TLS configuration (--tls-cert), nil without.
+	TLS *tls.Config
 }
 
 // serveExtension is the place to add a transport or a feature to serve
@@ -143,6 +148,7 @@ Stores (--store):
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cfg.redis.register(fs)
+	cfg.tls.register(fs, c.m.Getenv)
 	exts := make([]serveExtension, 0, len(serveExtensions))
 	for _, newExt := range serveExtensions {
 		ext := newExt()
@@ -168,6 +174,9 @@ Stores (--store):
 	}
 	if cfg.maxBodyBytes <= 0 {
 		return usagef("--max-body-bytes must be positive")
+	}
+	if cfg.tlsConfig, err = cfg.tls.config(); err != nil {
+		return err
 	}
 	if cfg.maxConns <= 0 || cfg.maxConnsPerAddr <= 0 {
 		return usagef("--max-connections and --max-connections-per-addr must be positive")
@@ -242,7 +251,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	hub := push.New(engine, push.Options{Logger: log, MaxSubscribers: cfg.maxSubs, MaxSubscribersPerToken: cfg.maxSubsPerToken})
 	defer hub.Close()
 
-	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz}
+	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz, TLS: cfg.tlsConfig}
 	if rt.Authorizer == nil {
 		rt.Authorizer = httpapi.AllowAll
 	}
