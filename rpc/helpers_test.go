@@ -15,7 +15,7 @@ import (
 // StartTestServer opens a Server on a free loopback port over an engine on
 // a memory store, all closed when t ends; tune, when set, changes the
 // server's options first. Exported for the external tests.
-func StartTestServer(t *testing.T, popts push.Options, auth Authorizer, tune func(*Server)) (*varplane.Engine, *push.Hub, *Server) {
+func StartTestServer(t testing.TB, popts push.Options, auth Authorizer, tune func(*Server)) (*varplane.Engine, *push.Hub, *Server) {
 	t.Helper()
 	st := memory.New()
 	e := varplane.NewEngine(st, varplane.Options{Limits: varplane.Limits{MaxBodyBytes: 32 << 20, MaxStringBytes: 32 << 20}})
@@ -45,7 +45,7 @@ func StartTestServer(t *testing.T, popts push.Options, auth Authorizer, tune fun
 
 // ActivateForTest stores doc as a revision of scope and activates it,
 // returning the new generation. Exported for the external tests.
-func ActivateForTest(t *testing.T, e *varplane.Engine, scope varplane.Scope, doc string) varplane.Generation {
+func ActivateForTest(t testing.TB, e *varplane.Engine, scope varplane.Scope, doc string) varplane.Generation {
 	t.Helper()
 	ctx := context.Background()
 	rev, err := e.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: scope, Document: json.RawMessage(doc)})
