@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -270,7 +271,17 @@ func (s *grpcService) Subscribe(req *v1.SubscribeRequest, stream grpc.ServerStre
 	}
 	defer sub.Close()
 	err = pump(ctx, s.ctx, sub, s.opts.Heartbeat, func(b *v1.SnapshotBatch) error { return stream.Send(b) })
-	return toGRPC(ctx, err)
+	return ended(ctx, toGRPC(ctx, err))
+}
+
+// ended is the status of a stream whose context ended: DeadlineExceeded
+// when its grpc-timeout passed (the client's deadline, which it must see
+// as such rather than as a clean end), else err.
+func ended(ctx context.Context, err error) error {
+	if err == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return status.Error(codes.DeadlineExceeded, "the call's deadline passed")
+	}
+	return err
 }
 
 // bearerOf returns the bearer token of a stream's authorization metadata.

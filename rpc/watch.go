@@ -111,7 +111,7 @@ func (s *grpcService) Watch(stream grpc.BidiStreamingServer[v1.WatchRequest, v1.
 	}
 	w := &watcher{hub: s.hub, authorize: s.authorize, token: bearerOf(ctx), max: s.opts.MaxWatches,
 		heartbeat: s.opts.Heartbeat, count: &s.watches, recv: recv, send: stream.Send}
-	return toGRPC(ctx, w.run(ctx, s.ctx))
+	return ended(ctx, toGRPC(ctx, w.run(ctx, s.ctx)))
 }
 
 // Watch implements PushService.Watch on the Connect handler (HTTP/2 only,
