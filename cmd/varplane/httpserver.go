@@ -63,7 +63,7 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 	srv.Logger = rt.Logger
 	srv.AllowedHosts = splitList(cfg.allowedHosts)
 	srv.TLS = rt.TLS
-	srv.Listener = wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, Logger: rt.Logger}
+	srv.Listener = rt.Listener
 	if rt.GRPC != nil {
 		srv.H2C, srv.HTTP2 = true, rt.GRPC.HTTP2Config()
 		registerGRPCMetrics(api.Registry(), rt.GRPC)
@@ -124,13 +124,16 @@ func registerGRPCMetrics(reg *prometheus.Registry, g *rpc.GRPCServer) {
 // varplane_connections (open now), varplane_connections_refused_total by
 // the cap (max-connections, max-connections-per-addr) and
 // varplane_accept_errors_total (failed accepts retried after a pause:
-// EMFILE and the like).
+// EMFILE and the like) and varplane_connections_expired_total
+// (--max-connection-age).
 func registerListenerMetrics(reg *prometheus.Registry, stats func() wire.ListenerStats) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "varplane_connections", Help: "Connections open on the main listener (HTTP and gRPC)."},
 			func() float64 { return float64(stats().Open) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "varplane_accept_errors_total", Help: "Failed accepts on the main listener, retried after a pause (EMFILE, ENFILE…)."},
-			func() float64 { return float64(stats().AcceptErrors) }))
+			func() float64 { return float64(stats().AcceptErrors) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "varplane_connections_expired_total", Help: "Connections closed at --max-connection-age."},
+			func() float64 { return float64(stats().Expired) }))
 	for limit, count := range map[string]func(wire.ListenerStats) uint64{
 		"max-connections":          func(s wire.ListenerStats) uint64 { return s.RefusedTotal },
 		"max-connections-per-addr": func(s wire.ListenerStats) uint64 { return s.RefusedPerAddr },

@@ -57,7 +57,7 @@ func (e *rpcExtension) Start(_ context.Context, rt *serveRuntime) (func(context.
 	}
 	srv := rpc.NewServer(e.addr, rt.Hub, authorize)
 	srv.GRPC = opts
-	srv.TLS = rt.TLS
+	srv.TLS, srv.Listener = rt.TLS, rt.Listener
 	if err := srv.Open(); err != nil {
 		return nil, err
 	}

@@ -53,6 +53,7 @@ type serveConfig struct {
 	// maxConns and maxConnsPerAddr cap the main listener's connections.
 	maxConns        int
 	maxConnsPerAddr int
+	maxConnAge      time.Duration
 	tls             tlsServeFlags
 	tlsConfig       *tls.Config // built from tls after parsing
 }
@@ -87,6 +88,8 @@ type serveRuntime struct {
 	GRPC *rpc.GRPCServer
 	// TLS is the listeners' TLS configuration (--tls-cert), nil without.
 	TLS *tls.Config
+	// Listener holds every listener's connection caps (--max-connections…).
+	Listener wire.ListenerOptions
 }
 
 // serveExtension is the place to add a transport or a feature to serve
@@ -144,6 +147,7 @@ Stores (--store):
 	fs.StringVar(&cfg.allowedHosts, "allowed-hosts", envOr(c.m.Getenv, "VARPLANE_ALLOWED_HOSTS", ""), "comma-separated Host names answered besides loopback and the listen address (.example.com for subdomains, * for any) (env VARPLANE_ALLOWED_HOSTS)")
 	fs.IntVar(&cfg.maxConns, "max-connections", wire.DefaultMaxConns, "most connections the listener holds open at once (HTTP and gRPC); past it new ones are closed at once")
 	fs.IntVar(&cfg.maxConnsPerAddr, "max-connections-per-addr", wire.DefaultMaxConnsPerAddr, "most connections one client IP address holds open at once")
+	fs.DurationVar(&cfg.maxConnAge, "max-connection-age", 0, "close connections this old (their streams end and clients reconnect, spreading over servers); 0: never")
 	fs.StringVar(&cfg.origins, "trusted-origins", "", "comma-separated origins (https://console.example) whose pages may send writes across origins")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -251,7 +255,8 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	hub := push.New(engine, push.Options{Logger: log, MaxSubscribers: cfg.maxSubs, MaxSubscribersPerToken: cfg.maxSubsPerToken})
 	defer hub.Close()
 
-	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz, TLS: cfg.tlsConfig}
+	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz, TLS: cfg.tlsConfig,
+		Listener: wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, MaxConnAge: cfg.maxConnAge, Logger: log}}
 	if rt.Authorizer == nil {
 		rt.Authorizer = httpapi.AllowAll
 	}

@@ -32,6 +32,10 @@ type ListenerOptions struct {
 	MaxConns int
 	// MaxConnsPerAddr caps the connections of one client IP address.
 	MaxConnsPerAddr int
+	// MaxConnAge, when positive, closes a connection that old (its
+	// streams end; clients reconnect, and so spread over servers added
+	// since). Zero keeps connections as long as they live.
+	MaxConnAge time.Duration
 	// Logger receives the accept errors (slog.Default when nil).
 	Logger *slog.Logger
 }
@@ -43,6 +47,7 @@ type ListenerStats struct {
 	RefusedTotal   uint64 // connections closed at once: MaxConns reached
 	RefusedPerAddr uint64 // connections closed at once: MaxConnsPerAddr reached
 	AcceptErrors   uint64 // failed Accept calls that were retried after a pause
+	Expired        uint64 // connections closed at MaxConnAge
 }
 
 // Listener is a net.Listener whose Accept survives transient failures and
@@ -60,7 +65,7 @@ type Listener struct {
 	open   int
 	byAddr map[string]int
 
-	accepted, refusedTotal, refusedAddr, acceptErrors atomic.Uint64
+	accepted, refusedTotal, refusedAddr, acceptErrors, expired atomic.Uint64
 	closed                                            atomic.Bool
 }
 
@@ -120,7 +125,15 @@ func (l *Listener) admit(c net.Conn) (net.Conn, bool) {
 	l.byAddr[host]++
 	l.mu.Unlock()
 	l.accepted.Add(1)
-	return &countedConn{Conn: c, l: l, host: host}, true
+	cc := &countedConn{Conn: c, l: l, host: host}
+	if l.opts.MaxConnAge > 0 {
+		cc.aged.Store(time.AfterFunc(l.opts.MaxConnAge, func() {
+			l.expired.Add(1)
+			cc.release()
+			_ = cc.Conn.Close()
+		}))
+	}
+	return cc, true
 }
 
 func (l *Listener) release(host string) {
@@ -144,7 +157,7 @@ func (l *Listener) Stats() ListenerStats {
 	open := l.open
 	l.mu.Unlock()
 	return ListenerStats{Open: int64(open), Accepted: l.accepted.Load(), RefusedTotal: l.refusedTotal.Load(),
-		RefusedPerAddr: l.refusedAddr.Load(), AcceptErrors: l.acceptErrors.Load()}
+		RefusedPerAddr: l.refusedAddr.Load(), AcceptErrors: l.acceptErrors.Load(), Expired: l.expired.Load()}
 }
 
 func remoteHost(c net.Conn) string {
@@ -166,13 +179,20 @@ type countedConn struct {
 	net.Conn
 	l    *Listener
 	host string
+	aged atomic.Pointer[time.Timer] // MaxConnAge's, nil without
 	once sync.Once
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(func() { c.l.release(c.host) })
+	if t := c.aged.Load(); t != nil {
+		t.Stop()
+	}
+	c.release()
 	return c.Conn.Close()
 }
+
+// release gives the connection's slot back, once.
+func (c *countedConn) release() { c.once.Do(func() { c.l.release(c.host) }) }
 
 // NetConn returns the wrapped connection (for crypto/tls and net/http,
 // which look for it).

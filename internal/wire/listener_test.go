@@ -148,3 +148,27 @@ func TestListenerCaps(t *testing.T) {
 		})
 	}
 }
+
+// MaxConnAge closes a connection once it is that old.
+func TestListenerMaxConnAge(t *testing.T) {
+	l := NewListener(listen(t), ListenerOptions{MaxConnAge: 50 * time.Millisecond})
+	defer l.Close()
+	go func() {
+		if c, err := net.Dial("tcp", l.Addr().String()); err == nil {
+			defer c.Close()
+			time.Sleep(2 * time.Second)
+		}
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	if _, err := c.Read(make([]byte, 1)); err == nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("read on an aged connection: %v after %v, want it closed at 50ms", err, time.Since(start))
+	}
+	if st := l.Stats(); st.Expired != 1 || st.Open != 0 {
+		t.Errorf("stats = %+v, want one expired, none open", st)
+	}
+}
