@@ -66,7 +66,7 @@ type Listener struct {
 	byAddr map[string]int
 
 	accepted, refusedTotal, refusedAddr, acceptErrors, expired atomic.Uint64
-	closed                                            atomic.Bool
+	closed                                                     atomic.Bool
 }
 
 // NewListener wraps ln with the caps of opts.
