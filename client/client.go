@@ -139,7 +139,9 @@ type Options struct {
 	TLS *tls.Config
 	// RequestTimeout bounds every request except the stream. Default 10s.
 	RequestTimeout time.Duration
-	// Transport is TransportSSE (default), TransportPoll or TransportNone.
+	// Transport is TransportSSE (default), TransportGRPC (one Watch stream
+	// for every scope, on the server's port), TransportPoll or
+	// TransportNone.
 	// An SSE client whose server has no watch route (404, 405, 501) polls
 	// instead, and tries the stream again after a minute.
 	Transport Transport
@@ -260,7 +262,7 @@ func New(serverURL string, opts Options) (*Client, error) {
 		opts.Transport = TransportSSE
 	}
 	switch opts.Transport {
-	case TransportSSE, TransportPoll, TransportNone:
+	case TransportSSE, TransportPoll, TransportNone, TransportGRPC:
 	default:
 		return nil, fmt.Errorf("client: unknown transport %q", opts.Transport)
 	}
@@ -495,6 +497,8 @@ func (c *Client) Start() {
 				c.poll()
 			case TransportSSE:
 				c.follow()
+			case TransportGRPC:
+				c.followGRPC()
 			}
 		}()
 	})
