@@ -193,6 +193,16 @@ func scenarioPush(ctx context.Context, cfg *config, e *env, rep *Report) {
 				startGRPC(sctx, "http://"+vp.rpcAddr, conns, "bench.push", set)
 				return pu.run(ctx, set, cancel)
 			}})
+			if vp.hasWatch {
+				sides = append(sides, side{name: "varplane-watch", run: func(ctx context.Context) (Stats, error) {
+					sctx, cancel := context.WithCancel(ctx)
+					set := newSubscriberSet(subs)
+					seqBase.Store(int64(pu.gen))
+					startWatch(sctx, "http://"+vp.rpcAddr, conns, "bench.push", set)
+					return pu.run(ctx, set, cancel)
+				}})
+				g.Notes = append(g.Notes, "varplane-watch: the same subscribers as watches, one gRPC Watch stream per connection (10 streams, 100 watches each), as etcd's watchers share one stream per client")
+			}
 		} else if emb, _, err := startEmbedded(ctx, cfg, "push-grpc"); err != nil {
 			g.skip("varplane-grpc", "varplane serve has no --rpc-addr, and the embedded server failed: "+err.Error())
 		} else {
@@ -376,6 +386,84 @@ func startGRPC(ctx context.Context, addr string, conns int, key string, set *sub
 				}
 			}
 		}(i)
+	}
+}
+
+// startWatch starts the subscribers of set as watches on key multiplexed
+// over one gRPC Watch stream per connection (conns connections), as etcd's
+// watchers share a stream: subscriber i is watch i+1 on connection i%conns.
+func startWatch(ctx context.Context, addr string, conns int, key string, set *subscriberSet) {
+	target := strings.TrimPrefix(addr, "http://")
+	n := len(set.recv)
+	for c := range conns {
+		cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			set.fail(err)
+			return
+		}
+		set.wg.Add(1)
+		go func() {
+			defer set.wg.Done()
+			defer cc.Close()
+			var mine []int
+			for i := c; i < n; i += conns {
+				mine = append(mine, i)
+			}
+			readied := make(map[int]bool, len(mine))
+			defer func() {
+				for _, i := range mine {
+					if !readied[i] {
+						set.ready.Done()
+					}
+				}
+			}()
+			stream, err := v1.NewPushServiceClient(cc).Watch(ctx)
+			for _, i := range mine {
+				if err != nil {
+					break
+				}
+				err = stream.Send(&v1.WatchRequest{Request: &v1.WatchRequest_Create{Create: &v1.WatchCreateRequest{WatchId: int64(i + 1), Keys: []string{key}}}})
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					set.fail(err)
+				}
+				return
+			}
+			recs := make(map[int][]delivery, len(mine))
+			defer func() {
+				for i, r := range recs {
+					set.recv[i] = r
+				}
+			}()
+			for {
+				m, err := stream.Recv()
+				if err != nil {
+					if err != io.EOF && ctx.Err() == nil {
+						set.fail(err)
+					}
+					return
+				}
+				i := int(m.GetWatchId()) - 1
+				b := m.GetBatch()
+				if b == nil || i < 0 || i >= n {
+					continue
+				}
+				if b.GetSnapshot() {
+					if !readied[i] {
+						readied[i] = true
+						set.ready.Done()
+					}
+					continue
+				}
+				now := time.Now()
+				for _, h := range b.GetHeads() {
+					seq := int(int64(h.GetGeneration()) - seqBase.Load() - 1)
+					recs[i] = append(recs[i], delivery{seq: seq, at: now})
+					set.last[i].Store(int64(seq))
+				}
+			}
+		}()
 	}
 }
 

@@ -78,7 +78,10 @@ type vpServer struct {
 	addr    string // host:port of the HTTP API
 	base    string // http://addr/vars
 	rpcAddr string // host:port of gRPC, "" when not served
-	log     string
+	// hasWatch: the binary serves the multiplexed gRPC Watch (it has
+	// --grpc-max-watches).
+	hasWatch bool
+	log      string
 }
 
 // startVarplane runs "varplane serve" on a free loopback port over store
@@ -95,6 +98,7 @@ func (e *env) startVarplane(ctx context.Context, name, store string, extra ...st
 	if e.hasFlag("rpc-addr") {
 		s.rpcAddr = fmt.Sprintf("127.0.0.1:%d", mustFreePort())
 		args = append(args, "--rpc-addr", s.rpcAddr)
+		s.hasWatch = e.hasFlag("grpc-max-watches")
 	}
 	args = append(args, extra...)
 	s.p, err = startProc("varplane-"+name, s.log, bin, args...)

@@ -29,6 +29,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -139,9 +140,15 @@ type Options struct {
 	// Timeout must be zero (the stream is long-lived): per-request timeouts
 	// come from RequestTimeout, bound through each request's context.
 	HTTPClient *http.Client
+	// TLS configures the project's client when HTTPClient is nil: the CAs
+	// to trust and a client certificate to present (see TLSConfig).
+	// Ignored with HTTPClient.
+	TLS *tls.Config
 	// RequestTimeout bounds every request except the stream. Default 10s.
 	RequestTimeout time.Duration
-	// Transport is TransportSSE (default), TransportPoll or TransportNone.
+	// Transport is TransportSSE (default), TransportGRPC (one Watch stream
+	// for every scope, on the server's port), TransportPoll or
+	// TransportNone.
 	// An SSE client whose server has no watch route (404, 405, 501) polls
 	// instead, and tries the stream again after a minute.
 	Transport Transport
@@ -272,7 +279,7 @@ func New(serverURL string, opts Options) (*Client, error) {
 		opts.Transport = TransportSSE
 	}
 	switch opts.Transport {
-	case TransportSSE, TransportPoll, TransportNone:
+	case TransportSSE, TransportPoll, TransportNone, TransportGRPC:
 	default:
 		return nil, fmt.Errorf("client: unknown transport %q", opts.Transport)
 	}
@@ -300,7 +307,7 @@ func New(serverURL string, opts Options) (*Client, error) {
 	c := &Client{base: u, opts: opts, http: opts.HTTPClient, log: opts.Logger, getenv: opts.Getenv,
 		kick: make(chan struct{}, 1), fetchq: make(chan *fetchReq, 256)}
 	if c.http == nil {
-		c.http = wire.NewHTTPClient(nil, -1)
+		c.http = wire.NewHTTPClient(opts.TLS, -1)
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -510,6 +517,8 @@ func (c *Client) Start() {
 				c.poll()
 			case TransportSSE:
 				c.follow()
+			case TransportGRPC:
+				c.followGRPC()
 			}
 		}()
 	})

@@ -34,6 +34,7 @@ type plane struct {
 	hub    *push.Hub
 	api    *httpapi.Handler
 	rpc    *rpc.Server
+	grpc   *rpc.GRPCServer // the main port's gRPC, as serve wires it
 
 	mu   sync.Mutex
 	addr string
@@ -67,6 +68,7 @@ func startPlane(t testing.TB, o planeOptions) *plane {
 		watch = push.NewSSEHandler(p.hub, o.sse)
 	}
 	p.api = httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, Watch: watch, DisableOps: true, Logger: quiet})
+	p.grpc = rpc.NewGRPCServer(p.hub, nil, rpc.GRPCOptions{Logger: quiet})
 	p.rpc = rpc.NewServer("127.0.0.1:0", p.hub, nil)
 	if err := p.rpc.Open(); err != nil {
 		t.Fatal(err)
@@ -77,6 +79,7 @@ func startPlane(t testing.TB, o planeOptions) *plane {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = p.rpc.Close(ctx)
+		_ = p.grpc.Close(ctx)
 		p.hub.Close()
 		p.api.Close()
 		e.Close()
@@ -123,7 +126,11 @@ func (p *plane) start() {
 		p.t.Fatal(err)
 	}
 	p.addr = ln.Addr().String()
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
+	// One port, as varplane serve: gRPC requests (h2c) go to grpc-go.
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	p.srv = &http.Server{Handler: p.grpc.Route(p), ReadHeaderTimeout: 5 * time.Second, Protocols: &protos, HTTP2: p.grpc.HTTP2Config()}
 	p.done = make(chan struct{})
 	srv, done := p.srv, p.done
 	go func() { defer close(done); _ = srv.Serve(ln) }()

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,9 +48,27 @@ type Server struct {
 	// Logger receives the server's own errors (slog.Default when nil).
 	Logger *slog.Logger
 
+	// H2C makes the server answer HTTP/2 with prior knowledge (h2c, how
+	// gRPC clients connect without TLS) besides HTTP/1.1, so that one port
+	// serves HTTP/1.1, Connect and gRPC (route gRPC requests in Handler;
+	// Host, which the policy above holds, is :authority for HTTP/2).
+	H2C bool
+	// HTTP2 is the HTTP/2 configuration (windows, streams, pings); nil
+	// takes net/http's defaults.
+	HTTP2 *http.HTTP2Config
+	// TLS, when set, serves HTTPS on the listener (wire.ServerTLS):
+	// HTTP/1.1 and HTTP/2, gRPC included, share the port through ALPN.
+	TLS *tls.Config
+
+	// Listener holds the connection caps of the listener (NewServer sets
+	// wire.DefaultMaxConns and wire.DefaultMaxConnsPerAddr); its Accept
+	// survives EMFILE with a pause and a log line.
+	Listener wire.ListenerOptions
+
 	mu         sync.Mutex
 	onShutdown []func()
 	ln         net.Listener
+	wln        *wire.Listener
 	srv        *http.Server
 	done       chan struct{}
 	serveErr   error
@@ -65,6 +84,7 @@ func NewServer(addr string, handler http.Handler) *Server {
 		WriteTimeout:      DefaultWriteTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
 		MaxHeaderBytes:    DefaultMaxHeaderBytes,
+		Listener:          wire.ListenerOptions{MaxConns: wire.DefaultMaxConns, MaxConnsPerAddr: wire.DefaultMaxConnsPerAddr},
 	}
 }
 
@@ -77,7 +97,7 @@ func (s *Server) Open() error {
 	if s.srv != nil {
 		return errors.New("httpapi: server already open")
 	}
-	ln, err := net.Listen("tcp", s.Addr)
+	raw, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.Addr, err)
 	}
@@ -85,9 +105,22 @@ func (s *Server) Open() error {
 	if log == nil {
 		log = slog.Default()
 	}
+	lopts := s.Listener
+	if lopts.Logger == nil {
+		lopts.Logger = log
+	}
+	s.wln = wire.NewListener(raw, lopts)
+	ln := s.wln
 	s.ln = ln
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(s.H2C)
+	protos.SetHTTP2(s.TLS != nil)
 	s.srv = &http.Server{
-		Handler:           wire.NewHostPolicy(ln.Addr(), s.AllowedHosts).Guard(s.Handler),
+		Handler:           wire.NewHostPolicy(raw.Addr(), s.AllowedHosts).Guard(s.Handler),
+		Protocols:         &protos,
+		TLSConfig:         s.TLS,
+		HTTP2:             s.HTTP2,
 		ReadHeaderTimeout: s.ReadHeaderTimeout,
 		ReadTimeout:       s.ReadTimeout,
 		WriteTimeout:      s.WriteTimeout,
@@ -101,7 +134,13 @@ func (s *Server) Open() error {
 	s.done = make(chan struct{})
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if s.srv.TLSConfig != nil {
+			err = s.srv.ServeTLS(ln, "", "") // the certificate comes from TLSConfig
+		} else {
+			err = s.srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.mu.Lock()
 			s.serveErr = err
 			s.mu.Unlock()
@@ -120,11 +159,26 @@ func (s *Server) ListenAddr() net.Addr {
 	return s.ln.Addr()
 }
 
-// URL returns "http://host:port" of the listener, "" before Open.
+// ListenerStats returns the listener's connection counters (zero before
+// Open).
+func (s *Server) ListenerStats() wire.ListenerStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wln == nil {
+		return wire.ListenerStats{}
+	}
+	return s.wln.Stats()
+}
+
+// URL returns "http://host:port" of the listener ("https://…" with TLS),
+// "" before Open.
 func (s *Server) URL() string {
 	a := s.ListenAddr()
 	if a == nil {
 		return ""
+	}
+	if s.TLS != nil {
+		return "https://" + a.String()
 	}
 	return "http://" + a.String()
 }

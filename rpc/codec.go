@@ -2,9 +2,10 @@ package rpc
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/varplane/varplane/push"
@@ -16,26 +17,18 @@ import (
 // Almost every batch a stream sends after its snapshot is one update of one
 // commit, the same message for every subscriber of that scope. streamBatch
 // builds that message once per commit (push.Update.Shared) together with
-// its protobuf encoding, and wireCodec, which replaces Connect's "proto"
-// codec on this handler, appends the stored encoding instead of marshaling
-// the message again for each of the thousand streams.
+// its protobuf encoding, and the codecs of this package (wireCodec for
+// Connect, grpcCodec for grpc-go; both replace the stock "proto" codec of
+// their server) append the stored encoding instead of marshaling the
+// message again for each of the thousand streams. A Watch response that
+// carries a shared batch is its watch id and the stored encoding as field
+// 6, written without marshaling the batch either.
 
 // sharedBatch is a message sent unchanged to many streams, with its
 // encoding. Neither may be mutated once built.
 type sharedBatch struct {
 	msg  *v1.SnapshotBatch
 	wire []byte
-	grpc []byte // wire behind the 5-byte gRPC message prefix, for the fan-out server
-
-	zOnce sync.Once
-	z     []byte // the gzip-compressed gRPC message, built on first use
-}
-
-// gzipped returns the compressed gRPC message, compressed once per commit
-// for every stream that accepts gzip.
-func (sb *sharedBatch) gzipped() []byte {
-	sb.zOnce.Do(func() { sb.z = gzipMessage(sb.wire) })
-	return sb.z
 }
 
 // recentShared remembers the last shared batches so the codec can find the
@@ -47,6 +40,9 @@ var (
 )
 
 func sharedOf(m *v1.SnapshotBatch) *sharedBatch {
+	if m == nil {
+		return nil
+	}
 	for i := range recentShared {
 		if sb := recentShared[i].Load(); sb != nil && sb.msg == m {
 			return sb
@@ -67,24 +63,32 @@ func streamBatch(b push.Batch) *v1.SnapshotBatch {
 		if err != nil {
 			return msg // the codec marshals (and reports) it per stream
 		}
-		recentShared[recentNext.Add(1)%uint32(len(recentShared))].Store(&sharedBatch{msg: msg, wire: wire, grpc: grpcMessage(wire)})
+		recentShared[recentNext.Add(1)%uint32(len(recentShared))].Store(&sharedBatch{msg: msg, wire: wire})
 		return msg
 	}).(*v1.SnapshotBatch)
 }
 
-// wireCodec is the protobuf binary codec, with the shortcut for shared
-// batches.
-type wireCodec struct{}
+// watchBatchField is the field number of WatchResponse.batch.
+const watchBatchField = 6
 
-func (wireCodec) Name() string   { return "proto" }
-func (wireCodec) IsBinary() bool { return true }
-
-func (c wireCodec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil, m) }
-
-func (wireCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
-	if sb, ok := m.(*v1.SnapshotBatch); ok {
-		if shared := sharedOf(sb); shared != nil {
+// marshalAppend appends m's protobuf encoding to dst, taking the stored
+// encoding of a shared batch, alone or inside a WatchResponse.
+func marshalAppend(dst []byte, m any) ([]byte, error) {
+	switch t := m.(type) {
+	case *v1.SnapshotBatch:
+		if shared := sharedOf(t); shared != nil {
 			return append(dst, shared.wire...), nil
+		}
+	case *v1.WatchResponse:
+		if shared := sharedOf(t.GetBatch()); shared != nil {
+			rest := &v1.WatchResponse{WatchId: t.GetWatchId(), Created: t.GetCreated(), Canceled: t.GetCanceled(),
+				CancelCode: t.GetCancelCode(), CancelReason: t.GetCancelReason(), Progress: t.GetProgress()}
+			dst, err := proto.MarshalOptions{}.MarshalAppend(dst, rest)
+			if err != nil {
+				return nil, err
+			}
+			dst = protowire.AppendTag(dst, watchBatchField, protowire.BytesType)
+			return protowire.AppendBytes(dst, shared.wire), nil
 		}
 	}
 	pm, ok := m.(proto.Message)
@@ -94,10 +98,49 @@ func (wireCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(dst, pm)
 }
 
-func (wireCodec) Unmarshal(data []byte, m any) error {
+func unmarshal(data []byte, m any) error {
 	pm, ok := m.(proto.Message)
 	if !ok {
 		return fmt.Errorf("rpc: %T is not a protobuf message", m)
 	}
 	return proto.Unmarshal(data, pm)
+}
+
+// wireCodec is connect's protobuf binary codec, with the shortcut for
+// shared batches.
+type wireCodec struct{}
+
+func (wireCodec) Name() string   { return "proto" }
+func (wireCodec) IsBinary() bool { return true }
+
+func (wireCodec) Marshal(m any) ([]byte, error) { return marshalAppend(nil, m) }
+
+func (wireCodec) MarshalAppend(dst []byte, m any) ([]byte, error) { return marshalAppend(dst, m) }
+
+func (wireCodec) Unmarshal(data []byte, m any) error { return unmarshal(data, m) }
+
+// grpcCodec is grpc-go's protobuf codec (encoding.CodecV2), with the
+// shortcut for shared batches. A shared encoding is handed to grpc-go as a
+// buffer that is never freed into a pool: grpc-go only reads it.
+type grpcCodec struct{}
+
+func (grpcCodec) Name() string { return "proto" }
+
+func (grpcCodec) Marshal(m any) (mem.BufferSlice, error) {
+	if sb, ok := m.(*v1.SnapshotBatch); ok {
+		if shared := sharedOf(sb); shared != nil {
+			return mem.BufferSlice{mem.SliceBuffer(shared.wire)}, nil
+		}
+	}
+	b, err := marshalAppend(nil, m)
+	if err != nil {
+		return nil, err
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+func (grpcCodec) Unmarshal(data mem.BufferSlice, m any) error {
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return unmarshal(buf.ReadOnlyData(), m)
 }

@@ -67,7 +67,18 @@ func TestServerLimits(t *testing.T) {
 		srv.MaxHeaderBytes != wire.ServerMaxHeaderBytes {
 		t.Errorf("server limits = %v %v %v %v %d", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout, srv.MaxHeaderBytes)
 	}
-	if s.opts.maxRequest != MaxRequestBytes {
-		t.Errorf("fan-out request bound = %d, want MaxRequestBytes", s.opts.maxRequest)
+	if got := s.grpc.svc.opts; got.MaxStreams != DefaultMaxStreams || got.RequestTimeout != DefaultRequestTimeout ||
+		got.KeepaliveTime != DefaultKeepaliveTime || got.MaxWatches != DefaultMaxWatches {
+		t.Errorf("gRPC limits = %+v, want the defaults", got)
+	}
+	if h2 := srv.HTTP2; h2 == nil || h2.MaxConcurrentStreams != DefaultMaxStreams || h2.MaxReceiveBufferPerStream != streamWindow ||
+		h2.MaxReceiveBufferPerConnection != connWindow || h2.SendPingTimeout != DefaultKeepaliveTime || h2.WriteByteTimeout != DefaultWriteTimeout {
+		t.Errorf("HTTP/2 limits = %+v", h2)
+	}
+	if !srv.Protocols.UnencryptedHTTP2() || !srv.Protocols.HTTP1() {
+		t.Errorf("protocols = %v, want HTTP/1.1 and h2c", srv.Protocols)
+	}
+	if st := s.ListenerStats(); st.Accepted != 0 || s.Listener.MaxConns != wire.DefaultMaxConns || s.Listener.MaxConnsPerAddr != wire.DefaultMaxConnsPerAddr {
+		t.Errorf("listener = %+v, caps %+v", st, s.Listener)
 	}
 }

@@ -1,23 +1,23 @@
-// Package rpc serves the streaming Subscribe of varplane.v1.PushService, fed
-// by a push.Hub that follows the same engine as the HTTP admin, in two ways:
-// NewHandler is a net/http handler (connectrpc.com/connect) for Connect,
-// gRPC and gRPC-Web, mounted on the main port; Server is the dedicated
-// listener, whose HTTP/2 connections a fan-out gRPC server of this package
-// serves (grpcserver.go) and whose HTTP/1.1 connections get the handler.
+// Package rpc serves varplane.v1.PushService (Subscribe, and Watch, many
+// watches on one stream), fed by a push.Hub that follows the same engine as
+// the HTTP admin, in two ways: NewGRPCServer is grpc-go's server, for gRPC
+// clients over HTTP/2 (h2c, or TLS); NewHandler is a net/http handler
+// (connectrpc.com/connect) for Connect, gRPC-Web and gRPC over HTTP/1.1
+// clients' servers, mounted on the main port. Server is a listener of its
+// own that routes each connection to one or the other.
 //
-// Concurrency contract: each stream consumes its own push.Subscription (on
-// the handler, from its own goroutine; on the fan-out server, from its
-// connection's writer). A stream whose client reads slowly only holds back
-// itself (and, on the fan-out server, at most its own connection, since a
-// shut flow-control window stops only that stream), while the hub
-// coalesces, resyncs or drops it without ever delaying a commit. Server
-// methods are safe for concurrent use.
+// Concurrency contract: each Subscribe stream consumes its own
+// push.Subscription from its own goroutine; a Watch stream consumes all its
+// watches' subscriptions from one writer goroutine. A stream whose client
+// reads slowly only holds back itself (HTTP/2 flow control is per stream),
+// while the hub coalesces, resyncs or drops it without ever delaying a
+// commit. Server methods are safe for concurrent use.
 package rpc
 
 import (
-	"bufio"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -25,11 +25,9 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/net/http2"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/varplane/varplane"
@@ -38,9 +36,6 @@ import (
 	v1 "github.com/varplane/varplane/rpc/gen/varplane/v1"
 	"github.com/varplane/varplane/rpc/gen/varplane/v1/varplanev1connect"
 )
-
-// DefaultAddr is the default listen address of the RPC server (--rpc-addr).
-const DefaultAddr = "127.0.0.1:8791"
 
 // DefaultHeartbeat is how often an idle stream receives an empty batch, so
 // that clients and proxies can tell a live stream from a dead one.
@@ -181,66 +176,23 @@ func (s *service) Subscribe(ctx context.Context, req *connect.Request[v1.Subscri
 	if rc, ok := ctx.Value(controllerKey{}).(*http.ResponseController); ok {
 		deadline = wire.NewStreamDeadline(rc, s.opts.WriteTimeout)
 	}
-	send := func(m *v1.SnapshotBatch, now time.Time) error {
+	err = pump(ctx, context.Background(), sub, s.opts.Heartbeat, func(m *v1.SnapshotBatch) error {
 		if deadline != nil {
-			deadline.Arm(now)
+			deadline.Arm(time.Now())
 		}
 		return stream.Send(m)
-	}
-	// One wait for everything (commits, the end of the subscription, the
-	// request's end, the heartbeat timer): a delivery costs one channel
-	// receive and no timer update; the timer re-checks the idle time.
-	stop := context.AfterFunc(ctx, sub.Wake)
-	defer stop()
-	var beat atomic.Bool
-	heartbeat := time.AfterFunc(s.opts.Heartbeat, func() { beat.Store(true); sub.Wake() })
-	defer heartbeat.Stop()
-	lastSend := time.Now()
-	for range sub.Ready() {
-		if ctx.Err() != nil {
-			return nil
-		}
-		select {
-		case <-sub.Done():
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("subscription ended: %s", push.Reason(sub.Err())))
-		default:
-		}
-		if beat.Swap(false) {
-			now := time.Now()
-			if idle := now.Sub(lastSend); idle < s.opts.Heartbeat {
-				heartbeat.Reset(s.opts.Heartbeat - idle)
-			} else {
-				if err := send(&v1.SnapshotBatch{}, now); err != nil {
-					return nil // the client is gone
-				}
-				lastSend = now
-				heartbeat.Reset(s.opts.Heartbeat)
-			}
-		}
-		b, ok, err := sub.TryNext(ctx)
-		if err != nil {
-			if sub.Err() != nil {
-				continue // the next turn reports why it ended
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
+	})
+	if err != nil {
+		if sub.Err() == nil {
 			s.opts.Logger.Warn("rpc stream ends", "err", err)
-			return toConnect(err)
 		}
-		if !ok {
-			continue
-		}
-		lastSend = time.Now()
-		if err := send(streamBatch(b), lastSend); err != nil {
-			return nil
-		}
+		return toConnect(err)
 	}
 	return nil
 }
 
 // subscribe validates and authorizes a Subscribe request and registers its
-// subscription; the Connect handler and the fan-out server share it.
+// subscription; the Connect handler, Subscribe and Watch share it.
 func subscribe(ctx context.Context, hub *push.Hub, authorize Authorizer, m *v1.SubscribeRequest, token string, opts push.SubscribeOptions) (*push.Subscription, error) {
 	f := push.Filter{Keys: scopes(m.GetKeys()), Groups: scopes(m.GetGroups()), Prefixes: scopes(m.GetPrefixes())}
 	if err := f.Validate(); err != nil {
@@ -308,8 +260,7 @@ func scopes(in []string) []varplane.Scope {
 }
 
 // CodeOf maps a varplane error code to the Connect/gRPC code; this is the one
-// place that mapping lives, for the Connect handler and the fan-out server
-// alike. Every code of the root package has its entry (a test holds it to
+// place that mapping lives, for the Connect handler and grpc-go alike. Every code of the root package has its entry (a test holds it to
 // errors.go); unknown codes and internal are Internal. The varplane code
 // itself travels next to it in the CodeHeader metadata.
 //
@@ -360,25 +311,31 @@ func toConnect(err error) error {
 	return cerr
 }
 
-// Server serves PushService on its own listener. HTTP/2 connections (h2c
-// with prior knowledge, which is how gRPC clients connect without TLS) are
-// served by the fan-out gRPC server of this package (see grpcserver.go):
-// gRPC only, the method Subscribe only. Other connections are HTTP/1.1 and
-// get the Connect handler, which also speaks the Connect protocol and
-// gRPC-Web.
+// Server serves PushService on its own listener (serve --rpc-addr): one
+// net/http server for HTTP/1.1 and HTTP/2 (h2c with prior knowledge, how
+// gRPC clients connect without TLS), whose gRPC requests go to a
+// GRPCServer and every other one to the Connect handler (Connect,
+// gRPC-Web), with the wire layer's timeouts and Host policy. The listener
+// holds the connection caps and survives EMFILE (see wire.Listener).
 type Server struct {
-	// Addr is the listen address; DefaultAddr when empty. Use
-	// "127.0.0.1:0" in tests and read URL after Open.
+	// Addr is the listen address. Use "127.0.0.1:0" in tests and read URL
+	// after Open.
 	Addr string
+	// GRPC tunes the gRPC server; Listener the connection caps. Set them
+	// before Open.
+	GRPC     GRPCOptions
+	Listener wire.ListenerOptions
+	// TLS, when set, serves HTTPS (wire.ServerTLS): HTTP/1.1 and HTTP/2,
+	// gRPC included, share the port through ALPN.
+	TLS *tls.Config
 
 	handler http.Handler
 	hub     *push.Hub
 	auth    Authorizer
-	opts    grpcOptions
 	mu      sync.Mutex
-	ln      net.Listener
+	ln      *wire.Listener
 	srv     *http.Server
-	grpc    *grpcServer
+	grpc    *GRPCServer
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -388,7 +345,8 @@ func NewServer(addr string, hub *push.Hub, authorize Authorizer) *Server {
 	path, h := NewHandler(hub, authorize)
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
-	return &Server{Addr: addr, handler: mux, hub: hub, auth: authorize, opts: defaultGRPCOptions()}
+	return &Server{Addr: addr, handler: mux, hub: hub, auth: authorize,
+		Listener: wire.ListenerOptions{MaxConns: wire.DefaultMaxConns, MaxConnsPerAddr: wire.DefaultMaxConnsPerAddr}}
 }
 
 // Open listens on Addr and serves in the background. It returns the listen
@@ -399,20 +357,24 @@ func (s *Server) Open() error {
 	if s.ln != nil {
 		return errors.New("rpc: server already open")
 	}
-	addr := s.Addr
-	if addr == "" {
-		addr = DefaultAddr
-	}
-	ln, err := net.Listen("tcp", addr)
+	raw, err := net.Listen("tcp", s.Addr)
 	if err != nil {
-		return fmt.Errorf("rpc: listen on %s: %w", addr, err)
+		return fmt.Errorf("rpc: listen on %s: %w", s.Addr, err)
 	}
+	ln := wire.NewListener(raw, s.Listener)
 	ctx, cancel := context.WithCancel(context.Background())
-	http1 := newConnListener(ln.Addr())
+	g := NewGRPCServer(s.hub, s.auth, s.GRPC)
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	protos.SetHTTP2(s.TLS != nil)
 	// The wire layer's server limits, as on the main port: a stream lifts
 	// the read and write deadlines itself once its request is read.
 	s.srv = &http.Server{
-		Handler:           s.handler,
+		TLSConfig:         s.TLS,
+		Handler:           wire.NewHostPolicy(raw.Addr(), nil).Guard(g.Route(s.handler)),
+		Protocols:         &protos,
+		HTTP2:             g.HTTP2Config(),
 		ReadHeaderTimeout: wire.ServerReadHeaderTimeout,
 		ReadTimeout:       wire.ServerReadTimeout,
 		WriteTimeout:      wire.ServerWriteTimeout,
@@ -421,68 +383,18 @@ func (s *Server) Open() error {
 		// Streams end with the server: Close cancels this context.
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
-	s.grpc = newGRPCServer(ctx, s.hub, s.auth, s.opts)
+	s.grpc = g
 	s.ln, s.cancel, s.done = ln, cancel, make(chan struct{})
-	srv, g, done := s.srv, s.grpc, s.done
-	var serving sync.WaitGroup
-	serving.Add(2)
+	srv, done := s.srv, s.done
 	go func() {
-		defer serving.Done()
-		_ = srv.Serve(http1)
-	}()
-	go func() {
-		defer serving.Done()
-		defer http1.Close()
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				if ne, ok := err.(net.Error); ok && ne.Timeout() {
-					time.Sleep(10 * time.Millisecond)
-					continue
-				}
-				return
-			}
-			go dispatch(nc, g, http1)
+		defer close(done)
+		if srv.TLSConfig != nil {
+			_ = srv.ServeTLS(ln, "", "") // the certificate comes from TLSConfig
+			return
 		}
-	}()
-	go func() {
-		serving.Wait()
-		close(done)
+		_ = srv.Serve(ln)
 	}()
 	return nil
-}
-
-// dispatch reads the first bytes of a connection and hands it to the gRPC
-// server (the HTTP/2 client preface) or to the HTTP/1.1 server.
-func dispatch(nc net.Conn, g *grpcServer, http1 *connListener) {
-	br := bufio.NewReaderSize(nc, 32<<10)
-	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	// Byte by byte, so that a short HTTP/1.1 request is told apart as soon
-	// as it differs from the preface instead of after the deadline.
-	h2 := true
-	for n := 1; n <= len(http2.ClientPreface); n++ {
-		b, err := br.Peek(n)
-		if err != nil {
-			if n == 1 {
-				_ = nc.Close()
-				return
-			}
-			h2 = false
-			break
-		}
-		if b[n-1] != http2.ClientPreface[n-1] {
-			h2 = false
-			break
-		}
-	}
-	if h2 {
-		g.serve(nc, br)
-		return
-	}
-	_ = nc.SetReadDeadline(time.Time{})
-	if !http1.deliver(&peekedConn{Conn: nc, r: br}) {
-		_ = nc.Close()
-	}
 }
 
 // URL returns the base URL of the open server ("http://127.0.0.1:8791"),
@@ -493,7 +405,28 @@ func (s *Server) URL() string {
 	if s.ln == nil {
 		return ""
 	}
+	if s.TLS != nil {
+		return "https://" + s.ln.Addr().String()
+	}
 	return "http://" + s.ln.Addr().String()
+}
+
+// GRPCServer returns the gRPC server of the open server (for its Stats),
+// nil before Open.
+func (s *Server) GRPCServer() *GRPCServer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.grpc
+}
+
+// ListenerStats returns the listener's counters.
+func (s *Server) ListenerStats() wire.ListenerStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return wire.ListenerStats{}
+	}
+	return s.ln.Stats()
 }
 
 // Close ends every stream (gRPC streams with status UNAVAILABLE, so that
@@ -502,78 +435,23 @@ func (s *Server) URL() string {
 // is not open.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
-	ln, srv, g, cancel, done := s.ln, s.srv, s.grpc, s.cancel, s.done
+	srv, g, cancel, done := s.srv, s.grpc, s.cancel, s.done
 	s.ln, s.srv, s.grpc = nil, nil, nil
 	s.mu.Unlock()
 	if srv == nil {
 		return nil
 	}
-	_ = ln.Close()
-	g.shutdown()
-	grpcDone := make(chan struct{})
-	go func() { g.wg.Wait(); close(grpcDone) }()
+	// gRPC streams first, so that they end with their status; then the
+	// Connect streams (their requests' context).
+	gerr := g.Close(ctx)
 	cancel()
 	err := srv.Shutdown(ctx)
 	if err != nil {
 		_ = srv.Close()
 	}
-	select {
-	case <-grpcDone:
-	case <-ctx.Done():
-		g.closeAll()
-		<-grpcDone
-		if err == nil {
-			err = ctx.Err()
-		}
-	}
 	<-done
-	if err != nil {
+	if err = errors.Join(gerr, err); err != nil {
 		return fmt.Errorf("rpc: shutdown: %w", err)
 	}
 	return nil
 }
-
-// connListener is a net.Listener fed with connections accepted elsewhere.
-type connListener struct {
-	addr   net.Addr
-	ch     chan net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func newConnListener(addr net.Addr) *connListener {
-	return &connListener{addr: addr, ch: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (l *connListener) deliver(c net.Conn) bool {
-	select {
-	case l.ch <- c:
-		return true
-	case <-l.closed:
-		return false
-	}
-}
-
-func (l *connListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *connListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *connListener) Addr() net.Addr { return l.addr }
-
-// peekedConn is a connection whose first bytes sit in r.
-type peekedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }

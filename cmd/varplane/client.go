@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
+	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
@@ -34,6 +36,7 @@ type clientFlags struct {
 	base    string
 	output  string
 	timeout time.Duration
+	tls     tlsClientFlags
 }
 
 // register adds the shared flags to fs, taking defaults from the environment.
@@ -43,6 +46,7 @@ func (c *clientFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.base, "base", envOr(getenv, "VARPLANE_BASE", defaultBase), "path the var API is mounted under (env VARPLANE_BASE)")
 	fs.StringVar(&c.output, "o", "text", "output format: text or json (one JSON document; errors as one JSON object on stderr)")
 	fs.DurationVar(&c.timeout, "timeout", defaultClientTimeout, "timeout of each request")
+	c.tls.register(fs, getenv)
 }
 
 func envOr(getenv func(string) string, name, def string) string {
@@ -86,7 +90,15 @@ func (c *clientFlags) admin(m *Main) (*client.Admin, error) {
 	if base == "" {
 		base = "/" // the root; an empty Base would be the default
 	}
-	a, err := client.NewAdmin(c.server, client.AdminOptions{Base: base, Token: c.token, Timeout: c.timeout, MaxResponseBytes: maxResponseBytes})
+	tlsConfig, err := c.tls.config()
+	if err != nil {
+		return nil, &usageError{err: err}
+	}
+	var hc *http.Client
+	if tlsConfig != nil {
+		hc = wire.NewHTTPClient(tlsConfig, c.timeout)
+	}
+	a, err := client.NewAdmin(c.server, client.AdminOptions{Base: base, Token: c.token, HTTPClient: hc, Timeout: c.timeout, MaxResponseBytes: maxResponseBytes})
 	if err != nil {
 		return nil, &usageError{err: err}
 	}

@@ -66,7 +66,14 @@ var listenRE = regexp.MustCompile(`msg="varplane listening" url=(\S+) base=(\S*)
 // the URL it logs. The process is stopped (SIGTERM) at cleanup.
 func startServer(t testing.TB, args ...string) *server {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0", "--rpc-addr", "127.0.0.1:0"}, args...)...)
+	return startServe(t, append([]string{"--addr", "127.0.0.1:0", "--rpc-addr", "127.0.0.1:0"}, args...)...)
+}
+
+// startServe runs `varplane serve args…` (and nothing else) as startServer
+// does.
+func startServe(t testing.TB, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
 	cmd.Dir = t.TempDir()
 	pipe, err := cmd.StderrPipe()
 	if err != nil {

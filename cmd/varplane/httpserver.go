@@ -7,7 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
+	"github.com/varplane/varplane/rpc"
 	"github.com/varplane/varplane/store/file"
 )
 
@@ -52,9 +54,21 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 	// other path. The mux's precedence (the most specific pattern wins)
 	// keeps the two apart without an ordering rule.
 	rt.Mux.Handle("/", api)
-	srv := httpapi.NewServer(cfg.addr, rt.Mux)
+	var handler http.Handler = rt.Mux
+	if rt.GRPC != nil {
+		// One port: gRPC requests (h2c) go to grpc-go, the rest to the mux.
+		handler = rt.GRPC.Route(rt.Mux)
+	}
+	srv := httpapi.NewServer(cfg.addr, handler)
 	srv.Logger = rt.Logger
 	srv.AllowedHosts = splitList(cfg.allowedHosts)
+	srv.TLS = rt.TLS
+	srv.Listener = rt.Listener
+	if rt.GRPC != nil {
+		srv.H2C, srv.HTTP2 = true, rt.GRPC.HTTP2Config()
+		registerGRPCMetrics(api.Registry(), rt.GRPC)
+	}
+	registerListenerMetrics(api.Registry(), srv.ListenerStats)
 	// Live streams never become idle: end them when the drain begins so
 	// that in-flight requests, not subscribers, decide how long it takes.
 	srv.RegisterOnShutdown(rt.Hub.Close)
@@ -81,5 +95,53 @@ func registerPushMetrics(reg *prometheus.Registry, hub *push.Hub) {
 			Help:        "Subscriptions refused 503 too-many-subscribers (SSE, Connect, gRPC), by the cap that refused them.",
 			ConstLabels: prometheus.Labels{"limit": limit},
 		}, func() float64 { return float64(count(hub.Stats())) }))
+	}
+}
+
+// registerGRPCMetrics exposes the gRPC server's gauges and refusals:
+// varplane_grpc_streams (Subscribe and Watch streams open),
+// varplane_grpc_watches (watches open over every Watch stream) and
+// varplane_grpc_refused_total by reason (request-timeout: a stream whose
+// request did not come in time).
+func registerGRPCMetrics(reg *prometheus.Registry, g *rpc.GRPCServer) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "varplane_grpc_streams", Help: "gRPC streams (Subscribe and Watch) open now."},
+			func() float64 { return float64(g.Stats().Streams) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "varplane_grpc_watches", Help: "Watches open now over every gRPC Watch stream."},
+			func() float64 { return float64(g.Stats().Watches) }))
+	for reason, count := range map[string]func(rpc.GRPCStats) uint64{
+		"request-timeout": func(s rpc.GRPCStats) uint64 { return s.RequestTimeouts },
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "varplane_grpc_refused_total",
+			Help:        "gRPC streams refused before any subscription, by reason.",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(count(g.Stats())) }))
+	}
+}
+
+// registerListenerMetrics exposes the main listener's connection caps:
+// varplane_connections (open now), varplane_connections_refused_total by
+// the cap (max-connections, max-connections-per-addr) and
+// varplane_accept_errors_total (failed accepts retried after a pause:
+// EMFILE and the like) and varplane_connections_expired_total
+// (--max-connection-age).
+func registerListenerMetrics(reg *prometheus.Registry, stats func() wire.ListenerStats) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "varplane_connections", Help: "Connections open on the main listener (HTTP and gRPC)."},
+			func() float64 { return float64(stats().Open) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "varplane_accept_errors_total", Help: "Failed accepts on the main listener, retried after a pause (EMFILE, ENFILE…)."},
+			func() float64 { return float64(stats().AcceptErrors) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "varplane_connections_expired_total", Help: "Connections closed at --max-connection-age."},
+			func() float64 { return float64(stats().Expired) }))
+	for limit, count := range map[string]func(wire.ListenerStats) uint64{
+		"max-connections":          func(s wire.ListenerStats) uint64 { return s.RefusedTotal },
+		"max-connections-per-addr": func(s wire.ListenerStats) uint64 { return s.RefusedPerAddr },
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "varplane_connections_refused_total",
+			Help:        "Connections closed as soon as accepted, by the cap that refused them.",
+			ConstLabels: prometheus.Labels{"limit": limit},
+		}, func() float64 { return float64(count(stats())) }))
 	}
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
+	"strconv"
 
 	"github.com/varplane/varplane/rpc"
 )
@@ -11,34 +14,55 @@ func init() {
 	serveExtensions = append(serveExtensions, func() serveExtension { return &rpcExtension{} })
 }
 
-// rpcExtension is `serve --rpc-addr`: the gRPC Subscribe stream on a
-// listener of its own (h2c for gRPC clients, served by rpc's fan-out
-// server; HTTP/1.1 for Connect clients), fed by serve's push hub, so that
-// every commit made through the HTTP admin reaches its subscribers. The
-// Connect handler is also mounted on the main port, for Connect, gRPC and
-// gRPC-Web clients that prefer one address.
+// rpcExtension is PushService (Subscribe and Watch) on grpc-go, fed by
+// serve's push hub so that every commit made through the HTTP admin reaches
+// its subscribers. The main port (--addr) serves it to gRPC clients over
+// h2c (connections that open with the HTTP/2 preface), next to the Connect
+// handler for Connect, gRPC-Web and HTTP/1.1 clients; --rpc-addr adds a
+// listener of its own, off unless given.
 type rpcExtension struct {
 	addr string
+	opts rpc.GRPCOptions
+	grpc *rpc.GRPCServer
 }
 
-// RegisterFlags adds --rpc-addr.
+// RegisterFlags adds --rpc-addr and the gRPC server's limits.
 func (e *rpcExtension) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&e.addr, "rpc-addr", rpc.DefaultAddr, `address of the gRPC Subscribe listener (h2c); "off" serves it only on --addr; port 0 picks a free port`)
+	fs.StringVar(&e.addr, "rpc-addr", "", "address of an extra gRPC/Connect listener (off unless given: --addr serves gRPC too); port 0 picks a free port")
+	fs.Func("grpc-max-streams", fmt.Sprintf("most concurrent streams of one HTTP/2 connection (default %d)", rpc.DefaultMaxStreams), func(s string) error {
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || n == 0 {
+			return fmt.Errorf("want a positive integer, got %q", s)
+		}
+		e.opts.MaxStreams = uint32(n)
+		return nil
+	})
+	fs.DurationVar(&e.opts.KeepaliveTime, "grpc-keepalive-time", rpc.DefaultKeepaliveTime, "ping an HTTP/2 connection silent for this long; one that does not answer within 20s is closed")
+	fs.IntVar(&e.opts.MaxWatches, "grpc-max-watches", rpc.DefaultMaxWatches, "most watches of one Watch stream")
 }
 
-// Start mounts Subscribe on the main mux and, unless --rpc-addr is off,
-// opens its own listener; stop closes every stream.
+// Start builds the gRPC server (serve hands it the main port's HTTP/2
+// connections) and, with --rpc-addr, opens its own listener; stop closes
+// every stream.
 func (e *rpcExtension) Start(_ context.Context, rt *serveRuntime) (func(context.Context) error, error) {
 	authorize := rt.Authorizer
 	path, h := rpc.NewHandler(rt.Hub, authorize)
 	rt.Mux.Handle(path, h)
-	if e.addr == "off" || e.addr == "" {
-		return nil, nil
+	opts := e.opts
+	opts.Logger = rt.Logger
+	e.grpc = rpc.NewGRPCServer(rt.Hub, authorize, opts)
+	rt.GRPC = e.grpc
+	if e.addr == "" || e.addr == "off" {
+		return e.grpc.Close, nil
 	}
 	srv := rpc.NewServer(e.addr, rt.Hub, authorize)
+	srv.GRPC = opts
+	srv.TLS, srv.Listener = rt.TLS, rt.Listener
 	if err := srv.Open(); err != nil {
 		return nil, err
 	}
 	rt.Logger.Info("gRPC Subscribe listening", "url", srv.URL(), "path", path)
-	return srv.Close, nil
+	return func(ctx context.Context) error {
+		return errors.Join(srv.Close(ctx), e.grpc.Close(ctx))
+	}, nil
 }

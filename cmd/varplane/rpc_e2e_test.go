@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ var rpcListenRE = regexp.MustCompile(`msg="gRPC Subscribe listening" url=(\S+)`)
 
 // TestServeSubscribe drives the gRPC Subscribe stream of the real binary: a
 // snapshot on subscribe, then the commit made through the HTTP admin, on the
-// --rpc-addr listener (gRPC over h2c) and on the main port (Connect).
+// --rpc-addr listener (gRPC over h2c) and on the main port (gRPC over h2c,
+// and Connect over HTTP/1.1).
 func TestServeSubscribe(t *testing.T) {
 	s := startServer(t, "--store", "memory:")
 	m := rpcListenRE.FindStringSubmatch(s.logs())
@@ -29,6 +31,7 @@ func TestServeSubscribe(t *testing.T) {
 
 	clients := map[string]varplanev1connect.PushServiceClient{
 		"grpc on --rpc-addr": varplanev1connect.NewPushServiceClient(h2cClient(), m[1], connect.WithGRPC()),
+		"grpc on --addr":     varplanev1connect.NewPushServiceClient(h2cClient(), s.URL, connect.WithGRPC()),
 		"connect on --addr":  varplanev1connect.NewPushServiceClient(http.DefaultClient, s.URL),
 	}
 	type sub struct {
@@ -74,4 +77,30 @@ func h2cClient() *http.Client {
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	return &http.Client{Transport: &http.Transport{Protocols: &protos}}
+}
+
+// Two servers on one host, each with its own --addr and no other flag,
+// both start: gRPC shares the main port, and --rpc-addr is off by default.
+func TestTwoServersOnOneHost(t *testing.T) {
+	var urls []string
+	for range 2 {
+		s := startServe(t, "--addr", "127.0.0.1:0")
+		if strings.Contains(s.logs(), "gRPC Subscribe listening") {
+			t.Errorf("a second listener opened without --rpc-addr:\n%s", s.logs())
+		}
+		urls = append(urls, s.URL)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, u := range urls {
+		c := varplanev1connect.NewPushServiceClient(h2cClient(), u, connect.WithGRPC())
+		stream, err := c.Subscribe(ctx, connect.NewRequest(&v1.SubscribeRequest{Keys: []string{"two.k"}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !stream.Receive() || !stream.Msg().GetSnapshot() {
+			t.Errorf("%s: no snapshot over gRPC on --addr: %v", u, stream.Err())
+		}
+		_ = stream.Close()
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,7 +16,9 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
+	"github.com/varplane/varplane/rpc"
 	"github.com/varplane/varplane/schema"
 )
 
@@ -49,6 +52,12 @@ type serveConfig struct {
 	logFormat       string
 	logLevel        string
 	redis           redisFlags
+	// maxConns and maxConnsPerAddr cap the main listener's connections.
+	maxConns        int
+	maxConnsPerAddr int
+	maxConnAge      time.Duration
+	tls             tlsServeFlags
+	tlsConfig       *tls.Config // built from tls after parsing
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.
@@ -81,6 +90,13 @@ type serveRuntime struct {
 	// metrics register an extension's collectors on /metrics once the
 	// HTTP API exists.
 	metrics []func(*prometheus.Registry)
+	// GRPC, when an extension sets it, serves the main port's gRPC
+	// requests (HTTP/2: h2c, or TLS) next to the mux.
+	GRPC *rpc.GRPCServer
+	// TLS is the listeners' TLS configuration (--tls-cert), nil without.
+	TLS *tls.Config
+	// Listener holds every listener's connection caps (--max-connections…).
+	Listener wire.ListenerOptions
 }
 
 // serveExtension is the place to add a transport or a feature to serve
@@ -137,10 +153,14 @@ Stores (--store):
 	fs.IntVar(&cfg.maxSubs, "max-subscribers", push.DefaultMaxSubscribers, "most live-stream subscriptions (SSE, Connect, gRPC) at once")
 	fs.IntVar(&cfg.maxSubsPerToken, "max-subscribers-per-token", 0, "most subscriptions one bearer token may hold at once (0: a tenth of --max-subscribers; -1: no per-token cap)")
 	fs.StringVar(&cfg.allowedHosts, "allowed-hosts", envOr(c.m.Getenv, "VARPLANE_ALLOWED_HOSTS", ""), "comma-separated Host names answered besides loopback and the listen address (.example.com for subdomains, * for any) (env VARPLANE_ALLOWED_HOSTS)")
+	fs.IntVar(&cfg.maxConns, "max-connections", wire.DefaultMaxConns, "most connections the listener holds open at once (HTTP and gRPC); past it new ones are closed at once")
+	fs.IntVar(&cfg.maxConnsPerAddr, "max-connections-per-addr", wire.DefaultMaxConnsPerAddr, "most connections one client IP address holds open at once")
+	fs.DurationVar(&cfg.maxConnAge, "max-connection-age", 0, "close connections this old (their streams end and clients reconnect, spreading over servers); 0: never")
 	fs.StringVar(&cfg.origins, "trusted-origins", "", "comma-separated origins (https://console.example) whose pages may send writes across origins")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cfg.redis.register(fs)
+	cfg.tls.register(fs, c.m.Getenv)
 	exts := make([]serveExtension, 0, len(serveExtensions))
 	for _, newExt := range serveExtensions {
 		ext := newExt()
@@ -166,6 +186,12 @@ Stores (--store):
 	}
 	if cfg.maxBodyBytes <= 0 {
 		return usagef("--max-body-bytes must be positive")
+	}
+	if cfg.tlsConfig, err = cfg.tls.config(); err != nil {
+		return err
+	}
+	if cfg.maxConns <= 0 || cfg.maxConnsPerAddr <= 0 {
+		return usagef("--max-connections and --max-connections-per-addr must be positive")
 	}
 	if cfg.maxSubs <= 0 {
 		return usagef("--max-subscribers must be positive")
@@ -242,7 +268,8 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		}
 	}
 
-	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz}
+	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz, TLS: cfg.tlsConfig,
+		Listener: wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, MaxConnAge: cfg.maxConnAge, Logger: log}}
 	if rt.Authorizer == nil {
 		rt.Authorizer = httpapi.AllowAll
 	}

@@ -25,6 +25,375 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// WatchRequest is one message of the client's side of Watch.
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Request:
+	//
+	//	*WatchRequest_Create
+	//	*WatchRequest_Cancel
+	//	*WatchRequest_Progress
+	Request       isWatchRequest_Request `protobuf_oneof:"request"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_varplane_v1_push_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_varplane_v1_push_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_varplane_v1_push_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WatchRequest) GetRequest() isWatchRequest_Request {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetCreate() *WatchCreateRequest {
+	if x != nil {
+		if x, ok := x.Request.(*WatchRequest_Create); ok {
+			return x.Create
+		}
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetCancel() *WatchCancelRequest {
+	if x != nil {
+		if x, ok := x.Request.(*WatchRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetProgress() *WatchProgressRequest {
+	if x != nil {
+		if x, ok := x.Request.(*WatchRequest_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+type isWatchRequest_Request interface {
+	isWatchRequest_Request()
+}
+
+type WatchRequest_Create struct {
+	Create *WatchCreateRequest `protobuf:"bytes,1,opt,name=create,proto3,oneof"`
+}
+
+type WatchRequest_Cancel struct {
+	Cancel *WatchCancelRequest `protobuf:"bytes,2,opt,name=cancel,proto3,oneof"`
+}
+
+type WatchRequest_Progress struct {
+	// progress asks for a progress response at once.
+	Progress *WatchProgressRequest `protobuf:"bytes,3,opt,name=progress,proto3,oneof"`
+}
+
+func (*WatchRequest_Create) isWatchRequest_Request() {}
+
+func (*WatchRequest_Cancel) isWatchRequest_Request() {}
+
+func (*WatchRequest_Progress) isWatchRequest_Request() {}
+
+// WatchCreateRequest starts a watch over the scopes it selects, as a
+// SubscribeRequest does.
+type WatchCreateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// watch_id is the id the client chooses (positive, unused on this
+	// stream), or 0 to let the server assign the next free one.
+	WatchId  int64    `protobuf:"varint,1,opt,name=watch_id,json=watchId,proto3" json:"watch_id,omitempty"`
+	Keys     []string `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	Groups   []string `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	Prefixes []string `protobuf:"bytes,4,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	// held_generations are the generations the client already holds, by
+	// scope: the server never sends a state at or below them.
+	HeldGenerations map[string]uint64 `protobuf:"bytes,5,rep,name=held_generations,json=heldGenerations,proto3" json:"held_generations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *WatchCreateRequest) Reset() {
+	*x = WatchCreateRequest{}
+	mi := &file_varplane_v1_push_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchCreateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchCreateRequest) ProtoMessage() {}
+
+func (x *WatchCreateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_varplane_v1_push_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchCreateRequest.ProtoReflect.Descriptor instead.
+func (*WatchCreateRequest) Descriptor() ([]byte, []int) {
+	return file_varplane_v1_push_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WatchCreateRequest) GetWatchId() int64 {
+	if x != nil {
+		return x.WatchId
+	}
+	return 0
+}
+
+func (x *WatchCreateRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *WatchCreateRequest) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *WatchCreateRequest) GetPrefixes() []string {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
+func (x *WatchCreateRequest) GetHeldGenerations() map[string]uint64 {
+	if x != nil {
+		return x.HeldGenerations
+	}
+	return nil
+}
+
+// WatchCancelRequest ends a watch; the server answers canceled = true.
+type WatchCancelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WatchId       int64                  `protobuf:"varint,1,opt,name=watch_id,json=watchId,proto3" json:"watch_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchCancelRequest) Reset() {
+	*x = WatchCancelRequest{}
+	mi := &file_varplane_v1_push_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchCancelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchCancelRequest) ProtoMessage() {}
+
+func (x *WatchCancelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_varplane_v1_push_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchCancelRequest.ProtoReflect.Descriptor instead.
+func (*WatchCancelRequest) Descriptor() ([]byte, []int) {
+	return file_varplane_v1_push_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WatchCancelRequest) GetWatchId() int64 {
+	if x != nil {
+		return x.WatchId
+	}
+	return 0
+}
+
+// WatchProgressRequest asks the server for a progress response.
+type WatchProgressRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchProgressRequest) Reset() {
+	*x = WatchProgressRequest{}
+	mi := &file_varplane_v1_push_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchProgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchProgressRequest) ProtoMessage() {}
+
+func (x *WatchProgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_varplane_v1_push_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchProgressRequest.ProtoReflect.Descriptor instead.
+func (*WatchProgressRequest) Descriptor() ([]byte, []int) {
+	return file_varplane_v1_push_proto_rawDescGZIP(), []int{3}
+}
+
+// WatchResponse is one message of the server's side of Watch.
+type WatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// watch_id is the watch this response is about; 0 on a progress response
+	// of the whole stream.
+	WatchId int64 `protobuf:"varint,1,opt,name=watch_id,json=watchId,proto3" json:"watch_id,omitempty"`
+	// created answers a create request; the watch's snapshot follows.
+	Created bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	// canceled says the watch has ended; no response with its id follows.
+	Canceled bool `protobuf:"varint,3,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	// cancel_code is the varplane error code of a refusal ("forbidden",
+	// "bad-request", "too-many-subscribers" …) or the reason the server dropped
+	// the watch ("slow-subscriber", "shutdown"); empty when the client
+	// canceled.
+	CancelCode string `protobuf:"bytes,4,opt,name=cancel_code,json=cancelCode,proto3" json:"cancel_code,omitempty"`
+	// cancel_reason says why, for a human.
+	CancelReason string `protobuf:"bytes,5,opt,name=cancel_reason,json=cancelReason,proto3" json:"cancel_reason,omitempty"`
+	// batch is the watch's snapshot (batch.snapshot = true) or its next
+	// commits, with the scopes a deactivation cleared in batch.no_head.
+	Batch *SnapshotBatch `protobuf:"bytes,6,opt,name=batch,proto3" json:"batch,omitempty"`
+	// progress marks a heartbeat: nothing new for any watch of the stream.
+	Progress      bool `protobuf:"varint,7,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_varplane_v1_push_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_varplane_v1_push_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_varplane_v1_push_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WatchResponse) GetWatchId() int64 {
+	if x != nil {
+		return x.WatchId
+	}
+	return 0
+}
+
+func (x *WatchResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+func (x *WatchResponse) GetCanceled() bool {
+	if x != nil {
+		return x.Canceled
+	}
+	return false
+}
+
+func (x *WatchResponse) GetCancelCode() string {
+	if x != nil {
+		return x.CancelCode
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetCancelReason() string {
+	if x != nil {
+		return x.CancelReason
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetBatch() *SnapshotBatch {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetProgress() bool {
+	if x != nil {
+		return x.Progress
+	}
+	return false
+}
+
 // SubscribeRequest selects scopes. A key matches exactly, a group matches
 // the group scope itself, a prefix P matches P and every P.* scope.
 type SubscribeRequest struct {
@@ -41,7 +410,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_varplane_v1_push_proto_msgTypes[0]
+	mi := &file_varplane_v1_push_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -53,7 +422,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_varplane_v1_push_proto_msgTypes[0]
+	mi := &file_varplane_v1_push_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -66,7 +435,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_varplane_v1_push_proto_rawDescGZIP(), []int{0}
+	return file_varplane_v1_push_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubscribeRequest) GetKeys() []string {
@@ -116,7 +485,7 @@ type ScopeHead struct {
 
 func (x *ScopeHead) Reset() {
 	*x = ScopeHead{}
-	mi := &file_varplane_v1_push_proto_msgTypes[1]
+	mi := &file_varplane_v1_push_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -128,7 +497,7 @@ func (x *ScopeHead) String() string {
 func (*ScopeHead) ProtoMessage() {}
 
 func (x *ScopeHead) ProtoReflect() protoreflect.Message {
-	mi := &file_varplane_v1_push_proto_msgTypes[1]
+	mi := &file_varplane_v1_push_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -141,7 +510,7 @@ func (x *ScopeHead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScopeHead.ProtoReflect.Descriptor instead.
 func (*ScopeHead) Descriptor() ([]byte, []int) {
-	return file_varplane_v1_push_proto_rawDescGZIP(), []int{1}
+	return file_varplane_v1_push_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ScopeHead) GetScope() string {
@@ -205,7 +574,7 @@ type NoHead struct {
 
 func (x *NoHead) Reset() {
 	*x = NoHead{}
-	mi := &file_varplane_v1_push_proto_msgTypes[2]
+	mi := &file_varplane_v1_push_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -217,7 +586,7 @@ func (x *NoHead) String() string {
 func (*NoHead) ProtoMessage() {}
 
 func (x *NoHead) ProtoReflect() protoreflect.Message {
-	mi := &file_varplane_v1_push_proto_msgTypes[2]
+	mi := &file_varplane_v1_push_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -230,7 +599,7 @@ func (x *NoHead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NoHead.ProtoReflect.Descriptor instead.
 func (*NoHead) Descriptor() ([]byte, []int) {
-	return file_varplane_v1_push_proto_rawDescGZIP(), []int{2}
+	return file_varplane_v1_push_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NoHead) GetScope() string {
@@ -261,7 +630,7 @@ type SnapshotBatch struct {
 
 func (x *SnapshotBatch) Reset() {
 	*x = SnapshotBatch{}
-	mi := &file_varplane_v1_push_proto_msgTypes[3]
+	mi := &file_varplane_v1_push_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +642,7 @@ func (x *SnapshotBatch) String() string {
 func (*SnapshotBatch) ProtoMessage() {}
 
 func (x *SnapshotBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_varplane_v1_push_proto_msgTypes[3]
+	mi := &file_varplane_v1_push_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +655,7 @@ func (x *SnapshotBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBatch.ProtoReflect.Descriptor instead.
 func (*SnapshotBatch) Descriptor() ([]byte, []int) {
-	return file_varplane_v1_push_proto_rawDescGZIP(), []int{3}
+	return file_varplane_v1_push_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SnapshotBatch) GetHeads() []*ScopeHead {
@@ -314,7 +683,33 @@ var File_varplane_v1_push_proto protoreflect.FileDescriptor
 
 const file_varplane_v1_push_proto_rawDesc = "" +
 	"\n" +
-	"\x16varplane/v1/push.proto\x12\vvarplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfd\x01\n" +
+	"\x16varplane/v1/push.proto\x12\vvarplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x01\n" +
+	"\fWatchRequest\x129\n" +
+	"\x06create\x18\x01 \x01(\v2\x1f.varplane.v1.WatchCreateRequestH\x00R\x06create\x129\n" +
+	"\x06cancel\x18\x02 \x01(\v2\x1f.varplane.v1.WatchCancelRequestH\x00R\x06cancel\x12?\n" +
+	"\bprogress\x18\x03 \x01(\v2!.varplane.v1.WatchProgressRequestH\x00R\bprogressB\t\n" +
+	"\arequest\"\x9c\x02\n" +
+	"\x12WatchCreateRequest\x12\x19\n" +
+	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x12\x12\n" +
+	"\x04keys\x18\x02 \x03(\tR\x04keys\x12\x16\n" +
+	"\x06groups\x18\x03 \x03(\tR\x06groups\x12\x1a\n" +
+	"\bprefixes\x18\x04 \x03(\tR\bprefixes\x12_\n" +
+	"\x10held_generations\x18\x05 \x03(\v24.varplane.v1.WatchCreateRequest.HeldGenerationsEntryR\x0fheldGenerations\x1aB\n" +
+	"\x14HeldGenerationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"/\n" +
+	"\x12WatchCancelRequest\x12\x19\n" +
+	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\"\x16\n" +
+	"\x14WatchProgressRequest\"\xf4\x01\n" +
+	"\rWatchResponse\x12\x19\n" +
+	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1a\n" +
+	"\bcanceled\x18\x03 \x01(\bR\bcanceled\x12\x1f\n" +
+	"\vcancel_code\x18\x04 \x01(\tR\n" +
+	"cancelCode\x12#\n" +
+	"\rcancel_reason\x18\x05 \x01(\tR\fcancelReason\x120\n" +
+	"\x05batch\x18\x06 \x01(\v2\x1a.varplane.v1.SnapshotBatchR\x05batch\x12\x1a\n" +
+	"\bprogress\x18\a \x01(\bR\bprogress\"\xfd\x01\n" +
 	"\x10SubscribeRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x16\n" +
 	"\x06groups\x18\x02 \x03(\tR\x06groups\x12\x1a\n" +
@@ -341,9 +736,10 @@ const file_varplane_v1_push_proto_rawDesc = "" +
 	"\rSnapshotBatch\x12,\n" +
 	"\x05heads\x18\x01 \x03(\v2\x16.varplane.v1.ScopeHeadR\x05heads\x12,\n" +
 	"\ano_head\x18\x02 \x03(\v2\x13.varplane.v1.NoHeadR\x06noHead\x12\x1a\n" +
-	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot2W\n" +
+	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot2\x9b\x01\n" +
 	"\vPushService\x12H\n" +
-	"\tSubscribe\x12\x1d.varplane.v1.SubscribeRequest\x1a\x1a.varplane.v1.SnapshotBatch0\x01B=Z;github.com/varplane/varplane/rpc/gen/varplane/v1;varplanev1b\x06proto3"
+	"\tSubscribe\x12\x1d.varplane.v1.SubscribeRequest\x1a\x1a.varplane.v1.SnapshotBatch0\x01\x12B\n" +
+	"\x05Watch\x12\x19.varplane.v1.WatchRequest\x1a\x1a.varplane.v1.WatchResponse(\x010\x01B=Z;github.com/varplane/varplane/rpc/gen/varplane/v1;varplanev1b\x06proto3"
 
 var (
 	file_varplane_v1_push_proto_rawDescOnce sync.Once
@@ -357,27 +753,40 @@ func file_varplane_v1_push_proto_rawDescGZIP() []byte {
 	return file_varplane_v1_push_proto_rawDescData
 }
 
-var file_varplane_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_varplane_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_varplane_v1_push_proto_goTypes = []any{
-	(*SubscribeRequest)(nil),      // 0: varplane.v1.SubscribeRequest
-	(*ScopeHead)(nil),             // 1: varplane.v1.ScopeHead
-	(*NoHead)(nil),                // 2: varplane.v1.NoHead
-	(*SnapshotBatch)(nil),         // 3: varplane.v1.SnapshotBatch
-	nil,                           // 4: varplane.v1.SubscribeRequest.HeldGenerationsEntry
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*WatchRequest)(nil),          // 0: varplane.v1.WatchRequest
+	(*WatchCreateRequest)(nil),    // 1: varplane.v1.WatchCreateRequest
+	(*WatchCancelRequest)(nil),    // 2: varplane.v1.WatchCancelRequest
+	(*WatchProgressRequest)(nil),  // 3: varplane.v1.WatchProgressRequest
+	(*WatchResponse)(nil),         // 4: varplane.v1.WatchResponse
+	(*SubscribeRequest)(nil),      // 5: varplane.v1.SubscribeRequest
+	(*ScopeHead)(nil),             // 6: varplane.v1.ScopeHead
+	(*NoHead)(nil),                // 7: varplane.v1.NoHead
+	(*SnapshotBatch)(nil),         // 8: varplane.v1.SnapshotBatch
+	nil,                           // 9: varplane.v1.WatchCreateRequest.HeldGenerationsEntry
+	nil,                           // 10: varplane.v1.SubscribeRequest.HeldGenerationsEntry
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_varplane_v1_push_proto_depIdxs = []int32{
-	4, // 0: varplane.v1.SubscribeRequest.held_generations:type_name -> varplane.v1.SubscribeRequest.HeldGenerationsEntry
-	5, // 1: varplane.v1.ScopeHead.effective_at:type_name -> google.protobuf.Timestamp
-	1, // 2: varplane.v1.SnapshotBatch.heads:type_name -> varplane.v1.ScopeHead
-	2, // 3: varplane.v1.SnapshotBatch.no_head:type_name -> varplane.v1.NoHead
-	0, // 4: varplane.v1.PushService.Subscribe:input_type -> varplane.v1.SubscribeRequest
-	3, // 5: varplane.v1.PushService.Subscribe:output_type -> varplane.v1.SnapshotBatch
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	1,  // 0: varplane.v1.WatchRequest.create:type_name -> varplane.v1.WatchCreateRequest
+	2,  // 1: varplane.v1.WatchRequest.cancel:type_name -> varplane.v1.WatchCancelRequest
+	3,  // 2: varplane.v1.WatchRequest.progress:type_name -> varplane.v1.WatchProgressRequest
+	9,  // 3: varplane.v1.WatchCreateRequest.held_generations:type_name -> varplane.v1.WatchCreateRequest.HeldGenerationsEntry
+	8,  // 4: varplane.v1.WatchResponse.batch:type_name -> varplane.v1.SnapshotBatch
+	10, // 5: varplane.v1.SubscribeRequest.held_generations:type_name -> varplane.v1.SubscribeRequest.HeldGenerationsEntry
+	11, // 6: varplane.v1.ScopeHead.effective_at:type_name -> google.protobuf.Timestamp
+	6,  // 7: varplane.v1.SnapshotBatch.heads:type_name -> varplane.v1.ScopeHead
+	7,  // 8: varplane.v1.SnapshotBatch.no_head:type_name -> varplane.v1.NoHead
+	5,  // 9: varplane.v1.PushService.Subscribe:input_type -> varplane.v1.SubscribeRequest
+	0,  // 10: varplane.v1.PushService.Watch:input_type -> varplane.v1.WatchRequest
+	8,  // 11: varplane.v1.PushService.Subscribe:output_type -> varplane.v1.SnapshotBatch
+	4,  // 12: varplane.v1.PushService.Watch:output_type -> varplane.v1.WatchResponse
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_varplane_v1_push_proto_init() }
@@ -385,13 +794,18 @@ func file_varplane_v1_push_proto_init() {
 	if File_varplane_v1_push_proto != nil {
 		return
 	}
+	file_varplane_v1_push_proto_msgTypes[0].OneofWrappers = []any{
+		(*WatchRequest_Create)(nil),
+		(*WatchRequest_Cancel)(nil),
+		(*WatchRequest_Progress)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_varplane_v1_push_proto_rawDesc), len(file_varplane_v1_push_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

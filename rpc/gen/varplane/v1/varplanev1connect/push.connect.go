@@ -37,6 +37,8 @@ const (
 const (
 	// PushServiceSubscribeProcedure is the fully-qualified name of the PushService's Subscribe RPC.
 	PushServiceSubscribeProcedure = "/varplane.v1.PushService/Subscribe"
+	// PushServiceWatchProcedure is the fully-qualified name of the PushService's Watch RPC.
+	PushServiceWatchProcedure = "/varplane.v1.PushService/Watch"
 )
 
 // PushServiceClient is a client for the varplane.v1.PushService service.
@@ -50,6 +52,17 @@ type PushServiceClient interface {
 	// drops a slow subscriber or shuts down; reconnect with the generations
 	// held.
 	Subscribe(context.Context, *connect.Request[v1.SubscribeRequest]) (*connect.ServerStreamForClient[v1.SnapshotBatch], error)
+	// Watch carries many watches on one stream, in the manner of etcd's
+	// Watch: the client sends create and cancel requests at any time; the
+	// server answers each create with a WatchResponse (created = true) naming
+	// its watch_id, then sends that watch's snapshot and commits as batches
+	// tagged with the id, progress heartbeats while the stream is idle, and a
+	// WatchResponse (canceled = true) with the reason when a watch ends (the
+	// client canceled it, it was refused, or the server dropped it). The
+	// stream itself ends only when the client closes it or the server shuts
+	// down (Unavailable); reconnect and re-create the watches with the
+	// generations held.
+	Watch(context.Context) *connect.BidiStreamForClient[v1.WatchRequest, v1.WatchResponse]
 }
 
 // NewPushServiceClient constructs a client for the varplane.v1.PushService service. By default, it
@@ -69,17 +82,29 @@ func NewPushServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(pushServiceMethods.ByName("Subscribe")),
 			connect.WithClientOptions(opts...),
 		),
+		watch: connect.NewClient[v1.WatchRequest, v1.WatchResponse](
+			httpClient,
+			baseURL+PushServiceWatchProcedure,
+			connect.WithSchema(pushServiceMethods.ByName("Watch")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // pushServiceClient implements PushServiceClient.
 type pushServiceClient struct {
 	subscribe *connect.Client[v1.SubscribeRequest, v1.SnapshotBatch]
+	watch     *connect.Client[v1.WatchRequest, v1.WatchResponse]
 }
 
 // Subscribe calls varplane.v1.PushService.Subscribe.
 func (c *pushServiceClient) Subscribe(ctx context.Context, req *connect.Request[v1.SubscribeRequest]) (*connect.ServerStreamForClient[v1.SnapshotBatch], error) {
 	return c.subscribe.CallServerStream(ctx, req)
+}
+
+// Watch calls varplane.v1.PushService.Watch.
+func (c *pushServiceClient) Watch(ctx context.Context) *connect.BidiStreamForClient[v1.WatchRequest, v1.WatchResponse] {
+	return c.watch.CallBidiStream(ctx)
 }
 
 // PushServiceHandler is an implementation of the varplane.v1.PushService service.
@@ -93,6 +118,17 @@ type PushServiceHandler interface {
 	// drops a slow subscriber or shuts down; reconnect with the generations
 	// held.
 	Subscribe(context.Context, *connect.Request[v1.SubscribeRequest], *connect.ServerStream[v1.SnapshotBatch]) error
+	// Watch carries many watches on one stream, in the manner of etcd's
+	// Watch: the client sends create and cancel requests at any time; the
+	// server answers each create with a WatchResponse (created = true) naming
+	// its watch_id, then sends that watch's snapshot and commits as batches
+	// tagged with the id, progress heartbeats while the stream is idle, and a
+	// WatchResponse (canceled = true) with the reason when a watch ends (the
+	// client canceled it, it was refused, or the server dropped it). The
+	// stream itself ends only when the client closes it or the server shuts
+	// down (Unavailable); reconnect and re-create the watches with the
+	// generations held.
+	Watch(context.Context, *connect.BidiStream[v1.WatchRequest, v1.WatchResponse]) error
 }
 
 // NewPushServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -108,10 +144,18 @@ func NewPushServiceHandler(svc PushServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(pushServiceMethods.ByName("Subscribe")),
 		connect.WithHandlerOptions(opts...),
 	)
+	pushServiceWatchHandler := connect.NewBidiStreamHandler(
+		PushServiceWatchProcedure,
+		svc.Watch,
+		connect.WithSchema(pushServiceMethods.ByName("Watch")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/varplane.v1.PushService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case PushServiceSubscribeProcedure:
 			pushServiceSubscribeHandler.ServeHTTP(w, r)
+		case PushServiceWatchProcedure:
+			pushServiceWatchHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -123,4 +167,8 @@ type UnimplementedPushServiceHandler struct{}
 
 func (UnimplementedPushServiceHandler) Subscribe(context.Context, *connect.Request[v1.SubscribeRequest], *connect.ServerStream[v1.SnapshotBatch]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("varplane.v1.PushService.Subscribe is not implemented"))
+}
+
+func (UnimplementedPushServiceHandler) Watch(context.Context, *connect.BidiStream[v1.WatchRequest, v1.WatchResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("varplane.v1.PushService.Watch is not implemented"))
 }

@@ -1,0 +1,352 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/push"
+	v1 "github.com/varplane/varplane/rpc/gen/varplane/v1"
+)
+
+// DefaultMaxWatches is the most watches one Watch stream holds at once; a
+// create past it is canceled with too-many-subscribers. Each watch is also
+// a subscription of the hub, counted by its caps (--max-subscribers, per
+// token).
+const DefaultMaxWatches = 4096
+
+// watchRequests is how many requests the reader hands ahead to the writer:
+// past it the reader stops reading, and HTTP/2 flow control stops the
+// client, so a client that floods requests without reading its responses
+// holds a bounded amount of the server's memory.
+const watchRequests = 16
+
+// watchAhead bounds what the server reads of a Watch stream's request body
+// before the watcher has consumed it (see GRPCServer.ServeHTTP): room for
+// two requests of the largest size, so that a whole request always fits.
+const watchAhead = 2 * maxRequestBody
+
+// meterKey carries a Watch request's meteredBody to the watcher.
+type meterKey struct{}
+
+// meteredBody lets its reader (grpc-go's body-reading goroutine) read at
+// most max bytes ahead of what consumed has given back; past that, Read
+// waits, the server stops returning HTTP/2 window, and the client's
+// requests wait at the client.
+type meteredBody struct {
+	body       io.ReadCloser
+	mu         sync.Mutex
+	cond       *sync.Cond
+	ahead, max int64
+	closed     bool
+}
+
+func newMeteredBody(body io.ReadCloser, max int64) *meteredBody {
+	m := &meteredBody{body: body, max: max}
+	m.cond = sync.NewCond(&m.mu)
+	return m
+}
+
+func (m *meteredBody) Read(p []byte) (int, error) {
+	m.mu.Lock()
+	for m.ahead >= m.max && !m.closed {
+		m.cond.Wait()
+	}
+	if m.closed {
+		m.mu.Unlock()
+		return 0, io.EOF
+	}
+	if room := m.max - m.ahead; int64(len(p)) > room {
+		p = p[:room]
+	}
+	m.mu.Unlock()
+	n, err := m.body.Read(p)
+	m.mu.Lock()
+	m.ahead += int64(n)
+	m.mu.Unlock()
+	return n, err
+}
+
+// consumed gives n bytes of room back.
+func (m *meteredBody) consumed(n int) {
+	m.mu.Lock()
+	if m.ahead -= int64(n); m.ahead < 0 {
+		m.ahead = 0
+	}
+	m.mu.Unlock()
+	m.cond.Broadcast()
+}
+
+func (m *meteredBody) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.cond.Broadcast()
+	return m.body.Close()
+}
+
+// Watch implements PushService.Watch on grpc-go.
+func (s *grpcService) Watch(stream grpc.BidiStreamingServer[v1.WatchRequest, v1.WatchResponse]) error {
+	ctx := stream.Context()
+	recv := stream.Recv
+	if m, ok := ctx.Value(meterKey{}).(*meteredBody); ok {
+		stop := context.AfterFunc(ctx, func() { _ = m.Close() })
+		defer stop()
+		recv = func() (*v1.WatchRequest, error) {
+			req, err := stream.Recv()
+			if req != nil {
+				m.consumed(proto.Size(req) + 5) // the message and its gRPC prefix
+			}
+			return req, err
+		}
+	}
+	w := &watcher{hub: s.hub, authorize: s.authorize, token: bearerOf(ctx), max: s.opts.MaxWatches,
+		heartbeat: s.opts.Heartbeat, count: &s.watches, recv: recv, send: stream.Send}
+	return ended(ctx, toGRPC(ctx, w.run(ctx, s.ctx)))
+}
+
+// Watch implements PushService.Watch on the Connect handler (HTTP/2 only,
+// as every bidirectional Connect stream).
+func (s *service) Watch(ctx context.Context, stream *connect.BidiStream[v1.WatchRequest, v1.WatchResponse]) error {
+	w := &watcher{hub: s.hub, authorize: s.authorize, token: wire.Bearer(stream.RequestHeader().Get("Authorization")),
+		max: DefaultMaxWatches, heartbeat: s.opts.Heartbeat, count: new(atomic.Int64), recv: stream.Receive, send: stream.Send}
+	if err := w.run(ctx, context.Background()); err != nil {
+		return toConnect(err)
+	}
+	return nil
+}
+
+// watcher serves one Watch stream. A reader goroutine hands the client's
+// requests to the writer (run's goroutine), which alone creates and
+// cancels watches and sends every response, so that responses need no lock
+// and a client that does not read holds back only its own requests.
+// Subscriptions signal readiness through SubscribeOptions.Notify into one
+// list, so a thousand watches on a stream cost no goroutine each.
+type watcher struct {
+	hub       *push.Hub
+	authorize Authorizer
+	token     string
+	max       int
+	heartbeat time.Duration
+	count     *atomic.Int64 // the server's open watches
+	recv      func() (*v1.WatchRequest, error)
+	send      func(*v1.WatchResponse) error
+
+	watches map[int64]*watch
+	nextID  int64
+
+	mu    sync.Mutex
+	ready []*watch
+	wake  chan struct{}
+}
+
+// watch is one watch of a stream.
+type watch struct {
+	id     int64
+	sub    *push.Subscription
+	queued bool // in watcher.ready; guarded by watcher.mu
+}
+
+func (w *watcher) notify(wt *watch) {
+	w.mu.Lock()
+	if !wt.queued {
+		wt.queued = true
+		w.ready = append(w.ready, wt)
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *watcher) run(ctx, server context.Context) error {
+	w.watches = map[int64]*watch{}
+	w.wake = make(chan struct{}, 1)
+	defer func() {
+		for _, wt := range w.watches {
+			wt.sub.Close()
+		}
+		w.count.Add(-int64(len(w.watches)))
+	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reqs := make(chan *v1.WatchRequest, watchRequests)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(reqs)
+		for {
+			m, err := w.recv()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			select {
+			case reqs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(w.heartbeat)
+	defer timer.Stop()
+	lastSend := time.Now()
+	send := func(m *v1.WatchResponse) error {
+		lastSend = time.Now()
+		return w.send(m)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-server.Done():
+			return errShutdown
+		case m, ok := <-reqs:
+			if !ok {
+				if err := <-readErr; err != nil && !errors.Is(err, io.EOF) && ctx.Err() == nil {
+					return err
+				}
+				return nil // the client closed its side: so does the server
+			}
+			if err := w.handle(ctx, m, send); err != nil {
+				return err
+			}
+		case <-w.wake:
+			if err := w.deliver(ctx, send); err != nil {
+				if errors.Is(err, errSendFailed) {
+					return nil // the client is gone
+				}
+				return err
+			}
+		case <-timer.C:
+			if idle := time.Since(lastSend); idle < w.heartbeat {
+				timer.Reset(w.heartbeat - idle)
+				continue
+			}
+			if err := send(&v1.WatchResponse{Progress: true}); err != nil {
+				return nil
+			}
+			timer.Reset(w.heartbeat)
+		}
+	}
+}
+
+// errSendFailed ends a stream whose client is gone.
+var errSendFailed = errors.New("rpc: send failed")
+
+// handle serves one request.
+func (w *watcher) handle(ctx context.Context, m *v1.WatchRequest, send func(*v1.WatchResponse) error) error {
+	var out *v1.WatchResponse
+	switch r := m.GetRequest().(type) {
+	case *v1.WatchRequest_Create:
+		out = w.create(ctx, r.Create, send)
+		if out == nil {
+			return nil
+		}
+	case *v1.WatchRequest_Cancel:
+		id := r.Cancel.GetWatchId()
+		wt, ok := w.watches[id]
+		out = &v1.WatchResponse{WatchId: id, Canceled: true}
+		if ok {
+			w.drop(wt)
+		} else {
+			out.CancelCode, out.CancelReason = string(varplane.CodeNotFound), "no such watch on this stream"
+		}
+	case *v1.WatchRequest_Progress:
+		out = &v1.WatchResponse{Progress: true}
+	default:
+		return &varplane.Error{Code: varplane.CodeBadRequest, Message: "a watch request must hold create, cancel or progress"}
+	}
+	if err := send(out); err != nil {
+		return nil
+	}
+	return nil
+}
+
+// create starts a watch and sends its created response; it returns the
+// response of a refusal instead.
+func (w *watcher) create(ctx context.Context, c *v1.WatchCreateRequest, send func(*v1.WatchResponse) error) *v1.WatchResponse {
+	id := c.GetWatchId()
+	refuse := func(code varplane.Code, msg string) *v1.WatchResponse {
+		return &v1.WatchResponse{WatchId: id, Canceled: true, CancelCode: string(code), CancelReason: msg}
+	}
+	switch {
+	case id < 0:
+		return refuse(varplane.CodeBadRequest, "watch_id must not be negative")
+	case id > 0 && w.watches[id] != nil:
+		return refuse(varplane.CodeBadRequest, "watch_id is already in use on this stream")
+	case len(w.watches) >= w.max:
+		return refuse(varplane.CodeTooManyRequests, "this stream holds the most watches it may")
+	}
+	if id == 0 {
+		for w.nextID++; w.watches[w.nextID] != nil; w.nextID++ {
+		}
+		id = w.nextID
+	}
+	wt := &watch{id: id}
+	req := &v1.SubscribeRequest{Keys: c.GetKeys(), Groups: c.GetGroups(), Prefixes: c.GetPrefixes(), HeldGenerations: c.GetHeldGenerations()}
+	sub, err := subscribe(ctx, w.hub, w.authorize, req, w.token, push.SubscribeOptions{Notify: func() { w.notify(wt) }})
+	if err != nil {
+		return refuse(varplane.ErrorCode(err), varplane.ErrorMessage(err))
+	}
+	wt.sub = sub
+	w.watches[id] = wt
+	w.count.Add(1)
+	if err := send(&v1.WatchResponse{WatchId: id, Created: true}); err != nil {
+		return nil
+	}
+	return nil
+}
+
+// drop ends a watch (its subscription too).
+func (w *watcher) drop(wt *watch) {
+	wt.sub.Close()
+	delete(w.watches, wt.id)
+	w.count.Add(-1)
+}
+
+// deliver sends what every ready watch has.
+func (w *watcher) deliver(ctx context.Context, send func(*v1.WatchResponse) error) error {
+	w.mu.Lock()
+	ready := w.ready
+	w.ready = nil
+	for _, wt := range ready {
+		wt.queued = false
+	}
+	w.mu.Unlock()
+	for _, wt := range ready {
+		if w.watches[wt.id] != wt {
+			continue // canceled meanwhile
+		}
+		b, ok, err := wt.sub.TryNext(ctx)
+		if err != nil {
+			if serr := wt.sub.Err(); serr != nil {
+				w.drop(wt)
+				if send(&v1.WatchResponse{WatchId: wt.id, Canceled: true, CancelCode: push.Reason(serr), CancelReason: "the server ended this watch"}) != nil {
+					return errSendFailed
+				}
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if send(&v1.WatchResponse{WatchId: wt.id, Batch: streamBatch(b)}) != nil {
+			return errSendFailed
+		}
+	}
+	return nil
+}
