@@ -183,6 +183,9 @@ func TestPropagation(t *testing.T) {
 	}
 	st, body, _ := e1.act("alice", e1.propose("alice", "app.flags", 1, `{"a":2}`).ID, "canary", map[string]any{"duration": "1m", "minInstances": 1})
 	want(t, "a canary window on a store without heartbeats", st, body, 400, varplane.CodeStoreUnsupported)
+	if err := e1.svc.CanaryPass(context.Background(), "pass"); err != nil {
+		t.Fatalf("the canary pass on a store without heartbeats = %v, want nothing to do", err)
+	}
 	p = control.Propagation{}
 
 	in := &instances{staged: map[string]bool{}}
