@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -55,6 +56,7 @@ func scenarioInstance(ctx context.Context, cfg *config, e *env, rep *Report) {
 		}
 	}
 	g.summarize()
+	replicaReads(ctx, cfg, e, rep)
 	if scopes < 1_000_000 {
 		g.Notes = append(g.Notes, fmt.Sprintf("the replica's memory run uses %d scopes in Redis, not 10^6: writing 10^6 documents and cold-loading each takes far longer than a couple of minutes on this machine; the bound does not depend on the number of scopes, only on --max-cached", scopes))
 	}
@@ -88,4 +90,79 @@ func parseBenchMetrics(out string) []benchLine {
 		}
 	}
 	return res
+}
+
+// replicaReads measures a read replica's cached reads against the net/http
+// ceiling (issue: "serves cached reads at >= 0.85x the ceiling"): a writer
+// and a replica (`serve --read-only --root`) share a Redis prefix of their
+// own; the 1 KiB document is read from the replica's cache on readConns
+// keep-alive connections, and the ceiling serves the exact bytes and ETag
+// the replica answered. The prefix's keys are deleted afterwards.
+func replicaReads(ctx context.Context, cfg *config, e *env, rep *Report) {
+	g := newGroup("instance.replica-read", "instance", fmt.Sprintf("a read replica's cached read (serve --read-only --root over Redis), %d keep-alive connections, 1 KiB document, 200 with body", readConns), "req/s", "ceiling")
+	rep.Groups = append(rep.Groups, g)
+	fail := func(why string) { g.skip("replica", why); g.skip("ceiling", why) }
+	u, err := url.Parse(cfg.redisAddr)
+	if err != nil || u.Host == "" {
+		fail(fmt.Sprintf("bad Redis URL %q", cfg.redisAddr))
+		return
+	}
+	rc, err := dialRESP(u.Host)
+	if err != nil {
+		fail(fmt.Sprintf("Redis at %s unreachable: %v", u.Host, err))
+		return
+	}
+	defer rc.close()
+	prefix := fmt.Sprintf("varplane-bench-replica-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	defer func() {
+		n, err := rc.deletePrefix(prefix)
+		rep.Notes = append(rep.Notes, fmt.Sprintf("instance.replica-read: used the key prefix %s and deleted its %d keys afterwards (%v)", prefix, n, err))
+	}()
+	q := u.Query()
+	q.Set("prefix", prefix)
+	u.RawQuery = q.Encode()
+	if u.Path == "" {
+		u.Path = "/0"
+	}
+	w, err := e.startVarplane(ctx, "replica-writer", u.String())
+	if err != nil {
+		fail(err.Error())
+		return
+	}
+	a := newAdmin(w.base)
+	_, err = a.commit(ctx, "bench.root", []byte(`{}`), 0)
+	if err == nil {
+		_, err = a.commit(ctx, "bench.read", makeDoc(cfg.docSize, "replica", 0), 0)
+	}
+	a.close()
+	w.stop()
+	if err != nil {
+		fail(err.Error())
+		return
+	}
+	r, err := e.startVarplane(ctx, "replica", u.String(), "--read-only", "--root", "bench.root", "--prewarm", "bench.read", "--control=false")
+	if err != nil {
+		fail(err.Error())
+		return
+	}
+	defer r.stop()
+	body, etag, ctype, err := fetchOnce(ctx, r.base+"?key=bench.read")
+	if err != nil {
+		fail(err.Error())
+		return
+	}
+	cp, caddr, err := startCeiling(ctx, cfg, body, etag, ctype)
+	if err != nil {
+		g.skip("ceiling", err.Error())
+	} else {
+		defer cp.stop()
+	}
+	ru, _ := url.Parse(r.base)
+	sides := []side{rawReadSide(cfg, "replica", r.p.pid(), r.addr, getRequest(r.addr, ru.Path+"?key=bench.read", ""), 200, len(body))}
+	if cp != nil {
+		sides = append(sides, rawReadSide(cfg, "ceiling", cp.pid(), caddr, getRequest(caddr, "/vars?key=bench.read", ""), 200, len(body)))
+	}
+	g.Notes = append(g.Notes, fmt.Sprintf("replica: varplane serve --store redis://…?prefix=<unique> --read-only --root bench.root, response %d bytes; the document is served from the instance cache", len(body)),
+		"ceiling: a plain net/http handler in its own process answering the exact bytes, Content-Type and ETag the replica answered")
+	runRounds(ctx, cfg, g, cfg.rounds, sides)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/instance"
 )
 
 // Instances is what the workflow needs of the data-plane instances: their
@@ -37,18 +38,10 @@ type InstanceStatus struct {
 // StatusFresh is how old a status may be and still count.
 const StatusFresh = time.Minute
 
-// Report is one instance's cumulative report of one canary window: how
-// many times it decoded the candidate, how many evaluations failed, and the
-// first error the candidate caused (empty: none). Each write replaces the
-// instance's previous one.
-type Report struct {
-	Window         string    `json:"window"`
-	Instance       string    `json:"instance"`
-	Decoded        int64     `json:"decoded"`
-	Errors         int64     `json:"errors"`
-	CandidateError string    `json:"candidateError,omitempty"`
-	At             time.Time `json:"at"`
-}
+// Report is one instance's cumulative report of one canary window (the
+// instance package writes it; its doc gives the fields). Each write
+// replaces the instance's previous one.
+type Report = instance.Report
 
 // The states of a canary window.
 const (
@@ -92,6 +85,9 @@ func Evaluate(w Window, now time.Time, statuses []InstanceStatus, reports []Repo
 		}
 		if r.Decoded < 0 || r.Errors < 0 {
 			return WindowOpen, fmt.Sprintf("the report of instance %q carries a negative count", r.Instance)
+		}
+		if r.FiledAs != "" && r.FiledAs != r.Instance {
+			return WindowOpen, fmt.Sprintf("a report filed under instance %q names instance %q", r.FiledAs, r.Instance)
 		}
 		if _, dup := byInstance[r.Instance]; dup || r.Instance == "" {
 			return WindowOpen, fmt.Sprintf("instance %q reported twice or under no name", r.Instance)
@@ -162,6 +158,9 @@ func (svc *Service) CanaryPass(ctx context.Context, holder string) error {
 	}
 	defer func() { _ = svc.store.ReleaseLease(context.WithoutCancel(ctx), CanaryLease, holder) }()
 	statuses, err := svc.opts.Instances.Statuses(ctx)
+	if errors.Is(err, ErrNoHeartbeats) {
+		return nil // no window can open on this store (Stage refuses)
+	}
 	if err != nil {
 		return err
 	}

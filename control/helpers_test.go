@@ -94,6 +94,9 @@ type envOpts struct {
 	instances control.Instances
 	expire    time.Duration
 	detect    time.Duration
+	// storeInstances gives the service control.StoreInstances of its
+	// engine (the store of record's heartbeats), as serve does.
+	storeInstances bool
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -106,6 +109,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 	guard := control.NewGuard()
 	eng := varplane.NewEngine(o.store, varplane.Options{Validator: rejectBad{}, Now: clk.Now, Owners: guard.Owners()})
 	t.Cleanup(eng.Close)
+	if o.storeInstances {
+		o.instances = control.StoreInstances(eng)
+	}
 	svc := control.New(eng, guard, control.Options{Now: clk.Now, Checks: o.checks, Instances: o.instances, ExpireAfter: o.expire, DetectTimeout: o.detect})
 	mux := http.NewServeMux()
 	mux.Handle("/v1/control/", http.StripPrefix("/v1/control", control.Handler(svc, control.HandlerOptions{Authorizer: authz})))

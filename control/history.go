@@ -194,20 +194,30 @@ type Propagation struct {
 	Generation varplane.Generation `json:"generation"`
 	Installed  int                 `json:"installed"`
 	Live       int                 `json:"live"`
+	// Unknown is set, with why, when no instance can report to this
+	// control plane (no Options.Instances, or a store that keeps no
+	// heartbeats): the counts are then not 0 of 0 but unknown.
+	Unknown string `json:"unknown,omitempty"`
 }
 
 // Propagation counts the instances with a fresh status and those of them
-// that run generation n of scope or later. Without Options.Instances both
-// counts are 0.
+// that run generation n of scope or later. Without Options.Instances, or
+// on a store that keeps no heartbeats (ErrNoHeartbeats), both counts are 0
+// and Unknown says why.
 func (svc *Service) Propagation(ctx context.Context, scope varplane.Scope, n varplane.Generation) (*Propagation, error) {
 	if _, err := svc.Revision(ctx, scope, n); err != nil && varplane.ErrorCode(err) != varplane.CodeRevisionReclaimed {
 		return nil, err
 	}
 	p := &Propagation{Generation: n}
 	if svc.opts.Instances == nil {
+		p.Unknown = "no instance reports to this control plane"
 		return p, nil
 	}
 	statuses, err := svc.opts.Instances.Statuses(ctx)
+	if errors.Is(err, ErrNoHeartbeats) {
+		p.Unknown = varplane.ErrorMessage(err)
+		return p, nil
+	}
 	if err != nil {
 		return nil, err
 	}

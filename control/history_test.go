@@ -167,9 +167,26 @@ func TestPropagation(t *testing.T) {
 	var p control.Propagation
 	s, b := e0.do("GET", "/v1/control/documents/app.flags/revisions/1/propagation", "dave", nil, &p)
 	want(t, "propagation without instances", s, b, 200, "")
-	if p != (control.Propagation{Generation: 1}) {
-		t.Fatalf("propagation = %+v", p)
+	// Not 0 of 0 silently: the answer says the counts are unknown.
+	if p.Generation != 1 || p.Installed != 0 || p.Live != 0 || p.Unknown == "" {
+		t.Fatalf("propagation without instances = %+v, want 0 of 0 marked unknown", p)
 	}
+	// The same on a store that keeps no heartbeats (memory): the store's
+	// Instances says so.
+	e1 := newEnv(t, envOpts{storeInstances: true})
+	e1.publish("app.flags", `{"a":1}`)
+	p = control.Propagation{}
+	s, b = e1.do("GET", "/v1/control/documents/app.flags/revisions/1/propagation", "dave", nil, &p)
+	want(t, "propagation on a store without heartbeats", s, b, 200, "")
+	if p.Unknown == "" || !contains([]byte(p.Unknown), "heartbeats") {
+		t.Fatalf("propagation on the memory store = %+v, want unknown naming the heartbeats", p)
+	}
+	st, body, _ := e1.act("alice", e1.propose("alice", "app.flags", 1, `{"a":2}`).ID, "canary", map[string]any{"duration": "1m", "minInstances": 1})
+	want(t, "a canary window on a store without heartbeats", st, body, 400, varplane.CodeStoreUnsupported)
+	if err := e1.svc.CanaryPass(context.Background(), "pass"); err != nil {
+		t.Fatalf("the canary pass on a store without heartbeats = %v, want nothing to do", err)
+	}
+	p = control.Propagation{}
 
 	in := &instances{staged: map[string]bool{}}
 	e := newEnv(t, envOpts{instances: in})

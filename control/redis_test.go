@@ -16,9 +16,10 @@ import (
 	"github.com/varplane/varplane/store/redis"
 )
 
-// openRedis opens a store on the shared Redis under prefix, skipping the
-// test when Redis does not answer (failing under VARPLANE_REQUIRE_SERVICES).
-func openRedis(t *testing.T, prefix string) varplane.Store {
+// openRedis opens a store on the shared Redis under prefix (with opts when
+// given), skipping the test when Redis does not answer (failing under
+// VARPLANE_REQUIRE_SERVICES).
+func openRedis(t *testing.T, prefix string, opts ...redis.Options) *redis.Store {
 	t.Helper()
 	u := os.Getenv("VARPLANE_REDIS_URL")
 	if u == "" {
@@ -26,7 +27,11 @@ func openRedis(t *testing.T, prefix string) varplane.Store {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := redis.Open(ctx, u+"?prefix="+prefix, redis.Options{})
+	var o redis.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	s, err := redis.Open(ctx, u+"?prefix="+prefix, o)
 	if err != nil {
 		if os.Getenv("VARPLANE_REQUIRE_SERVICES") == "" && varplane.ErrorCode(err) == varplane.CodeStoreUnavailable {
 			t.Skipf("redis not reachable (set VARPLANE_REDIS_URL; VARPLANE_REQUIRE_SERVICES makes this fail): %v", err)

@@ -97,7 +97,11 @@ type Options[T any] struct {
 	// InstanceID names the instance in its status heartbeat; empty turns
 	// the heartbeat off (or when the store cannot hold one).
 	InstanceID string
-	Logger     *slog.Logger
+	// CanaryEvaluate, when set, runs beside the current head on the
+	// candidate of each open canary window of a scope the instance holds
+	// (see Beat); without it a candidate only has to decode.
+	CanaryEvaluate CanaryEvaluator[T]
+	Logger         *slog.Logger
 	// Clock is the time source; nil is the system clock. Tests pass a fake.
 	Clock Clock
 }
@@ -216,6 +220,7 @@ type Cache[T any] struct {
 	pass    passState
 	stats   counters
 	local   *localCopy
+	canary  canaryState
 }
 
 // load is one cold load in flight; loads count toward no bound.

@@ -52,6 +52,9 @@ func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane
 				SchemaVersion: h.SchemaVersion, Actor: h.Actor}, nil
 		}
 	}
+	if err := s.cache.Ready(); err != nil {
+		return nil, err // the audit reads' readiness rule (audit.go)
+	}
 	return s.Store.Revision(ctx, scope, rev)
 }
 

@@ -232,13 +232,7 @@ func (c *Cache[T]) heartbeatLoop(hs StatusStore, beat Ticker) {
 				listed = now
 			}
 		}
-		b, _ := json.Marshal(c.status())
-		if err := hs.WriteStatus(ctx, c.opts.InstanceID, b); err != nil {
-			c.stats.heartbeatErrors.Add(1)
-			c.log.Warn("instance: the status heartbeat could not be written; it is written again at the next one", "err", err)
-		} else {
-			c.stats.heartbeats.Add(1)
-		}
+		c.beat(ctx, hs)
 		cancel()
 		select {
 		case <-c.ctx.Done():

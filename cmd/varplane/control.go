@@ -64,7 +64,10 @@ func (e *controlExtension) Start(ctx context.Context, rt *serveRuntime) (func(co
 	if e.expire <= 0 {
 		return nil, usagef("--change-expiry must be positive")
 	}
-	svc := control.New(rt.Engine, e.guard, control.Options{ExpireAfter: e.expire, Logger: rt.Logger})
+	// Propagation and canary windows read the instances' heartbeats and
+	// reports from the store of record; a store without them says so
+	// (control.ErrNoHeartbeats) instead of counting 0 of 0.
+	svc := control.New(rt.Engine, e.guard, control.Options{ExpireAfter: e.expire, Logger: rt.Logger, Instances: control.StoreInstances(rt.Engine)})
 	// The policies record is written by the first policy, never at start:
 	// a server that nobody configured stores nothing of its own.
 	prefix := rt.Base + "/control"

@@ -186,3 +186,22 @@ func (ic *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.get(st)))
 	}
 }
+
+// checkReplicaStore refuses --read-only and --root on a store that is not
+// Redis: only the Redis store has a data-plane mode, and serving a file or
+// memory store read-write while the operator asked for a replica would
+// silently do the opposite of what was asked.
+func checkReplicaStore(spec string, rf redisFlags) error {
+	scheme, _, _ := strings.Cut(spec, ":")
+	switch strings.ToLower(scheme) {
+	case "redis", "rediss":
+		return nil
+	}
+	if rf.readOnly {
+		return usagef("--read-only needs a redis:// store; the %s store has no read-only mode", strings.ToLower(scheme))
+	}
+	if rf.replica.root != "" {
+		return usagef("--root makes a read replica of a redis:// store; the %s store has no read replica", strings.ToLower(scheme))
+	}
+	return nil
+}

@@ -184,6 +184,9 @@ Stores (--store):
 	if err := cfg.redis.check(); err != nil {
 		return err
 	}
+	if err := checkReplicaStore(cfg.store, cfg.redis); err != nil {
+		return err
+	}
 	if cfg.maxBodyBytes <= 0 {
 		return usagef("--max-body-bytes must be positive")
 	}

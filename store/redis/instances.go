@@ -109,23 +109,29 @@ func (s *Store) InstanceStatuses(ctx context.Context) (map[string][]byte, error)
 	if err != nil {
 		return nil, s.readFailure("instance list", "", err)
 	}
+	// One GET each: the status keys carry no hash tag, so on a Cluster they
+	// lie in different slots and no MGET covers them.
+	return s.getEach(ctx, ids, s.keys.statusKey, "instance status")
+}
+
+// getEach GETs key(id) for every id and returns the values by id, leaving
+// out those that expired (or were never written).
+func (s *Store) getEach(ctx context.Context, ids []string, key func(string) string, what string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	if len(ids) == 0 {
 		return out, nil
 	}
-	// One GET each: the status keys carry no hash tag, so on a Cluster they
-	// lie in different slots and no MGET covers them.
 	cmds := make(rueidis.Commands, len(ids))
 	for i, id := range ids {
-		cmds[i] = s.client.B().Get().Key(s.keys.statusKey(id)).Build()
+		cmds[i] = s.client.B().Get().Key(key(id)).Build()
 	}
 	for i, res := range s.client.DoMulti(ctx, cmds...) {
 		b, err := res.AsBytes()
 		if rueidis.IsRedisNil(err) {
-			continue // listed, status expired
+			continue // listed, expired
 		}
 		if err != nil {
-			return nil, s.readFailure("instance status", "", err)
+			return nil, s.readFailure(what, "", err)
 		}
 		out[ids[i]] = b
 	}

@@ -1,0 +1,177 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/instance"
+)
+
+// canaryScope is the record of the staged candidates: instances read it
+// (instance.StagedScope), only this package writes it.
+const canaryScope = instance.StagedScope
+
+// HeartbeatStore is implemented by a store that holds the instances'
+// status heartbeat (store/redis): every listed instance's latest status
+// value (instance.Status as JSON), by instance id.
+type HeartbeatStore interface {
+	InstanceStatuses(ctx context.Context) (map[string][]byte, error)
+}
+
+// ReportReader is implemented by a store that keeps the instances' canary
+// reports (store/redis): every unexpired report of a window, by the
+// instance id it was filed under.
+type ReportReader interface {
+	CanaryReports(ctx context.Context, window string) (map[string][]byte, error)
+}
+
+// ErrNoHeartbeats is what StoreInstances answers on a store that keeps no
+// instance heartbeats (the file and memory stores): no instance can
+// report to this control plane. Propagation says so rather than counting
+// 0 of 0, and a canary window cannot open.
+var ErrNoHeartbeats = varplane.Errorf(varplane.CodeStoreUnsupported, "this store keeps no instance heartbeats or canary reports (the Redis store does): no instance reports to this control plane")
+
+// StoreInstances is the Instances of the store of record under e: the
+// statuses are the instances' heartbeats (HeartbeatStore), the reports
+// theirs (ReportReader), and the candidates of open windows are staged in
+// the reserved scope instance.StagedScope, which every instance reads.
+// On a store that implements neither, Statuses and Reports answer
+// ErrNoHeartbeats and Stage refuses with it.
+func StoreInstances(e *varplane.Engine) Instances {
+	si := &storeInstances{engine: e, store: e.Store()}
+	for s := e.Store(); s != nil; {
+		if hs, ok := s.(HeartbeatStore); ok && si.heartbeats == nil {
+			si.heartbeats = hs
+		}
+		if rr, ok := s.(ReportReader); ok && si.reports == nil {
+			si.reports = rr
+		}
+		u, ok := s.(interface{ Unwrap() varplane.Store })
+		if !ok {
+			break
+		}
+		s = u.Unwrap()
+	}
+	return si
+}
+
+type storeInstances struct {
+	engine     *varplane.Engine
+	store      varplane.Store
+	heartbeats HeartbeatStore
+	reports    ReportReader
+}
+
+// Statuses decodes every instance's heartbeat; a value that does not
+// decode counts as no status (it is not fresh). A failed document is not
+// counted as installed.
+func (si *storeInstances) Statuses(ctx context.Context) ([]InstanceStatus, error) {
+	if si.heartbeats == nil {
+		return nil, ErrNoHeartbeats
+	}
+	raw, err := si.heartbeats.InstanceStatuses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]InstanceStatus, 0, len(raw))
+	for id, b := range raw {
+		var st instance.Status
+		if json.Unmarshal(b, &st) != nil {
+			continue
+		}
+		is := InstanceStatus{Instance: id, At: st.WrittenAt, Installed: map[varplane.Scope]varplane.Generation{}}
+		for _, d := range st.Documents {
+			if !d.Failed && d.Revision != "" {
+				is.Installed[d.Scope] = d.Generation
+			}
+		}
+		out = append(out, is)
+	}
+	slices.SortFunc(out, func(a, b InstanceStatus) int {
+		if a.Instance < b.Instance {
+			return -1
+		}
+		if a.Instance > b.Instance {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// Reports decodes the reports of window, each marked with the id it was
+// filed under. A value that does not decode is a report with a negative
+// count, so Evaluate keeps the window open (doubtful).
+func (si *storeInstances) Reports(ctx context.Context, window string) ([]Report, error) {
+	if si.reports == nil {
+		return nil, ErrNoHeartbeats
+	}
+	raw, err := si.reports.CanaryReports(ctx, window)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Report, 0, len(raw))
+	for id, b := range raw {
+		var r Report
+		if json.Unmarshal(b, &r) != nil {
+			r = Report{Window: window, Instance: id, Decoded: -1}
+		}
+		r.FiledAs = id
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Stage adds w's candidate to the staged record (a compare-and-set,
+// retried when another window moved it meanwhile).
+func (si *storeInstances) Stage(ctx context.Context, w Window, c *Change) error {
+	if si.heartbeats == nil || si.reports == nil {
+		return ErrNoHeartbeats
+	}
+	return si.updateStaged(ctx, "stage "+w.ID, func(st *instance.Staged) bool {
+		if slices.ContainsFunc(st.Windows, func(x instance.StagedWindow) bool { return x.Window == w.ID }) {
+			return false
+		}
+		st.Windows = append(st.Windows, instance.StagedWindow{Window: w.ID, Change: c.ID, Scope: c.Scope,
+			Revision: c.Revision, Base: c.Base, ClosesAt: w.ClosesAt})
+		return true
+	})
+}
+
+// Unstage removes w's candidate, only when the staged entry is still w's.
+func (si *storeInstances) Unstage(ctx context.Context, w Window, c *Change) error {
+	return si.updateStaged(ctx, "unstage "+w.ID, func(st *instance.Staged) bool {
+		n := len(st.Windows)
+		st.Windows = slices.DeleteFunc(st.Windows, func(x instance.StagedWindow) bool { return x.Window == w.ID && x.Change == c.ID })
+		return len(st.Windows) != n
+	})
+}
+
+// updateStaged applies fn to the staged record and writes it when fn
+// changed it, guarded by the record's version; a lost race reads again.
+func (si *storeInstances) updateStaged(ctx context.Context, reason string, fn func(*instance.Staged) bool) error {
+	for attempt := 0; ; attempt++ {
+		var st instance.Staged
+		version, _, err := readRecord(ctx, si.store, canaryScope, &st)
+		if err != nil {
+			return err
+		}
+		if !fn(&st) {
+			return nil
+		}
+		if st.Windows == nil {
+			st.Windows = []instance.StagedWindow{}
+		}
+		_, err = writeRecord(ctx, si.engine, canaryScope, version, &st, "varplane:control", reason)
+		if err == nil || !errors.Is(err, varplane.ErrConflict) || attempt >= 8 {
+			if err != nil {
+				return fmt.Errorf("control: %s: %w", reason, err)
+			}
+			return nil
+		}
+	}
+}
