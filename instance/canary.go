@@ -94,16 +94,20 @@ func (c *Cache[T]) Beat(ctx context.Context) {
 	c.beat(ctx, hs)
 }
 
-// beat writes the status value and then the canary reports.
+// beat writes the status value and then the canary reports; a heartbeat
+// is counted once both are done.
 func (c *Cache[T]) beat(ctx context.Context, hs StatusStore) {
 	b, _ := json.Marshal(c.status())
-	if err := hs.WriteStatus(ctx, c.opts.InstanceID, b); err != nil {
-		c.stats.heartbeatErrors.Add(1)
+	err := hs.WriteStatus(ctx, c.opts.InstanceID, b)
+	if err != nil {
 		c.log.Warn("instance: the status heartbeat could not be written; it is written again at the next one", "err", err)
+	}
+	c.canaryStep(ctx)
+	if err != nil {
+		c.stats.heartbeatErrors.Add(1)
 	} else {
 		c.stats.heartbeats.Add(1)
 	}
-	c.canaryStep(ctx)
 }
 
 // canaryStep reads the staged windows and writes this instance's report of

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/store/memory"
@@ -92,6 +93,14 @@ func TestCanaryReports(t *testing.T) {
 	ctx := context.Background()
 	if _, err := c.Get(ctx, "app.a"); err != nil {
 		t.Fatal(err)
+	}
+	// The heartbeat loop beats once as it starts: let that beat pass before
+	// the windows are staged, so that only the two beats below count.
+	for deadline := time.Now().Add(5 * time.Second); c.stats.heartbeats.Load() < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the heartbeat loop never beat")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	good := revisionOf(t, mem, "app.a", `{"n":2}`)
 	neg := revisionOf(t, mem, "app.a", `{"n":-1}`)
