@@ -20,7 +20,7 @@ func parsePages(h *Handler) map[string]*template.Template {
 			return t.UTC().Format("2006-01-02 15:04:05 UTC")
 		},
 		"list": func(s ...string) []string { return s },
-		"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"short": func(r varplane.Revision) string {
 			s := strings.TrimPrefix(string(r), "sha256:")
 			if len(s) > 12 {
