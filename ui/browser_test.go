@@ -180,6 +180,11 @@ func TestBrowserScopesAndScopePage(t *testing.T) {
 	signinAs(t, ctx, base, adminToken)
 	wantText(t, ctx, "#who", "alice")
 	wantText(t, ctx, "#scopes caption", "4 of 4 scopes")
+	// The stream's first heads are what the table shows: no news.
+	time.Sleep(300 * time.Millisecond)
+	if live := get(t, ctx, chromedp.Evaluate[string](`document.getElementById("live").textContent`)); live != "" {
+		t.Fatalf("the scopes page announces %q on opening", live)
+	}
 	wantText(t, ctx, `#scopes tr[data-scope="shop.front.checkout"] .gen`, "2")
 	wantText(t, ctx, `#scopes tr[data-scope="shop.front.checkout"]`, "setup")
 	shoot(t, ctx, "scopes")
@@ -197,6 +202,8 @@ func TestBrowserScopesAndScopePage(t *testing.T) {
 	wantText(t, ctx, "#diff tr.mod .l", `"retries": 2`)
 	wantText(t, ctx, "#diff tr.mod .r", `"retries": 3`)
 	shoot(t, ctx, "scope")
+	run(t, ctx, chromedp.ScrollIntoView(chromedp.CSS("#compare")))
+	shoot(t, ctx, "diff")
 
 	// Invalid document: the issue is on the document field, the draft kept.
 	run(t, ctx, chromedp.SetValue(chromedp.CSS("#document"), `{"retries": `))
@@ -253,6 +260,17 @@ func TestBrowserLive(t *testing.T) {
 	wantText(t, ctx, "#timeline", "live")
 	if !get(t, ctx, chromedp.Evaluate[bool](`window.notReloaded === true`)) {
 		t.Fatal("the page reloaded")
+	}
+
+	// The scopes page shows a new scope, and a new generation, as they land.
+	run(t, ctx, chromedp.Navigate(s.srv.URL+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#scopes")),
+		chromedp.Evaluate[chromedp.Void](`window.notReloaded = true`))
+	time.Sleep(500 * time.Millisecond)
+	s.publish(t, "shop.front.new", `{"x":1}`, "")
+	s.publish(t, "shop.front.search", `{"engine":"v4"}`, "")
+	get(t, ctx, chromedp.Poll[bool](`!!document.querySelector('tr[data-scope="shop.front.new"]') && document.querySelector('tr[data-scope="shop.front.search"] .gen').textContent.trim() === "3"`, chromedp.WithPollingTimeout(15*time.Second)))
+	if !get(t, ctx, chromedp.Evaluate[bool](`window.notReloaded === true`)) {
+		t.Fatal("the scopes page reloaded")
 	}
 }
 

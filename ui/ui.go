@@ -215,7 +215,11 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, s *session, sta
 	p := page{Title: title, Prefix: h.prefix, Nav: name, Data: data}
 	if s != nil {
 		p.Who, p.CSRF = s.who, s.csrf
-		p.Flash = h.sessions.takeFlash(s)
+		// A live refresh (the script's fetch of the same page) leaves the
+		// flash to the page the browser loads next.
+		if r.Header.Get("X-Varplane-Live") == "" {
+			p.Flash = h.sessions.takeFlash(s)
+		}
 	}
 	var buf bytes.Buffer
 	if err := h.pages[name].ExecuteTemplate(&buf, "layout", p); err != nil {

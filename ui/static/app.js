@@ -17,7 +17,7 @@
   function refresh(note) {
     if (busy) { again = true; return; }
     busy = true;
-    fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+    fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html", "X-Varplane-Live": "1" } })
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
       .then(function (html) {
         var doc = new DOMParser().parseFromString(html, "text/html");
@@ -39,6 +39,12 @@
     if (scope && data.scope !== scope) { return; }
     var gen = Number(data.generation);
     if (scope && gen <= shown) { return; }
+    if (!scope) {
+      // The stream opens with every head: a row that shows it already is
+      // not news.
+      var row = document.querySelector('tr[data-scope="' + CSS.escape(data.scope) + '"] .gen');
+      if (row && Number(row.textContent) >= gen) { return; }
+    }
     if (scope) { shown = gen; }
     refresh("Generation " + gen + " of " + data.scope + " is live" + (ev.type === "no-head" ? " (deactivated)." : "."));
   }
@@ -47,4 +53,6 @@
   es.addEventListener("head", onEvent);
   es.addEventListener("no-head", onEvent);
   window.addEventListener("pagehide", function () { es.close(); });
+  // A form sent from this page leads to another: stop refreshing this one.
+  document.addEventListener("submit", function () { es.close(); busy = true; });
 })();
