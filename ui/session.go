@@ -32,6 +32,7 @@ type flash struct {
 	Issues  []varplane.Issue
 	Draft   string
 	Reason  string
+	Target  string // the component a message concerns (the components page)
 }
 
 // sessions is the bounded table of sessions. When it is full, signing in

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/push"
@@ -24,6 +25,20 @@ const (
 	readerToken   = "reader-secret-token"
 	reviewerToken = "reviewer-secret-token"
 )
+
+// cartManifest declares one component with a configuration, for the
+// components page.
+const cartManifest = `name: cart
+namespace: shop
+configuration:
+  schema:
+    type: object
+    properties:
+      maxItems: {type: integer, minimum: 1}
+    required: [maxItems]
+  defaults:
+    maxItems: 20
+`
 
 // stack is a server as serve builds it: a file store, the engine, the
 // push hub, the var API under /vars, the control API under
@@ -46,18 +61,32 @@ func newStack(t *testing.T) *stack {
 	}
 	authz, err := httpapi.Scoped([]httpapi.Grant{
 		{Token: adminToken, ID: "alice"},
-		{Token: readerToken, ID: "rita", Kinds: []varplane.Kind{varplane.KindRead, varplane.KindAudit}},
+		{Token: readerToken, ID: "rita", Kinds: []varplane.Kind{varplane.KindRead, varplane.KindAudit}, Roles: []string{config.RoleGet}},
 		{Token: reviewerToken, ID: "bob"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	guard := control.NewGuard()
-	engine := varplane.NewEngine(st, varplane.Options{Logger: log, Owners: guard.Owners()})
+	engine := varplane.NewEngine(st, varplane.Options{Logger: log, Owners: append(guard.Owners(), config.Owner)})
 	hub := push.New(engine, push.Options{Logger: log})
 	mux := http.NewServeMux()
 	svc := control.New(engine, guard, control.Options{Logger: log})
 	mux.Handle("/vars/control/", http.StripPrefix("/vars/control", control.Handler(svc, control.HandlerOptions{Authorizer: authz, Limits: engine.Limits(), Logger: log})))
+	m, err := config.ParseManifest("shop.cart.yaml", []byte(cartManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, err := config.NewDeployment([]*config.Manifest{m}, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := config.NewService(engine, dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vh := config.Handler(values, config.HandlerOptions{Authorizer: authz, Limits: engine.Limits(), Logger: log})
+	mux.Handle("/configuration/values/", vh)
 	h := New(Options{API: mux, Base: "/vars", Authorizer: authz, Limits: engine.Limits(), Logger: log})
 	mux.Handle("/ui/", h)
 	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Authorizer: authz, Logger: log,

@@ -104,6 +104,8 @@ func New(opts Options) *Handler {
 	m.HandleFunc("GET "+p+"/changes", h.authed(h.handleChanges))
 	m.HandleFunc("GET "+p+"/change", h.authed(h.handleChange))
 	m.HandleFunc("POST "+p+"/change", h.authed(h.handleTransition))
+	m.HandleFunc("GET "+p+"/components", h.authed(h.handleComponents))
+	m.HandleFunc("POST "+p+"/components", h.authed(h.handleCreateComponent))
 	m.HandleFunc("GET "+p+"/live", h.authed(h.handleLive))
 	m.HandleFunc(p+"/", h.handleNotFound)
 	h.mux = m

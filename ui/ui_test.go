@@ -279,3 +279,21 @@ func TestSideBySide(t *testing.T) {
 		}
 	}
 }
+
+func TestComponentsReadOnlyForgedCreate(t *testing.T) {
+	s := newStack(t)
+	b := newBrowser(t, s)
+	b.signin(readerToken)
+	resp, page := b.do("GET", "/ui/components", nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, `maxItems&#34;: 20`) || strings.Contains(page, `action="/ui/components"`) {
+		t.Fatalf("components page for a read-only token: %d\n%s", resp.StatusCode, page)
+	}
+	csrf := csrfRE.FindStringSubmatch(page)[1]
+	resp, _ = b.do("POST", "/ui/components", url.Values{"csrf": {csrf}, "component": {"shop.cart"}, "configuration": {"maxItems: 9"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("forged create: %d", resp.StatusCode)
+	}
+	if _, page := b.do("GET", "/ui/components", nil); !strings.Contains(page, "Your token is not allowed to do this") || strings.Contains(page, `maxItems&#34;: 9`) {
+		t.Fatalf("forged create not refused in words:\n%s", page)
+	}
+}
