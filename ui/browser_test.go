@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
@@ -364,6 +365,18 @@ func TestBrowserReadOnly(t *testing.T) {
 	if n := get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('#publish, a[href*="/rollback"], a[href*="/deactivate"], textarea').length`)); n != 0 {
 		t.Fatalf("a read-only token sees %d write controls", n)
 	}
+	// Keyboard: the first Tab reaches the skip link, which moves the focus
+	// to the content; the next Tab goes on in document order.
+	run(t, ctx, chromedp.Navigate(s.srv.URL+"/ui/scope?s=shop.front.checkout"), chromedp.WaitVisible(chromedp.CSS("#timeline")),
+		chromedp.KeyEvent(kb.Tab))
+	if f := get(t, ctx, chromedp.Evaluate[string](`document.activeElement.className + "|" + document.activeElement.getAttribute("href")`)); f != "skip|#main" {
+		t.Fatalf("first Tab focuses %q, want the skip link", f)
+	}
+	run(t, ctx, chromedp.KeyEvent(kb.Enter), chromedp.KeyEvent(kb.Tab))
+	if f := get(t, ctx, chromedp.Evaluate[bool](`document.getElementById("main").contains(document.activeElement)`)); !f {
+		t.Fatal("after the skip link, Tab does not go into the content")
+	}
+
 	// The confirmation page, reached by its address, offers no form.
 	run(t, ctx, chromedp.Navigate(s.srv.URL+"/ui/rollback?s=shop.front.checkout&to=1"), chromedp.WaitVisible(chromedp.CSS("#diff")))
 	wantText(t, ctx, "#main", "Your token may not change this scope.")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -295,5 +296,49 @@ func TestComponentsReadOnlyForgedCreate(t *testing.T) {
 	}
 	if _, page := b.do("GET", "/ui/components", nil); !strings.Contains(page, "Your token is not allowed to do this") || strings.Contains(page, `maxItems&#34;: 9`) {
 		t.Fatalf("forged create not refused in words:\n%s", page)
+	}
+}
+
+func TestCookieSecureOverTLS(t *testing.T) {
+	h := New(Options{API: http.NotFoundHandler()})
+	r := httptest.NewRequest("GET", "https://console.example/ui/", nil)
+	if c := h.cookie(r, cookieName, "x", 60); !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("over TLS: %+v", c)
+	}
+	r = httptest.NewRequest("GET", "http://127.0.0.1/ui/", nil)
+	if c := h.cookie(r, cookieName, "x", 60); c.Secure {
+		t.Fatalf("over plain HTTP: %+v", c)
+	}
+}
+
+func TestEveryAnswerHasThePolicy(t *testing.T) {
+	s := newStack(t)
+	b := newBrowser(t, s)
+	// Without a session: a write is refused, nothing is written, and the
+	// error page, the static files and unknown paths carry the policy.
+	resp, page := b.do("POST", "/ui/publish", url.Values{"s": {"app.x"}, "document": {"{}"}, "expected": {"0"}})
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(page, "sign in") {
+		t.Errorf("POST without a session: %d", resp.StatusCode)
+	}
+	if st, _ := s.engine.Status(context.Background(), "app.x"); st.Generation != 0 {
+		t.Fatal("a POST without a session wrote")
+	}
+	for _, p := range []string{"/ui/static/app.js", "/ui/static/app.css", "/ui/nowhere", "/ui/signin"} {
+		resp, body := b.do("GET", p, nil)
+		if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: %v", p, resp.Header)
+		}
+		if strings.HasSuffix(p, ".js") && (resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Content-Type"), "javascript") || !strings.Contains(body, "EventSource")) {
+			t.Errorf("app.js: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+	// No page holds an inline script or style: the policy would refuse them.
+	b.signin(adminToken)
+	s.publish(t, "app.x", `{"a":1}`, "")
+	for _, p := range []string{"/ui/", "/ui/scope?s=app.x", "/ui/changes", "/ui/components", "/ui/deactivate?s=app.x"} {
+		_, page := b.do("GET", p, nil)
+		if strings.Contains(page, "<script>") || strings.Contains(page, "<style") || strings.Contains(page, " style=") || strings.Contains(page, " onclick") {
+			t.Errorf("%s has inline script or style", p)
+		}
 	}
 }
