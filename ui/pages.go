@@ -327,7 +327,7 @@ func (h *Handler) handleRollback(w http.ResponseWriter, r *http.Request, q *requ
 	to := genParam(r, "to")
 	expected, err := wire.GenerationText("expected", r.PostForm.Get("expected"))
 	if err != nil {
-		h.redirect(w, r, q.s, back, h.failFlash(err))
+		h.redirect(w, r, q.s, back, h.pageFlash(err))
 		return
 	}
 	ctx := r.Context()
@@ -339,7 +339,7 @@ func (h *Handler) handleRollback(w http.ResponseWriter, r *http.Request, q *requ
 			body["note"] = reason
 		}
 		if err := q.api.Call(ctx, http.MethodPost, docPath(scope, ":rollback"), nil, body, &c); err != nil {
-			h.redirect(w, r, q.s, back, h.failFlash(err))
+			h.redirect(w, r, q.s, back, h.pageFlash(err))
 			return
 		}
 		h.redirect(w, r, q.s, h.prefix+"/change?id="+url.QueryEscape(c.ID), &flash{OK: true, Message: "Rollback proposed as change " + c.ID + "."})
@@ -347,7 +347,7 @@ func (h *Handler) handleRollback(w http.ResponseWriter, r *http.Request, q *requ
 	}
 	res, err := q.api.Rollback(ctx, varplane.RollbackRequest{Scope: scope, ExpectedGeneration: expected, ToGeneration: &to, Reason: reason})
 	if err != nil {
-		h.redirect(w, r, q.s, back, h.failFlash(err))
+		h.redirect(w, r, q.s, back, h.pageFlash(err))
 		return
 	}
 	h.redirect(w, r, q.s, back, &flash{OK: true, Message: "Rolled back to generation " + strconv.FormatUint(uint64(to), 10) + ": the head is now generation " + strconv.FormatUint(uint64(res.Generation), 10) + "."})
@@ -390,12 +390,12 @@ func (h *Handler) handleDeactivate(w http.ResponseWriter, r *http.Request, q *re
 	back := h.prefix + "/scope?s=" + url.QueryEscape(string(scope))
 	expected, err := wire.GenerationText("expected", r.PostForm.Get("expected"))
 	if err != nil {
-		h.redirect(w, r, q.s, back, h.failFlash(err))
+		h.redirect(w, r, q.s, back, h.pageFlash(err))
 		return
 	}
 	res, err := q.api.Deactivate(r.Context(), varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: expected, Reason: r.PostForm.Get("reason")})
 	if err != nil {
-		h.redirect(w, r, q.s, back, h.failFlash(err))
+		h.redirect(w, r, q.s, back, h.pageFlash(err))
 		return
 	}
 	h.redirect(w, r, q.s, back, &flash{OK: true, Message: "Deactivated at generation " + strconv.FormatUint(uint64(res.Generation), 10) + " (" + strconv.Itoa(len(res.Cascade)) + " descendants with it)."})
@@ -475,7 +475,7 @@ func (h *Handler) handleTransition(w http.ResponseWriter, r *http.Request, q *re
 	}
 	var c control.Change
 	if err := q.api.Call(r.Context(), http.MethodPost, "/control/changes/"+url.PathEscape(id)+":"+action, nil, body, &c); err != nil {
-		h.redirect(w, r, q.s, back, h.failFlash(err))
+		h.redirect(w, r, q.s, back, h.pageFlash(err))
 		return
 	}
 	h.redirect(w, r, q.s, back, &flash{OK: true, Message: "Change " + id + " is " + string(c.State) + "."})

@@ -277,6 +277,15 @@ func (h *Handler) failFlash(err error) *flash {
 	return f
 }
 
+// pageFlash is failFlash for a form without fields of its own (rollback,
+// deactivate, a change's actions): the message goes at the top of the
+// page it leads to.
+func (h *Handler) pageFlash(err error) *flash {
+	f := h.failFlash(err)
+	f.Field = ""
+	return f
+}
+
 func (h *Handler) handleNotFound(w http.ResponseWriter, r *http.Request) {
 	var s *session
 	if c, err := r.Cookie(cookieName); err == nil {

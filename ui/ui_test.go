@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/control"
 )
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
@@ -340,5 +341,44 @@ func TestEveryAnswerHasThePolicy(t *testing.T) {
 		if strings.Contains(page, "<script>") || strings.Contains(page, "<style") || strings.Contains(page, " style=") || strings.Contains(page, " onclick") {
 			t.Errorf("%s has inline script or style", p)
 		}
+	}
+}
+
+// TestChangeConflictShown: publishing a change whose base moved says so
+// at the top of the change page (the change is now conflicted).
+func TestChangeConflictShown(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	s.publish(t, "app.x", `{"a":1}`, "")
+	if _, err := s.svc.PutPolicy(ctx, varplane.Identity{ID: "setup", Roles: []string{"*"}}, control.Policy{Scope: "app", Approvals: 1}); err != nil {
+		t.Fatal(err)
+	}
+	alice, bob := varplane.Identity{ID: "alice", Roles: []string{"*"}}, varplane.Identity{ID: "bob", Roles: []string{"*"}}
+	var ids []string
+	for _, doc := range []string{`{"a":2}`, `{"a":3}`} {
+		c, err := s.svc.Propose(ctx, alice, control.ProposeRequest{Scope: "app.x", Base: 1, Document: []byte(doc)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.svc.Approve(ctx, bob, c.ID, ""); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	if _, err := s.svc.Publish(ctx, bob, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, s)
+	b.signin(reviewerToken)
+	resp, _ := b.do("POST", "/ui/change", url.Values{"csrf": {b.csrf("/ui/change?id=" + ids[1])}, "id": {ids[1]}, "action": {"publish"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("publish: %d", resp.StatusCode)
+	}
+	_, page := b.do("GET", resp.Header.Get("Location"), nil)
+	if !strings.Contains(page, `id="flash"`) || !strings.Contains(page, "Someone changed this scope first: it is at generation 2, not 1.") {
+		t.Fatalf("the conflict is not said:\n%s", page)
+	}
+	if st, _ := s.engine.Status(ctx, "app.x"); st.Generation != 2 {
+		t.Fatalf("generation %d", st.Generation)
 	}
 }
