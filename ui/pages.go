@@ -486,12 +486,14 @@ func (h *Handler) handleTransition(w http.ResponseWriter, r *http.Request, q *re
 // and its caps are the API's own. Without a scope it watches everything
 // (all=1), which a token narrowed to prefixes is refused.
 func (h *Handler) handleLive(w http.ResponseWriter, r *http.Request, q *request) {
-	scope := r.URL.Query().Get("s")
 	target := q.api.URL("/watch")
-	if scope == "" {
+	switch scope := varplane.Scope(r.URL.Query().Get("s")); {
+	case scope == "":
 		target += "?all=1"
-	} else {
-		target += "?prefix=" + url.QueryEscape(scope)
+	case scope.IsGroup():
+		target += "?group=" + url.QueryEscape(string(scope))
+	default:
+		target += "?key=" + url.QueryEscape(string(scope))
 	}
 	u, err := url.Parse(target)
 	if err != nil {

@@ -19,6 +19,9 @@ func parsePages(h *Handler) map[string]*template.Template {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05 UTC")
 		},
+		// depth is a scope's level in the tree (0 for a group), capped
+		// at the deepest indentation the stylesheet has.
+		"depth": func(s varplane.Scope) int { return min(strings.Count(string(s), "."), 6) },
 		"list": func(s ...string) []string { return s },
 		"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"short": func(r varplane.Revision) string {
