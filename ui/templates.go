@@ -22,8 +22,8 @@ func parsePages(h *Handler) map[string]*template.Template {
 		// depth is a scope's level in the tree (0 for a group), capped
 		// at the deepest indentation the stylesheet has.
 		"depth": func(s varplane.Scope) int { return min(strings.Count(string(s), "."), 6) },
-		"list": func(s ...string) []string { return s },
-		"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"list":  func(s ...string) []string { return s },
+		"iso":   func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"short": func(r varplane.Revision) string {
 			s := strings.TrimPrefix(string(r), "sha256:")
 			if len(s) > 12 {
