@@ -2,7 +2,7 @@
 GO ?= go
 BIN ?= bin/varplane
 
-.PHONY: run build test race lint ci bench bench-quick proto
+.PHONY: run build test race lint ci bench bench-quick proto screenshots
 
 run: ## run the server on the embedded default file store
 	$(GO) run ./cmd/varplane serve
@@ -14,7 +14,7 @@ test: ## the README's test command
 	$(GO) test ./...
 
 race: ## the race detector on every package with goroutines of its own (as .ci/run)
-	$(GO) test -race -count=1 $$(for p in . ./internal/... ./store/... ./push/... ./rpc/... ./httpapi/... ./client/... ./config/... ./instance/... ./control/... ./access/... ./retention/...; do $(GO) list $$p 2>/dev/null; done)
+	$(GO) test -race -count=1 $$(for p in . ./internal/... ./store/... ./push/... ./rpc/... ./httpapi/... ./client/... ./config/... ./instance/... ./control/... ./access/... ./retention/... ./ui/...; do $(GO) list $$p 2>/dev/null; done)
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -35,3 +35,7 @@ bench-quick: ## every scenario shortened: under 2 minutes
 proto: ## regenerate rpc/gen from proto/ (buf runs from its own tools module; the first build takes a few minutes)
 	cd proto && $(GO) tool -modfile=../tools/buf/go.mod buf lint && $(GO) tool -modfile=../tools/buf/go.mod buf generate
 	cd proto && sha256sum $$(find . -name '*.proto' | LC_ALL=C sort) > ../rpc/gen/proto.sha256
+
+screenshots: ## regenerate the console's screenshots in docs/screenshots/ from its browser tests (needs chromium)
+	mkdir -p docs/screenshots
+	VARPLANE_SCREENSHOTS=$(CURDIR)/docs/screenshots VARPLANE_REQUIRE_SERVICES=1 $(GO) test ./ui -run Browser -count=1

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"net/http"
+
+	"github.com/varplane/varplane/ui"
+)
+
+func init() {
+	serveExtensions = append(serveExtensions, func() serveExtension { return &uiExtension{} })
+}
+
+// uiExtension is serve's operator console under /ui (on unless
+// --ui=false): pages over the server's own API, called in process with
+// the signed-in token, so the console authorizes exactly as the API does.
+type uiExtension struct {
+	enabled bool
+}
+
+// RegisterFlags adds --ui.
+func (e *uiExtension) RegisterFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&e.enabled, "ui", true, "serve the operator console at /ui/ (sign in with an API token)")
+}
+
+// Start mounts the console on rt.Mux. Its API is rt.Mux itself: by the
+// time a request arrives the var API and the control API are mounted on it.
+func (e *uiExtension) Start(ctx context.Context, rt *serveRuntime) (func(context.Context) error, error) {
+	if !e.enabled {
+		return nil, nil
+	}
+	h := ui.New(ui.Options{API: rt.Mux, Base: rt.Base, Authorizer: rt.Authorizer, Limits: rt.Engine.Limits(), Logger: rt.Logger})
+	rt.Mux.Handle("/ui/", endOnShutdown(ctx, h))
+	rt.Mux.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	rt.Logger.Info("operator console served", "path", "/ui/")
+	return nil, nil
+}

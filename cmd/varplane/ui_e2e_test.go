@@ -1,0 +1,84 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var uiCSRF = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// TestServeUI: serve mounts the console at /ui/ by default, over its own
+// API with the signed-in token (a publish through the console is a
+// generation the API serves, recorded as the token's identity), never
+// logs the token, and --ui=false leaves /ui to the var API (404).
+func TestServeUI(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("console-secret id=ops\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "--store", "memory:", "--tokens", tokens)
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(path string) (*http.Response, string) {
+		t.Helper()
+		resp, err := c.Get(s.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	post := func(path string, form url.Values) *http.Response {
+		t.Helper()
+		resp, err := c.PostForm(s.URL+path, form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if resp, _ := get("/ui"); resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/ui/" {
+		t.Fatalf("/ui: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, page := get("/ui/signin")
+	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+		t.Fatalf("sign-in page: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp = post("/ui/signin", url.Values{"csrf": {uiCSRF.FindStringSubmatch(page)[1]}, "token": {"console-secret"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d", resp.StatusCode)
+	}
+	_, page = get("/ui/scope?s=app.x")
+	resp = post("/ui/publish", url.Values{"csrf": {uiCSRF.FindStringSubmatch(page)[1]}, "s": {"app.x"},
+		"document": {"limit: 5\n"}, "expected": {"0"}, "action": {"publish"}, "reason": {"from the console"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("publish: %d", resp.StatusCode)
+	}
+	m := expect(t, call(t, "GET", s.Base+"/admin/history?scope=app.x", nil, "Authorization", "Bearer console-secret"), 200, "")
+	hist, _ := m["events"].([]any)
+	last, _ := hist[len(hist)-1].(map[string]any)
+	if last["kind"] != "activated" || last["actor"] != "ops" || last["reason"] != "from the console" {
+		t.Fatalf("history after the console's publish: %v", hist)
+	}
+	if strings.Contains(s.logs(), "console-secret") {
+		t.Fatal("the log holds the token")
+	}
+
+	off := startServer(t, "--store", "memory:", "--ui=false")
+	resp, err := http.Get(off.URL + "/ui/signin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("--ui=false: /ui/signin is %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,121 @@
+package ui
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/config"
+	"github.com/varplane/varplane/control"
+	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/push"
+	"github.com/varplane/varplane/store/file"
+)
+
+// Tokens of the test stack: admin may do everything (and holds every
+// role), reader may only read and audit, reviewer may do everything as
+// another identity (to approve admin's changes).
+const (
+	adminToken    = "admin-secret-token"
+	readerToken   = "reader-secret-token"
+	reviewerToken = "reviewer-secret-token"
+)
+
+// cartManifest declares one component with a configuration, for the
+// components page.
+const cartManifest = `name: cart
+namespace: shop
+configuration:
+  schema:
+    type: object
+    properties:
+      maxItems: {type: integer, minimum: 1}
+    required: [maxItems]
+  defaults:
+    maxItems: 20
+`
+
+// stack is a server as serve builds it: a file store, the engine, the
+// push hub, the var API under /vars, the control API under
+// /vars/control, and the console under /ui, all on one mux.
+type stack struct {
+	engine *varplane.Engine
+	svc    *control.Service
+	ui     *Handler
+	mux    *http.ServeMux
+	srv    *httptest.Server
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := file.Open(ctx, filepath.Join(t.TempDir(), "log"), file.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authz, err := httpapi.Scoped([]httpapi.Grant{
+		{Token: adminToken, ID: "alice"},
+		{Token: readerToken, ID: "rita", Kinds: []varplane.Kind{varplane.KindRead, varplane.KindAudit}, Roles: []string{config.RoleGet}},
+		{Token: reviewerToken, ID: "bob"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard := control.NewGuard()
+	engine := varplane.NewEngine(st, varplane.Options{Logger: log, Owners: append(guard.Owners(), config.Owner)})
+	hub := push.New(engine, push.Options{Logger: log})
+	mux := http.NewServeMux()
+	svc := control.New(engine, guard, control.Options{Logger: log})
+	mux.Handle("/vars/control/", http.StripPrefix("/vars/control", control.Handler(svc, control.HandlerOptions{Authorizer: authz, Limits: engine.Limits(), Logger: log})))
+	m, err := config.ParseManifest("shop.cart.yaml", []byte(cartManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, err := config.NewDeployment([]*config.Manifest{m}, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := config.NewService(engine, dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vh := config.Handler(values, config.HandlerOptions{Authorizer: authz, Limits: engine.Limits(), Logger: log})
+	mux.Handle("/configuration/values/", vh)
+	h := New(Options{API: mux, Base: "/vars", Authorizer: authz, Limits: engine.Limits(), Logger: log})
+	mux.Handle("/ui/", h)
+	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Authorizer: authz, Logger: log,
+		Watch: push.NewSSEHandler(hub, push.SSEOptions{Logger: log, Targets: httpapi.WatchTargets})})
+	mux.Handle("/", api)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		hub.Close()
+		srv.Close()
+		api.Close()
+		engine.Close()
+		st.Close()
+	})
+	return &stack{engine: engine, svc: svc, ui: h, mux: mux, srv: srv}
+}
+
+// publish writes doc to scope directly through the engine (test setup).
+func (s *stack) publish(t *testing.T, scope, doc, reason string) varplane.Generation {
+	t.Helper()
+	ctx := context.Background()
+	st, err := s.engine.Status(ctx, varplane.Scope(scope))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.engine.Publish(ctx, varplane.PublishRequest{Scope: varplane.Scope(scope), Document: []byte(doc),
+		ExpectedGeneration: st.Generation, Actor: "setup", Reason: reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Generation
+}
