@@ -314,6 +314,23 @@ func (s *scanner) str() error {
 	start := s.i
 	s.i++ // the opening quote
 	for {
+		// A run of plain ASCII (most of a string) is skipped in a tight
+		// loop, and the length limit checked once after it, with the
+		// verdict the per-byte check gives: the limit, unless the run ends
+		// the input one byte before the limit would be passed there.
+		b, j := s.b, s.i
+		for j < len(b) {
+			if c := b[j]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+				break
+			}
+			j++
+		}
+		if j > s.i {
+			if j-start-1 > s.lim.MaxStringBytes && (j < len(s.b) || j-start-2 > s.lim.MaxStringBytes) {
+				return limitError("a string longer than the string limit", s.lim.MaxStringBytes, start)
+			}
+			s.i = j
+		}
 		if s.i >= len(s.b) {
 			return s.syntax("unterminated string")
 		}
