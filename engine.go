@@ -222,11 +222,11 @@ func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessag
 	if err := e.writable(scope, owner); err != nil {
 		return nil, "", err
 	}
-	doc, err := e.compactDocument(document)
+	doc, shortNumbers, err := e.compactDocument(document)
 	if err != nil {
 		return nil, "", err
 	}
-	issues, canon, err := e.check(scope, true, doc, schemaID)
+	issues, canon, err := e.check(scope, true, doc, shortNumbers, schemaID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -279,11 +279,11 @@ func (e *Engine) Validate(ctx context.Context, req ValidateRequest) (ValidateRes
 			return ValidateResult{}, err
 		}
 	}
-	doc, err := e.compactDocument(req.Document)
+	doc, shortNumbers, err := e.compactDocument(req.Document)
 	if err != nil {
 		return ValidateResult{}, err
 	}
-	issues, _, err := e.check(req.Scope, hasScope, doc, req.SchemaID)
+	issues, _, err := e.check(req.Scope, hasScope, doc, shortNumbers, req.SchemaID)
 	if err != nil {
 		return ValidateResult{}, err
 	}
@@ -295,11 +295,17 @@ func (e *Engine) Validate(ctx context.Context, req ValidateRequest) (ValidateRes
 
 // check returns the issues of doc and, when it has none, its canonical
 // form (computed once: canonicalisation is the costliest step of a create);
-// an error only for an internal failure.
-func (e *Engine) check(scope Scope, hasScope bool, doc json.RawMessage, schemaID string) ([]Issue, []byte, error) {
-	unsafe, err := canonical.UnsafeNumbers(doc, 20)
-	if err != nil {
-		return []Issue{{Code: IssueSyntax, Path: "", Message: "document is not valid JSON"}}, nil, nil
+// an error only for an internal failure. shortNumbers says that
+// compactDocument saw only integer literals of at most
+// canonical.ShortIntegerDigits digits, for which the number check has
+// nothing to report.
+func (e *Engine) check(scope Scope, hasScope bool, doc json.RawMessage, shortNumbers bool, schemaID string) ([]Issue, []byte, error) {
+	var unsafe []canonical.UnsafeNumber
+	if !shortNumbers {
+		var err error
+		if unsafe, err = canonical.UnsafeNumbers(doc, 20); err != nil {
+			return []Issue{{Code: IssueSyntax, Path: "", Message: "document is not valid JSON"}}, nil, nil
+		}
 	}
 	var issues []Issue
 	for _, u := range unsafe {
@@ -309,6 +315,7 @@ func (e *Engine) check(scope Scope, hasScope bool, doc json.RawMessage, schemaID
 	if len(issues) == 0 {
 		// UnsafeNumbers has just checked the numbers, so the canonicaliser
 		// is called without doing it again.
+		var err error
 		if canon, err = canonical.TransformChecked(doc); err != nil {
 			issues = append(issues, Issue{Code: IssueSyntax, Path: "", Message: "document cannot be canonicalised (duplicate object key or invalid string)"})
 		}
@@ -833,21 +840,23 @@ func hashIf(key, hash string) string {
 	return hash
 }
 
-// compactDocument checks that doc is present and valid JSON and removes
-// insignificant whitespace, keeping key order and number text as authored.
-// compactDocument checks doc against the engine's limits (so that no store
-// is asked to keep what it could not read back) and compacts it.
-func (e *Engine) compactDocument(doc json.RawMessage) (json.RawMessage, error) {
+// compactDocument checks that doc is present, valid JSON and within the
+// engine's limits (so that no store is asked to keep what it could not read
+// back), and removes insignificant whitespace, keeping key order and number
+// text as authored: one pass over the document. The result is a copy, so
+// that a caller changing doc afterwards cannot change what a store keeps.
+// It also reports whether every number is an integer literal short enough
+// to need no number-precision check.
+func (e *Engine) compactDocument(doc json.RawMessage) (json.RawMessage, bool, error) {
 	if len(bytes.TrimSpace(doc)) == 0 {
-		return nil, Errorf(CodeBadRequest, "document is required")
+		return nil, false, Errorf(CodeBadRequest, "document is required")
 	}
-	if err := e.limits.CheckJSON(doc, 0); err != nil {
-		return nil, err
+	out, numbers, err := e.limits.checkAndCompact(doc, 0)
+	if err != nil {
+		return nil, false, err
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(doc)) // one allocation: compacting never grows a document
-	if err := json.Compact(&buf, doc); err != nil {
-		return nil, Errorf(CodeBadRequest, "document is not valid JSON")
+	if len(out) == len(doc) { // compact already: out is doc itself
+		out = bytes.Clone(out)
 	}
-	return buf.Bytes(), nil
+	return out, numbers.integersOnly && numbers.maxDigits <= canonical.ShortIntegerDigits, nil
 }

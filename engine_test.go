@@ -102,6 +102,8 @@ func TestCreateRevisionRejects(t *testing.T) {
 		{"unknown field", "a.b", `{"enabled":true,"budgets2":"hunter2"}`, "strict/v1", "document.unknown-field", "/budgets2"},
 		{"unknown schema", "a.b", `{}`, "nope/v9", varplane.IssueUnknownSchema, ""},
 		{"integer beyond 2^53", "a.b", `{"n":[1,9007199254740993]}`, "", varplane.IssueNumberPrecision, "/n/1"},
+		{"sixteen digits among short integers", "a.b", `{"a":[1,22],"n":1000000000000000000}`, "", varplane.IssueNumberPrecision, "/n"},
+		{"an exponent among short integers", "a.b", `{"a":1,"n":1e16}`, "", varplane.IssueNumberPrecision, "/n"},
 		{"group not an object", "grp", `[1]`, "", varplane.IssueGroupShape, ""},
 		{"group key without prefix", "grp", `{"grp.ok":1,"other":2}`, "", varplane.IssueGroupShape, "/other"},
 		{"duplicate key", "a.b", `{"k":1,"k":2}`, "", varplane.IssueSyntax, ""},

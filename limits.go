@@ -109,8 +109,49 @@ func (l Limits) CheckJSON(b []byte, extraDepth int) error {
 		return Errorf(CodePayloadTooLarge, "the body is larger than %d bytes", l.MaxBodyBytes)
 	}
 	s := scanner{b: b, lim: l, maxDepth: l.MaxDepth + extraDepth}
+	s.kinds, s.counts = s.kindsBuf[:0], s.countsBuf[:0]
 	return s.run()
 }
+
+// CheckAndCompact is CheckJSON and json.Compact in one pass: it checks b as
+// CheckJSON does, with the same errors, and returns b without its
+// insignificant white space (key order, escapes and number text as
+// written). An already compact b is returned itself, not copied; otherwise
+// the result is a new slice of one allocation.
+func (l Limits) CheckAndCompact(b []byte, extraDepth int) ([]byte, error) {
+	out, _, err := l.checkAndCompact(b, extraDepth)
+	return out, err
+}
+
+// numberShape summarises the number literals of a scanned value, so that a
+// caller can skip a pass that only numbers beyond it could concern.
+type numberShape struct {
+	// integersOnly: no literal has a fraction or an exponent.
+	integersOnly bool
+	// maxDigits is the most digits in the integer part of any literal.
+	maxDigits int
+}
+
+// checkAndCompact is CheckAndCompact that also reports the shape of the
+// value's numbers.
+func (l Limits) checkAndCompact(b []byte, extraDepth int) ([]byte, numberShape, error) {
+	l = l.WithDefaults()
+	if int64(len(b)) > l.MaxBodyBytes {
+		return nil, numberShape{}, Errorf(CodePayloadTooLarge, "the body is larger than %d bytes", l.MaxBodyBytes)
+	}
+	s := scanner{b: b, lim: l, maxDepth: l.MaxDepth + extraDepth, compact: true, numbers: numberShape{integersOnly: true}}
+	s.kinds, s.counts = s.kindsBuf[:0], s.countsBuf[:0]
+	if err := s.run(); err != nil {
+		return nil, numberShape{}, err
+	}
+	if s.out == nil {
+		return b, s.numbers, nil
+	}
+	return append(s.out, b[s.last:]...), s.numbers, nil
+}
+
+// scanStack is the nesting a scanner holds without growing its stack.
+const scanStack = 16
 
 type scanner struct {
 	b        []byte
@@ -120,6 +161,17 @@ type scanner struct {
 	// stack holds, per open container, '{' or '[' and its member count.
 	kinds  []byte
 	counts []int
+	// The stack's first levels, so that a typical document's scan
+	// allocates once (the scanner).
+	kindsBuf  [scanStack]byte
+	countsBuf [scanStack]int
+
+	// compact asks for the value without white space: out holds the bytes
+	// kept before b[last:], and stays nil until the first white space.
+	compact bool
+	out     []byte
+	last    int
+	numbers numberShape
 }
 
 func (s *scanner) syntax(what string) error {
@@ -127,14 +179,27 @@ func (s *scanner) syntax(what string) error {
 }
 
 func (s *scanner) space() {
+	start := s.i
 	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
 			s.i++
-		default:
-			return
+			continue
 		}
+		break
 	}
+	if s.compact && s.i > start {
+		s.cut(start)
+	}
+}
+
+// cut drops b[start:s.i], white space, from the compacted output.
+func (s *scanner) cut(start int) {
+	if s.out == nil {
+		s.out = make([]byte, 0, len(s.b)-(s.i-start)) // compacting never grows a value
+	}
+	s.out = append(s.out, s.b[s.last:start]...)
+	s.last = s.i
 }
 
 // run walks the value with an explicit stack. After each value it decides,
@@ -249,6 +314,23 @@ func (s *scanner) str() error {
 	start := s.i
 	s.i++ // the opening quote
 	for {
+		// A run of plain ASCII (most of a string) is skipped in a tight
+		// loop, and the length limit checked once after it, with the
+		// verdict the per-byte check gives: the limit, unless the run ends
+		// the input one byte before the limit would be passed there.
+		b, j := s.b, s.i
+		for j < len(b) {
+			if c := b[j]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+				break
+			}
+			j++
+		}
+		if j > s.i {
+			if j-start-1 > s.lim.MaxStringBytes && (j < len(s.b) || j-start-2 > s.lim.MaxStringBytes) {
+				return limitError("a string longer than the string limit", s.lim.MaxStringBytes, start)
+			}
+			s.i = j
+		}
 		if s.i >= len(s.b) {
 			return s.syntax("unterminated string")
 		}
@@ -311,10 +393,17 @@ func (s *scanner) number() error {
 		}
 		return n
 	}
+	intStart := s.i
 	if s.i < len(s.b) && s.b[s.i] == '0' {
 		s.i++
 	} else if digits() == 0 {
 		return s.syntax("invalid number")
+	}
+	if n := s.i - intStart; n > s.numbers.maxDigits {
+		s.numbers.maxDigits = n
+	}
+	if s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.numbers.integersOnly = false
 	}
 	if s.i < len(s.b) && s.b[s.i] == '.' {
 		s.i++

@@ -1,8 +1,12 @@
 package varplane
 
 import (
+	"bytes"
+	"encoding/json"
+	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseScope(t *testing.T) {
@@ -115,6 +119,29 @@ func TestHeadBody(t *testing.T) {
 	}
 	if g.ETag() != `"sha256:y"` {
 		t.Errorf("etag = %s", g.ETag())
+	}
+}
+
+// TestHeadBodyAllocatesOnce: a read body, built once per head, is one
+// allocation (not the values object and then the body), for a key and for
+// a group, with every optional member and the longest generation.
+func TestHeadBodyAllocatesOnce(t *testing.T) {
+	rev := Revision("sha256:" + strings.Repeat("ab", 32))
+	at := time.Date(2026, 12, 2, 3, 4, 5, 123456789, time.UTC)
+	doc := []byte(`{"enabled":true,"note":"` + strings.Repeat("x", 1000) + `"}`)
+	for _, scope := range []Scope{"agentic.lanes.vinci", "grp"} {
+		d := doc
+		if scope.IsGroup() {
+			d = []byte(`{"grp.k":` + string(doc) + `}`)
+		}
+		h := NewHead(&Event{Kind: EventActivated, Scope: scope, Revision: rev, Generation: math.MaxUint64, Timestamp: at},
+			&RevisionRecord{Document: d, SchemaID: "configs/agentic.lanes/v12", SchemaVersion: "12"})
+		if n := testing.AllocsPerRun(100, func() { _ = h.buildBody() }); n != 1 {
+			t.Errorf("%s: building the read body allocates %.0f times, want 1", scope, n)
+		}
+		if !json.Valid(h.ReadBody()) || !bytes.Contains(h.ReadBody(), h.Values()) {
+			t.Errorf("%s: body %s does not hold the values", scope, h.ReadBody())
+		}
 	}
 }
 

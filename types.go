@@ -152,7 +152,14 @@ func (h *Head) Values() json.RawMessage {
 	if h.Scope.IsGroup() {
 		return h.Document
 	}
-	b := make([]byte, 0, len(h.Scope)+len(h.Document)+8)
+	return h.appendValues(make([]byte, 0, h.valuesLen()))
+}
+
+// appendValues appends the values object of Values to b.
+func (h *Head) appendValues(b []byte) []byte {
+	if h.Scope.IsGroup() {
+		return append(b, h.Document...)
+	}
 	b = append(b, '{')
 	b = jsontext.AppendString(b, string(h.Scope))
 	b = append(b, ':')
@@ -160,14 +167,24 @@ func (h *Head) Values() json.RawMessage {
 	return append(b, '}')
 }
 
+// valuesLen is the length of the values object, a scope needing no escapes
+// (every valid scope): the capacity that appendValues fills exactly.
+func (h *Head) valuesLen() int {
+	if h.Scope.IsGroup() {
+		return len(h.Document)
+	}
+	return len(h.Scope) + len(h.Document) + 5
+}
+
 // ReadBody returns the JSON body of a read of this head:
 // {"generation","revision","schemaId"?,"effectiveAt","values"}. The slice is
 // shared: do not modify it.
 func (h *Head) ReadBody() []byte { return h.body }
 
+// buildBody builds the read body in one allocation: the values object is
+// written in place rather than built apart and copied.
 func (h *Head) buildBody() []byte {
-	values := h.Values()
-	b := make([]byte, 0, len(values)+160)
+	b := make([]byte, 0, h.valuesLen()+bodyOverhead+len(h.Revision)+len(h.SchemaID))
 	b = append(b, `{"generation":`...)
 	b = strconv.AppendUint(b, uint64(h.Generation), 10)
 	b = append(b, `,"revision":`...)
@@ -179,9 +196,13 @@ func (h *Head) buildBody() []byte {
 	b = append(b, `,"effectiveAt":"`...)
 	b = h.EffectiveAt.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","values":`...)
-	b = append(b, values...)
+	b = h.appendValues(b)
 	return append(b, '}')
 }
+
+// bodyOverhead bounds what a read body holds besides its values, revision
+// and schema id: the member names, a generation and a timestamp.
+const bodyOverhead = 128
 
 // ScopeState is the immutable snapshot of one scope that reads observe: a
 // concurrent commit is seen whole or not at all.

@@ -2,13 +2,16 @@ package canonical
 
 import "encoding/json"
 
-// maxShortDigits bounds the integer literals shortIntegersOnly accepts:
+// ShortIntegerDigits bounds the integer literals that need no number check:
 // 10^15 < 2^53, so such a literal is an exact double inside the safe range,
-// and its canonical form is itself.
-const maxShortDigits = 15
+// and its canonical form is itself. UnsafeNumbers reports nothing for a
+// valid JSON value whose every number is an integer literal (no fraction,
+// no exponent) of at most this many digits, so a caller that has already
+// scanned the value and seen only such numbers may skip it.
+const ShortIntegerDigits = 15
 
 // shortIntegersOnly reports whether data is one valid JSON value whose every
-// number is an integer literal of at most maxShortDigits digits. For such
+// number is an integer literal of at most ShortIntegerDigits digits. For such
 // data UnsafeNumbers has nothing to report, and one byte scan plus
 // json.Valid answers that several times faster than tokenising the document
 // (the common case: configuration documents hold flags, strings and small
@@ -31,7 +34,7 @@ func shortIntegersOnly(data []byte) bool {
 			for j < len(data) && data[j] >= '0' && data[j] <= '9' {
 				j++
 			}
-			if n := j - start; n == 0 || n > maxShortDigits {
+			if n := j - start; n == 0 || n > ShortIntegerDigits {
 				return false
 			}
 			if j < len(data) && (data[j] == '.' || data[j] == 'e' || data[j] == 'E') {
@@ -49,7 +52,7 @@ const maxSimpleDepth = 64
 
 // simpleCanonical reports whether data is already the canonical form of a
 // JSON value built only from printable-ASCII strings without escapes,
-// integer literals of at most maxShortDigits digits (not -0), true, false
+// integer literals of at most ShortIntegerDigits digits (not -0), true, false
 // and null, with no whitespace and every object's keys in strictly
 // increasing order. The canonical form of such data is data itself, so
 // TransformChecked returns it without parsing it into a tree; a document
@@ -148,7 +151,7 @@ func (p *simpleParser) str() ([]byte, bool) {
 	return nil, false
 }
 
-// integer reads 0 or an integer literal of 1 to maxShortDigits digits
+// integer reads 0 or an integer literal of 1 to ShortIntegerDigits digits
 // without a leading zero, negative or not (but not -0).
 func (p *simpleParser) integer() bool {
 	neg := p.eat('-')
@@ -158,7 +161,7 @@ func (p *simpleParser) integer() bool {
 	}
 	n := p.i - start
 	switch {
-	case n == 0 || n > maxShortDigits:
+	case n == 0 || n > ShortIntegerDigits:
 		return false
 	case p.b[start] == '0' && (n > 1 || neg):
 		return false

@@ -45,8 +45,12 @@ type Options struct {
 	MaxBodyBytes int64
 
 	// Logger receives request logs and internal errors (slog.Default when
-	// nil). Successful reads and probes are logged at Debug, other requests
-	// at Info; neither bodies nor tokens nor query strings are logged.
+	// nil). Successful reads, probes and writes are logged at Debug, other
+	// requests (refusals, errors, the admin reads of the audit log) at
+	// Info; neither bodies nor tokens nor query strings are logged. A
+	// successful write's record is its event in the audit log (kind,
+	// scope, revision, generation, actor, reason, timestamp); a request
+	// line at Info would repeat it at a cost on every commit.
 	Logger *slog.Logger
 
 	// Ready is an extra readiness check for /readyz (for example a Redis
@@ -107,7 +111,7 @@ type Handler struct {
 // route is one registered pattern with its cached metrics and log level.
 type route struct {
 	pattern string
-	quiet   bool // successful answers are logged at Debug
+	quiet   bool // successful answers are logged at Debug (reads, probes, writes)
 	m       *routeMetrics
 }
 
@@ -157,12 +161,12 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	}
 	h.handle(h.mux, "GET "+b+"/batch", true, h.handleBatch)
 	h.handle(h.mux, "GET "+b+"/watch", false, h.handleWatch)
-	h.handle(h.mux, "POST "+b+"/admin/revisions", false, h.sameOrigin(h.handleCreateRevision))
-	h.handle(h.mux, "POST "+b+"/admin/validate", false, h.sameOrigin(h.handleValidate))
-	h.handle(h.mux, "POST "+b+"/admin/activate", false, h.sameOrigin(h.handleActivate))
-	h.handle(h.mux, "POST "+b+"/admin/publish", false, h.sameOrigin(h.handlePublish))
-	h.handle(h.mux, "POST "+b+"/admin/deactivate", false, h.sameOrigin(h.handleDeactivate))
-	h.handle(h.mux, "POST "+b+"/admin/rollback", false, h.sameOrigin(h.handleRollback))
+	h.handle(h.mux, "POST "+b+"/admin/revisions", true, h.sameOrigin(h.handleCreateRevision))
+	h.handle(h.mux, "POST "+b+"/admin/validate", true, h.sameOrigin(h.handleValidate))
+	h.handle(h.mux, "POST "+b+"/admin/activate", true, h.sameOrigin(h.handleActivate))
+	h.handle(h.mux, "POST "+b+"/admin/publish", true, h.sameOrigin(h.handlePublish))
+	h.handle(h.mux, "POST "+b+"/admin/deactivate", true, h.sameOrigin(h.handleDeactivate))
+	h.handle(h.mux, "POST "+b+"/admin/rollback", true, h.sameOrigin(h.handleRollback))
 	h.handle(h.mux, "GET "+b+"/admin/status", false, h.handleStatus)
 	h.handle(h.mux, "GET "+b+"/admin/history", false, h.handleHistory)
 	h.handle(h.mux, "GET "+b+"/admin/replay", false, h.handleReplay)

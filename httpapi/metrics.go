@@ -40,6 +40,12 @@ type metrics struct {
 	byRoute map[string]*routeMetrics
 
 	subscribers atomic.Pointer[func() int]
+
+	// commitOps and commitKinds cache the children of commitDur by op and
+	// of commits by kind (a handful each), so that a commit does no label
+	// hashing either.
+	commitOps   sync.Map // string → prometheus.Observer
+	commitKinds sync.Map // varplane.EventKind → prometheus.Counter
 }
 
 type routeMetrics struct {
@@ -172,8 +178,21 @@ func (rm *routeMetrics) observe(status int, d time.Duration) {
 	(*c).Inc()
 }
 
-func (m *metrics) commit(c varplane.Commit) { m.commits.WithLabelValues(string(c.Kind)).Inc() }
+func (m *metrics) commit(c varplane.Commit) {
+	v, ok := m.commitKinds.Load(c.Kind)
+	if !ok {
+		// Racing creators get the same child from the vec.
+		v, _ = m.commitKinds.LoadOrStore(c.Kind, m.commits.WithLabelValues(string(c.Kind)))
+	}
+	v.(prometheus.Counter).Inc()
+}
 
+// timeCommit observes the duration of an engine mutation; op is one of the
+// handlers' constant names.
 func (m *metrics) timeCommit(op string, start time.Time) {
-	m.commitDur.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	v, ok := m.commitOps.Load(op)
+	if !ok {
+		v, _ = m.commitOps.LoadOrStore(op, m.commitDur.WithLabelValues(op))
+	}
+	v.(prometheus.Observer).Observe(time.Since(start).Seconds())
 }

@@ -3,10 +3,12 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // publishBody is the body of POST {base}/admin/publish.
@@ -62,5 +64,31 @@ func (h *Handler) handlePublish(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
+	if body, ok := appendPublishResult(make([]byte, 0, 256), res); ok {
+		wire.WriteRaw(w, http.StatusOK, body)
+		return
+	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// appendPublishResult appends the answer of a publish, the bytes
+// wire.WriteJSON writes for res (newline included), without its reflection:
+// this is one answer per commit. It reports false for a time that JSON
+// cannot hold (a year outside 0–9999), which WriteJSON then refuses as it
+// always has.
+func appendPublishResult(b []byte, res varplane.PublishResult) ([]byte, bool) {
+	if y := res.EffectiveAt.Year(); y < 0 || y > 9999 {
+		return nil, false
+	}
+	b = append(b, `{"scope":`...)
+	b = jsontext.AppendString(b, string(res.Scope))
+	b = append(b, `,"generation":`...)
+	b = strconv.AppendUint(b, uint64(res.Generation), 10)
+	b = append(b, `,"revision":`...)
+	b = jsontext.AppendString(b, string(res.Revision))
+	b = append(b, `,"effectiveAt":"`...)
+	b = res.EffectiveAt.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","created":`...)
+	b = strconv.AppendBool(b, res.Created)
+	return append(b, "}\n"...), true
 }

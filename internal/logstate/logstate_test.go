@@ -2,6 +2,7 @@ package logstate_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,5 +102,48 @@ func TestApplyRefusesInconsistentCascade(t *testing.T) {
 	}
 	if got := st.State("a.b"); got.Generation != 2 || got.Head != nil {
 		t.Errorf("a.b = gen %d head %v, want 2 without head", got.Generation, got.Head)
+	}
+}
+
+// TestAppendChecksAndCompactsTheDocument: a store keeps a document compacted
+// and as its own copy, and refuses one it could not read back (malformed,
+// invalid UTF-8, deeper than the depth ceiling), leaving the fold unchanged.
+func TestAppendChecksAndCompactsTheDocument(t *testing.T) {
+	deep := strings.Repeat("[", varplane.MaxDepthCeiling+1) + strings.Repeat("]", varplane.MaxDepthCeiling+1)
+	ceiling := strings.Repeat("[", varplane.MaxDepthCeiling) + strings.Repeat("]", varplane.MaxDepthCeiling)
+	tests := []struct {
+		name, doc, want string
+		refused         bool
+	}{
+		{"compact", `{"a":[1,2]}`, `{"a":[1,2]}`, false},
+		{"white space", " { \"a\" : [ 1 ,\n2 ] } ", `{"a":[1,2]}`, false},
+		{"at the depth ceiling", ceiling, ceiling, false},
+		{"malformed", `{"a":}`, "", true},
+		{"invalid UTF-8", "\"\xff\"", "", true},
+		{"deeper than the ceiling", deep, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := logstate.New()
+			tx := st.Begin()
+			in := []byte(tt.doc)
+			got, err := tx.Append(&varplane.Event{Kind: varplane.EventRevisionCreated, Scope: "a.b", Revision: revOf(1), Document: in}, 0)
+			if tt.refused {
+				if varplane.ErrorCode(err) != varplane.CodeBadRequest || tx.Len() != 0 {
+					t.Fatalf("err = %v with %d events, want bad-request and none", err, tx.Len())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got.Document) != tt.want {
+				t.Fatalf("stored %q, want %q", got.Document, tt.want)
+			}
+			in[0] = 'X'
+			if got.Document[0] == 'X' {
+				t.Fatal("the stored document shares the caller's bytes")
+			}
+		})
 	}
 }

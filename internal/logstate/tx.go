@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -598,6 +599,17 @@ func wellFormed(ev *varplane.Event, known, decoded bool) error {
 	return nil
 }
 
+// documentLimits hold a live commit's document to what every store reads
+// back: MaxDepthCeiling levels (the log line's envelope aside) and valid
+// UTF-8; sizes are the engine's to bound.
+var documentLimits = varplane.Limits{
+	MaxBodyBytes:   math.MaxInt64,
+	MaxDepth:       varplane.MaxDepthCeiling,
+	MaxStringBytes: math.MaxInt,
+	MaxNumberBytes: math.MaxInt,
+	MaxMembers:     math.MaxInt,
+}
+
 // normalize returns the copy of ev a live commit stores: a UTC timestamp
 // without monotonic reading (what the log round-trips), a compacted document
 // the caller cannot mutate, and generation fields filled in from expected.
@@ -605,12 +617,19 @@ func normalize(ev *varplane.Event, expected varplane.Generation) (varplane.Event
 	e := *ev
 	e.Timestamp = ev.Timestamp.Round(0).UTC()
 	if len(ev.Document) > 0 {
-		var b bytes.Buffer
-		b.Grow(len(ev.Document)) // one allocation: compacting never grows a document
-		if err := json.Compact(&b, ev.Document); err != nil {
-			return e, badRequest("event document for scope %q is not valid JSON", ev.Scope)
+		// The store checks the document itself rather than trust that the
+		// engine did: the Store contract has other callers, and a line the
+		// reader could not parse back would lose the log's tail on the next
+		// start. One pass checks and compacts; a document the engine
+		// compacted comes back as it is, and is copied once.
+		doc, err := documentLimits.CheckAndCompact(ev.Document, 0)
+		if err != nil {
+			return e, badRequest("event document for scope %q is not valid JSON within the stores' ceilings: %s", ev.Scope, varplane.ErrorMessage(err))
 		}
-		e.Document = b.Bytes()
+		if len(doc) == len(ev.Document) { // compact already: doc is ev.Document itself
+			doc = bytes.Clone(doc)
+		}
+		e.Document = doc
 	}
 	if ev.Kind == varplane.EventActivated || ev.Kind == varplane.EventDeactivated {
 		if e.Generation == 0 {
