@@ -125,7 +125,20 @@ func get[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
 // old document is marked, so an element of it never satisfies the wait.
 func clickAndLoad(t *testing.T, ctx context.Context, sel, wait string) {
 	t.Helper()
-	run(t, ctx, chromedp.Evaluate[chromedp.Void](`window.varplaneOld = true`), chromedp.Click(chromedp.CSS(sel)))
+	// The live script may swap the region that holds sel between the query
+	// and the click (the node is then gone): the click is tried again.
+	for attempt := 0; ; attempt++ {
+		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		err := chromedp.Do(sctx, chromedp.Evaluate[chromedp.Void](`window.varplaneOld = true`), chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			break
+		}
+		if attempt == 4 || !strings.Contains(err.Error(), "Could not find node") {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	expr := fmt.Sprintf(`window.varplaneOld === undefined && document.readyState === "complete" && !!document.querySelector(%q)`, wait)
 	deadline := time.Now().Add(stepTimeout)
 	for time.Now().Before(deadline) {
