@@ -190,14 +190,23 @@ func generationParam(r *http.Request) (varplane.Generation, error) {
 	return wire.GenerationText("generation", r.PathValue("n"))
 }
 
-func (h *handler) handleRevision(w http.ResponseWriter, r *http.Request) {
+// readGeneration is readScope plus the {n} path parameter.
+func (h *handler) readGeneration(w http.ResponseWriter, r *http.Request) (varplane.Scope, varplane.Generation, bool) {
 	scope, ok := h.readScope(w, r)
 	if !ok {
-		return
+		return "", 0, false
 	}
 	n, err := generationParam(r)
 	if err != nil {
 		h.fail(w, r, err)
+		return "", 0, false
+	}
+	return scope, n, true
+}
+
+func (h *handler) handleRevision(w http.ResponseWriter, r *http.Request) {
+	scope, n, ok := h.readGeneration(w, r)
+	if !ok {
 		return
 	}
 	e, err := h.svc.Revision(r.Context(), scope, n)
@@ -209,13 +218,8 @@ func (h *handler) handleRevision(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) handlePropagation(w http.ResponseWriter, r *http.Request) {
-	scope, ok := h.readScope(w, r)
+	scope, n, ok := h.readGeneration(w, r)
 	if !ok {
-		return
-	}
-	n, err := generationParam(r)
-	if err != nil {
-		h.fail(w, r, err)
 		return
 	}
 	p, err := h.svc.Propagation(r.Context(), scope, n)

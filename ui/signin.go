@@ -31,9 +31,8 @@ func (h *Handler) handleSigninForm(w http.ResponseWriter, r *http.Request) {
 // who is it?) and starts a session. The token is kept in the session
 // only; a refused one is not echoed.
 func (h *Handler) handleSignin(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		h.renderError(w, r, nil, varplane.Errorf(varplane.CodeBadRequest, "the form could not be read"))
+	if err := readForm(w, r, 64<<10); err != nil {
+		h.renderError(w, r, nil, err)
 		return
 	}
 	next := h.next(r.PostForm.Get("next"))

@@ -166,9 +166,8 @@ func (h *Handler) authed(f authedFunc) http.HandlerFunc {
 			return
 		}
 		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, h.opts.Limits.MaxBodyBytes*2+64<<10)
-			if err := r.ParseForm(); err != nil {
-				h.renderError(w, r, s, wire.BadRequest("the form could not be read"))
+			if err := readForm(w, r, h.opts.Limits.MaxBodyBytes*2+64<<10); err != nil {
+				h.renderError(w, r, s, err)
 				return
 			}
 			if !sameSecret(r.PostForm.Get("csrf"), s.csrf) {
@@ -292,4 +291,20 @@ func (h *Handler) handleNotFound(w http.ResponseWriter, r *http.Request) {
 		s = h.sessions.get(c.Value)
 	}
 	h.renderError(w, r, s, varplane.Errorf(varplane.CodeNotFound, "there is no page at %s", r.URL.Path))
+}
+
+// readForm reads a posted form through the wire layer's bounded body read
+// (413 beyond limit, the rest of an over-limit body drained so the browser
+// sees the answer) and parses it into r.PostForm.
+func readForm(w http.ResponseWriter, r *http.Request, limit int64) error {
+	body, err := wire.ReadBody(w, r, limit)
+	if err != nil {
+		return err
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return wire.BadRequest("the form could not be read")
+	}
+	r.PostForm, r.Form = form, form
+	return nil
 }
