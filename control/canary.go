@@ -78,21 +78,10 @@ const CanaryLease = "control:canary-windows"
 // instance than where it was found, or carries a negative count); passed
 // otherwise.
 func Evaluate(w Window, now time.Time, statuses []InstanceStatus, reports []Report) (state, reason string) {
-	byInstance := map[string]Report{}
-	for _, r := range reports {
-		if r.Window != w.ID {
-			return WindowOpen, fmt.Sprintf("a report found on window %s names window %q", w.ID, r.Window)
+	for _, d := range doubts(w, reports) {
+		if d != "" {
+			return WindowOpen, d
 		}
-		if r.Decoded < 0 || r.Errors < 0 {
-			return WindowOpen, fmt.Sprintf("the report of instance %q carries a negative count", r.Instance)
-		}
-		if r.FiledAs != "" && r.FiledAs != r.Instance {
-			return WindowOpen, fmt.Sprintf("a report filed under instance %q names instance %q", r.FiledAs, r.Instance)
-		}
-		if _, dup := byInstance[r.Instance]; dup || r.Instance == "" {
-			return WindowOpen, fmt.Sprintf("instance %q reported twice or under no name", r.Instance)
-		}
-		byInstance[r.Instance] = r
 	}
 	for _, r := range reports {
 		if r.CandidateError != "" {
@@ -102,20 +91,68 @@ func Evaluate(w Window, now time.Time, statuses []InstanceStatus, reports []Repo
 	if now.Before(w.ClosesAt) {
 		return WindowOpen, "the window is running"
 	}
-	fresh := 0
-	for _, s := range statuses {
-		if now.Sub(s.At) > StatusFresh {
-			continue
-		}
-		fresh++
-		if _, ok := byInstance[s.Instance]; !ok {
-			return WindowOpen, fmt.Sprintf("instance %q has a fresh status but no report", s.Instance)
-		}
+	fresh := freshInstances(now, statuses)
+	if missing := unreported(fresh, reports); len(missing) > 0 {
+		return WindowOpen, fmt.Sprintf("instance %q has a fresh status but no report", missing[0])
 	}
-	if fresh < w.MinInstances {
-		return WindowOpen, fmt.Sprintf("%d of %d instances have a fresh status", fresh, w.MinInstances)
+	if len(fresh) < w.MinInstances {
+		return WindowOpen, fmt.Sprintf("%d of %d instances have a fresh status", len(fresh), w.MinInstances)
 	}
 	return WindowPassed, ""
+}
+
+// doubts returns, for each of reports (found on window w), why it is
+// doubtful, or "" when it is not: it names another window than w, carries
+// a negative count, was filed under one instance but names another, names
+// no instance, or repeats an instance an earlier report named. Evaluate
+// keeps a window open while any report is doubtful; the reports route
+// shows each one's reason.
+func doubts(w Window, reports []Report) []string {
+	out := make([]string, len(reports))
+	seen := make(map[string]bool, len(reports))
+	for i, r := range reports {
+		switch {
+		case r.Window != w.ID:
+			out[i] = fmt.Sprintf("a report found on window %s names window %q", w.ID, r.Window)
+		case r.Decoded < 0 || r.Errors < 0:
+			out[i] = fmt.Sprintf("the report of instance %q carries a negative count", r.Instance)
+		case r.FiledAs != "" && r.FiledAs != r.Instance:
+			out[i] = fmt.Sprintf("a report filed under instance %q names instance %q", r.FiledAs, r.Instance)
+		case seen[r.Instance] || r.Instance == "":
+			out[i] = fmt.Sprintf("instance %q reported twice or under no name", r.Instance)
+		}
+		// A doubtful report still claims its name, as Evaluate always
+		// judged: a later one under the same name is doubtful too.
+		seen[r.Instance] = true
+	}
+	return out
+}
+
+// freshInstances returns the instances whose status is at most StatusFresh
+// old at now, in the order of statuses: the ones a window waits for.
+func freshInstances(now time.Time, statuses []InstanceStatus) []string {
+	var out []string
+	for _, s := range statuses {
+		if now.Sub(s.At) <= StatusFresh {
+			out = append(out, s.Instance)
+		}
+	}
+	return out
+}
+
+// unreported returns the instances of fresh that no report names.
+func unreported(fresh []string, reports []Report) []string {
+	named := make(map[string]bool, len(reports))
+	for _, r := range reports {
+		named[r.Instance] = true
+	}
+	var out []string
+	for _, id := range fresh {
+		if !named[id] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // OpenCanary opens a canary window on a checked change: the candidate is

@@ -40,6 +40,7 @@ type HandlerOptions struct {
 //	POST /changes                                      {scope, base, document, schemaId?, note?} → 201
 //	GET  /changes?scope=&state=                        newest first; state "open" for every open one
 //	GET  /changes/{id}
+//	GET  /changes/{id}/reports                         the canary window's reports, doubts, silent instances
 //	POST /changes/{id}:approve|:reject|:withdraw|:publish   {note?}
 //	POST /changes/{id}:rebase                          {base}
 //	POST /changes/{id}:canary                          {duration, minInstances}
@@ -67,6 +68,7 @@ func Handler(svc *Service, opts HandlerOptions) http.Handler {
 	mux.HandleFunc("/documents/{scope}/diff", h.methods(map[string]http.HandlerFunc{"GET": h.handleDiff}))
 	mux.HandleFunc("/changes", h.methods(map[string]http.HandlerFunc{"GET": h.handleChanges, "POST": h.handlePropose}))
 	mux.HandleFunc("/changes/{id}", h.methods(map[string]http.HandlerFunc{"GET": h.handleChange, "POST": h.handleTransition}))
+	mux.HandleFunc("/changes/{id}/reports", h.methods(map[string]http.HandlerFunc{"GET": h.handleReports}))
 	mux.HandleFunc("/policies", h.methods(map[string]http.HandlerFunc{"GET": h.handlePolicies}))
 	mux.HandleFunc("/policies/{scope}", h.methods(map[string]http.HandlerFunc{"PUT": h.handlePutPolicy, "DELETE": h.handleDeletePolicy}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -222,6 +222,26 @@ func TestCanaryWindowsOnRedis(t *testing.T) {
 	}
 	st, body, _ = e.act("dave", doubt.ID, "publish", nil)
 	want(t, "publish during an open window", st, body, 409, varplane.CodeChangeState)
+
+	// The reports route shows the same verdict per instance: i1's report
+	// (naming i9) doubtful with Evaluate's reason, i2's not, and i1 among
+	// the fresh instances no report names.
+	var wr control.WindowReports
+	st, body = e.do("GET", "/v1/control/changes/"+doubt.ID+"/reports", "dave", nil, &wr)
+	want(t, "reports", st, body, 200, "")
+	if len(wr.Reports) != 2 || wr.Window.ID != got.Canary.ID || wr.Window.State != control.WindowOpen {
+		t.Fatalf("reports = %s", body)
+	}
+	r1, r2 := wr.Reports[0], wr.Reports[1]
+	if r1.FiledAs != "i1" || r1.Instance != "i9" || !r1.Doubtful || r1.Doubt != got.Canary.Reason {
+		t.Fatalf("i1's report = %+v, want doubtful with %q", r1, got.Canary.Reason)
+	}
+	if r2.FiledAs != "i2" || r2.Doubtful || r2.Decoded < 1 || r2.At.IsZero() {
+		t.Fatalf("i2's report = %+v, want a clean one", r2)
+	}
+	if len(wr.Unreported) != 1 || wr.Unreported[0] != "i1" {
+		t.Fatalf("unreported = %v, want [i1]", wr.Unreported)
+	}
 }
 
 // TestPropagationOnRedis: propagation counts the instances whose real
