@@ -461,3 +461,51 @@ func MatchRevision(events []varplane.Event, hex string) (varplane.Revision, erro
 	}
 	return "", varplane.Errorf(varplane.CodeBadRequest, "revision prefix %s is ambiguous: %s", hex, strings.Join(names, ", "))
 }
+
+// CanaryWindow is a change's canary window as the control API records it:
+// State is open, passed or blocked, Reason why it is still open or what
+// blocked it.
+type CanaryWindow struct {
+	ID           string    `json:"id"`
+	State        string    `json:"state"`
+	Reason       string    `json:"reason,omitempty"`
+	OpenedAt     time.Time `json:"openedAt"`
+	ClosesAt     time.Time `json:"closesAt"`
+	MinInstances int       `json:"minInstances"`
+}
+
+// CanaryReport is one instance's report on a window: the instance it
+// names and the id it was filed under, its counts, the candidate's error,
+// and whether the control plane doubts it (Doubt says why; a doubtful
+// report keeps the window open).
+type CanaryReport struct {
+	Instance       string    `json:"instance"`
+	FiledAs        string    `json:"filedAs"`
+	Window         string    `json:"window"`
+	Decoded        int64     `json:"decoded"`
+	Errors         int64     `json:"errors"`
+	CandidateError string    `json:"candidateError,omitempty"`
+	At             time.Time `json:"at"`
+	Doubtful       bool      `json:"doubtful"`
+	Doubt          string    `json:"doubt,omitempty"`
+}
+
+// ChangeReports is the answer of ChangeReports: the window, its reports
+// (sorted by the id they were filed under) and the instances with a fresh
+// status that have not reported.
+type ChangeReports struct {
+	Change     string         `json:"change"`
+	Window     CanaryWindow   `json:"window"`
+	Reports    []CanaryReport `json:"reports"`
+	Unreported []string       `json:"unreported"`
+}
+
+// ChangeReports returns the canary reports of change id: GET
+// {base}/control/changes/{id}/reports. A change that opened no window is
+// not-found; a control plane no instance reports to answers
+// store-unsupported.
+func (a *Admin) ChangeReports(ctx context.Context, id string) (ChangeReports, error) {
+	var out ChangeReports
+	err := a.call(ctx, http.MethodGet, "/control/changes/"+url.PathEscape(id)+"/reports", nil, nil, &out)
+	return out, err
+}

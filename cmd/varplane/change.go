@@ -53,6 +53,7 @@ type changeView struct {
 	AfterPublish *struct {
 		Outcome string `json:"outcome"`
 	} `json:"afterPublish"`
+	Canary *client.CanaryWindow `json:"canary"`
 }
 
 const changeUsage = `propose|show|list|approve|reject|withdraw|publish|rebase ...`
@@ -86,7 +87,7 @@ const changeHelp = `Subcommands:
   propose SCOPE [-f FILE] [--base-generation N] [--note TEXT] [--schema-id ID]
                         propose a document (JSON or YAML; stdin without -f) on base generation N
                         (default: the scope's current generation)
-  show ID               show a change
+  show ID               show a change (and its canary window's reports, per instance)
   list [--scope S] [--state open|STATE]
                         list changes, newest first
   approve ID [--note]   approve (never your own change)
@@ -194,7 +195,56 @@ func (c *ChangeCommand) transition(ctx context.Context, sub string, args []strin
 	if err != nil {
 		return classify(ctx, err)
 	}
-	return c.show(&cf, ch)
+	if err := c.show(&cf, ch); err != nil || sub != "show" || cf.json() {
+		return err
+	}
+	return c.showReports(ctx, a, ch)
+}
+
+// showReports prints, under a change that opened a canary window, each
+// instance's report (the doubtful ones marked with why) and the fresh
+// instances that have not reported. The JSON output stays the change's
+// own answer; the reports route is GET {base}/control/changes/{id}/reports.
+func (c *ChangeCommand) showReports(ctx context.Context, a *client.Admin, body json.RawMessage) error {
+	var ch changeView
+	if err := json.Unmarshal(body, &ch); err != nil || ch.Canary == nil {
+		return nil
+	}
+	rep, err := a.ChangeReports(ctx, ch.ID)
+	if err != nil {
+		return classify(ctx, err)
+	}
+	return printReports(c.m.Stdout, &rep)
+}
+
+func printReports(w io.Writer, rep *client.ChangeReports) error {
+	var b strings.Builder
+	win := rep.Window
+	fmt.Fprintf(&b, "  canary window %s: %s, closes %s, at least %d instance(s)\n", win.ID, win.State, win.ClosesAt.Format(time.RFC3339), win.MinInstances)
+	if win.Reason != "" {
+		fmt.Fprintf(&b, "    reason: %s\n", win.Reason)
+	}
+	if len(rep.Reports) == 0 {
+		b.WriteString("    no report yet\n")
+	}
+	for _, r := range rep.Reports {
+		fmt.Fprintf(&b, "    report of %s: decoded %d, errors %d, at %s", r.FiledAs, r.Decoded, r.Errors, r.At.Format(time.RFC3339))
+		if r.Instance != r.FiledAs {
+			fmt.Fprintf(&b, ", naming instance %s", r.Instance)
+		}
+		if r.CandidateError != "" {
+			fmt.Fprintf(&b, ", candidate error: %s", r.CandidateError)
+		}
+		if r.Doubtful {
+			fmt.Fprintf(&b, " (doubtful: %s)", r.Doubt)
+		}
+		b.WriteString("\n")
+	}
+	for _, id := range rep.Unreported {
+		fmt.Fprintf(&b, "    no report from %s (its status is fresh)\n", id)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 func (c *ChangeCommand) rebase(ctx context.Context, args []string) error {

@@ -5,6 +5,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/varplane/varplane/client"
 )
 
 // TestChangeCLI drives reviewed changes through the CLI against a served
@@ -72,5 +75,38 @@ func TestChangeCLI(t *testing.T) {
 	}
 	if r = runCLI(t, env, "", "change", "explode"); r.code != ExitUsage {
 		t.Fatalf("unknown subcommand = %+v", r)
+	}
+}
+
+// TestPrintReports: change show's canary lines name every report, mark a
+// doubtful one with why, and list the fresh instances that are silent.
+func TestPrintReports(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	rep := client.ChangeReports{
+		Window: client.CanaryWindow{ID: "ch-1-3", State: "open", Reason: "a report filed under instance \"i2\" names instance \"i9\"", ClosesAt: at, MinInstances: 2},
+		Reports: []client.CanaryReport{
+			{Instance: "i1", FiledAs: "i1", Decoded: 4, At: at},
+			{Instance: "i9", FiledAs: "i2", Decoded: 1, Errors: 1, CandidateError: "boom", At: at, Doubtful: true, Doubt: "named another"},
+		},
+		Unreported: []string{"i3"},
+	}
+	var b strings.Builder
+	if err := printReports(&b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"canary window ch-1-3: open, closes 2026-03-01T12:00:00Z, at least 2 instance(s)\n",
+		"reason: a report filed under",
+		"report of i1: decoded 4, errors 0, at 2026-03-01T12:00:00Z\n",
+		"report of i2: decoded 1, errors 1, at 2026-03-01T12:00:00Z, naming instance i9, candidate error: boom (doubtful: named another)\n",
+		"no report from i3 (its status is fresh)\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := printReports(&b, &client.ChangeReports{Window: client.CanaryWindow{ID: "w", State: "passed"}}); err != nil || !strings.Contains(b.String(), "no report yet") {
+		t.Fatalf("empty window: %q %v", b.String(), err)
 	}
 }
