@@ -359,8 +359,12 @@ func (a *Admin) send(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// decode reads a success answer (at most maxBody) into out.
+// decode reads a success answer (at most maxBody) into out. A 204 No
+// Content answer (a delete) has no body to decode, and out may be nil.
 func (a *Admin) decode(resp *http.Response, out any) error {
+	if resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, a.maxBody+1))
 	if err != nil {
 		return fmt.Errorf("client: read the answer of %s: %w", resp.Request.URL.Path, err)

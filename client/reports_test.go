@@ -12,28 +12,9 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
 	"github.com/varplane/varplane/control"
+	"github.com/varplane/varplane/internal/controltest"
 	"github.com/varplane/varplane/store/memory"
 )
-
-// reportingInstances is an in-process control.Instances whose statuses
-// and reports the test sets.
-type reportingInstances struct {
-	statuses []control.InstanceStatus
-	reports  []control.Report
-}
-
-func (in *reportingInstances) Statuses(context.Context) ([]control.InstanceStatus, error) {
-	return in.statuses, nil
-}
-func (in *reportingInstances) Reports(context.Context, string) ([]control.Report, error) {
-	return in.reports, nil
-}
-func (in *reportingInstances) Stage(context.Context, control.Window, *control.Change) error {
-	return nil
-}
-func (in *reportingInstances) Unstage(context.Context, control.Window, *control.Change) error {
-	return nil
-}
 
 // TestChangeReports reads a window's reports through the SDK: the
 // server's verdicts arrive as sent, and an error answer is the server's
@@ -43,7 +24,7 @@ func TestChangeReports(t *testing.T) {
 	st := memory.New()
 	guard := control.NewGuard()
 	e := varplane.NewEngine(st, varplane.Options{Owners: guard.Owners()})
-	in := &reportingInstances{}
+	in := &controltest.Instances{}
 	svc := control.New(e, guard, control.Options{Instances: in})
 	mux := http.NewServeMux()
 	mux.Handle("/control/", http.StripPrefix("/control", control.Handler(svc, control.HandlerOptions{Authorizer: varplane.AllowAll, Logger: slog.New(slog.DiscardHandler)})))
@@ -64,8 +45,8 @@ func TestChangeReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	in.statuses = []control.InstanceStatus{{Instance: "i1", At: now}, {Instance: "i2", At: now}}
-	in.reports = []control.Report{{Window: c.Canary.ID, Instance: "i1", FiledAs: "i1", Decoded: 3, At: now}, {Window: "elsewhere", Instance: "i3", FiledAs: "i3"}}
+	in.SetStatuses(control.InstanceStatus{Instance: "i1", At: now}, control.InstanceStatus{Instance: "i2", At: now})
+	in.SetReports(c.Canary.ID, control.Report{Window: c.Canary.ID, Instance: "i1", FiledAs: "i1", Decoded: 3, At: now}, control.Report{Window: "elsewhere", Instance: "i3", FiledAs: "i3"})
 	got, err := a.ChangeReports(ctx, c.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -78,5 +59,17 @@ func TestChangeReports(t *testing.T) {
 	}
 	if len(got.Unreported) != 1 || got.Unreported[0] != "i2" {
 		t.Fatalf("unreported = %v, want [i2]", got.Unreported)
+	}
+
+	// A delete answers 204 with no body: Call takes it with out nil.
+	var p control.Policy
+	if err := a.Call(ctx, http.MethodPut, "/control/policies/app", nil, map[string]any{"approvals": 1}, &p); err != nil || p.Scope != "app" {
+		t.Fatalf("put policy: %+v %v", p, err)
+	}
+	if err := a.Call(ctx, http.MethodDelete, "/control/policies/app", nil, nil, nil); err != nil {
+		t.Fatalf("delete policy: %v", err)
+	}
+	if err := a.Call(ctx, http.MethodDelete, "/control/policies/app", nil, nil, nil); varplane.ErrorCode(err) != varplane.CodeNotFound {
+		t.Fatalf("delete again: %v, want not-found", err)
 	}
 }

@@ -435,7 +435,14 @@ type changeView struct {
 	Doc      string
 	Diff     *sideBySide
 	CanWrite bool
-	Reports  []string
+	// Reports are the canary window's reports (nil without a window);
+	// ReportsError says in words why they could not be read.
+	Reports      *client.ChangeReports
+	ReportsError string
+	// Poll is how often (milliseconds) the script refreshes the page's
+	// live regions while the change is open: reports and transitions are
+	// not on the watch stream. 0 for a closed change.
+	Poll int64
 }
 
 func (h *Handler) handleChange(w http.ResponseWriter, r *http.Request, q *request) {
@@ -456,6 +463,16 @@ func (h *Handler) handleChange(w http.ResponseWriter, r *http.Request, q *reques
 		v.Diff = sideBySideOf("", v.Doc)
 	}
 	v.CanWrite = h.may(r.Context(), q.s, varplane.KindMutate, v.C.Scope)
+	if v.C.Canary != nil {
+		if rep, err := q.api.ChangeReports(r.Context(), v.C.ID); err != nil {
+			v.ReportsError = Sentence(err)
+		} else {
+			v.Reports = &rep
+		}
+	}
+	if v.C.State.Open() {
+		v.Poll = h.opts.PollInterval.Milliseconds()
+	}
 	h.render(w, r, q.s, http.StatusOK, "change", "Change "+id, &v)
 }
 

@@ -32,7 +32,8 @@ type flash struct {
 	Issues  []varplane.Issue
 	Draft   string
 	Reason  string
-	Target  string // the component a message concerns (the components page)
+	Target  string      // the component a message concerns (the components page)
+	Policy  *policyForm // the policy form as typed, after a refusal
 }
 
 // sessions is the bounded table of sessions. When it is full, signing in

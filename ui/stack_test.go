@@ -8,11 +8,13 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/internal/controltest"
 	"github.com/varplane/varplane/push"
 	"github.com/varplane/varplane/store/file"
 )
@@ -46,6 +48,7 @@ configuration:
 type stack struct {
 	engine *varplane.Engine
 	svc    *control.Service
+	in     *controltest.Instances
 	ui     *Handler
 	mux    *http.ServeMux
 	srv    *httptest.Server
@@ -71,7 +74,8 @@ func newStack(t *testing.T) *stack {
 	engine := varplane.NewEngine(st, varplane.Options{Logger: log, Owners: append(guard.Owners(), config.Owner)})
 	hub := push.New(engine, push.Options{Logger: log})
 	mux := http.NewServeMux()
-	svc := control.New(engine, guard, control.Options{Logger: log})
+	in := &controltest.Instances{}
+	svc := control.New(engine, guard, control.Options{Logger: log, Instances: in})
 	mux.Handle("/vars/control/", http.StripPrefix("/vars/control", control.Handler(svc, control.HandlerOptions{Authorizer: authz, Limits: engine.Limits(), Logger: log})))
 	m, err := config.ParseManifest("shop.cart.yaml", []byte(cartManifest))
 	if err != nil {
@@ -87,7 +91,7 @@ func newStack(t *testing.T) *stack {
 	}
 	vh := config.Handler(values, config.HandlerOptions{Authorizer: authz, Limits: engine.Limits(), Logger: log})
 	mux.Handle("/configuration/values/", vh)
-	h := New(Options{API: mux, Base: "/vars", Authorizer: authz, Limits: engine.Limits(), Logger: log})
+	h := New(Options{API: mux, Base: "/vars", Authorizer: authz, Limits: engine.Limits(), Logger: log, PollInterval: 300 * time.Millisecond})
 	mux.Handle("/ui/", h)
 	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Authorizer: authz, Logger: log,
 		Watch: push.NewSSEHandler(hub, push.SSEOptions{Logger: log, Targets: httpapi.WatchTargets})})
@@ -101,7 +105,7 @@ func newStack(t *testing.T) *stack {
 		engine.Close()
 		st.Close()
 	})
-	return &stack{engine: engine, svc: svc, ui: h, mux: mux, srv: srv}
+	return &stack{engine: engine, svc: svc, in: in, ui: h, mux: mux, srv: srv}
 }
 
 // publish writes doc to scope directly through the engine (test setup).

@@ -47,6 +47,10 @@ type Options struct {
 	// session's lifetime from sign-in (default 8h).
 	MaxSessions int
 	SessionTTL  time.Duration
+	// PollInterval is how often an open change's page refreshes its
+	// state, canary reports and transitions, which the watch stream does
+	// not carry (default 5s).
+	PollInterval time.Duration
 }
 
 // Handler is the console. It is safe for concurrent use.
@@ -84,6 +88,9 @@ func New(opts Options) *Handler {
 	if opts.SessionTTL <= 0 {
 		opts.SessionTTL = 8 * time.Hour
 	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 5 * time.Second
+	}
 	opts.Limits = opts.Limits.WithDefaults()
 	h := &Handler{opts: opts, prefix: opts.Prefix, sessions: newSessions(opts.MaxSessions, opts.SessionTTL)}
 	h.pages = parsePages(h)
@@ -104,6 +111,8 @@ func New(opts Options) *Handler {
 	m.HandleFunc("GET "+p+"/changes", h.authed(h.handleChanges))
 	m.HandleFunc("GET "+p+"/change", h.authed(h.handleChange))
 	m.HandleFunc("POST "+p+"/change", h.authed(h.handleTransition))
+	m.HandleFunc("GET "+p+"/policies", h.authed(h.handlePolicies))
+	m.HandleFunc("POST "+p+"/policies", h.authed(h.handlePolicyWrite))
 	m.HandleFunc("GET "+p+"/components", h.authed(h.handleComponents))
 	m.HandleFunc("POST "+p+"/components", h.authed(h.handleCreateComponent))
 	m.HandleFunc("GET "+p+"/live", h.authed(h.handleLive))

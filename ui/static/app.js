@@ -1,18 +1,21 @@
 // The console's one script (progressive enhancement: every page works
 // without it). It follows the live stream of the page's scope and, when a
 // new generation lands, fetches the page again and swaps the regions
-// marked data-live-region, leaving forms and focus alone.
+// marked data-live-region, leaving forms and focus alone. A page marked
+// data-live-poll (an open change: its reports are not on the stream) is
+// fetched again every that many milliseconds instead.
 (function () {
   "use strict";
   var page = document.querySelector("[data-live-scope]");
   var all = document.querySelector("[data-live-all]");
-  if (!window.EventSource || (!page && !all)) { return; }
+  var poll = document.querySelector("[data-live-poll]");
+  if (!page && !all && !poll) { return; }
   var prefix = document.querySelector("link[rel=stylesheet]").getAttribute("href").replace(/\/static\/app\.css$/, "");
   var scope = page ? page.getAttribute("data-live-scope") : "";
   var shown = page ? Number(page.getAttribute("data-generation")) : -1;
   var url = prefix + "/live" + (scope ? "?s=" + encodeURIComponent(scope) : "");
   var live = document.getElementById("live");
-  var busy = false, again = false;
+  var busy = false, again = false, timer = 0;
 
   function refresh(note) {
     if (busy) { again = true; return; }
@@ -25,6 +28,7 @@
           var fresh = doc.getElementById(el.id);
           if (fresh && !el.contains(document.activeElement)) { el.replaceWith(fresh); }
         });
+        if (timer && !doc.querySelector("[data-live-poll]")) { clearInterval(timer); timer = 0; }
         var np = doc.querySelector("[data-live-scope]");
         if (np && page) { page.setAttribute("data-generation", np.getAttribute("data-generation")); }
         if (live && note) { live.textContent = note; }
@@ -49,6 +53,13 @@
     refresh("Generation " + gen + " of " + data.scope + " is live" + (ev.type === "no-head" ? " (deactivated)." : "."));
   }
 
+  if (poll) {
+    var ms = Number(poll.getAttribute("data-live-poll"));
+    if (ms > 0) { timer = setInterval(function () { refresh(""); }, ms); }
+    document.addEventListener("submit", function () { clearInterval(timer); busy = true; });
+    return;
+  }
+  if (!window.EventSource) { return; }
   var es = new EventSource(url);
   es.addEventListener("head", onEvent);
   es.addEventListener("no-head", onEvent);
