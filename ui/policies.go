@@ -140,4 +140,3 @@ func (h *Handler) handlePolicyWrite(w http.ResponseWriter, r *http.Request, q *r
 		h.redirect(w, r, q.s, back, &flash{Message: "Unknown action."})
 	}
 }
-
