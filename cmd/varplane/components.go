@@ -18,8 +18,15 @@ var componentRoutes = []string{
 	"/configuration/values/",      // list, get and create (a subtree)
 	"/configuration/values:fetch", // fetch
 	"/configuration/values:watch", // created events
-	"/.configuration",             // the page
+	"/.configuration",             // the page, or a redirect to the console's
 }
+
+// pagePath is the values service's own page. With the console on it is
+// a redirect to the console's Components page, which has its features
+// with sessions, CSRF tokens and post/redirect/get; with --ui=false the
+// service's page is served there, as the values service always publishes
+// one.
+const pagePath = "/.configuration"
 
 func init() {
 	serveExtensions = append(serveExtensions, func() serveExtension { return &componentsExtension{} })
@@ -52,7 +59,7 @@ func (e *componentsExtension) Owners() []varplane.Owner {
 // RegisterFlags adds --components and keeps fs to read serve's own flags.
 func (e *componentsExtension) RegisterFlags(fs *flag.FlagSet) {
 	e.fs = fs
-	fs.StringVar(&e.file, "components", "", "deployment declaration (JSON, from `varplane config deploy`); serves the component configuration values service at /configuration/values/ and its page at /.configuration")
+	fs.StringVar(&e.file, "components", "", "deployment declaration (JSON, from `varplane config deploy`); serves the component configuration values service at /configuration/values/ and its page at /.configuration (with the console on, a redirect to /ui/components)")
 }
 
 // Start loads the deployment and mounts the values service on rt.Mux; it
@@ -83,8 +90,11 @@ func (e *componentsExtension) Start(ctx context.Context, rt *serveRuntime) (func
 	h := config.Handler(svc, config.HandlerOptions{Authorizer: rt.Authorizer, Limits: lim, Logger: rt.Logger})
 	for _, p := range componentRoutes {
 		route := h
-		if p == "/configuration/values:watch" {
+		switch {
+		case p == "/configuration/values:watch":
 			route = endOnShutdown(ctx, h)
+		case p == pagePath && e.flagValue("ui") != "false":
+			route = http.RedirectHandler(consolePath+"/components", http.StatusSeeOther)
 		}
 		rt.Mux.Handle(p, route)
 	}

@@ -235,7 +235,9 @@ func TestConfigConceal(t *testing.T) {
 func TestServeComponents(t *testing.T) {
 	deployment, epoch := deployFixture(t)
 	logPath := filepath.Join(t.TempDir(), "var-log.jsonl")
-	s := startServer(t, "--store", "file:"+logPath, "--components", deployment)
+	// --ui=false: the service's own page at /.configuration (with the
+	// console on it redirects; TestServeConfigurationPage).
+	s := startServer(t, "--store", "file:"+logPath, "--components", deployment, "--ui=false")
 	values := s.URL + "/configuration/values/"
 
 	// Before any create the deployed defaults are served, references kept.
@@ -316,7 +318,7 @@ func TestServeComponentsTokens(t *testing.T) {
 	deployment, _ := deployFixture(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	writeFiles(t, filepath.Dir(tokens), map[string]string{"tokens": "# operators\nops-token id=ops roles=system:configuration\napp-token id=app roles=system:configuration:get kinds=read prefixes=dummies.\nlegacy-token\nreader-token kinds=read prefixes=agentic.\n"})
-	s := startServer(t, "--store", "memory:", "--components", deployment, "--tokens", tokens)
+	s := startServer(t, "--store", "memory:", "--components", deployment, "--tokens", tokens, "--ui=false")
 	target := s.URL + "/configuration/values/dummies.dummy/"
 	body := `{"configuration":{"foo":"x"}}`
 	auth := func(tok string) []string { return []string{"Authorization", "Token " + tok} }

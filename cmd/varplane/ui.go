@@ -12,6 +12,9 @@ func init() {
 	serveExtensions = append(serveExtensions, func() serveExtension { return &uiExtension{} })
 }
 
+// consolePath is where serve mounts the console.
+const consolePath = "/ui"
+
 // uiExtension is serve's operator console under /ui (on unless
 // --ui=false): pages over the server's own API, called in process with
 // the signed-in token, so the console authorizes exactly as the API does.
@@ -30,9 +33,9 @@ func (e *uiExtension) Start(ctx context.Context, rt *serveRuntime) (func(context
 	if !e.enabled {
 		return nil, nil
 	}
-	h := ui.New(ui.Options{API: rt.Mux, Base: rt.Base, Authorizer: rt.Authorizer, Limits: rt.Engine.Limits(), Logger: rt.Logger})
-	rt.Mux.Handle("/ui/", endOnShutdown(ctx, h))
-	rt.Mux.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	rt.Logger.Info("operator console served", "path", "/ui/")
+	h := ui.New(ui.Options{API: rt.Mux, Base: rt.Base, Prefix: consolePath, Authorizer: rt.Authorizer, Limits: rt.Engine.Limits(), Logger: rt.Logger})
+	rt.Mux.Handle(consolePath+"/", endOnShutdown(ctx, h))
+	rt.Mux.Handle(consolePath, http.RedirectHandler(consolePath+"/", http.StatusMovedPermanently))
+	rt.Logger.Info("operator console served", "path", consolePath+"/")
 	return nil, nil
 }

@@ -82,3 +82,45 @@ func TestServeUI(t *testing.T) {
 		t.Fatalf("--ui=false: /ui/signin is %d", resp.StatusCode)
 	}
 }
+
+// TestServeConfigurationPage: with the console on, the values service's
+// page /.configuration sends a browser (any method: nothing is created
+// there) to the console's Components page; with --ui=false the service's
+// own page is served there (HTTP Basic, no sessions), and the values
+// routes answer the same either way.
+func TestServeConfigurationPage(t *testing.T) {
+	deployment, _ := deployFixture(t)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func(method, target string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, target, strings.NewReader("component=dummies.dummy&configuration=foo%3A+x"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	on := startServer(t, "--store", "memory:", "--components", deployment)
+	before := call(t, "GET", on.URL+"/configuration/values/dummies.dummy/", nil)
+	for _, m := range []string{"GET", "HEAD", "POST"} {
+		if resp := do(m, on.URL+"/.configuration"); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/components" {
+			t.Errorf("%s /.configuration with the console on: %d %q, want 303 to /ui/components", m, resp.StatusCode, resp.Header.Get("Location"))
+		}
+	}
+	// The POST created nothing.
+	if after := call(t, "GET", on.URL+"/configuration/values/dummies.dummy/", nil); after.status != 200 || string(after.body) != string(before.body) {
+		t.Fatalf("a POST to the redirect changed the configuration: %s, then %s", before.body, after.body)
+	}
+	if resp := do("GET", on.URL+"/ui/components"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/ui/signin") {
+		t.Fatalf("the console's Components page: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+
+	off := startServer(t, "--store", "memory:", "--components", deployment, "--ui=false")
+	page := call(t, "GET", off.URL+"/.configuration", nil)
+	if page.status != 200 || !strings.HasPrefix(page.header.Get("Content-Type"), "text/html") || !strings.Contains(string(page.body), "dummies.dummy") {
+		t.Fatalf("--ui=false: /.configuration = %d %s", page.status, page.header.Get("Content-Type"))
+	}
+	expect(t, call(t, "GET", off.URL+"/configuration/values/dummies.dummy/", nil), 200, "")
+}
