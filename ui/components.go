@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
@@ -44,9 +45,9 @@ func (h *Handler) rootAPI(s *session) (*client.Admin, error) {
 
 // handleComponents shows the component configurations of the values
 // service (serve --components): epoch, values and schema, and a create
-// form for an identity with the service's create role. The page of
-// /.configuration shows the same; this one adds the console's sessions,
-// CSRF and post/redirect/get.
+// form for an identity with the service's create role. It replaces the
+// service's own page at /.configuration (which redirects here when the
+// console is on), adding sessions, CSRF tokens and post/redirect/get.
 func (h *Handler) handleComponents(w http.ResponseWriter, r *http.Request, q *request) {
 	api, err := h.rootAPI(q.s)
 	if err != nil {
@@ -103,4 +104,13 @@ func (h *Handler) handleCreateComponent(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	h.redirect(w, r, q.s, back, &flash{OK: true, Target: component, Message: "Created " + out.ID + " for " + component + " (epoch " + out.Epoch + ")."})
+}
+
+// ComponentsRedirect answers every request with a 303 to the console's
+// Components page under prefix ("/ui"): what serve mounts at the values
+// service's old page, /.configuration, when the console is on. Nothing is
+// created by a POST there; the browser signs in and lands on the page
+// (the sign-in keeps where it was going).
+func ComponentsRedirect(prefix string) http.Handler {
+	return http.RedirectHandler("/"+strings.Trim(prefix, "/")+"/components", http.StatusSeeOther)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"html"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -250,5 +251,40 @@ func TestPolicyReadOnly(t *testing.T) {
 	}
 	if ps, _ := s.svc.Policies(ctx); len(ps) != 1 || ps[0].Scope != "app" || ps[0].Approvals != 1 {
 		t.Fatalf("a forged form changed the policies: %+v", ps)
+	}
+}
+
+// TestComponentsRedirect: the old page's address answers 303 to the
+// Components page for every method, and a POST there creates nothing.
+func TestComponentsRedirect(t *testing.T) {
+	s := newStack(t)
+	b := newBrowser(t, s)
+	for _, m := range []string{"GET", "HEAD", "POST"} {
+		var form url.Values
+		if m == "POST" {
+			form = url.Values{"component": {"shop.cart"}, "configuration": {"maxItems: 3"}}
+		}
+		resp, _ := b.do(m, "/.configuration", form)
+		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/components" {
+			t.Errorf("%s /.configuration: %d %q", m, resp.StatusCode, resp.Header.Get("Location"))
+		}
+	}
+	if h := ComponentsRedirect("console/"); h == nil {
+		t.Fatal("no handler")
+	} else {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/.configuration", nil))
+		if rec.Header().Get("Location") != "/console/components" {
+			t.Errorf("prefix console/: %q", rec.Header().Get("Location"))
+		}
+	}
+	all, err := s.engine.Store().Scopes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range all {
+		if strings.HasPrefix(string(sc), "shop.cart@") {
+			t.Fatalf("a POST to the redirect created %s", sc)
+		}
 	}
 }

@@ -93,6 +93,7 @@ func newStack(t *testing.T) *stack {
 	mux.Handle("/configuration/values/", vh)
 	h := New(Options{API: mux, Base: "/vars", Authorizer: authz, Limits: engine.Limits(), Logger: log, PollInterval: 300 * time.Millisecond})
 	mux.Handle("/ui/", h)
+	mux.Handle("/.configuration", ComponentsRedirect("/ui")) // as serve mounts it with the console on
 	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Authorizer: authz, Logger: log,
 		Watch: push.NewSSEHandler(hub, push.SSEOptions{Logger: log, Targets: httpapi.WatchTargets})})
 	mux.Handle("/", api)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/config"
+	"github.com/varplane/varplane/ui"
 )
 
 // The routes of the values service, mounted at the server root next to the
@@ -94,7 +95,7 @@ func (e *componentsExtension) Start(ctx context.Context, rt *serveRuntime) (func
 		case p == "/configuration/values:watch":
 			route = endOnShutdown(ctx, h)
 		case p == pagePath && e.flagValue("ui") != "false":
-			route = http.RedirectHandler(consolePath+"/components", http.StatusSeeOther)
+			route = ui.ComponentsRedirect(consolePath)
 		}
 		rt.Mux.Handle(p, route)
 	}
