@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -170,6 +171,8 @@ func TestWindowReports(t *testing.T) {
 		{"no audit on the scope", "dave", "/v1/control/changes/" + sc.ID + "/reports", 403, varplane.CodeForbidden},
 		{"the scope's auditor", "admin", "/v1/control/changes/" + sc.ID + "/reports", 200, ""},
 		{"unknown change", "dave", "/v1/control/changes/nope/reports", 404, varplane.CodeNotFound},
+		{"a hostile id", "dave", "/v1/control/changes/" + strings.Repeat("%2e%2e%2F", 400) + "/reports", 404, varplane.CodeNotFound},
+		{"an id with a NUL", "dave", "/v1/control/changes/ch-%00/reports", 404, varplane.CodeNotFound},
 	} {
 		s, b := e.do("GET", tc.path, tc.token, nil, nil)
 		want(t, tc.name, s, b, tc.status, tc.code)

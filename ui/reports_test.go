@@ -178,6 +178,9 @@ func TestPolicyEditing(t *testing.T) {
 		{"approvals out of range", url.Values{"action": {"put"}, "scope": {"app.y"}, "approvals": {"0"}, "roles": {"ops"}}, "", "approvals must be 1 to 16"},
 		{"a bad scope", url.Values{"action": {"put"}, "scope": {"no spaces allowed"}, "approvals": {"1"}}, "p-scope-error", "the scope is not a valid scope name"},
 		{"the control records", url.Values{"action": {"put"}, "scope": {"varplane-control.x"}, "approvals": {"1"}}, "", "cannot cover the control subsystem"},
+		{"approvals beyond an int", url.Values{"action": {"put"}, "scope": {"app.y"}, "approvals": {"99999999999999999999999"}}, "p-approvals-error", "approvals must be a whole number"},
+		{"a scope with a control character", url.Values{"action": {"put"}, "scope": {"app.\x00y"}, "approvals": {"1"}}, "p-scope-error", "the scope is not a valid scope name"},
+		{"a role too long", url.Values{"action": {"put"}, "scope": {"app.y"}, "approvals": {"1"}, "roles": {strings.Repeat("r", 200)}}, "", "a role must be 1 to 128 bytes"},
 		{"delete what is not there", url.Values{"action": {"delete"}, "scope": {"nothing.here"}}, "", "Not found: no review policy"},
 	} {
 		page := post(tc.form)
@@ -187,7 +190,7 @@ func TestPolicyEditing(t *testing.T) {
 		if tc.field != "" && !strings.Contains(page, `id="`+tc.field+`"`) {
 			t.Errorf("%s: not shown on the field (%s)", tc.name, tc.field)
 		}
-		if tc.form.Get("action") == "put" && !strings.Contains(page, `value="`+tc.form.Get("scope")+`"`) {
+		if tc.form.Get("action") == "put" && !strings.ContainsRune(tc.form.Get("scope"), 0) && !strings.Contains(page, `value="`+tc.form.Get("scope")+`"`) {
 			t.Errorf("%s: the typed scope is not kept", tc.name)
 		}
 		if strings.Contains(page, `{"code"`) {
