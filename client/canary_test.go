@@ -307,3 +307,44 @@ func TestCanaryWithSDKConsumersOnPostgres(t *testing.T) {
 	}
 	runCanaryE2E(t, st)
 }
+
+// TestCanaryOptions: an InstanceID that could not be filed is refused by
+// New, Beat needs Options.Canary, and an id of another identity is refused
+// by the server (nothing filed, the heartbeat counted as failed).
+func TestCanaryOptions(t *testing.T) {
+	for _, id := range []string{"", "a b", "a/b", "a{b}", strings.Repeat("x", control.MaxInstanceID+1)} {
+		if _, err := client.New("http://127.0.0.1:1", client.Options{Canary: &client.CanaryOptions{InstanceID: id}}); err == nil {
+			t.Errorf("New with InstanceID %q: no error", id)
+		}
+	}
+	plain, err := client.New("http://127.0.0.1:1", client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Beat(context.Background()); !errors.Is(err, client.ErrNoCanary) {
+		t.Fatalf("Beat without Options.Canary = %v, want ErrNoCanary", err)
+	}
+
+	st, err := file.Open(context.Background(), filepath.Join(t.TempDir(), "log"), file.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startCanaryServer(t, st)
+	s.publish("app.flags", `{"n":1}`)
+	forger, err := client.New(s.srv.URL, client.Options{Token: "cons-a", Transport: client.TransportNone, Logger: slog.New(slog.DiscardHandler),
+		Canary: &client.CanaryOptions{InstanceID: "cons-b:pod-1", Interval: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = forger.Beat(context.Background())
+	if varplane.ErrorCode(err) != varplane.CodeForbidden {
+		t.Fatalf("a beat under another identity's id = %v, want forbidden", err)
+	}
+	if forger.CanaryStats().BeatErrors != 1 {
+		t.Fatalf("stats = %+v, want one failed beat", forger.CanaryStats())
+	}
+	list, err := control.StoreInstances(s.engine).Statuses(context.Background())
+	if err != nil || len(list) != 0 {
+		t.Fatalf("statuses after a forged beat = %+v, %v; want none", list, err)
+	}
+}
