@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/instance"
@@ -118,8 +120,10 @@ func (h *handler) handleFileStatus(w http.ResponseWriter, r *http.Request) {
 	now := h.svc.now()
 	st.WrittenAt = now.UTC()
 	b, err := json.Marshal(st)
-	if err == nil {
-		err = hs.ListInstance(r.Context(), id, now)
+	if err == nil && h.shouldList(id, now) {
+		if err = hs.ListInstance(r.Context(), id, now); err != nil {
+			h.forgetListed(id)
+		}
 	}
 	if err == nil {
 		err = hs.WriteStatus(r.Context(), id, b)
@@ -129,6 +133,46 @@ func (h *handler) handleFileStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// listed remembers when each handler last listed each instance that files
+// over HTTP, so that a heartbeat lists it once every instance.ListInterval
+// as an instance cache does (on Redis a listing is a script over the whole
+// list). It is bounded: past maxListed entries it is cleared, which only
+// lists instances again.
+var listed = struct {
+	sync.Mutex
+	at map[listedKey]time.Time
+}{at: map[listedKey]time.Time{}}
+
+type listedKey struct {
+	h  *handler
+	id string
+}
+
+const maxListed = 1 << 16
+
+// shouldList reports whether id is due for a listing, and records it as
+// listed at now.
+func (h *handler) shouldList(id string, now time.Time) bool {
+	listed.Lock()
+	defer listed.Unlock()
+	k := listedKey{h, id}
+	if t, ok := listed.at[k]; ok && now.Sub(t) < instance.ListInterval && !now.Before(t) {
+		return false
+	}
+	if len(listed.at) >= maxListed {
+		clear(listed.at)
+	}
+	listed.at[k] = now
+	return true
+}
+
+// forgetListed makes the next heartbeat of id list it again.
+func (h *handler) forgetListed(id string) {
+	listed.Lock()
+	delete(listed.at, listedKey{h, id})
+	listed.Unlock()
 }
 
 // stagedWindows reads the open windows from the staged record.
