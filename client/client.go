@@ -187,6 +187,11 @@ type Options struct {
 	// the server answers, which replaces it (lkg.go).
 	LastKnownGood string
 
+	// Canary, when set, makes the client take part in the canary windows
+	// of reviewed changes: a heartbeat, and a report of every open window
+	// (canary.go).
+	Canary *CanaryOptions
+
 	// Logger receives warnings and errors; slog.Default when nil.
 	Logger *slog.Logger
 	// Getenv reads override variables; os.Getenv when nil.
@@ -227,6 +232,8 @@ type Client struct {
 
 	connected atomic.Bool
 	running   atomic.Bool
+
+	canary *canaryState // nil without Options.Canary
 }
 
 type listener struct {
@@ -314,6 +321,9 @@ func New(serverURL string, opts Options) (*Client, error) {
 	}
 	if c.getenv == nil {
 		c.getenv = os.Getenv
+	}
+	if err := c.initCanary(); err != nil {
+		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.slots.Store(&map[varplane.Scope]*slot{})
@@ -521,6 +531,10 @@ func (c *Client) Start() {
 				c.followGRPC()
 			}
 		}()
+		if c.canary != nil {
+			c.wg.Add(1)
+			go func() { defer c.wg.Done(); c.canaryLoop() }()
+		}
 	})
 }
 

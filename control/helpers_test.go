@@ -47,6 +47,8 @@ var identities = map[string]varplane.Identity{
 	"carol": {ID: "carol", Roles: []string{"reviewer"}},
 	"dave":  {ID: "dave"},
 	"admin": {ID: "admin", Roles: []string{"*"}},
+	// reader is a consumer: it may only read (and say who it is).
+	"reader": {ID: "reader"},
 }
 
 var authz = varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (varplane.Identity, error) {
@@ -56,6 +58,9 @@ var authz = varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (
 	id, ok := identities[a.Token]
 	if !ok {
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "unknown token")
+	}
+	if id.ID == "reader" && a.Kind != varplane.KindRead && a.Kind != varplane.KindIdentify {
+		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "read only")
 	}
 	if a.Scope == "secret" && id.ID != "admin" {
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "no access")

@@ -171,9 +171,10 @@ func TestPropagation(t *testing.T) {
 	if p.Generation != 1 || p.Installed != 0 || p.Live != 0 || p.Unknown == "" {
 		t.Fatalf("propagation without instances = %+v, want 0 of 0 marked unknown", p)
 	}
-	// The same on a store that keeps no heartbeats (memory): the store's
-	// Instances says so.
-	e1 := newEnv(t, envOpts{storeInstances: true})
+	// The same on a store that keeps no heartbeats (a Store of another
+	// module: here the memory store seen through the bare interface): the
+	// store's Instances says so.
+	e1 := newEnv(t, envOpts{store: struct{ varplane.Store }{memory.New()}, storeInstances: true})
 	e1.publish("app.flags", `{"a":1}`)
 	p = control.Propagation{}
 	s, b = e1.do("GET", "/v1/control/documents/app.flags/revisions/1/propagation", "dave", nil, &p)

@@ -45,6 +45,9 @@ type HandlerOptions struct {
 //	POST /changes/{id}:rebase                          {base}
 //	POST /changes/{id}:canary                          {duration, minInstances}
 //	GET  /policies; PUT|DELETE /policies/{scope}       {approvals, roles?, canary?}
+//	PUT  /instances/{id}/status                        a consumer's heartbeat (ingest.go)
+//	GET  /windows; GET /windows/{window}/candidate     the open canary windows, a candidate
+//	PUT  /windows/{window}/reports/{id}                a consumer's canary report
 func Handler(svc *Service, opts HandlerOptions) http.Handler {
 	if opts.Authorizer == nil {
 		opts.Authorizer = varplane.AllowAll
@@ -71,6 +74,10 @@ func Handler(svc *Service, opts HandlerOptions) http.Handler {
 	mux.HandleFunc("/changes/{id}/reports", h.methods(map[string]http.HandlerFunc{"GET": h.handleReports}))
 	mux.HandleFunc("/policies", h.methods(map[string]http.HandlerFunc{"GET": h.handlePolicies}))
 	mux.HandleFunc("/policies/{scope}", h.methods(map[string]http.HandlerFunc{"PUT": h.handlePutPolicy, "DELETE": h.handleDeletePolicy}))
+	mux.HandleFunc("/instances/{id}/status", h.methods(map[string]http.HandlerFunc{"PUT": h.handleFileStatus}))
+	mux.HandleFunc("/windows", h.methods(map[string]http.HandlerFunc{"GET": h.handleWindows}))
+	mux.HandleFunc("/windows/{window}/candidate", h.methods(map[string]http.HandlerFunc{"GET": h.handleCandidate}))
+	mux.HandleFunc("/windows/{window}/reports/{id}", h.methods(map[string]http.HandlerFunc{"PUT": h.handleFileReport}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, varplane.Errorf(varplane.CodeNotFound, "no control route %s", r.URL.Path))
 	})

@@ -16,24 +16,25 @@ import (
 const canaryScope = instance.StagedScope
 
 // HeartbeatStore is implemented by a store that holds the instances'
-// status heartbeat (store/redis): every listed instance's latest status
+// status heartbeat (every store of this module: redis, postgres, and file
+// and memory in process): every listed instance's latest status
 // value (instance.Status as JSON), by instance id.
 type HeartbeatStore interface {
 	InstanceStatuses(ctx context.Context) (map[string][]byte, error)
 }
 
 // ReportReader is implemented by a store that keeps the instances' canary
-// reports (store/redis): every unexpired report of a window, by the
+// reports (the same stores): every unexpired report of a window, by the
 // instance id it was filed under.
 type ReportReader interface {
 	CanaryReports(ctx context.Context, window string) (map[string][]byte, error)
 }
 
 // ErrNoHeartbeats is what StoreInstances answers on a store that keeps no
-// instance heartbeats (the file and memory stores): no instance can
+// instance heartbeats (a Store of another module): no instance can
 // report to this control plane. Propagation says so rather than counting
 // 0 of 0, and a canary window cannot open.
-var ErrNoHeartbeats = varplane.Errorf(varplane.CodeStoreUnsupported, "this store keeps no instance heartbeats or canary reports (the Redis store does): no instance reports to this control plane")
+var ErrNoHeartbeats = varplane.Errorf(varplane.CodeStoreUnsupported, "this store keeps no instance heartbeats or canary reports: no instance reports to this control plane")
 
 // StoreInstances is the Instances of the store of record under e: the
 // statuses are the instances' heartbeats (HeartbeatStore), the reports
@@ -43,18 +44,11 @@ var ErrNoHeartbeats = varplane.Errorf(varplane.CodeStoreUnsupported, "this store
 // ErrNoHeartbeats and Stage refuses with it.
 func StoreInstances(e *varplane.Engine) Instances {
 	si := &storeInstances{engine: e, store: e.Store()}
-	for s := e.Store(); s != nil; {
-		if hs, ok := s.(HeartbeatStore); ok && si.heartbeats == nil {
-			si.heartbeats = hs
-		}
-		if rr, ok := s.(ReportReader); ok && si.reports == nil {
-			si.reports = rr
-		}
-		u, ok := s.(interface{ Unwrap() varplane.Store })
-		if !ok {
-			break
-		}
-		s = u.Unwrap()
+	if hs, ok := storeAs[HeartbeatStore](e.Store()); ok {
+		si.heartbeats = hs
+	}
+	if rr, ok := storeAs[ReportReader](e.Store()); ok {
+		si.reports = rr
 	}
 	return si
 }

@@ -27,7 +27,10 @@
 // Leases (AcquireLease, RenewLease, ReleaseLease) live in the memory of the
 // one writer process, not in the log: the lock makes that process the only
 // one that can hold or contest a lease, and a restart, which frees every
-// lease, only lets the next pass start sooner.
+// lease, only lets the next pass start sooner. The instances' status
+// heartbeats and canary reports (logstate.Beats) live there too, for the
+// same reason, and do not survive a restart either: every instance writes
+// its status and its cumulative report again at its next heartbeat.
 package file
 
 import (
@@ -77,6 +80,7 @@ const maxBatch = 1024
 type Store struct {
 	logstate.Reads  // State, Revision, History, Idempotency, Scopes
 	logstate.Leases // AcquireLease, RenewLease, ReleaseLease: in this process
+	logstate.Beats  // instance statuses and canary reports: in this process
 
 	path string
 	log  *slog.Logger
@@ -212,6 +216,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 	}
 	s.Init(s.st)
 	s.InitLeases(&s.Reads, nil)
+	s.InitBeats(&s.Reads, nil)
 	s.noSync = opts.NoSync
 	fd := int(f.Fd())
 	s.syncf = func() error { return unix.Fdatasync(fd) }

@@ -10,7 +10,8 @@
 // while that mutex is held, so they must not block nor commit to the same
 // store. The memory store does not implement varplane.Replayer: it keeps no
 // durable log to replay from, so an engine answers replay with
-// store-unsupported. Leases live in the same process memory.
+// store-unsupported. Leases, and the instances' status heartbeats and canary
+// reports (logstate.Beats), live in the same process memory.
 package memory
 
 import (
@@ -28,6 +29,7 @@ var _ varplane.Store = (*Store)(nil)
 type Store struct {
 	logstate.Reads  // State, Revision, History, Idempotency, Scopes
 	logstate.Leases // AcquireLease, RenewLease, ReleaseLease: in this process
+	logstate.Beats  // instance statuses and canary reports: in this process
 
 	st *logstate.State
 
@@ -43,6 +45,7 @@ func New() *Store {
 	s := &Store{st: st, tx: st.Begin()}
 	s.Init(st)
 	s.InitLeases(&s.Reads, nil)
+	s.InitBeats(&s.Reads, nil)
 	return s
 }
 

@@ -71,6 +71,7 @@ func Run(t *testing.T, h Harness) {
 		{"Close", testClose},
 		{"Publish", testPublish},
 		{"Leases", testLeases},
+		{"Heartbeats", testBeats},
 		{"Reclaim", testReclaim},
 	}
 	for _, tc := range tests {
