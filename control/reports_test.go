@@ -198,9 +198,10 @@ func TestWindowReportsWithoutInstances(t *testing.T) {
 	if len(wr.Reports) != 2 || wr.Reports[0].Doubtful || !wr.Reports[1].Doubtful || wr.Reports[1].FiledAs != "a" {
 		t.Fatalf("duplicated reports = %+v", wr.Reports)
 	}
-	// The memory store keeps no reports: a change recorded with a window
-	// (opened elsewhere) answers store-unsupported there.
-	e2 := newEnv(t, envOpts{store: e.store, storeInstances: true})
+	// A store that keeps no reports (the bare Store contract, as a store
+	// from outside this module): a change recorded with a window (opened
+	// elsewhere) answers store-unsupported there.
+	e2 := newEnv(t, envOpts{store: struct{ varplane.Store }{e.store}, storeInstances: true})
 	s, b = e2.do("GET", "/v1/control/changes/"+c.ID+"/reports", "dave", nil, nil)
 	want(t, "reports on a store without them", s, b, 400, varplane.CodeStoreUnsupported)
 }
