@@ -143,6 +143,7 @@ type watcher struct {
 
 	watches map[int64]*watch
 	nextID  int64
+	groups  []sharedGroup // deliver's, reused from pass to pass
 
 	mu    sync.Mutex
 	ready []*watch
@@ -153,7 +154,15 @@ type watcher struct {
 type watch struct {
 	id     int64
 	sub    *push.Subscription
+	share  bool // created with share_responses
 	queued bool // in watcher.ready; guarded by watcher.mu
+}
+
+// sharedGroup is the watches of one delivery pass that get the same
+// shared batch, answered by one response.
+type sharedGroup struct {
+	batch *v1.SnapshotBatch
+	ids   []int64
 }
 
 func (w *watcher) notify(wt *watch) {
@@ -292,7 +301,7 @@ func (w *watcher) create(ctx context.Context, c *v1.WatchCreateRequest, send fun
 		}
 		id = w.nextID
 	}
-	wt := &watch{id: id}
+	wt := &watch{id: id, share: c.GetShareResponses()}
 	req := &v1.SubscribeRequest{Keys: c.GetKeys(), Groups: c.GetGroups(), Prefixes: c.GetPrefixes(), HeldGenerations: c.GetHeldGenerations()}
 	sub, err := subscribe(ctx, w.hub, w.authorize, req, w.token, push.SubscribeOptions{Notify: func() { w.notify(wt) }})
 	if err != nil {
@@ -314,7 +323,14 @@ func (w *watcher) drop(wt *watch) {
 	w.count.Add(-1)
 }
 
-// deliver sends what every ready watch has.
+// deliver sends what every ready watch has. A watch created with
+// share_responses whose batch is a commit's shared one (the same message
+// for every watch of that scope, see streamBatch) is not answered alone:
+// the pass collects the ids of every such watch per batch and sends one
+// response for each batch with the ids in watch_ids, so a commit to the
+// hundred watches of a stream is one message (one encoding, one write)
+// instead of a hundred. Each watch gets at most one batch per pass, so its
+// responses keep their order whichever way they leave.
 func (w *watcher) deliver(ctx context.Context, send func(*v1.WatchResponse) error) error {
 	w.mu.Lock()
 	ready := w.ready
@@ -323,6 +339,7 @@ func (w *watcher) deliver(ctx context.Context, send func(*v1.WatchResponse) erro
 		wt.queued = false
 	}
 	w.mu.Unlock()
+	groups := w.groups[:0]
 	for _, wt := range ready {
 		if w.watches[wt.id] != wt {
 			continue // canceled meanwhile
@@ -344,9 +361,46 @@ func (w *watcher) deliver(ctx context.Context, send func(*v1.WatchResponse) erro
 		if !ok {
 			continue
 		}
-		if send(&v1.WatchResponse{WatchId: wt.id, Batch: streamBatch(b)}) != nil {
+		msg := streamBatch(b)
+		if wt.share && !b.Snapshot && len(b.Updates) == 1 {
+			groups = addToGroup(groups, msg, wt.id)
+			continue
+		}
+		if send(&v1.WatchResponse{WatchId: wt.id, Batch: msg}) != nil {
 			return errSendFailed
 		}
 	}
+	for i, g := range groups {
+		out := &v1.WatchResponse{Batch: g.batch}
+		if len(g.ids) == 1 {
+			out.WatchId = g.ids[0]
+		} else {
+			out.WatchIds = g.ids
+		}
+		err := send(out)
+		groups[i] = sharedGroup{ids: g.ids[:0]} // keep the ids' array, drop the batch
+		if err != nil {
+			return errSendFailed
+		}
+	}
+	w.groups = groups[:0]
 	return nil
+}
+
+// addToGroup adds id to the group of batch (a commit touches a handful of
+// scopes, so the groups of one pass are few and a scan finds them).
+func addToGroup(groups []sharedGroup, batch *v1.SnapshotBatch, id int64) []sharedGroup {
+	for i := range groups {
+		if groups[i].batch == batch {
+			groups[i].ids = append(groups[i].ids, id)
+			return groups
+		}
+	}
+	if len(groups) < cap(groups) {
+		groups = groups[:len(groups)+1]
+		g := &groups[len(groups)-1]
+		g.batch, g.ids = batch, append(g.ids[:0], id)
+		return groups
+	}
+	return append(groups, sharedGroup{batch: batch, ids: []int64{id}})
 }
