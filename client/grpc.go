@@ -96,7 +96,10 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 			}
 			next++
 			watched[sc], byID[next] = next, sc
-			req := &v1.WatchCreateRequest{WatchId: next}
+			// share_responses: a commit that reaches several of these
+			// watches (a prefix and a key under it) comes once, naming
+			// them all; a server that predates it answers each alone.
+			req := &v1.WatchCreateRequest{WatchId: next, ShareResponses: true}
 			if sc.IsGroup() {
 				req.Groups = []string{string(sc)}
 			} else {
@@ -172,6 +175,9 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 					}
 				}
 			case m.GetBatch() != nil:
+				// One batch for every watch it names (watch_ids) or for
+				// watch_id: its scopes are what it carries, so applying it
+				// once serves them all.
 				c.applyBatch(m.GetBatch())
 			}
 		}
