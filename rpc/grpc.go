@@ -64,6 +64,12 @@ type GRPCOptions struct {
 	// MaxWatches is the most watches of one Watch stream; default
 	// DefaultMaxWatches.
 	MaxWatches int
+	// WriteTimeout bounds each message write of a stream: a stream whose
+	// peer has stopped reading (HTTP/2 flow control holds the message) is
+	// reset after it, freeing its writer and its subscriptions. Default
+	// DefaultWriteTimeout; never less than twice Heartbeat, so that an
+	// idle stream's heartbeats re-arm it in time.
+	WriteTimeout time.Duration
 	// Logger receives stream errors; slog.Default when nil.
 	Logger *slog.Logger
 }
@@ -73,6 +79,7 @@ type GRPCStats struct {
 	Streams         int64  // Subscribe and Watch streams open now
 	Watches         int64  // watches open now, over every Watch stream
 	RequestTimeouts uint64 // streams ended waiting for their request
+	WriteTimeouts   uint64 // streams reset because a message write outlasted WriteTimeout
 }
 
 // GRPCServer serves PushService with grpc-go (google.golang.org/grpc)
@@ -107,6 +114,10 @@ func NewGRPCServer(hub *push.Hub, authorize Authorizer, opts GRPCOptions) *GRPCS
 	if opts.MaxWatches <= 0 {
 		opts.MaxWatches = DefaultMaxWatches
 	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	opts.WriteTimeout = max(opts.WriteTimeout, 2*opts.Heartbeat)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -172,14 +183,15 @@ func (g *GRPCServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
+	ctx := context.WithValue(r.Context(), controllerKey{}, rc)
 	if strings.HasSuffix(r.URL.Path, "/Watch") {
 		m := newMeteredBody(r.Body, watchAhead)
 		r.Body = m
-		r = r.WithContext(context.WithValue(r.Context(), meterKey{}, m))
+		ctx = context.WithValue(ctx, meterKey{}, m)
 	} else {
 		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
 	}
-	g.srv.ServeHTTP(w, r)
+	g.srv.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // Close ends every stream with Unavailable ("the server is shutting
@@ -210,7 +222,8 @@ func (g *GRPCServer) Close(ctx context.Context) error {
 // Stats returns the server's counters.
 func (g *GRPCServer) Stats() GRPCStats {
 	s := g.svc
-	return GRPCStats{Streams: s.streams.Load(), Watches: s.watches.Load(), RequestTimeouts: s.requestTimeouts.Load()}
+	return GRPCStats{Streams: s.streams.Load(), Watches: s.watches.Load(), RequestTimeouts: s.requestTimeouts.Load(),
+		WriteTimeouts: s.writeTimeouts.Load()}
 }
 
 type grpcService struct {
@@ -221,8 +234,8 @@ type grpcService struct {
 	ctx       context.Context // ended by Close
 	cancel    context.CancelFunc
 
-	streams, watches atomic.Int64
-	requestTimeouts  atomic.Uint64
+	streams, watches               atomic.Int64
+	requestTimeouts, writeTimeouts atomic.Uint64
 }
 
 // intercept counts every stream and bounds the wait for its request. (The
@@ -270,8 +283,45 @@ func (s *grpcService) Subscribe(req *v1.SubscribeRequest, stream grpc.ServerStre
 		return toGRPC(ctx, err)
 	}
 	defer sub.Close()
-	err = pump(ctx, s.ctx, sub, s.opts.Heartbeat, func(b *v1.SnapshotBatch) error { return stream.Send(b) })
+	deadline := s.writeDeadline(ctx)
+	err = pump(ctx, s.ctx, sub, s.opts.Heartbeat, func(b *v1.SnapshotBatch) error {
+		return deadline.send(func() error { return stream.Send(b) })
+	})
 	return ended(ctx, toGRPC(ctx, err))
+}
+
+// writeDeadline is the per-message write deadline of the stream of ctx
+// (GRPCOptions.WriteTimeout), through the http.ResponseController that
+// ServeHTTP put in ctx. net/http's HTTP/2 resets a stream whose write
+// deadline passes, and the blocked write returns: grpc-go alone has no
+// bound on a write that HTTP/2 flow control holds.
+func (s *grpcService) writeDeadline(ctx context.Context) *sendDeadline {
+	d := &sendDeadline{svc: s}
+	if rc, _ := ctx.Value(controllerKey{}).(*http.ResponseController); rc != nil {
+		d.d = wire.NewStreamDeadline(rc, s.opts.WriteTimeout)
+	}
+	return d
+}
+
+// sendDeadline arms a wire.StreamDeadline before each message (nothing
+// for a stream served without ServeHTTP) and counts the sends that
+// failed at it.
+type sendDeadline struct {
+	svc *grpcService
+	d   *wire.StreamDeadline
+}
+
+func (d *sendDeadline) send(send func() error) error {
+	if d.d == nil {
+		return send()
+	}
+	start := time.Now()
+	d.d.Arm(start)
+	err := send()
+	if err != nil && time.Since(start) >= d.svc.opts.WriteTimeout {
+		d.svc.writeTimeouts.Add(1)
+	}
+	return err
 }
 
 // ended is the status of a stream whose context ended: DeadlineExceeded

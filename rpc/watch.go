@@ -109,8 +109,10 @@ func (s *grpcService) Watch(stream grpc.BidiStreamingServer[v1.WatchRequest, v1.
 			return req, err
 		}
 	}
+	deadline := s.writeDeadline(ctx)
+	send := func(m *v1.WatchResponse) error { return deadline.send(func() error { return stream.Send(m) }) }
 	w := &watcher{hub: s.hub, authorize: s.authorize, token: bearerOf(ctx), max: s.opts.MaxWatches,
-		heartbeat: s.opts.Heartbeat, count: &s.watches, recv: recv, send: stream.Send}
+		heartbeat: s.opts.Heartbeat, count: &s.watches, recv: recv, send: send}
 	return ended(ctx, toGRPC(ctx, w.run(ctx, s.ctx)))
 }
 

@@ -102,7 +102,8 @@ func registerPushMetrics(reg *prometheus.Registry, hub *push.Hub) {
 // varplane_grpc_streams (Subscribe and Watch streams open),
 // varplane_grpc_watches (watches open over every Watch stream) and
 // varplane_grpc_refused_total by reason (request-timeout: a stream whose
-// request did not come in time).
+// request did not come in time) and varplane_grpc_streams_reset_total by
+// reason (write-timeout: a peer that stopped reading).
 func registerGRPCMetrics(reg *prometheus.Registry, g *rpc.GRPCServer) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "varplane_grpc_streams", Help: "gRPC streams (Subscribe and Watch) open now."},
@@ -118,6 +119,11 @@ func registerGRPCMetrics(reg *prometheus.Registry, g *rpc.GRPCServer) {
 			ConstLabels: prometheus.Labels{"reason": reason},
 		}, func() float64 { return float64(count(g.Stats())) }))
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "varplane_grpc_streams_reset_total",
+		Help:        "gRPC streams the server reset, by reason (write-timeout: a message write waited --grpc-write-timeout on a peer that stopped reading).",
+		ConstLabels: prometheus.Labels{"reason": "write-timeout"},
+	}, func() float64 { return float64(g.Stats().WriteTimeouts) }))
 }
 
 // registerListenerMetrics exposes the main listener's connection caps:
