@@ -49,11 +49,15 @@ type planeOptions struct {
 	hub     push.Options
 	sse     push.SSEOptions
 	noWatch bool
+	store   varplane.Store // nil: a memory store
 }
 
 func startPlane(t testing.TB, o planeOptions) *plane {
 	t.Helper()
-	st := memory.New()
+	var st varplane.Store = memory.New()
+	if o.store != nil {
+		st = o.store
+	}
 	e := varplane.NewEngine(st, varplane.Options{})
 	quiet := slog.New(slog.DiscardHandler)
 	if o.hub.Logger == nil {
