@@ -328,6 +328,9 @@ type Server struct {
 	// TLS, when set, serves HTTPS (wire.ServerTLS): HTTP/1.1 and HTTP/2,
 	// gRPC included, share the port through ALPN.
 	TLS *tls.Config
+	// HTTP2Guard, when set, holds the connections to its ping policy and
+	// maximum age (see wire.HTTP2Guard). Set it before Open.
+	HTTP2Guard *wire.HTTP2Guard
 
 	handler http.Handler
 	hub     *push.Hub
@@ -382,6 +385,13 @@ func (s *Server) Open() error {
 		MaxHeaderBytes:    wire.ServerMaxHeaderBytes,
 		// Streams end with the server: Close cancels this context.
 		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
+	if s.HTTP2Guard != nil {
+		if err := s.HTTP2Guard.Install(s.srv); err != nil {
+			cancel()
+			_ = ln.Close()
+			return err
+		}
 	}
 	s.grpc = g
 	s.ln, s.cancel, s.done = ln, cancel, make(chan struct{})

@@ -64,6 +64,8 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 	srv.AllowedHosts = splitList(cfg.allowedHosts)
 	srv.TLS = rt.TLS
 	srv.Listener = rt.Listener
+	srv.HTTP2Guard = rt.HTTP2Guard
+	registerHTTP2GuardMetrics(api.Registry(), rt.HTTP2Guard)
 	if rt.GRPC != nil {
 		srv.H2C, srv.HTTP2 = true, rt.GRPC.HTTP2Config()
 		registerGRPCMetrics(api.Registry(), rt.GRPC)
@@ -149,5 +151,26 @@ func registerListenerMetrics(reg *prometheus.Registry, stats func() wire.Listene
 			Help:        "Connections closed as soon as accepted, by the cap that refused them.",
 			ConstLabels: prometheus.Labels{"limit": limit},
 		}, func() float64 { return float64(count(stats())) }))
+	}
+}
+
+// registerHTTP2GuardMetrics exposes the HTTP/2 connection policies:
+// varplane_http2_goaway_total by reason (too-many-pings: GOAWAY
+// ENHANCE_YOUR_CALM to a client pinging faster than --http2-ping-min-time;
+// max-connection-age: the graceful GOAWAY at --max-connection-age), over
+// every listener.
+func registerHTTP2GuardMetrics(reg *prometheus.Registry, g *wire.HTTP2Guard) {
+	if g == nil {
+		return
+	}
+	for reason, count := range map[string]func(wire.HTTP2GuardStats) uint64{
+		"too-many-pings":     func(s wire.HTTP2GuardStats) uint64 { return s.TooManyPings },
+		"max-connection-age": func(s wire.HTTP2GuardStats) uint64 { return s.AgedGoAways },
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "varplane_http2_goaway_total",
+			Help:        "GOAWAY frames the server sent to end HTTP/2 connections, by reason.",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(count(g.Stats())) }))
 	}
 }

@@ -58,7 +58,7 @@ func (e *rpcExtension) Start(_ context.Context, rt *serveRuntime) (func(context.
 	}
 	srv := rpc.NewServer(e.addr, rt.Hub, authorize)
 	srv.GRPC = opts
-	srv.TLS, srv.Listener = rt.TLS, rt.Listener
+	srv.TLS, srv.Listener, srv.HTTP2Guard = rt.TLS, rt.Listener, rt.HTTP2Guard
 	if err := srv.Open(); err != nil {
 		return nil, err
 	}
