@@ -28,7 +28,8 @@ func guardedServer(t *testing.T, guard *wire.HTTP2Guard, lopts wire.ListenerOpti
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	protos.SetHTTP2(cfg != nil)
-	srv := &http.Server{Handler: handler, Protocols: &protos, TLSConfig: cfg, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: handler, Protocols: &protos, TLSConfig: cfg, ReadHeaderTimeout: 5 * time.Second,
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 7}}
 	if err := guard.Install(srv); err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +198,11 @@ func TestHTTP2GuardMaxConnAge(t *testing.T) {
 	}
 	start := time.Now()
 	c := dialH2(t, nc)
+	// The HTTP/2 settings are still the server's own.
+	st := c.until(t, 5*time.Second, func(f http2.Frame) bool { _, ok := f.(*http2.SettingsFrame); return ok }).(*http2.SettingsFrame)
+	if v, ok := st.Value(http2.SettingMaxConcurrentStreams); !ok || v != 7 {
+		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS = %d (%v), want the server's 7", v, ok)
+	}
 	c.get(t, 1, "/")
 	ga := c.until(t, 5*time.Second, isGoAway).(*http2.GoAwayFrame)
 	if ga.ErrCode != http2.ErrCodeNo || ga.LastStreamID != 1<<31-1 {
