@@ -164,16 +164,14 @@ const clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // HTTP/2 server inside a *tls.Conn (the UnencryptedNetConn method).
 type unencrypted struct{ c net.Conn }
 
-func (u unencrypted) UnencryptedNetConn() net.Conn { return u.c }
-func (u unencrypted) Read([]byte) (int, error)    { return 0, net.ErrClosed }
-func (u unencrypted) Write([]byte) (int, error)   { return 0, net.ErrClosed }
-func (u unencrypted) Close() error                { return u.c.Close() }
-func (u unencrypted) LocalAddr() net.Addr         { return u.c.LocalAddr() }
-func (u unencrypted) RemoteAddr() net.Addr        { return u.c.RemoteAddr() }
-func (u unencrypted) SetDeadline(time.Time) error { return nil }
-func (u unencrypted) SetReadDeadline(time.Time) error {
-	return nil
-}
+func (u unencrypted) UnencryptedNetConn() net.Conn     { return u.c }
+func (u unencrypted) Read([]byte) (int, error)         { return 0, net.ErrClosed }
+func (u unencrypted) Write([]byte) (int, error)        { return 0, net.ErrClosed }
+func (u unencrypted) Close() error                     { return u.c.Close() }
+func (u unencrypted) LocalAddr() net.Addr              { return u.c.LocalAddr() }
+func (u unencrypted) RemoteAddr() net.Addr             { return u.c.RemoteAddr() }
+func (u unencrypted) SetDeadline(time.Time) error      { return nil }
+func (u unencrypted) SetReadDeadline(time.Time) error  { return nil }
 func (u unencrypted) SetWriteDeadline(time.Time) error { return nil }
 
 type failingListener struct{}

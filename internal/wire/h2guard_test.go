@@ -159,7 +159,9 @@ func TestHTTP2GuardPingPolicy(t *testing.T) {
 		for i := range 6 {
 			id := uint32(2*i + 1)
 			c.get(t, id, "/")
-			c.until(t, 5*time.Second, func(f http2.Frame) bool { return f.Header().StreamID == id && f.Header().Flags.Has(http2.FlagDataEndStream) })
+			c.until(t, 5*time.Second, func(f http2.Frame) bool {
+				return f.Header().StreamID == id && f.Header().Flags.Has(http2.FlagDataEndStream)
+			})
 			if err := c.fr.WritePing(false, [8]byte{9, byte(i)}); err != nil {
 				t.Fatal(err)
 			}
