@@ -194,20 +194,19 @@ func scenarioPush(ctx context.Context, cfg *config, e *env, rep *Report) {
 				return pu.run(ctx, set, cancel)
 			}})
 			if vp.hasWatch {
-				sides = append(sides, side{name: "varplane-watch", run: func(ctx context.Context) (Stats, error) {
-					sctx, cancel := context.WithCancel(ctx)
-					set := newSubscriberSet(subs)
-					seqBase.Store(int64(pu.gen))
-					startWatch(sctx, "http://"+vp.rpcAddr, conns, "bench.push", false, set)
-					return pu.run(ctx, set, cancel)
-				}})
-				sides = append(sides, side{name: "varplane-watch-shared", run: func(ctx context.Context) (Stats, error) {
-					sctx, cancel := context.WithCancel(ctx)
-					set := newSubscriberSet(subs)
-					seqBase.Store(int64(pu.gen))
-					startWatch(sctx, "http://"+vp.rpcAddr, conns, "bench.push", true, set)
-					return pu.run(ctx, set, cancel)
-				}})
+				for _, share := range []bool{false, true} {
+					name := "varplane-watch"
+					if share {
+						name += "-shared"
+					}
+					sides = append(sides, side{name: name, run: func(ctx context.Context) (Stats, error) {
+						sctx, cancel := context.WithCancel(ctx)
+						set := newSubscriberSet(subs)
+						seqBase.Store(int64(pu.gen))
+						startWatch(sctx, "http://"+vp.rpcAddr, conns, "bench.push", share, set)
+						return pu.run(ctx, set, cancel)
+					}})
+				}
 				g.Notes = append(g.Notes, "varplane-watch: the same subscribers as watches, one gRPC Watch stream per connection (10 streams, 100 watches each), as etcd's watchers share one stream per client; one response per watch per commit",
 					"varplane-watch-shared: the same watches created with share_responses: one response per commit per stream naming its 100 watches (watch_ids); each watch counts as a delivery when the response is decoded")
 			}

@@ -183,7 +183,16 @@ func (g *GRPCServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
-	ctx := context.WithValue(r.Context(), controllerKey{}, rc)
+	// grpc-go runs the stream's handler on a goroutine of its own, which
+	// may still arm a deadline after ServeHTTP has returned: the
+	// controller passes nothing on once it has.
+	sc := &streamController{rc: rc}
+	defer func() {
+		if sc.end() {
+			g.svc.writeTimeouts.Add(1)
+		}
+	}()
+	ctx := context.WithValue(r.Context(), controllerKey{}, sc)
 	if strings.HasSuffix(r.URL.Path, "/Watch") {
 		m := newMeteredBody(r.Body, watchAhead)
 		r.Body = m
@@ -296,32 +305,73 @@ func (s *grpcService) Subscribe(req *v1.SubscribeRequest, stream grpc.ServerStre
 // deadline passes, and the blocked write returns: grpc-go alone has no
 // bound on a write that HTTP/2 flow control holds.
 func (s *grpcService) writeDeadline(ctx context.Context) *sendDeadline {
-	d := &sendDeadline{svc: s}
-	if rc, _ := ctx.Value(controllerKey{}).(*http.ResponseController); rc != nil {
-		d.d = wire.NewStreamDeadline(rc, s.opts.WriteTimeout)
+	d := &sendDeadline{}
+	if sc, _ := ctx.Value(controllerKey{}).(*streamController); sc != nil {
+		d.d = wire.NewStreamDeadline(sc, s.opts.WriteTimeout)
 	}
 	return d
 }
 
 // sendDeadline arms a wire.StreamDeadline before each message (nothing
-// for a stream served without ServeHTTP) and counts the sends that
-// failed at it.
+// for a stream served without ServeHTTP); ServeHTTP counts the streams
+// that ended past it.
 type sendDeadline struct {
-	svc *grpcService
-	d   *wire.StreamDeadline
+	d *wire.StreamDeadline
 }
 
 func (d *sendDeadline) send(send func() error) error {
-	if d.d == nil {
-		return send()
+	if d.d != nil {
+		d.d.Arm(time.Now())
 	}
-	start := time.Now()
-	d.d.Arm(start)
-	err := send()
-	if err != nil && time.Since(start) >= d.svc.opts.WriteTimeout {
-		d.svc.writeTimeouts.Add(1)
+	return send()
+}
+
+// streamController is the http.ResponseController of a gRPC request for
+// the stream's handler, which grpc-go runs on a goroutine of its own: once
+// ServeHTTP has returned (end) the response is over and deadlines are no
+// longer passed on.
+type streamController struct {
+	mu      sync.Mutex
+	rc      *http.ResponseController
+	done    bool
+	write   time.Time // the write deadline set last
+	expired bool      // a deadline passed before the next was set
+}
+
+// errResponseOver: a deadline set after the response ended.
+var errResponseOver = errors.New("rpc: the response is over")
+
+func (c *streamController) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return errResponseOver
 	}
-	return err
+	return c.rc.SetReadDeadline(t)
+}
+
+func (c *streamController) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return errResponseOver
+	}
+	if !c.write.IsZero() && !time.Now().Before(c.write) {
+		c.expired = true // the stream was reset at it
+	}
+	c.write = t
+	return c.rc.SetWriteDeadline(t)
+}
+
+// end marks the response over and reports whether a write deadline had
+// passed: net/http's HTTP/2 resets a stream at its write deadline, and a
+// live stream's writes keep the deadline ahead, so a stream whose deadline
+// passed was reset for it.
+func (c *streamController) end() (expired bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = true
+	return c.expired || !c.write.IsZero() && !time.Now().Before(c.write)
 }
 
 // ended is the status of a stream whose context ended: DeadlineExceeded

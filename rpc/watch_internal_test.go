@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -90,7 +91,7 @@ func TestWatchSharedResponsesGroupByBatch(t *testing.T) {
 				got[id]++
 			}
 		}
-		if want := map[int64]int{1: 1, 2: 1, 3: 1, 4: 1}; !mapsEqual(got, want) {
+		if want := map[int64]int{1: 1, 2: 1, 3: 1, 4: 1}; !maps.Equal(got, want) {
 			t.Fatalf("round %d: deliveries by watch %v, want %v", round, got, want)
 		}
 		if len(sent) != 2 {
@@ -116,16 +117,4 @@ func TestWatchSharedResponsesGroupByBatch(t *testing.T) {
 	if ids := slices.Sorted(slices.Values(sent[0].GetWatchIds())); !slices.Equal(ids, []int64{3, 5}) {
 		t.Fatalf("app.b reached %v, want [3 5]", ids)
 	}
-}
-
-func mapsEqual(a, b map[int64]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }

@@ -88,16 +88,12 @@ func pushWatch(rt *serveRuntime) http.Handler {
 // varplane_push_subscribers_refused_total by the cap that refused
 // (max-subscribers, max-subscribers-per-token), over every transport.
 func registerPushMetrics(reg *prometheus.Registry, hub *push.Hub) {
-	for limit, count := range map[string]func(push.Stats) uint64{
-		push.LimitSubscribers:         func(s push.Stats) uint64 { return s.RefusedFull },
-		push.LimitSubscribersPerToken: func(s push.Stats) uint64 { return s.RefusedPerToken },
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "varplane_push_subscribers_refused_total",
-			Help:        "Subscriptions refused 503 too-many-subscribers (SSE, Connect, gRPC), by the cap that refused them.",
-			ConstLabels: prometheus.Labels{"limit": limit},
-		}, func() float64 { return float64(count(hub.Stats())) }))
-	}
+	registerCounters(reg, "varplane_push_subscribers_refused_total",
+		"Subscriptions refused 503 too-many-subscribers (SSE, Connect, gRPC), by the cap that refused them.", "limit",
+		map[string]func() uint64{
+			push.LimitSubscribers:         func() uint64 { return hub.Stats().RefusedFull },
+			push.LimitSubscribersPerToken: func() uint64 { return hub.Stats().RefusedPerToken },
+		})
 }
 
 // registerGRPCMetrics exposes the gRPC server's gauges and refusals:
@@ -112,20 +108,11 @@ func registerGRPCMetrics(reg *prometheus.Registry, g *rpc.GRPCServer) {
 			func() float64 { return float64(g.Stats().Streams) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "varplane_grpc_watches", Help: "Watches open now over every gRPC Watch stream."},
 			func() float64 { return float64(g.Stats().Watches) }))
-	for reason, count := range map[string]func(rpc.GRPCStats) uint64{
-		"request-timeout": func(s rpc.GRPCStats) uint64 { return s.RequestTimeouts },
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "varplane_grpc_refused_total",
-			Help:        "gRPC streams refused before any subscription, by reason.",
-			ConstLabels: prometheus.Labels{"reason": reason},
-		}, func() float64 { return float64(count(g.Stats())) }))
-	}
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name:        "varplane_grpc_streams_reset_total",
-		Help:        "gRPC streams the server reset, by reason (write-timeout: a message write waited --grpc-write-timeout on a peer that stopped reading).",
-		ConstLabels: prometheus.Labels{"reason": "write-timeout"},
-	}, func() float64 { return float64(g.Stats().WriteTimeouts) }))
+	registerCounters(reg, "varplane_grpc_refused_total", "gRPC streams refused before any subscription, by reason.", "reason",
+		map[string]func() uint64{"request-timeout": func() uint64 { return g.Stats().RequestTimeouts }})
+	registerCounters(reg, "varplane_grpc_streams_reset_total",
+		"gRPC streams the server reset, by reason (write-timeout: a message write waited --grpc-write-timeout on a peer that stopped reading).", "reason",
+		map[string]func() uint64{"write-timeout": func() uint64 { return g.Stats().WriteTimeouts }})
 }
 
 // registerListenerMetrics exposes the main listener's connection caps:
@@ -142,16 +129,11 @@ func registerListenerMetrics(reg *prometheus.Registry, stats func() wire.Listene
 			func() float64 { return float64(stats().AcceptErrors) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "varplane_connections_expired_total", Help: "Connections closed at --max-connection-age."},
 			func() float64 { return float64(stats().Expired) }))
-	for limit, count := range map[string]func(wire.ListenerStats) uint64{
-		"max-connections":          func(s wire.ListenerStats) uint64 { return s.RefusedTotal },
-		"max-connections-per-addr": func(s wire.ListenerStats) uint64 { return s.RefusedPerAddr },
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "varplane_connections_refused_total",
-			Help:        "Connections closed as soon as accepted, by the cap that refused them.",
-			ConstLabels: prometheus.Labels{"limit": limit},
-		}, func() float64 { return float64(count(stats())) }))
-	}
+	registerCounters(reg, "varplane_connections_refused_total", "Connections closed as soon as accepted, by the cap that refused them.", "limit",
+		map[string]func() uint64{
+			"max-connections":          func() uint64 { return stats().RefusedTotal },
+			"max-connections-per-addr": func() uint64 { return stats().RefusedPerAddr },
+		})
 }
 
 // registerHTTP2GuardMetrics exposes the HTTP/2 connection policies:
@@ -163,14 +145,19 @@ func registerHTTP2GuardMetrics(reg *prometheus.Registry, g *wire.HTTP2Guard) {
 	if g == nil {
 		return
 	}
-	for reason, count := range map[string]func(wire.HTTP2GuardStats) uint64{
-		"too-many-pings":     func(s wire.HTTP2GuardStats) uint64 { return s.TooManyPings },
-		"max-connection-age": func(s wire.HTTP2GuardStats) uint64 { return s.AgedGoAways },
-	} {
+	registerCounters(reg, "varplane_http2_goaway_total", "GOAWAY frames the server sent to end HTTP/2 connections, by reason.", "reason",
+		map[string]func() uint64{
+			"too-many-pings":     func() uint64 { return g.Stats().TooManyPings },
+			"max-connection-age": func() uint64 { return g.Stats().AgedGoAways },
+		})
+}
+
+// registerCounters registers one counter of name per entry of counts,
+// labeled label=key, each read from its function at scrape time.
+func registerCounters(reg *prometheus.Registry, name, help, label string, counts map[string]func() uint64) {
+	for value, count := range counts {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "varplane_http2_goaway_total",
-			Help:        "GOAWAY frames the server sent to end HTTP/2 connections, by reason.",
-			ConstLabels: prometheus.Labels{"reason": reason},
-		}, func() float64 { return float64(count(g.Stats())) }))
+			Name: name, Help: help, ConstLabels: prometheus.Labels{label: value},
+		}, func() float64 { return float64(count()) }))
 	}
 }
