@@ -74,7 +74,8 @@ type HandlerOptions struct {
 	// Heartbeat is the interval of empty keep-alive batches on an idle
 	// stream. Default DefaultHeartbeat.
 	Heartbeat time.Duration
-	// WriteTimeout bounds each message write. Default DefaultWriteTimeout.
+	// WriteTimeout bounds each message write (Subscribe and Watch). Default
+	// DefaultWriteTimeout; never less than twice Heartbeat.
 	WriteTimeout time.Duration
 	// Logger receives stream errors; slog.Default when nil.
 	Logger *slog.Logger
@@ -101,6 +102,9 @@ func NewHandlerWith(hub *push.Hub, authorize Authorizer, opts HandlerOptions) (s
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
+	// Over HTTP/2 a write deadline that passes resets the stream even with
+	// no write pending: an idle stream's heartbeats must re-arm it first.
+	opts.WriteTimeout = max(opts.WriteTimeout, 2*opts.Heartbeat)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}

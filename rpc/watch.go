@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,8 +120,19 @@ func (s *grpcService) Watch(stream grpc.BidiStreamingServer[v1.WatchRequest, v1.
 // Watch implements PushService.Watch on the Connect handler (HTTP/2 only,
 // as every bidirectional Connect stream).
 func (s *service) Watch(ctx context.Context, stream *connect.BidiStream[v1.WatchRequest, v1.WatchResponse]) error {
+	// A peer that stops reading is cut after WriteTimeout, as on grpc-go
+	// (connect-go runs the handler on the request's goroutine, so the
+	// controller is used directly).
+	send := stream.Send
+	if rc, ok := ctx.Value(controllerKey{}).(*http.ResponseController); ok {
+		deadline := wire.NewStreamDeadline(rc, s.opts.WriteTimeout)
+		send = func(m *v1.WatchResponse) error {
+			deadline.Arm(time.Now())
+			return stream.Send(m)
+		}
+	}
 	w := &watcher{hub: s.hub, authorize: s.authorize, token: wire.Bearer(stream.RequestHeader().Get("Authorization")),
-		max: DefaultMaxWatches, heartbeat: s.opts.Heartbeat, count: new(atomic.Int64), recv: stream.Receive, send: stream.Send}
+		max: DefaultMaxWatches, heartbeat: s.opts.Heartbeat, count: new(atomic.Int64), recv: stream.Receive, send: send}
 	if err := w.run(ctx, context.Background()); err != nil {
 		return toConnect(err)
 	}
