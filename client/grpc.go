@@ -96,9 +96,11 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 			}
 			next++
 			watched[sc], byID[next] = next, sc
-			// share_responses: a commit that reaches several of these
-			// watches (a prefix and a key under it) comes once, naming
-			// them all; a server that predates it answers each alone.
+			// share_responses: a commit that several watches of this
+			// stream get alike comes once, naming them all (watch_ids).
+			// With one watch per scope that is rare here, and it costs
+			// nothing; a server that predates the field answers each
+			// watch alone.
 			req := &v1.WatchCreateRequest{WatchId: next, ShareResponses: true}
 			if sc.IsGroup() {
 				req.Groups = []string{string(sc)}
