@@ -243,6 +243,7 @@ func targets(cfg *config) []*Target {
 		{Name: "contended publish successes ≥ 2× etcd's", Group: "contended", Side: "varplane-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		{Name: "Redis store publish ≥ etcd CAS (64 writers; acknowledged per appendfsync)", Group: "redis.commit.64", Side: "varplane-redis-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
 		{Name: "push p99 gRPC (1,000 on 10 conns) ≤ ½ etcd watch p99", Group: "push", Side: "varplane-grpc", Peer: "etcd-watch", Metric: "p99", Op: "<=", Want: 0.5},
+		{Name: "push p99 gRPC Watch, shared responses (1,000 watches on 10 conns) ≤ ½ etcd watch p99", Group: "push", Side: "varplane-watch-shared", Peer: "etcd-watch", Metric: "p99", Op: "<=", Want: 0.5},
 		{Name: "push p99 SSE (1,000 conns) ≤ etcd watch p99", Group: "push", Side: "varplane-sse", Peer: "etcd-watch", Metric: "p99", Op: "<=", Want: 1},
 		{Name: fmt.Sprintf("restart ≥ 500,000 events/s (log of %d events)", largest), Group: fmt.Sprintf("restart.%d", largest), Side: "varplane-lib", Metric: "throughput", Op: ">=", Want: 500_000},
 	}

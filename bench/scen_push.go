@@ -194,14 +194,21 @@ func scenarioPush(ctx context.Context, cfg *config, e *env, rep *Report) {
 				return pu.run(ctx, set, cancel)
 			}})
 			if vp.hasWatch {
-				sides = append(sides, side{name: "varplane-watch", run: func(ctx context.Context) (Stats, error) {
-					sctx, cancel := context.WithCancel(ctx)
-					set := newSubscriberSet(subs)
-					seqBase.Store(int64(pu.gen))
-					startWatch(sctx, "http://"+vp.rpcAddr, conns, "bench.push", set)
-					return pu.run(ctx, set, cancel)
-				}})
-				g.Notes = append(g.Notes, "varplane-watch: the same subscribers as watches, one gRPC Watch stream per connection (10 streams, 100 watches each), as etcd's watchers share one stream per client")
+				for _, share := range []bool{false, true} {
+					name := "varplane-watch"
+					if share {
+						name += "-shared"
+					}
+					sides = append(sides, side{name: name, run: func(ctx context.Context) (Stats, error) {
+						sctx, cancel := context.WithCancel(ctx)
+						set := newSubscriberSet(subs)
+						seqBase.Store(int64(pu.gen))
+						startWatch(sctx, "http://"+vp.rpcAddr, conns, "bench.push", share, set)
+						return pu.run(ctx, set, cancel)
+					}})
+				}
+				g.Notes = append(g.Notes, "varplane-watch: the same subscribers as watches, one gRPC Watch stream per connection (10 streams, 100 watches each), as etcd's watchers share one stream per client; one response per watch per commit",
+					"varplane-watch-shared: the same watches created with share_responses: one response per commit per stream naming its 100 watches (watch_ids); each watch counts as a delivery when the response is decoded")
 			}
 		} else if emb, _, err := startEmbedded(ctx, cfg, "push-grpc"); err != nil {
 			g.skip("varplane-grpc", "varplane serve has no --rpc-addr, and the embedded server failed: "+err.Error())
@@ -392,7 +399,9 @@ func startGRPC(ctx context.Context, addr string, conns int, key string, set *sub
 // startWatch starts the subscribers of set as watches on key multiplexed
 // over one gRPC Watch stream per connection (conns connections), as etcd's
 // watchers share a stream: subscriber i is watch i+1 on connection i%conns.
-func startWatch(ctx context.Context, addr string, conns int, key string, set *subscriberSet) {
+// With share, the watches ask for shared responses (share_responses): one
+// response names every watch it is for (watch_ids).
+func startWatch(ctx context.Context, addr string, conns int, key string, share bool, set *subscriberSet) {
 	target := strings.TrimPrefix(addr, "http://")
 	n := len(set.recv)
 	for c := range conns {
@@ -422,7 +431,7 @@ func startWatch(ctx context.Context, addr string, conns int, key string, set *su
 				if err != nil {
 					break
 				}
-				err = stream.Send(&v1.WatchRequest{Request: &v1.WatchRequest_Create{Create: &v1.WatchCreateRequest{WatchId: int64(i + 1), Keys: []string{key}}}})
+				err = stream.Send(&v1.WatchRequest{Request: &v1.WatchRequest_Create{Create: &v1.WatchCreateRequest{WatchId: int64(i + 1), Keys: []string{key}, ShareResponses: share}}})
 			}
 			if err != nil {
 				if ctx.Err() == nil {
@@ -444,23 +453,32 @@ func startWatch(ctx context.Context, addr string, conns int, key string, set *su
 					}
 					return
 				}
-				i := int(m.GetWatchId()) - 1
 				b := m.GetBatch()
-				if b == nil || i < 0 || i >= n {
-					continue
-				}
-				if b.GetSnapshot() {
-					if !readied[i] {
-						readied[i] = true
-						set.ready.Done()
-					}
+				if b == nil {
 					continue
 				}
 				now := time.Now()
-				for _, h := range b.GetHeads() {
-					seq := int(int64(h.GetGeneration()) - seqBase.Load() - 1)
-					recs[i] = append(recs[i], delivery{seq: seq, at: now})
-					set.last[i].Store(int64(seq))
+				ids := m.GetWatchIds()
+				if len(ids) == 0 {
+					ids = []int64{m.GetWatchId()}
+				}
+				for _, id := range ids {
+					i := int(id) - 1
+					if i < 0 || i >= n {
+						continue
+					}
+					if b.GetSnapshot() {
+						if !readied[i] {
+							readied[i] = true
+							set.ready.Done()
+						}
+						continue
+					}
+					for _, h := range b.GetHeads() {
+						seq := int(int64(h.GetGeneration()) - seqBase.Load() - 1)
+						recs[i] = append(recs[i], delivery{seq: seq, at: now})
+						set.last[i].Store(int64(seq))
+					}
 				}
 			}
 		}()

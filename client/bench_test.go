@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -290,6 +292,8 @@ const benchRPCConns = 10
 // by 10 HTTP/2 connections.
 func BenchmarkCommitToDeliveryGRPC(b *testing.B) {
 	b.Run("proc", func(b *testing.B) { benchProc(b, "grpc") })
+	b.Run("watch-proc", func(b *testing.B) { benchProc(b, "watch") })
+	b.Run("watch-shared-proc", func(b *testing.B) { benchProc(b, "watch-shared") })
 	b.Run("raw", func(b *testing.B) { benchGRPC(b, rawGRPCSubscribers) })
 	b.Run("connect", func(b *testing.B) { benchGRPC(b, connectGRPCSubscribers) })
 }
@@ -546,7 +550,7 @@ func rawHeadGenerations(batch []byte, report func(uint64)) {
 
 // Environment of the subscriber child process of benchProc.
 const (
-	envBenchMode = "VARPLANE_BENCH_SUBSCRIBER" // "sse" or "grpc"
+	envBenchMode = "VARPLANE_BENCH_SUBSCRIBER" // "sse", "grpc", "watch" or "watch-shared"
 	envBenchAddr = "VARPLANE_BENCH_ADDR"
 	envBenchN    = "VARPLANE_BENCH_N"
 )
@@ -585,6 +589,10 @@ func runBenchSubscribers(mode, addr, nArg string) error {
 		if err := openRawGRPC(ctx, addr, lat); err != nil {
 			return err
 		}
+	case "watch", "watch-shared":
+		if err := openGRPCWatches(ctx, addr, lat, mode == "watch-shared"); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("unknown mode %q", mode)
 	}
@@ -609,12 +617,60 @@ func runBenchSubscribers(mode, addr, nArg string) error {
 	return err
 }
 
+// openGRPCWatches opens the subscribers as watches of bench.x with stock
+// grpc-go: one Watch stream on each of benchRPCConns connections, a
+// hundred watches each (subscriber i is watch i+1 on connection
+// i%benchRPCConns). With share they ask for shared responses
+// (share_responses), so a commit is one response per stream naming them.
+func openGRPCWatches(ctx context.Context, addr string, lat *latencies, share bool) error {
+	for c := range benchRPCConns {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		w, err := v1.NewPushServiceClient(cc).Watch(ctx)
+		if err != nil {
+			return err
+		}
+		for i := c; i < benchSubscribers; i += benchRPCConns {
+			req := &v1.WatchCreateRequest{WatchId: int64(i + 1), Keys: []string{"bench.x"}, ShareResponses: share}
+			if err := w.Send(&v1.WatchRequest{Request: &v1.WatchRequest_Create{Create: req}}); err != nil {
+				return err
+			}
+		}
+		go func() {
+			defer cc.Close()
+			for {
+				m, err := w.Recv()
+				if err != nil {
+					return
+				}
+				h := m.GetBatch().GetHeads()
+				if len(h) == 0 || m.GetBatch().GetSnapshot() {
+					continue
+				}
+				now := time.Now()
+				ids := m.GetWatchIds()
+				if len(ids) == 0 {
+					ids = []int64{m.GetWatchId()}
+				}
+				for _, id := range ids {
+					if sub := int(id) - 1; sub >= 0 && sub < benchSubscribers {
+						lat.got(sub, h[0].GetGeneration(), now)
+					}
+				}
+			}
+		}()
+	}
+	return nil
+}
+
 // benchProc runs the subscribers of mode in a child process.
 func benchProc(b *testing.B, mode string) {
 	p := startPlane(b, planeOptions{})
 	revs := benchRevisions(b, p)
 	addr := p.addr
-	if mode == "grpc" {
+	if mode != "sse" {
 		addr = strings.TrimPrefix(p.rpc.URL(), "http://")
 	}
 	runProc(b, mode, addr, func() int64 { return p.hub.Stats().Subscribers }, func(g int) {

@@ -96,7 +96,12 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 			}
 			next++
 			watched[sc], byID[next] = next, sc
-			req := &v1.WatchCreateRequest{WatchId: next}
+			// share_responses: a commit that several watches of this
+			// stream get alike comes once, naming them all (watch_ids).
+			// With one watch per scope that is rare here, and it costs
+			// nothing; a server that predates the field answers each
+			// watch alone.
+			req := &v1.WatchCreateRequest{WatchId: next, ShareResponses: true}
 			if sc.IsGroup() {
 				req.Groups = []string{string(sc)}
 			} else {
@@ -136,12 +141,21 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 	}
 	idle := time.NewTimer(c.opts.StreamIdleTimeout)
 	defer idle.Stop()
+	// retry re-creates the watches the server refused for a passing
+	// reason (its store unreachable, its caps full), with backoff.
+	var retry <-chan time.Time
+	retries := 0
 	for {
 		select {
 		case <-c.ctx.Done():
 			return established, nil
 		case <-idle.C:
 			return established, errWatchIdle
+		case <-retry:
+			retry = nil
+			if err := create(); err != nil {
+				return established, err
+			}
 		case <-c.kick:
 			if err := create(); err != nil {
 				return established, err
@@ -163,19 +177,44 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 				if ok {
 					delete(watched, sc)
 				}
-				c.log.Warn("varplane watch canceled; re-creating it", "scope", string(sc), "code", m.GetCancelCode(), "reason", m.GetCancelReason())
-				// A refusal (forbidden, bad scope) would loop: re-create it
-				// on the next reconnect or registration only.
-				if m.GetCancelCode() == "slow-subscriber" {
+				c.log.Warn("varplane watch canceled", "scope", string(sc), "code", m.GetCancelCode(), "reason", m.GetCancelReason())
+				switch code := varplane.Code(m.GetCancelCode()); {
+				case code == "slow-subscriber":
+					// Dropped as slow: re-create it at once with the
+					// generations held.
 					if err := create(); err != nil {
 						return established, err
 					}
+				case transientRefusal(code):
+					if retry == nil {
+						retry = time.After(c.backoff(retries))
+						retries++
+					}
 				}
+				// Any other refusal (forbidden, a bad scope) would loop:
+				// it is re-created on the next reconnect or registration
+				// only.
+			case m.GetCreated():
+				retries = 0
 			case m.GetBatch() != nil:
+				// One batch for every watch it names (watch_ids) or for
+				// watch_id: its scopes are what it carries, so applying it
+				// once serves them all.
 				c.applyBatch(m.GetBatch())
 			}
 		}
 	}
+}
+
+// transientRefusal reports whether a watch refused with code may be
+// accepted later without any change on the client's side: the server's
+// store was unreachable, or its subscriber caps were full.
+func transientRefusal(code varplane.Code) bool {
+	switch code {
+	case varplane.CodeStoreUnavailable, varplane.CodeTooManyRequests, varplane.CodeNotReady:
+		return true
+	}
+	return false
 }
 
 // applyBatch applies one SnapshotBatch of the Watch stream.

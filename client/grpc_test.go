@@ -2,7 +2,10 @@ package client_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
@@ -62,5 +65,44 @@ func TestSDKOverWatchDropsExactlyTheDeactivatedScopes(t *testing.T) {
 	waitFor(t, "g.a falls back to static", func() bool { v, _ := c.Value("g.a"); return v.Tier == client.TierStatic })
 	if v, _ := c.Value("h.c"); v.Tier != client.TierRuntime || num(c, "h.c") != 1 {
 		t.Errorf("h.c = %+v, want its untouched runtime value", v)
+	}
+}
+
+// A server that ages its connections (--max-connection-age) sends each
+// GOAWAY and closes it after the grace: the SDK's Watch moves to a new
+// connection each time and, with commits going on throughout, ends on the
+// last one, every generation it applied newer than the one before.
+func TestSDKOverWatchAcrossMaxConnectionAge(t *testing.T) {
+	p := startPlane(t, planeOptions{maxConnAge: 200 * time.Millisecond, maxConnAgeGrace: 200 * time.Millisecond})
+	p.activate("age.x", `{"n":0}`)
+	var mu sync.Mutex
+	var applied []varplane.Generation
+	c := startClient(t, p, client.Options{Transport: client.TransportGRPC}, "age.x")
+	c.OnChange(func(_ varplane.Scope, _, v client.Value) {
+		mu.Lock()
+		applied = append(applied, v.Generation)
+		mu.Unlock()
+	})
+	fetch(t, c, "age.x")
+	waitFor(t, "connected", c.Connected)
+	const commits = 40
+	for n := 1; n <= commits; n++ {
+		p.activateDirect("age.x", fmt.Sprintf(`{"n":%d}`, n))
+		time.Sleep(40 * time.Millisecond)
+	}
+	waitFor(t, "the last commit", func() bool { return num(c, "age.x") == commits })
+	if n := p.guard.Stats().AgedGoAways; n < 3 {
+		t.Fatalf("%d connections aged during %d commits, want several", n, commits)
+	}
+	last := p.generation("age.x")
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(applied); i++ {
+		if applied[i] <= applied[i-1] {
+			t.Fatalf("generations applied out of order: %v", applied)
+		}
+	}
+	if applied[len(applied)-1] != last {
+		t.Fatalf("applied %v, want the last at %d", applied, last)
 	}
 }

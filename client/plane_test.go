@@ -19,6 +19,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
 	"github.com/varplane/varplane/rpc"
 	"github.com/varplane/varplane/store/memory"
@@ -43,17 +44,27 @@ type plane struct {
 
 	batchRequests atomic.Int64
 	notModified   atomic.Int64
+
+	opts  planeOptions
+	guard *wire.HTTP2Guard // with maxConnAge
 }
 
 type planeOptions struct {
 	hub     push.Options
 	sse     push.SSEOptions
 	noWatch bool
+	store   varplane.Store // nil: a memory store
+	// maxConnAge, when set, ages the plane's connections as serve's
+	// --max-connection-age does (GOAWAY, then a close after the grace).
+	maxConnAge, maxConnAgeGrace time.Duration
 }
 
 func startPlane(t testing.TB, o planeOptions) *plane {
 	t.Helper()
-	st := memory.New()
+	var st varplane.Store = memory.New()
+	if o.store != nil {
+		st = o.store
+	}
 	e := varplane.NewEngine(st, varplane.Options{})
 	quiet := slog.New(slog.DiscardHandler)
 	if o.hub.Logger == nil {
@@ -62,7 +73,7 @@ func startPlane(t testing.TB, o planeOptions) *plane {
 	if o.sse.Logger == nil {
 		o.sse.Logger = quiet
 	}
-	p := &plane{t: t, engine: e, hub: push.New(e, o.hub), addr: "127.0.0.1:0"}
+	p := &plane{t: t, engine: e, hub: push.New(e, o.hub), addr: "127.0.0.1:0", opts: o}
 	var watch http.Handler
 	if !o.noWatch {
 		watch = push.NewSSEHandler(p.hub, o.sse)
@@ -131,6 +142,15 @@ func (p *plane) start() {
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	p.srv = &http.Server{Handler: p.grpc.Route(p), ReadHeaderTimeout: 5 * time.Second, Protocols: &protos, HTTP2: p.grpc.HTTP2Config()}
+	if p.opts.maxConnAge > 0 {
+		if p.guard == nil {
+			p.guard = wire.NewHTTP2Guard(wire.HTTP2GuardOptions{MaxConnAge: p.opts.maxConnAge})
+		}
+		if err := p.guard.Install(p.srv); err != nil {
+			p.t.Fatal(err)
+		}
+		ln = wire.NewListener(ln, wire.ListenerOptions{MaxConnAge: p.opts.maxConnAge, MaxConnAgeGrace: p.opts.maxConnAgeGrace})
+	}
 	p.done = make(chan struct{})
 	srv, done := p.srv, p.done
 	go func() { defer close(done); _ = srv.Serve(ln) }()

@@ -60,6 +60,10 @@ type Server struct {
 	// HTTP/1.1 and HTTP/2, gRPC included, share the port through ALPN.
 	TLS *tls.Config
 
+	// HTTP2Guard, when set, holds the HTTP/2 connections (h2c and TLS) to
+	// its ping policy and maximum age (see wire.HTTP2Guard).
+	HTTP2Guard *wire.HTTP2Guard
+
 	// Listener holds the connection caps of the listener (NewServer sets
 	// wire.DefaultMaxConns and wire.DefaultMaxConnsPerAddr); its Accept
 	// survives EMFILE with a pause and a log line.
@@ -127,6 +131,13 @@ func (s *Server) Open() error {
 		IdleTimeout:       s.IdleTimeout,
 		MaxHeaderBytes:    s.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if s.HTTP2Guard != nil && (s.H2C || s.TLS != nil) {
+		if err := s.HTTP2Guard.Install(s.srv); err != nil {
+			_ = ln.Close()
+			s.srv = nil
+			return err
+		}
 	}
 	for _, fn := range s.onShutdown {
 		s.srv.RegisterOnShutdown(fn)

@@ -21,20 +21,26 @@ import (
 // BenchmarkFanOut measures one commit delivered to every subscriber of a
 // key, with stock grpc-go subscribers in this process on 10 connections:
 // Subscribe (one stream per subscriber) against Watch (one stream per
-// connection carrying all its watches). Metrics: p50/p99 of commit →
-// delivery, and the process's CPU (server and subscribers together) per
-// delivery.
+// connection carrying all its watches), the watches answered one response
+// each (Watch, what a client without share_responses gets) or one response
+// per commit per stream naming every watch (WatchShared). Metrics: p50/p99
+// of commit → delivery, and the process's CPU (server and subscribers
+// together) per delivery.
 func BenchmarkFanOut(b *testing.B) {
 	for _, tc := range []struct {
-		name  string
-		watch bool
-		n     int
-	}{{"Subscribe/1000", false, 1000}, {"Watch/1000", true, 1000}, {"Watch/10000", true, 10000}} {
-		b.Run(tc.name, func(b *testing.B) { benchFanOut(b, tc.watch, tc.n) })
+		name         string
+		watch, share bool
+		n            int
+	}{
+		{"Subscribe/1000", false, false, 1000},
+		{"Watch/1000", true, false, 1000}, {"WatchShared/1000", true, true, 1000},
+		{"Watch/10000", true, false, 10000}, {"WatchShared/10000", true, true, 10000},
+	} {
+		b.Run(tc.name, func(b *testing.B) { benchFanOut(b, tc.watch, tc.share, tc.n) })
 	}
 }
 
-func benchFanOut(b *testing.B, watch bool, n int) {
+func benchFanOut(b *testing.B, watch, share bool, n int) {
 	e, _, srv := rpc.StartTestServer(b, push.Options{MaxSubscribers: 2 * n, MaxSubscribersPerToken: -1}, nil, func(s *rpc.Server) { s.GRPC.MaxWatches = n })
 	const conns = 10
 	ctx, cancel := context.WithCancel(context.Background())
@@ -43,14 +49,19 @@ func benchFanOut(b *testing.B, watch bool, n int) {
 	var lat []time.Duration
 	var start time.Time
 	got := make(chan struct{}, n)
-	deliver := func(gen uint64) {
+	deliver := func(gen uint64, times int) {
 		if gen < 2 {
 			return
 		}
+		d := time.Since(start)
 		mu.Lock()
-		lat = append(lat, time.Since(start))
+		for range times {
+			lat = append(lat, d)
+		}
 		mu.Unlock()
-		got <- struct{}{}
+		for range times {
+			got <- struct{}{}
+		}
 	}
 	rpc.ActivateForTest(b, e, "bench.k", `{"n":0}`)
 	ready := make(chan struct{}, n)
@@ -73,7 +84,7 @@ func benchFanOut(b *testing.B, watch bool, n int) {
 							continue
 						}
 						if h := m.GetHeads(); len(h) > 0 {
-							deliver(h[0].GetGeneration())
+							deliver(h[0].GetGeneration(), 1)
 						}
 					}
 				}()
@@ -86,7 +97,7 @@ func benchFanOut(b *testing.B, watch bool, n int) {
 		}
 		for i := range n / conns {
 			id := int64(c*n + i + 1)
-			if err := w.Send(&v1.WatchRequest{Request: &v1.WatchRequest_Create{Create: &v1.WatchCreateRequest{WatchId: id, Keys: []string{"bench.k"}}}}); err != nil {
+			if err := w.Send(&v1.WatchRequest{Request: &v1.WatchRequest_Create{Create: &v1.WatchCreateRequest{WatchId: id, Keys: []string{"bench.k"}, ShareResponses: share}}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -100,7 +111,7 @@ func benchFanOut(b *testing.B, watch bool, n int) {
 					if bt.GetSnapshot() {
 						ready <- struct{}{}
 					} else if h := bt.GetHeads(); len(h) > 0 {
-						deliver(h[0].GetGeneration())
+						deliver(h[0].GetGeneration(), max(1, len(m.GetWatchIds())))
 					}
 				}
 			}

@@ -21,8 +21,9 @@ import (
 // Connect, grpcCodec for grpc-go; both replace the stock "proto" codec of
 // their server) append the stored encoding instead of marshaling the
 // message again for each of the thousand streams. A Watch response that
-// carries a shared batch is its watch id and the stored encoding as field
-// 6, written without marshaling the batch either.
+// carries a shared batch is its watch id (or the watch_ids of every watch
+// of the stream that gets it, see watcher.deliver) and the stored encoding
+// as field 6, written without marshaling the batch either.
 
 // sharedBatch is a message sent unchanged to many streams, with its
 // encoding. Neither may be mutated once built.
@@ -82,7 +83,7 @@ func marshalAppend(dst []byte, m any) ([]byte, error) {
 	case *v1.WatchResponse:
 		if shared := sharedOf(t.GetBatch()); shared != nil {
 			rest := &v1.WatchResponse{WatchId: t.GetWatchId(), Created: t.GetCreated(), Canceled: t.GetCanceled(),
-				CancelCode: t.GetCancelCode(), CancelReason: t.GetCancelReason(), Progress: t.GetProgress()}
+				CancelCode: t.GetCancelCode(), CancelReason: t.GetCancelReason(), Progress: t.GetProgress(), WatchIds: t.GetWatchIds()}
 			dst, err := proto.MarshalOptions{}.MarshalAppend(dst, rest)
 			if err != nil {
 				return nil, err

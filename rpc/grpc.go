@@ -64,6 +64,12 @@ type GRPCOptions struct {
 	// MaxWatches is the most watches of one Watch stream; default
 	// DefaultMaxWatches.
 	MaxWatches int
+	// WriteTimeout bounds each message write of a stream: a stream whose
+	// peer has stopped reading (HTTP/2 flow control holds the message) is
+	// reset after it, freeing its writer and its subscriptions. Default
+	// DefaultWriteTimeout; never less than twice Heartbeat, so that an
+	// idle stream's heartbeats re-arm it in time.
+	WriteTimeout time.Duration
 	// Logger receives stream errors; slog.Default when nil.
 	Logger *slog.Logger
 }
@@ -73,6 +79,7 @@ type GRPCStats struct {
 	Streams         int64  // Subscribe and Watch streams open now
 	Watches         int64  // watches open now, over every Watch stream
 	RequestTimeouts uint64 // streams ended waiting for their request
+	WriteTimeouts   uint64 // streams reset because a message write outlasted WriteTimeout
 }
 
 // GRPCServer serves PushService with grpc-go (google.golang.org/grpc)
@@ -107,6 +114,10 @@ func NewGRPCServer(hub *push.Hub, authorize Authorizer, opts GRPCOptions) *GRPCS
 	if opts.MaxWatches <= 0 {
 		opts.MaxWatches = DefaultMaxWatches
 	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	opts.WriteTimeout = max(opts.WriteTimeout, 2*opts.Heartbeat)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -172,14 +183,24 @@ func (g *GRPCServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
+	// grpc-go runs the stream's handler on a goroutine of its own, which
+	// may still arm a deadline after ServeHTTP has returned: the
+	// controller passes nothing on once it has.
+	sc := &streamController{rc: rc}
+	defer func() {
+		if sc.end() {
+			g.svc.writeTimeouts.Add(1)
+		}
+	}()
+	ctx := context.WithValue(r.Context(), controllerKey{}, sc)
 	if strings.HasSuffix(r.URL.Path, "/Watch") {
 		m := newMeteredBody(r.Body, watchAhead)
 		r.Body = m
-		r = r.WithContext(context.WithValue(r.Context(), meterKey{}, m))
+		ctx = context.WithValue(ctx, meterKey{}, m)
 	} else {
 		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
 	}
-	g.srv.ServeHTTP(w, r)
+	g.srv.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // Close ends every stream with Unavailable ("the server is shutting
@@ -210,7 +231,8 @@ func (g *GRPCServer) Close(ctx context.Context) error {
 // Stats returns the server's counters.
 func (g *GRPCServer) Stats() GRPCStats {
 	s := g.svc
-	return GRPCStats{Streams: s.streams.Load(), Watches: s.watches.Load(), RequestTimeouts: s.requestTimeouts.Load()}
+	return GRPCStats{Streams: s.streams.Load(), Watches: s.watches.Load(), RequestTimeouts: s.requestTimeouts.Load(),
+		WriteTimeouts: s.writeTimeouts.Load()}
 }
 
 type grpcService struct {
@@ -221,8 +243,8 @@ type grpcService struct {
 	ctx       context.Context // ended by Close
 	cancel    context.CancelFunc
 
-	streams, watches atomic.Int64
-	requestTimeouts  atomic.Uint64
+	streams, watches               atomic.Int64
+	requestTimeouts, writeTimeouts atomic.Uint64
 }
 
 // intercept counts every stream and bounds the wait for its request. (The
@@ -270,8 +292,86 @@ func (s *grpcService) Subscribe(req *v1.SubscribeRequest, stream grpc.ServerStre
 		return toGRPC(ctx, err)
 	}
 	defer sub.Close()
-	err = pump(ctx, s.ctx, sub, s.opts.Heartbeat, func(b *v1.SnapshotBatch) error { return stream.Send(b) })
+	deadline := s.writeDeadline(ctx)
+	err = pump(ctx, s.ctx, sub, s.opts.Heartbeat, func(b *v1.SnapshotBatch) error {
+		return deadline.send(func() error { return stream.Send(b) })
+	})
 	return ended(ctx, toGRPC(ctx, err))
+}
+
+// writeDeadline is the per-message write deadline of the stream of ctx
+// (GRPCOptions.WriteTimeout), through the http.ResponseController that
+// ServeHTTP put in ctx. net/http's HTTP/2 resets a stream whose write
+// deadline passes, and the blocked write returns: grpc-go alone has no
+// bound on a write that HTTP/2 flow control holds.
+func (s *grpcService) writeDeadline(ctx context.Context) *sendDeadline {
+	d := &sendDeadline{}
+	if sc, _ := ctx.Value(controllerKey{}).(*streamController); sc != nil {
+		d.d = wire.NewStreamDeadline(sc, s.opts.WriteTimeout)
+	}
+	return d
+}
+
+// sendDeadline arms a wire.StreamDeadline before each message (nothing
+// for a stream served without ServeHTTP); ServeHTTP counts the streams
+// that ended past it.
+type sendDeadline struct {
+	d *wire.StreamDeadline
+}
+
+func (d *sendDeadline) send(send func() error) error {
+	if d.d != nil {
+		d.d.Arm(time.Now())
+	}
+	return send()
+}
+
+// streamController is the http.ResponseController of a gRPC request for
+// the stream's handler, which grpc-go runs on a goroutine of its own: once
+// ServeHTTP has returned (end) the response is over and deadlines are no
+// longer passed on.
+type streamController struct {
+	mu      sync.Mutex
+	rc      *http.ResponseController
+	done    bool
+	write   time.Time // the write deadline set last
+	expired bool      // a deadline passed before the next was set
+}
+
+// errResponseOver: a deadline set after the response ended.
+var errResponseOver = errors.New("rpc: the response is over")
+
+func (c *streamController) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return errResponseOver
+	}
+	return c.rc.SetReadDeadline(t)
+}
+
+func (c *streamController) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return errResponseOver
+	}
+	if !c.write.IsZero() && !time.Now().Before(c.write) {
+		c.expired = true // the stream was reset at it
+	}
+	c.write = t
+	return c.rc.SetWriteDeadline(t)
+}
+
+// end marks the response over and reports whether a write deadline had
+// passed: net/http's HTTP/2 resets a stream at its write deadline, and a
+// live stream's writes keep the deadline ahead, so a stream whose deadline
+// passed was reset for it.
+func (c *streamController) end() (expired bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = true
+	return c.expired || !c.write.IsZero() && !time.Now().Before(c.write)
 }
 
 // ended is the status of a stream whose context ended: DeadlineExceeded

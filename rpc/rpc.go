@@ -74,7 +74,8 @@ type HandlerOptions struct {
 	// Heartbeat is the interval of empty keep-alive batches on an idle
 	// stream. Default DefaultHeartbeat.
 	Heartbeat time.Duration
-	// WriteTimeout bounds each message write. Default DefaultWriteTimeout.
+	// WriteTimeout bounds each message write (Subscribe and Watch). Default
+	// DefaultWriteTimeout; never less than twice Heartbeat.
 	WriteTimeout time.Duration
 	// Logger receives stream errors; slog.Default when nil.
 	Logger *slog.Logger
@@ -101,6 +102,9 @@ func NewHandlerWith(hub *push.Hub, authorize Authorizer, opts HandlerOptions) (s
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
+	// Over HTTP/2 a write deadline that passes resets the stream even with
+	// no write pending: an idle stream's heartbeats must re-arm it first.
+	opts.WriteTimeout = max(opts.WriteTimeout, 2*opts.Heartbeat)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -328,6 +332,9 @@ type Server struct {
 	// TLS, when set, serves HTTPS (wire.ServerTLS): HTTP/1.1 and HTTP/2,
 	// gRPC included, share the port through ALPN.
 	TLS *tls.Config
+	// HTTP2Guard, when set, holds the connections to its ping policy and
+	// maximum age (see wire.HTTP2Guard). Set it before Open.
+	HTTP2Guard *wire.HTTP2Guard
 
 	handler http.Handler
 	hub     *push.Hub
@@ -382,6 +389,13 @@ func (s *Server) Open() error {
 		MaxHeaderBytes:    wire.ServerMaxHeaderBytes,
 		// Streams end with the server: Close cancels this context.
 		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
+	if s.HTTP2Guard != nil {
+		if err := s.HTTP2Guard.Install(s.srv); err != nil {
+			cancel()
+			_ = ln.Close()
+			return err
+		}
 	}
 	s.grpc = g
 	s.ln, s.cancel, s.done = ln, cancel, make(chan struct{})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,16 +110,29 @@ func (s *grpcService) Watch(stream grpc.BidiStreamingServer[v1.WatchRequest, v1.
 			return req, err
 		}
 	}
+	deadline := s.writeDeadline(ctx)
+	send := func(m *v1.WatchResponse) error { return deadline.send(func() error { return stream.Send(m) }) }
 	w := &watcher{hub: s.hub, authorize: s.authorize, token: bearerOf(ctx), max: s.opts.MaxWatches,
-		heartbeat: s.opts.Heartbeat, count: &s.watches, recv: recv, send: stream.Send}
+		heartbeat: s.opts.Heartbeat, count: &s.watches, recv: recv, send: send}
 	return ended(ctx, toGRPC(ctx, w.run(ctx, s.ctx)))
 }
 
 // Watch implements PushService.Watch on the Connect handler (HTTP/2 only,
 // as every bidirectional Connect stream).
 func (s *service) Watch(ctx context.Context, stream *connect.BidiStream[v1.WatchRequest, v1.WatchResponse]) error {
+	// A peer that stops reading is cut after WriteTimeout, as on grpc-go
+	// (connect-go runs the handler on the request's goroutine, so the
+	// controller is used directly).
+	send := stream.Send
+	if rc, ok := ctx.Value(controllerKey{}).(*http.ResponseController); ok {
+		deadline := wire.NewStreamDeadline(rc, s.opts.WriteTimeout)
+		send = func(m *v1.WatchResponse) error {
+			deadline.Arm(time.Now())
+			return stream.Send(m)
+		}
+	}
 	w := &watcher{hub: s.hub, authorize: s.authorize, token: wire.Bearer(stream.RequestHeader().Get("Authorization")),
-		max: DefaultMaxWatches, heartbeat: s.opts.Heartbeat, count: new(atomic.Int64), recv: stream.Receive, send: stream.Send}
+		max: DefaultMaxWatches, heartbeat: s.opts.Heartbeat, count: new(atomic.Int64), recv: stream.Receive, send: send}
 	if err := w.run(ctx, context.Background()); err != nil {
 		return toConnect(err)
 	}
@@ -143,6 +157,7 @@ type watcher struct {
 
 	watches map[int64]*watch
 	nextID  int64
+	groups  []sharedGroup // deliver's, reused from pass to pass
 
 	mu    sync.Mutex
 	ready []*watch
@@ -153,7 +168,15 @@ type watcher struct {
 type watch struct {
 	id     int64
 	sub    *push.Subscription
+	share  bool // created with share_responses
 	queued bool // in watcher.ready; guarded by watcher.mu
+}
+
+// sharedGroup is the watches of one delivery pass that get the same
+// shared batch, answered by one response.
+type sharedGroup struct {
+	batch *v1.SnapshotBatch
+	ids   []int64
 }
 
 func (w *watcher) notify(wt *watch) {
@@ -292,7 +315,7 @@ func (w *watcher) create(ctx context.Context, c *v1.WatchCreateRequest, send fun
 		}
 		id = w.nextID
 	}
-	wt := &watch{id: id}
+	wt := &watch{id: id, share: c.GetShareResponses()}
 	req := &v1.SubscribeRequest{Keys: c.GetKeys(), Groups: c.GetGroups(), Prefixes: c.GetPrefixes(), HeldGenerations: c.GetHeldGenerations()}
 	sub, err := subscribe(ctx, w.hub, w.authorize, req, w.token, push.SubscribeOptions{Notify: func() { w.notify(wt) }})
 	if err != nil {
@@ -314,7 +337,14 @@ func (w *watcher) drop(wt *watch) {
 	w.count.Add(-1)
 }
 
-// deliver sends what every ready watch has.
+// deliver sends what every ready watch has. A watch created with
+// share_responses whose batch is a commit's shared one (the same message
+// for every watch of that scope, see streamBatch) is not answered alone:
+// the pass collects the ids of every such watch per batch and sends one
+// response for each batch with the ids in watch_ids, so a commit to the
+// hundred watches of a stream is one message (one encoding, one write)
+// instead of a hundred. Each watch gets at most one batch per pass, so its
+// responses keep their order whichever way they leave.
 func (w *watcher) deliver(ctx context.Context, send func(*v1.WatchResponse) error) error {
 	w.mu.Lock()
 	ready := w.ready
@@ -323,6 +353,7 @@ func (w *watcher) deliver(ctx context.Context, send func(*v1.WatchResponse) erro
 		wt.queued = false
 	}
 	w.mu.Unlock()
+	groups := w.groups[:0]
 	for _, wt := range ready {
 		if w.watches[wt.id] != wt {
 			continue // canceled meanwhile
@@ -344,9 +375,46 @@ func (w *watcher) deliver(ctx context.Context, send func(*v1.WatchResponse) erro
 		if !ok {
 			continue
 		}
-		if send(&v1.WatchResponse{WatchId: wt.id, Batch: streamBatch(b)}) != nil {
+		msg := streamBatch(b)
+		if wt.share && !b.Snapshot && len(b.Updates) == 1 {
+			groups = addToGroup(groups, msg, wt.id)
+			continue
+		}
+		if send(&v1.WatchResponse{WatchId: wt.id, Batch: msg}) != nil {
 			return errSendFailed
 		}
 	}
+	for i, g := range groups {
+		out := &v1.WatchResponse{Batch: g.batch}
+		if len(g.ids) == 1 {
+			out.WatchId = g.ids[0]
+		} else {
+			out.WatchIds = g.ids
+		}
+		err := send(out)
+		groups[i] = sharedGroup{ids: g.ids[:0]} // keep the ids' array, drop the batch
+		if err != nil {
+			return errSendFailed
+		}
+	}
+	w.groups = groups[:0]
 	return nil
+}
+
+// addToGroup adds id to the group of batch (a commit touches a handful of
+// scopes, so the groups of one pass are few and a scan finds them).
+func addToGroup(groups []sharedGroup, batch *v1.SnapshotBatch, id int64) []sharedGroup {
+	for i := range groups {
+		if groups[i].batch == batch {
+			groups[i].ids = append(groups[i].ids, id)
+			return groups
+		}
+	}
+	if len(groups) < cap(groups) {
+		groups = groups[:len(groups)+1]
+		g := &groups[len(groups)-1]
+		g.batch, g.ids = batch, append(g.ids[:0], id)
+		return groups
+	}
+	return append(groups, sharedGroup{batch: batch, ids: []int64{id}})
 }

@@ -64,6 +64,8 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 	srv.AllowedHosts = splitList(cfg.allowedHosts)
 	srv.TLS = rt.TLS
 	srv.Listener = rt.Listener
+	srv.HTTP2Guard = rt.HTTP2Guard
+	registerHTTP2GuardMetrics(api.Registry(), rt.HTTP2Guard)
 	if rt.GRPC != nil {
 		srv.H2C, srv.HTTP2 = true, rt.GRPC.HTTP2Config()
 		registerGRPCMetrics(api.Registry(), rt.GRPC)
@@ -86,38 +88,31 @@ func pushWatch(rt *serveRuntime) http.Handler {
 // varplane_push_subscribers_refused_total by the cap that refused
 // (max-subscribers, max-subscribers-per-token), over every transport.
 func registerPushMetrics(reg *prometheus.Registry, hub *push.Hub) {
-	for limit, count := range map[string]func(push.Stats) uint64{
-		push.LimitSubscribers:         func(s push.Stats) uint64 { return s.RefusedFull },
-		push.LimitSubscribersPerToken: func(s push.Stats) uint64 { return s.RefusedPerToken },
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "varplane_push_subscribers_refused_total",
-			Help:        "Subscriptions refused 503 too-many-subscribers (SSE, Connect, gRPC), by the cap that refused them.",
-			ConstLabels: prometheus.Labels{"limit": limit},
-		}, func() float64 { return float64(count(hub.Stats())) }))
-	}
+	registerCounters(reg, "varplane_push_subscribers_refused_total",
+		"Subscriptions refused 503 too-many-subscribers (SSE, Connect, gRPC), by the cap that refused them.", "limit",
+		map[string]func() uint64{
+			push.LimitSubscribers:         func() uint64 { return hub.Stats().RefusedFull },
+			push.LimitSubscribersPerToken: func() uint64 { return hub.Stats().RefusedPerToken },
+		})
 }
 
 // registerGRPCMetrics exposes the gRPC server's gauges and refusals:
 // varplane_grpc_streams (Subscribe and Watch streams open),
 // varplane_grpc_watches (watches open over every Watch stream) and
 // varplane_grpc_refused_total by reason (request-timeout: a stream whose
-// request did not come in time).
+// request did not come in time) and varplane_grpc_streams_reset_total by
+// reason (write-timeout: a peer that stopped reading).
 func registerGRPCMetrics(reg *prometheus.Registry, g *rpc.GRPCServer) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "varplane_grpc_streams", Help: "gRPC streams (Subscribe and Watch) open now."},
 			func() float64 { return float64(g.Stats().Streams) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "varplane_grpc_watches", Help: "Watches open now over every gRPC Watch stream."},
 			func() float64 { return float64(g.Stats().Watches) }))
-	for reason, count := range map[string]func(rpc.GRPCStats) uint64{
-		"request-timeout": func(s rpc.GRPCStats) uint64 { return s.RequestTimeouts },
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "varplane_grpc_refused_total",
-			Help:        "gRPC streams refused before any subscription, by reason.",
-			ConstLabels: prometheus.Labels{"reason": reason},
-		}, func() float64 { return float64(count(g.Stats())) }))
-	}
+	registerCounters(reg, "varplane_grpc_refused_total", "gRPC streams refused before any subscription, by reason.", "reason",
+		map[string]func() uint64{"request-timeout": func() uint64 { return g.Stats().RequestTimeouts }})
+	registerCounters(reg, "varplane_grpc_streams_reset_total",
+		"gRPC streams the server reset, by reason (write-timeout: a message write waited --grpc-write-timeout on a peer that stopped reading).", "reason",
+		map[string]func() uint64{"write-timeout": func() uint64 { return g.Stats().WriteTimeouts }})
 }
 
 // registerListenerMetrics exposes the main listener's connection caps:
@@ -134,14 +129,35 @@ func registerListenerMetrics(reg *prometheus.Registry, stats func() wire.Listene
 			func() float64 { return float64(stats().AcceptErrors) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "varplane_connections_expired_total", Help: "Connections closed at --max-connection-age."},
 			func() float64 { return float64(stats().Expired) }))
-	for limit, count := range map[string]func(wire.ListenerStats) uint64{
-		"max-connections":          func(s wire.ListenerStats) uint64 { return s.RefusedTotal },
-		"max-connections-per-addr": func(s wire.ListenerStats) uint64 { return s.RefusedPerAddr },
-	} {
+	registerCounters(reg, "varplane_connections_refused_total", "Connections closed as soon as accepted, by the cap that refused them.", "limit",
+		map[string]func() uint64{
+			"max-connections":          func() uint64 { return stats().RefusedTotal },
+			"max-connections-per-addr": func() uint64 { return stats().RefusedPerAddr },
+		})
+}
+
+// registerHTTP2GuardMetrics exposes the HTTP/2 connection policies:
+// varplane_http2_goaway_total by reason (too-many-pings: GOAWAY
+// ENHANCE_YOUR_CALM to a client pinging faster than --http2-ping-min-time;
+// max-connection-age: the graceful GOAWAY at --max-connection-age), over
+// every listener.
+func registerHTTP2GuardMetrics(reg *prometheus.Registry, g *wire.HTTP2Guard) {
+	if g == nil {
+		return
+	}
+	registerCounters(reg, "varplane_http2_goaway_total", "GOAWAY frames the server sent to end HTTP/2 connections, by reason.", "reason",
+		map[string]func() uint64{
+			"too-many-pings":     func() uint64 { return g.Stats().TooManyPings },
+			"max-connection-age": func() uint64 { return g.Stats().AgedGoAways },
+		})
+}
+
+// registerCounters registers one counter of name per entry of counts,
+// labeled label=key, each read from its function at scrape time.
+func registerCounters(reg *prometheus.Registry, name, help, label string, counts map[string]func() uint64) {
+	for value, count := range counts {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "varplane_connections_refused_total",
-			Help:        "Connections closed as soon as accepted, by the cap that refused them.",
-			ConstLabels: prometheus.Labels{"limit": limit},
-		}, func() float64 { return float64(count(stats())) }))
+			Name: name, Help: help, ConstLabels: prometheus.Labels{label: value},
+		}, func() float64 { return float64(count()) }))
 	}
 }

@@ -39,6 +39,7 @@ func (e *rpcExtension) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.DurationVar(&e.opts.KeepaliveTime, "grpc-keepalive-time", rpc.DefaultKeepaliveTime, "ping an HTTP/2 connection silent for this long; one that does not answer within 20s is closed")
 	fs.IntVar(&e.opts.MaxWatches, "grpc-max-watches", rpc.DefaultMaxWatches, "most watches of one Watch stream")
+	fs.DurationVar(&e.opts.WriteTimeout, "grpc-write-timeout", rpc.DefaultWriteTimeout, "reset a gRPC stream whose message write waits this long (a subscriber that stopped reading)")
 }
 
 // Start builds the gRPC server (serve hands it the main port's HTTP/2
@@ -57,7 +58,7 @@ func (e *rpcExtension) Start(_ context.Context, rt *serveRuntime) (func(context.
 	}
 	srv := rpc.NewServer(e.addr, rt.Hub, authorize)
 	srv.GRPC = opts
-	srv.TLS, srv.Listener = rt.TLS, rt.Listener
+	srv.TLS, srv.Listener, srv.HTTP2Guard = rt.TLS, rt.Listener, rt.HTTP2Guard
 	if err := srv.Open(); err != nil {
 		return nil, err
 	}

@@ -56,6 +56,8 @@ type serveConfig struct {
 	maxConns        int
 	maxConnsPerAddr int
 	maxConnAge      time.Duration
+	maxConnAgeGrace time.Duration
+	pingMinTime     time.Duration
 	tls             tlsServeFlags
 	tlsConfig       *tls.Config // built from tls after parsing
 }
@@ -97,6 +99,10 @@ type serveRuntime struct {
 	TLS *tls.Config
 	// Listener holds every listener's connection caps (--max-connections…).
 	Listener wire.ListenerOptions
+	// HTTP2Guard holds every listener's HTTP/2 connections to the ping
+	// policy and the maximum age (--http2-ping-min-time,
+	// --max-connection-age).
+	HTTP2Guard *wire.HTTP2Guard
 }
 
 // serveExtension is the place to add a transport or a feature to serve
@@ -155,7 +161,9 @@ Stores (--store):
 	fs.StringVar(&cfg.allowedHosts, "allowed-hosts", envOr(c.m.Getenv, "VARPLANE_ALLOWED_HOSTS", ""), "comma-separated Host names answered besides loopback and the listen address (.example.com for subdomains, * for any) (env VARPLANE_ALLOWED_HOSTS)")
 	fs.IntVar(&cfg.maxConns, "max-connections", wire.DefaultMaxConns, "most connections the listener holds open at once (HTTP and gRPC); past it new ones are closed at once")
 	fs.IntVar(&cfg.maxConnsPerAddr, "max-connections-per-addr", wire.DefaultMaxConnsPerAddr, "most connections one client IP address holds open at once")
-	fs.DurationVar(&cfg.maxConnAge, "max-connection-age", 0, "close connections this old (their streams end and clients reconnect, spreading over servers); 0: never")
+	fs.DurationVar(&cfg.maxConnAge, "max-connection-age", 0, "send HTTP/2 connections this old GOAWAY (their clients move to a new connection), and close every connection this old plus --max-connection-age-grace; 0: never")
+	fs.DurationVar(&cfg.maxConnAgeGrace, "max-connection-age-grace", wire.DefaultMaxConnAgeGrace, "how long a connection at --max-connection-age has before it is closed")
+	fs.DurationVar(&cfg.pingMinTime, "http2-ping-min-time", wire.DefaultPingMinTime, "an HTTP/2 client pinging more often than this (three times without data in between) is sent GOAWAY ENHANCE_YOUR_CALM and closed; negative: no limit")
 	fs.StringVar(&cfg.origins, "trusted-origins", "", "comma-separated origins (https://console.example) whose pages may send writes across origins")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -272,7 +280,9 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	}
 
 	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz, TLS: cfg.tlsConfig,
-		Listener: wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, MaxConnAge: cfg.maxConnAge, Logger: log}}
+		Listener: wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, MaxConnAge: cfg.maxConnAge,
+			MaxConnAgeGrace: cfg.maxConnAgeGrace, Logger: log},
+		HTTP2Guard: wire.NewHTTP2Guard(wire.HTTP2GuardOptions{PingMinTime: cfg.pingMinTime, MaxConnAge: cfg.maxConnAge})}
 	if rt.Authorizer == nil {
 		rt.Authorizer = httpapi.AllowAll
 	}

@@ -32,10 +32,12 @@ type ListenerOptions struct {
 	MaxConns int
 	// MaxConnsPerAddr caps the connections of one client IP address.
 	MaxConnsPerAddr int
-	// MaxConnAge, when positive, closes a connection that old (its
-	// streams end; clients reconnect, and so spread over servers added
-	// since). Zero keeps connections as long as they live.
-	MaxConnAge time.Duration
+	// MaxConnAge, when positive, closes a connection that old plus
+	// MaxConnAgeGrace (its streams end; clients reconnect, and so spread
+	// over servers added since). An HTTP2Guard with the same MaxConnAge
+	// sends HTTP/2 connections GOAWAY at MaxConnAge, so that their clients
+	// move during the grace. Zero keeps connections as long as they live.
+	MaxConnAge, MaxConnAgeGrace time.Duration
 	// Logger receives the accept errors (slog.Default when nil).
 	Logger *slog.Logger
 }
@@ -47,7 +49,7 @@ type ListenerStats struct {
 	RefusedTotal   uint64 // connections closed at once: MaxConns reached
 	RefusedPerAddr uint64 // connections closed at once: MaxConnsPerAddr reached
 	AcceptErrors   uint64 // failed Accept calls that were retried after a pause
-	Expired        uint64 // connections closed at MaxConnAge
+	Expired        uint64 // connections closed at MaxConnAge (and its grace)
 }
 
 // Listener is a net.Listener whose Accept survives transient failures and
@@ -127,7 +129,7 @@ func (l *Listener) admit(c net.Conn) (net.Conn, bool) {
 	l.accepted.Add(1)
 	cc := &countedConn{Conn: c, l: l, host: host}
 	if l.opts.MaxConnAge > 0 {
-		cc.aged.Store(time.AfterFunc(l.opts.MaxConnAge, func() {
+		cc.aged.Store(time.AfterFunc(l.opts.MaxConnAge+l.opts.MaxConnAgeGrace, func() {
 			l.expired.Add(1)
 			cc.release()
 			_ = cc.Conn.Close()

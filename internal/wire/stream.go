@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"net/http"
 	"time"
 )
 
@@ -18,17 +17,25 @@ import (
 // timeout and at most timeout plus the slack. A StreamDeadline is used by
 // the one goroutine that writes the response.
 type StreamDeadline struct {
-	rc       *http.ResponseController
+	rc       DeadlineSetter
 	timeout  time.Duration
 	slack    time.Duration
 	deadline time.Time
+}
+
+// DeadlineSetter sets a response's deadlines: an *http.ResponseController,
+// or a wrapper that stops passing them on once the response is over (a
+// response written from a goroutine other than its handler's).
+type DeadlineSetter interface {
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
 }
 
 // NewStreamDeadline lifts the server's read and write deadlines of the
 // response rc controls and returns the per-write deadline of timeout. Call
 // it once the request has been read whole (its body, if any): the read
 // deadline is what bounds a slow request.
-func NewStreamDeadline(rc *http.ResponseController, timeout time.Duration) *StreamDeadline {
+func NewStreamDeadline(rc DeadlineSetter, timeout time.Duration) *StreamDeadline {
 	// Writers that cannot set deadlines (test recorders) have none anyway.
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})

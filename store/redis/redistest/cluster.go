@@ -134,6 +134,9 @@ func (c *Cluster) Describe() string { return fmt.Sprintf("redis cluster %v", c.A
 // Server is one private standalone redis-server.
 type Server struct {
 	Addr string
+	tb   testing.TB
+	bin  string
+	args []string
 	cmd  *exec.Cmd
 }
 
@@ -146,17 +149,38 @@ func StartServer(tb testing.TB, extra ...string) *Server {
 	dir := tb.TempDir()
 	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}, extra...)
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
-	tb.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot stop
-		stop(cmd)
-	})
-	waitListening(tb, s.Addr)
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), tb: tb, bin: bin, args: args}
+	s.Start()
+	tb.Cleanup(s.Stop)
 	return s
+}
+
+// Start runs the server again on its port and directory after Stop (with
+// "--appendonly", "yes" among the extra arguments of StartServer it comes
+// back with its data), and waits until it listens.
+func (s *Server) Start() {
+	s.tb.Helper()
+	if s.cmd != nil {
+		return
+	}
+	cmd := exec.Command(s.bin, s.args...)
+	if err := cmd.Start(); err != nil {
+		s.tb.Fatal(err)
+	}
+	s.cmd = cmd
+	waitListening(s.tb, s.Addr)
+}
+
+// Stop terminates the server by its PID and waits for it (an outage:
+// connections to it fail until Start). Stopping a stopped server does
+// nothing.
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot stop
+	stop(s.cmd)
+	s.cmd = nil
 }
 
 // URL returns a store URL of the server with prefix.

@@ -138,8 +138,15 @@ type WatchCreateRequest struct {
 	// held_generations are the generations the client already holds, by
 	// scope: the server never sends a state at or below them.
 	HeldGenerations map[string]uint64 `protobuf:"bytes,5,rep,name=held_generations,json=heldGenerations,proto3" json:"held_generations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// share_responses lets the server deliver this watch's commits in a
+	// WatchResponse shared with other watches of the stream that get the
+	// same batch (listed in WatchResponse.watch_ids): one message per commit
+	// per stream instead of one per watch. A server that predates the field
+	// ignores it and answers each watch on its own, as it does for clients
+	// that leave it false.
+	ShareResponses bool `protobuf:"varint,6,opt,name=share_responses,json=shareResponses,proto3" json:"share_responses,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WatchCreateRequest) Reset() {
@@ -205,6 +212,13 @@ func (x *WatchCreateRequest) GetHeldGenerations() map[string]uint64 {
 		return x.HeldGenerations
 	}
 	return nil
+}
+
+func (x *WatchCreateRequest) GetShareResponses() bool {
+	if x != nil {
+		return x.ShareResponses
+	}
+	return false
 }
 
 // WatchCancelRequest ends a watch; the server answers canceled = true.
@@ -310,7 +324,11 @@ type WatchResponse struct {
 	// commits, with the scopes a deactivation cleared in batch.no_head.
 	Batch *SnapshotBatch `protobuf:"bytes,6,opt,name=batch,proto3" json:"batch,omitempty"`
 	// progress marks a heartbeat: nothing new for any watch of the stream.
-	Progress      bool `protobuf:"varint,7,opt,name=progress,proto3" json:"progress,omitempty"`
+	Progress bool `protobuf:"varint,7,opt,name=progress,proto3" json:"progress,omitempty"`
+	// watch_ids, when not empty, are the watches this response's batch is
+	// for (watch_id is then 0): every one of them gets the same batch. Only
+	// watches created with share_responses are answered this way.
+	WatchIds      []int64 `protobuf:"varint,8,rep,packed,name=watch_ids,json=watchIds,proto3" json:"watch_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -392,6 +410,13 @@ func (x *WatchResponse) GetProgress() bool {
 		return x.Progress
 	}
 	return false
+}
+
+func (x *WatchResponse) GetWatchIds() []int64 {
+	if x != nil {
+		return x.WatchIds
+	}
+	return nil
 }
 
 // SubscribeRequest selects scopes. A key matches exactly, a group matches
@@ -688,19 +713,20 @@ const file_varplane_v1_push_proto_rawDesc = "" +
 	"\x06create\x18\x01 \x01(\v2\x1f.varplane.v1.WatchCreateRequestH\x00R\x06create\x129\n" +
 	"\x06cancel\x18\x02 \x01(\v2\x1f.varplane.v1.WatchCancelRequestH\x00R\x06cancel\x12?\n" +
 	"\bprogress\x18\x03 \x01(\v2!.varplane.v1.WatchProgressRequestH\x00R\bprogressB\t\n" +
-	"\arequest\"\x9c\x02\n" +
+	"\arequest\"\xc5\x02\n" +
 	"\x12WatchCreateRequest\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\x12\x16\n" +
 	"\x06groups\x18\x03 \x03(\tR\x06groups\x12\x1a\n" +
 	"\bprefixes\x18\x04 \x03(\tR\bprefixes\x12_\n" +
-	"\x10held_generations\x18\x05 \x03(\v24.varplane.v1.WatchCreateRequest.HeldGenerationsEntryR\x0fheldGenerations\x1aB\n" +
+	"\x10held_generations\x18\x05 \x03(\v24.varplane.v1.WatchCreateRequest.HeldGenerationsEntryR\x0fheldGenerations\x12'\n" +
+	"\x0fshare_responses\x18\x06 \x01(\bR\x0eshareResponses\x1aB\n" +
 	"\x14HeldGenerationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"/\n" +
 	"\x12WatchCancelRequest\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\"\x16\n" +
-	"\x14WatchProgressRequest\"\xf4\x01\n" +
+	"\x14WatchProgressRequest\"\x91\x02\n" +
 	"\rWatchResponse\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1a\n" +
@@ -709,7 +735,8 @@ const file_varplane_v1_push_proto_rawDesc = "" +
 	"cancelCode\x12#\n" +
 	"\rcancel_reason\x18\x05 \x01(\tR\fcancelReason\x120\n" +
 	"\x05batch\x18\x06 \x01(\v2\x1a.varplane.v1.SnapshotBatchR\x05batch\x12\x1a\n" +
-	"\bprogress\x18\a \x01(\bR\bprogress\"\xfd\x01\n" +
+	"\bprogress\x18\a \x01(\bR\bprogress\x12\x1b\n" +
+	"\twatch_ids\x18\b \x03(\x03R\bwatchIds\"\xfd\x01\n" +
 	"\x10SubscribeRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x16\n" +
 	"\x06groups\x18\x02 \x03(\tR\x06groups\x12\x1a\n" +
