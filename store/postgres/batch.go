@@ -28,8 +28,12 @@ import (
 
 const (
 	// leaders is the number of batches that may run at once; each holds
-	// one pool connection while it runs.
-	leaders = 4
+	// one pool connection while it runs. Two let one batch fill while the
+	// other waits for its flush; more make smaller batches, and more
+	// transactions for the same commits (on 2 cores, 64 publishers: about
+	// 18 calls a batch and 140 µs of server CPU a commit with two, 11 and
+	// 160 µs with four, 7 and 185 µs with sixteen).
+	leaders = 2
 	// maxBatch bounds the calls of one transaction.
 	maxBatch = 64
 )
