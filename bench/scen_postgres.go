@@ -62,7 +62,7 @@ func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
 			"varplane-postgres: one commit = POST admin/revisions + POST admin/activate with expectedGeneration (two store commits: varplane_create and varplane_activate); one keep-alive connection per writer; pool_max_conns 32 (default)",
 			"varplane-postgres-publish: one commit = POST admin/publish with expectedGeneration, a new document stored and activated in one request (one varplane_publish call; concurrent calls share a transaction and its WAL flush)",
 			"varplane-file: the file store (fsync before the answer) and etcd-cas (Txn on ModRevision, fdatasync) in the same run",
-			"pg_cores: CPU of the whole PostgreSQL cluster (the postmaster and all its children, other databases' sessions included) during the side's run; pg_cpu_us_per_op: that CPU per commit; pg_db_cpu_us_per_op: the CPU per commit of the backends connected to this run's database alone; server_cpu_us_per_op is the varplane server's alone")
+			"pg_cores: CPU of the whole PostgreSQL cluster (the postmaster and all its children, other databases' sessions included) during the side's run; pg_cpu_us_per_op: that CPU per commit; pg_db_cpu_us_per_op: the CPU per commit of the backends connected to this run's database alone; pg_xacts_per_op: transactions that database committed per commit, approximate (the commits, their notifications, the other replica's reads; below 1 when commits share a transaction); server_cpu_us_per_op is the varplane server's alone")
 	}
 
 	if _, err := e.varplaneBin(); err != nil {
@@ -179,7 +179,8 @@ func createBenchDB(ctx context.Context, adminURL, name string) (*pgx.Conn, strin
 // included; a backend that exits during the run is counted in the
 // postmaster's reaped children's time), and pg_db_cpu_us_per_op for the
 // backends connected to the bench database alone (the stores' pools and
-// listeners, without the WAL writer and other shared processes).
+// listeners, without the WAL writer and other shared processes), and
+// pg_xacts_per_op, the database's committed transactions per commit.
 func withPGCPU(admin *pgx.Conn, dbName string, s side) side {
 	inner := s.run
 	s.run = func(ctx context.Context) (Stats, error) {
@@ -206,12 +207,14 @@ func withPGCPU(admin *pgx.Conn, dbName string, s side) side {
 			}
 			return m
 		}
-		dbStat := func() (x [3]float64) {
-			_ = admin.QueryRow(ctx, "SELECT pg_stat_force_next_flush()").Scan(new(any))
-			_ = admin.QueryRow(ctx, "SELECT xact_commit, tup_returned, tup_fetched FROM pg_stat_database WHERE datname = $1", dbName).Scan(&x[0], &x[1], &x[2])
-			return x
+		// Committed transactions of the database, as its backends last
+		// reported them (at most once a second, so the count after the run
+		// waits a little).
+		xacts := func() (n float64) {
+			_ = admin.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", dbName).Scan(&n)
+			return n
 		}
-		s0 := dbStat()
+		x0 := xacts()
 		d0 := dbCPU()
 		c0, t0 := procstat.TreeCPU(pm), time.Now()
 		st, err := inner(ctx)
@@ -221,7 +224,7 @@ func withPGCPU(admin *pgx.Conn, dbName string, s side) side {
 		c1, el := procstat.TreeCPU(pm), time.Since(t0).Seconds()
 		d1 := dbCPU()
 		time.Sleep(1100 * time.Millisecond) // backends report their statistics at most once a second
-		s1 := dbStat()
+		x1 := xacts()
 		if c1 < 0 {
 			return st, nil
 		}
@@ -237,9 +240,8 @@ func withPGCPU(admin *pgx.Conn, dbName string, s side) side {
 				db += c - d0[pid] // a backend that started during the run counts from 0
 			}
 			st.Extra["pg_db_cpu_us_per_op"] = db / el / st.Throughput * 1e6
-			if n := st.Throughput * el; n > 0 && s1[0] > s0[0] {
-				st.Extra["pg_xacts_per_op"] = (s1[0] - s0[0]) / n
-				st.Extra["pg_rows_read_per_op"] = (s1[1] + s1[2] - s0[1] - s0[2]) / n
+			if n := st.Throughput * el; n > 0 && x1 > x0 {
+				st.Extra["pg_xacts_per_op"] = (x1 - x0) / n
 			}
 		}
 		return st, nil
