@@ -94,14 +94,14 @@ func (f *Follower) TakePending() map[varplane.Scope]struct{} {
 // followed by the next one right away, not by one in parallel), until ctx
 // ends.
 func (f *Follower) RevalidateLoop(ctx context.Context, interval time.Duration, pass func()) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
 	for {
 		select {
+		case <-tick.C:
+		case <-f.kick:
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		case <-f.kick:
 		}
 		pass()
 	}
@@ -157,10 +157,11 @@ func ParseInvalidation(payload string) (inv Invalidation, ok bool) {
 // Handle acts on an invalidation: it reads with read, in one call, every
 // scope whose installed head current does not confirm (an own commit's
 // echo is skipped), and remembers them for the next pass when that read
-// fails. A payload for everything, or a malformed one, asks for a pass.
-// current is called with each line and its index in inv.Lines. It returns
-// the scopes read and the read's error.
-func (f *Follower) Handle(inv Invalidation, current func(i int, l Line) bool, read func(varplane.EventKind, []varplane.Scope) error) ([]varplane.Scope, error) {
+// fails. A payload for everything asks for a pass. current is called with
+// each line and its index in inv.Lines. It returns the scopes read and the
+// read's error.
+func (f *Follower) Handle(ctx context.Context, inv Invalidation, current func(i int, l Line) bool,
+	read func(context.Context, varplane.EventKind, ...varplane.Scope) error) ([]varplane.Scope, error) {
 	if inv.All {
 		f.AskPass()
 		return nil, nil
@@ -174,7 +175,7 @@ func (f *Follower) Handle(inv Invalidation, current func(i int, l Line) bool, re
 	if len(stale) == 0 {
 		return nil, nil
 	}
-	err := read(inv.Kind, stale)
+	err := read(ctx, inv.Kind, stale...)
 	if err != nil {
 		f.AddPending(stale...)
 	}

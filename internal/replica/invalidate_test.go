@@ -13,27 +13,24 @@ import (
 )
 
 func TestParseInvalidation(t *testing.T) {
-	cases := []struct {
-		payload string
-		ok      bool
-		want    Invalidation
-	}{
-		{"activated\n3 2 a.b", true, Invalidation{Kind: "activated", Lines: []Line{{"3", "2", "a.b"}}}},
-		{"deactivated\n5 4 a\n2 7 a.b\n9 1 a.c", true, Invalidation{Kind: "deactivated", Lines: []Line{{"5", "4", "a"}, {"2", "7", "a.b"}, {"9", "1", "a.c"}}}},
-		{"deactivated\n*", true, Invalidation{Kind: "deactivated", All: true}},
-		{"deactivated\n5 4 a\n*", true, Invalidation{Kind: "deactivated", All: true}},
-		{"activated", true, Invalidation{Kind: "activated"}},
-		{"activated\n3 2 a b c", true, Invalidation{Kind: "activated", Lines: []Line{{"3", "2", "a b c"}}}},
-		{"activated\n", false, Invalidation{}},
-		{"activated\n3 2", false, Invalidation{}},
-		{"activated\n3 2 a\n\n", false, Invalidation{}},
-		{"activated\n3", false, Invalidation{}},
-		{"", true, Invalidation{}},
+	// payload → what it parses to; nil: malformed.
+	want := map[string]*Invalidation{
+		"activated\n3 2 a.b":                   {Kind: "activated", Lines: []Line{{"3", "2", "a.b"}}},
+		"deactivated\n5 4 a\n2 7 a.b\n9 1 a.c": {Kind: "deactivated", Lines: []Line{{"5", "4", "a"}, {"2", "7", "a.b"}, {"9", "1", "a.c"}}},
+		"deactivated\n*":                       {Kind: "deactivated", All: true},
+		"deactivated\n5 4 a\n*":                {Kind: "deactivated", All: true},
+		"activated":                            {Kind: "activated"},
+		"activated\n3 2 a b c":                 {Kind: "activated", Lines: []Line{{"3", "2", "a b c"}}},
+		"":                                     {},
+		"activated\n":                          nil,
+		"activated\n3 2":                       nil,
+		"activated\n3 2 a\n\n":                 nil,
+		"activated\n3":                         nil,
 	}
-	for _, c := range cases {
-		got, ok := ParseInvalidation(c.payload)
-		if ok != c.ok || (ok && !reflect.DeepEqual(got, c.want)) {
-			t.Errorf("ParseInvalidation(%q) = %+v, %v; want %+v, %v", c.payload, got, ok, c.want, c.ok)
+	for payload, w := range want {
+		got, ok := ParseInvalidation(payload)
+		if ok != (w != nil) || (ok && !reflect.DeepEqual(got, *w)) {
+			t.Errorf("ParseInvalidation(%q) = %+v, %v; want %+v", payload, got, ok, w)
 		}
 	}
 }
@@ -85,7 +82,7 @@ func TestHandle(t *testing.T) {
 	t.Run("reads the stale scopes in one call", func(t *testing.T) {
 		f := NewFollower(1)
 		var calls [][]varplane.Scope
-		read, err := f.Handle(inv, current, func(k varplane.EventKind, sc []varplane.Scope) error {
+		read, err := f.Handle(context.Background(), inv, current, func(_ context.Context, k varplane.EventKind, sc ...varplane.Scope) error {
 			if k != "activated" {
 				t.Errorf("kind %q", k)
 			}
@@ -101,7 +98,7 @@ func TestHandle(t *testing.T) {
 	})
 	t.Run("a failed read is pending for the next pass", func(t *testing.T) {
 		f := NewFollower(1)
-		read, err := f.Handle(inv, current, func(varplane.EventKind, []varplane.Scope) error { return errors.New("down") })
+		read, err := f.Handle(context.Background(), inv, current, func(context.Context, varplane.EventKind, ...varplane.Scope) error { return errors.New("down") })
 		if err == nil || len(read) != 2 {
 			t.Fatalf("read %v, %v", read, err)
 		}
@@ -118,7 +115,7 @@ func TestHandle(t *testing.T) {
 	t.Run("nothing stale reads nothing", func(t *testing.T) {
 		f := NewFollower(1)
 		only := func(_ int, l Line) bool { return held[l.Scope] }
-		read, err := f.Handle(Invalidation{Kind: "activated", Lines: []Line{{"2", "2", "b"}}}, only, func(varplane.EventKind, []varplane.Scope) error {
+		read, err := f.Handle(context.Background(), Invalidation{Kind: "activated", Lines: []Line{{"2", "2", "b"}}}, only, func(context.Context, varplane.EventKind, ...varplane.Scope) error {
 			t.Fatal("read called")
 			return nil
 		})
@@ -128,7 +125,7 @@ func TestHandle(t *testing.T) {
 	})
 	t.Run("everything asks for a pass", func(t *testing.T) {
 		f := NewFollower(1)
-		read, err := f.Handle(Invalidation{Kind: "deactivated", All: true}, current, func(varplane.EventKind, []varplane.Scope) error {
+		read, err := f.Handle(context.Background(), Invalidation{Kind: "deactivated", All: true}, current, func(context.Context, varplane.EventKind, ...varplane.Scope) error {
 			t.Fatal("read called")
 			return nil
 		})

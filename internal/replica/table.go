@@ -30,6 +30,10 @@ type Entry[T any] struct {
 // which is how a Table reaches the shared part of the store's entries.
 func (e *Entry[T]) Base() *Entry[T] { return e }
 
+// NewEntry returns an empty entry, for a store whose entries are Entry
+// itself (Rules.New).
+func NewEntry[T any]() *Entry[T] { return new(Entry[T]) }
+
 // Holder is a store's entry type: a pointer to a struct embedding Entry[T].
 type Holder[T any] interface {
 	comparable
@@ -113,12 +117,17 @@ func (t *Table[T, E]) ReadSeq(scope varplane.Scope) uint64 {
 	return 0
 }
 
-// Confirm records that the server confirmed scope's installed head now.
-func (t *Table[T, E]) Confirm(scope varplane.Scope) {
+// ConfirmIf records that the server confirmed scope's installed head now,
+// if scope is installed and its snapshot satisfies holds, and reports
+// whether it did.
+func (t *Table[T, E]) ConfirmIf(scope varplane.Scope, holds func(*T) bool) bool {
 	var zero E
-	if e := t.Entry(scope); e != zero {
-		e.Base().Confirmed.Store(time.Now().UnixNano())
+	e := t.Entry(scope)
+	if e == zero || !holds(e.Base().Snap.Load()) {
+		return false
 	}
+	e.Base().Confirmed.Store(time.Now().UnixNano())
+	return true
 }
 
 // Req is one snapshot to install.

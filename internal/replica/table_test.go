@@ -172,15 +172,14 @@ func TestScopesLagDelete(t *testing.T) {
 	if l := tb.Lag(); len(l) != 4 || l["b"] < 59*time.Minute || l["a"] > time.Minute {
 		t.Fatalf("lag %v", l)
 	}
-	tb.Confirm("b")
+	tb.ConfirmIf("b", func(*snap) bool { return true })
 	if l := tb.Lag()["b"]; l > time.Minute {
-		t.Fatalf("lag after Confirm %v", l)
+		t.Fatalf("lag after ConfirmIf %v", l)
 	}
 	tb.Delete("b")
 	if tb.Entry("b") != nil || tb.ReadSeq("b") != 0 || len(tb.Scopes()) != 3 {
 		t.Fatal("b still installed after Delete")
 	}
-	tb.Confirm("b") // not installed: nothing to do
 }
 
 func TestLogLags(t *testing.T) {
@@ -303,5 +302,24 @@ func TestAbsentBounded(t *testing.T) {
 	}
 	if !tb.ReplaceLocked("d", tb.ReadSeq("d"), at(4, 4, "r4")) || tb.Absent() != 1 {
 		t.Fatalf("ReplaceLocked of an absent entry: absent %d, want 1", tb.Absent())
+	}
+}
+
+func TestConfirmIf(t *testing.T) {
+	tb, _ := newTestTable()
+	if tb.ConfirmIf("a", func(*snap) bool { return true }) {
+		t.Fatal("confirmed a scope that is not installed")
+	}
+	tb.InstallLocked(Req[snap]{Scope: "a", Snap: at(2, 2, "r2")})
+	old := time.Now().Add(-time.Hour).UnixNano()
+	tb.Entry("a").Confirmed.Store(old)
+	if tb.ConfirmIf("a", func(s *snap) bool { return s.version >= 3 }) || tb.Entry("a").Confirmed.Load() != old {
+		t.Fatal("confirmed a head the predicate refuses")
+	}
+	if !tb.ConfirmIf("a", func(s *snap) bool { return s.version >= 2 }) || tb.Entry("a").Confirmed.Load() == old {
+		t.Fatal("did not confirm a head the predicate holds")
+	}
+	if e := NewEntry[snap](); e == nil || e.Snap.Load() != nil || e.Base() != e {
+		t.Fatal("NewEntry is not an empty entry")
 	}
 }

@@ -37,18 +37,8 @@ const noRow = -1
 // maxAbsent bounds the installed scopes without a row (replica.Rules).
 const maxAbsent = 4096
 
-// entry is one installed scope (see replica.Entry). confirmed names its
-// confirmation time for this package's readers.
-type entry struct {
-	replica.Entry[snapshot]
-	confirmed *atomic.Int64
-}
-
-func newEntry() *entry {
-	e := &entry{}
-	e.confirmed = &e.Confirmed
-	return e
-}
+// entry is one installed scope.
+type entry = replica.Entry[snapshot]
 
 // newTable returns the table of installed heads: versions are the heads
 // row's; a scope without a row is installed as such (up to maxAbsent of
@@ -57,7 +47,7 @@ func newEntry() *entry {
 // installs its first commit as for any other head.
 func (s *Store) newTable() *replica.Table[snapshot, *entry] {
 	return replica.NewTable(replica.Rules[snapshot, *entry]{
-		New:       newEntry,
+		New:       replica.NewEntry[snapshot],
 		State:     func(sn *snapshot) *varplane.ScopeState { return sn.state },
 		Same:      (*snapshot).same,
 		Older:     func(next, cur *snapshot) bool { return next.version <= cur.version },

@@ -135,15 +135,9 @@ func (s *Store) handleNotification(payload string) {
 		return
 	}
 	current := func(i int, l replica.Line) bool {
-		if e := s.entry(l.Scope); e != nil && e.Snap.Load().version >= versions[i] {
-			e.confirmed.Store(time.Now().UnixNano())
-			return true
-		}
-		return false
+		return s.entries.ConfirmIf(l.Scope, func(sn *snapshot) bool { return sn.version >= versions[i] })
 	}
-	read, err := s.follow.Handle(inv, current, func(kind varplane.EventKind, stale []varplane.Scope) error {
-		return s.refresh(s.ctx, kind, stale...)
-	})
+	read, err := s.follow.Handle(s.ctx, inv, current, s.refresh)
 	s.stats.notificationReads.Add(uint64(len(read)))
 	if err != nil {
 		s.log.Warn("postgres store: reading a notified head failed; the next revalidation pass retries", "scope", string(read[0]), "err", err)
@@ -212,7 +206,7 @@ func (s *Store) confirm(scopes []varplane.Scope) {
 		if !changed {
 			s.stats.confirms.Add(1)
 			if e := s.entry(p.scope); e != nil {
-				e.confirmed.Store(now)
+				e.Confirmed.Store(now)
 			}
 			continue
 		}

@@ -81,7 +81,7 @@ func versionLess(a, b string) bool {
 
 // installAndDeliver installs every snapshot of one commit and delivers the
 // resulting Commit (if any head changed) to the listeners, in order.
-func (s *Store) installAndDeliver(kind varplane.EventKind, scope varplane.Scope, snaps []installReq) {
+func (s *Store) installAndDeliver(kind varplane.EventKind, snaps []installReq) {
 	s.mu.Lock()
 	var changes []varplane.ScopeChange
 	for _, r := range snaps {
@@ -94,7 +94,7 @@ func (s *Store) installAndDeliver(kind varplane.EventKind, scope varplane.Scope,
 		return
 	}
 	kind = replica.CommitKind(changes)
-	scope = changes[0].Scope
+	scope := changes[0].Scope
 	t := s.nextTick
 	s.nextTick++
 	s.mu.Unlock()
@@ -191,6 +191,6 @@ func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...
 		}
 		reqs = append(reqs, installReq{scope: sc, snap: snap, seq: seq})
 	}
-	s.installAndDeliver(kind, scopes[0], reqs)
+	s.installAndDeliver(kind, reqs)
 	return nil
 }

@@ -75,26 +75,14 @@ func (s *Store) handleInvalidation(payload string) {
 		return
 	}
 	current := func(_ int, l replica.Line) bool {
-		if e := s.entry(l.Scope); e != nil {
-			if cur := e.Snap.Load(); cur.v == l.Version && cur.g == l.Generation {
-				e.confirmed.Store(time.Now().UnixNano())
-				return true
-			}
-		}
-		return false
+		return s.entries.ConfirmIf(l.Scope, func(sn *snapshot) bool { return sn.v == l.Version && sn.g == l.Generation })
 	}
-	read, err := s.follow.Handle(inv, current, func(kind varplane.EventKind, stale []varplane.Scope) error {
-		return s.refresh(s.ctx, kind, stale...)
-	})
+	read, err := s.follow.Handle(s.ctx, inv, current, s.refresh)
 	s.stats.invalidationReads.Add(uint64(len(read)))
 	if err != nil {
 		s.log.Warn("redis store: reading an invalidated head failed; the next revalidation pass retries", "scope", string(read[0]), "err", err)
 	}
 }
-
-// addPending remembers scopes whose invalidation could not be read, so that
-// the next pass reads them even if they are not installed.
-func (s *Store) addPending(scopes ...varplane.Scope) { s.follow.AddPending(scopes...) }
 
 // revalidateLoop runs one pass per interval (or sooner when asked), never two
 // at once: a pass that outlasts the interval is followed by the next one
@@ -179,7 +167,7 @@ func (s *Store) confirm(scope varplane.Scope) {
 		return
 	}
 	s.stats.confirmChanged.Add(1)
-	s.installAndDeliver("", scope, []installReq{{scope: scope, snap: snap, seq: seq}})
+	s.installAndDeliver("", []installReq{{scope: scope, snap: snap, seq: seq}})
 }
 
 // installFailed replaces an installed head whose value in Redis can no

@@ -253,7 +253,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 		s.refreshAfterCommit(ctx, varplane.EventActivated, ev.Scope)
 		return nil
 	}
-	s.installAndDeliver(varplane.EventActivated, ev.Scope, []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
+	s.installAndDeliver(varplane.EventActivated, []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
 	return nil
 }
 
@@ -353,7 +353,7 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		return nil
 	}
 	ev.Cascade = cascade
-	s.installAndDeliver(varplane.EventDeactivated, ev.Scope, reqs)
+	s.installAndDeliver(varplane.EventDeactivated, reqs)
 	return nil
 }
 
