@@ -15,11 +15,10 @@ import (
 // installs its first commit by another replica: by the notification, and
 // without LISTEN by the next revalidation pass.
 func TestAbsentScopeRemembered(t *testing.T) {
-	u := freshSchema(t, sharedURL(t))
-	a := openStore(t, u, Options{})
-	b := openStore(t, u, Options{})
-	c := openStore(t, u, Options{RevalidateInterval: 100 * time.Millisecond, noListen: true})
 	ctx := context.Background()
+	u := freshSchema(t, sharedURL(t))
+	a, b := openStore(t, u, Options{}), openStore(t, u, Options{})
+	c := openStore(t, u, Options{RevalidateInterval: 100 * time.Millisecond, noListen: true})
 	const scope = varplane.Scope("absent.k")
 	for _, s := range []*Store{b, c} {
 		for range 3 {
@@ -45,9 +44,8 @@ func TestAbsentScopeRemembered(t *testing.T) {
 // TestAbsentScopesBounded: past maxAbsent unknown scopes, reads of further
 // ones are answered (zero state) without being remembered.
 func TestAbsentScopesBounded(t *testing.T) {
-	u := freshSchema(t, sharedURL(t))
-	s := openStore(t, u, Options{})
 	ctx := context.Background()
+	s := openStore(t, freshSchema(t, sharedURL(t)), Options{})
 	for i := range maxAbsent + 10 {
 		if st, err := s.State(ctx, varplane.Scope(fmt.Sprintf("unknown.s%d", i))); err != nil || st.Head != nil {
 			t.Fatalf("State of unknown scope %d = %+v, %v", i, st, err)
