@@ -54,8 +54,8 @@ func TestAbsentScopesBounded(t *testing.T) {
 	if got := s.entries.Absent(); got != maxAbsent {
 		t.Fatalf("%d absent scopes remembered, want the bound %d", got, maxAbsent)
 	}
-	if n := s.Stats().Installed; n != maxAbsent {
-		t.Fatalf("Installed = %d, want %d", n, maxAbsent)
+	if st := s.Stats(); st.Installed != 0 || st.Absent != maxAbsent {
+		t.Fatalf("Stats: Installed %d, Absent %d; want 0 and %d", st.Installed, st.Absent, maxAbsent)
 	}
 	before := s.Stats().ColdLoads
 	if _, err := s.State(ctx, "unknown.past"); err != nil {

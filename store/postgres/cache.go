@@ -181,7 +181,8 @@ type Stats struct {
 	Batches              uint64        // transactions that grouped several commits
 	BatchedCalls         uint64        // commits run in those transactions
 	BatchRetries         uint64        // batches the server refused, whose commits ran again one by one
-	Installed            int           // scopes held in memory
+	Installed            int           // scopes held in memory, but those remembered as having no row
+	Absent               int           // scopes remembered as having no row (at most maxAbsent)
 	MaxLag               time.Duration // largest lag over installed scopes
 	LastPassDuration     time.Duration
 }
@@ -200,5 +201,7 @@ func (s *Store) Stats() Stats {
 		LastPassDuration: time.Duration(c.lastPassNanos.Load()),
 	}
 	st.Installed, st.MaxLag = s.entries.Summary()
+	st.Absent = s.entries.Absent()
+	st.Installed -= st.Absent
 	return st
 }
