@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/varplane/varplane/internal/procstat"
 )
 
 // proc is one process the harness started. It is stopped by its own PID (and
@@ -142,24 +143,7 @@ func waitTCP(ctx context.Context, p *proc, addr string, timeout time.Duration) e
 }
 
 // cpuTimes returns the user+system CPU seconds of pid so far.
-func cpuTimes(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name may hold spaces; fields resume after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ is 100 on Linux
-}
+func cpuTimes(pid int) float64 { return procstat.CPU(pid) }
 
 // rssKiB returns VmRSS of pid in KiB.
 func rssKiB(pid int) int64 {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/varplane/varplane/internal/procstat"
 )
 
 // pgSubs is the number of SSE subscribers of the PostgreSQL replica group.
@@ -35,6 +37,7 @@ func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
 	skipAll := func(why string) {
 		for _, g := range groups {
 			g.skip("varplane-postgres", why)
+			g.skip("varplane-postgres-publish", why)
 		}
 		gRep.skip("A→B", why)
 	}
@@ -56,8 +59,10 @@ func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
 	note := fmt.Sprintf("varplane serve --store postgres://…/%s (the machine's PostgreSQL on loopback, synchronous_commit %s: a commit is acknowledged after its WAL is flushed); two servers (replicas A and B) share it", dbName, syncCommit)
 	for _, g := range groups {
 		g.Notes = append(g.Notes, note,
-			"one commit = POST admin/revisions + POST admin/activate with expectedGeneration (two transactions: varplane_create and varplane_activate); one keep-alive connection per writer; pool_max_conns 32 (default)",
-			"varplane-file: the file store (fsync before the answer) and etcd-cas (Txn on ModRevision, fdatasync) in the same run")
+			"varplane-postgres: one commit = POST admin/revisions + POST admin/activate with expectedGeneration (two store commits: varplane_create and varplane_activate); one keep-alive connection per writer; pool_max_conns 32 (default)",
+			"varplane-postgres-publish: one commit = POST admin/publish with expectedGeneration, a new document stored and activated in one request (one varplane_publish call; concurrent calls share a transaction and its WAL flush)",
+			"varplane-file: the file store (fsync before the answer) and etcd-cas (Txn on ModRevision, fdatasync) in the same run",
+			"pg_cores: CPU of the whole PostgreSQL cluster (the postmaster and all its children, other databases' sessions included) during the side's run; pg_cpu_us_per_op: that CPU per commit; pg_db_cpu_us_per_op: the CPU per commit of the backends connected to this run's database alone; pg_xacts_per_op: transactions that database committed per commit, approximate (the commits, their notifications, the other replica's reads; below 1 when commits share a transaction); server_cpu_us_per_op is the varplane server's alone")
 	}
 
 	if _, err := e.varplaneBin(); err != nil {
@@ -92,7 +97,10 @@ func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
 	}
 	for i, writers := range []int{1, 64} {
 		g := groups[i]
-		sides := []side{vpCommitSide(cfg, "varplane-postgres", a, writers, fmt.Sprintf("bench.pg%d", writers))}
+		sides := []side{
+			withPGCPU(admin, dbName, vpCommitSide(cfg, "varplane-postgres", a, writers, fmt.Sprintf("bench.pg%d", writers))),
+			withPGCPU(admin, dbName, vpPublishSide(cfg, "varplane-postgres-publish", a, writers, fmt.Sprintf("bench.pgp%d", writers))),
+		}
 		if fsErr != nil {
 			g.skip("varplane-file", fsErr.Error())
 		} else {
@@ -163,4 +171,80 @@ func createBenchDB(ctx context.Context, adminURL, name string) (*pgx.Conn, strin
 		return nil, "", "", err
 	}
 	return admin, storeURL, sc, nil
+}
+
+// withPGCPU adds the CPU PostgreSQL used during s's run: pg_cores and
+// pg_cpu_us_per_op for the whole cluster (the postmaster of the admin
+// connection's backend and all its children, other databases' sessions
+// included; a backend that exits during the run is counted in the
+// postmaster's reaped children's time), and pg_db_cpu_us_per_op for the
+// backends connected to the bench database alone (the stores' pools and
+// listeners, without the WAL writer and other shared processes), and
+// pg_xacts_per_op, the database's committed transactions per commit.
+func withPGCPU(admin *pgx.Conn, dbName string, s side) side {
+	inner := s.run
+	s.run = func(ctx context.Context) (Stats, error) {
+		var backend int
+		if err := admin.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+			return inner(ctx)
+		}
+		pm := procstat.Parent(backend)
+		if pm <= 0 {
+			return inner(ctx)
+		}
+		dbCPU := func() map[int]float64 {
+			rows, err := admin.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = $1", dbName)
+			if err != nil {
+				return nil
+			}
+			pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+			if err != nil {
+				return nil
+			}
+			m := make(map[int]float64, len(pids))
+			for _, p := range pids {
+				m[int(p)] = cpuTimes(int(p))
+			}
+			return m
+		}
+		// Committed transactions of the database, as its backends last
+		// reported them (at most once a second, so the count after the run
+		// waits a little).
+		xacts := func() (n float64) {
+			_ = admin.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", dbName).Scan(&n)
+			return n
+		}
+		x0 := xacts()
+		d0 := dbCPU()
+		c0, t0 := procstat.TreeCPU(pm), time.Now()
+		st, err := inner(ctx)
+		if err != nil || c0 < 0 {
+			return st, err
+		}
+		c1, el := procstat.TreeCPU(pm), time.Since(t0).Seconds()
+		d1 := dbCPU()
+		time.Sleep(1100 * time.Millisecond) // backends report their statistics at most once a second
+		x1 := xacts()
+		if c1 < 0 {
+			return st, nil
+		}
+		cores := (c1 - c0) / el
+		if st.Extra == nil {
+			st.Extra = map[string]float64{}
+		}
+		st.Extra["pg_cores"] = cores
+		if st.Throughput > 0 {
+			st.Extra["pg_cpu_us_per_op"] = cores / st.Throughput * 1e6
+			var db float64
+			for pid, c := range d1 {
+				db += c - d0[pid] // a backend that started during the run counts from 0
+			}
+			st.Extra["pg_db_cpu_us_per_op"] = db / el / st.Throughput * 1e6
+			if n := st.Throughput * el; n > 0 && x1 > x0 {
+				st.Extra["pg_xacts_per_op"] = (x1 - x0) / n
+			}
+		}
+		return st, nil
+	}
+	return s
 }

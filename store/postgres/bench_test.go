@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/procstat"
 	"github.com/varplane/varplane/store/storetest"
 )
 
@@ -84,4 +85,39 @@ func BenchmarkCommitToWatch(b *testing.B) {
 	}
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
+}
+
+// BenchmarkPublish measures publishes of new documents (one varplane_publish
+// call each) at parallelism 1 and 64, alone and with a second replica on
+// the database, and reports the calls per batch
+// transaction and the CPU the PostgreSQL cluster (the postmaster and its
+// children, other sessions of the shared server included) spent per commit.
+func BenchmarkPublish(b *testing.B) {
+	for _, c := range []struct{ par, replicas int }{{1, 1}, {64, 1}, {1, 2}, {64, 2}} {
+		b.Run(fmt.Sprintf("parallel=%d/replicas=%d", c.par, c.replicas), func(b *testing.B) {
+			par := c.par
+			u := freshSchema(b, sharedURL(b))
+			s := openStore(b, u, Options{})
+			if c.replicas == 2 {
+				// a second replica on the database, as in a deployment: it
+				// reads the head of every commit it is notified of
+				openStore(b, u, Options{})
+			}
+			conn := rawConn(b, u)
+			var backend int
+			if err := conn.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+				b.Fatal(err)
+			}
+			pm := procstat.Parent(backend)
+			st0, c0 := s.Stats(), procstat.TreeCPU(pm)
+			storetest.PublishLoad(b, s, par)
+			st1, c1 := s.Stats(), procstat.TreeCPU(pm)
+			if n := st1.Batches - st0.Batches; n > 0 {
+				b.ReportMetric(float64(st1.BatchedCalls-st0.BatchedCalls)/float64(n), "calls/batch")
+			}
+			if c0 >= 0 && c1 >= 0 {
+				b.ReportMetric((c1-c0)/float64(b.N)*1e6, "pg-cpu-µs/op")
+			}
+		})
+	}
 }

@@ -1,11 +1,11 @@
 package postgres
 
 import (
-	"sort"
 	"sync/atomic"
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/replica"
 )
 
 // snapshot is one installed head as the database held it: the state reads
@@ -34,26 +34,37 @@ func headRev(s *snapshot) varplane.Revision {
 // noRow is the version of a scope the heads table has no row for.
 const noRow = -1
 
-// entry is one installed scope. snap is read lock-free; seq counts installs
-// (under Store.mu) so that a read which raced with a newer install is not
-// mistaken for a regression.
-type entry struct {
-	snap      atomic.Pointer[snapshot]
-	seq       atomic.Uint64
-	confirmed atomic.Int64 // unix nanoseconds of the last confirmation by the database
-	lagLogged atomic.Int64 // unix nanoseconds of the last lag log
+// maxAbsent bounds the installed scopes without a row (replica.Rules).
+const maxAbsent = 4096
+
+// entry is one installed scope.
+type entry = replica.Entry[snapshot]
+
+// newTable returns the table of installed heads: versions are the heads
+// row's; a scope without a row is installed as such (up to maxAbsent of
+// them), so that reading it again (the control plane reads its policy
+// scope on every write) costs no query, and a notification or a pass
+// installs its first commit as for any other head.
+func (s *Store) newTable() *replica.Table[snapshot, *entry] {
+	return replica.NewTable(replica.Rules[snapshot, *entry]{
+		New:       replica.NewEntry[snapshot],
+		State:     func(sn *snapshot) *varplane.ScopeState { return sn.state },
+		Same:      (*snapshot).same,
+		Older:     func(next, cur *snapshot) bool { return next.version <= cur.version },
+		Unwritten: func(sn *snapshot) bool { return sn.version == noRow },
+		MaxAbsent: maxAbsent,
+		Regressed: func(scope varplane.Scope, cur, next *snapshot) {
+			s.log.Error("postgres store: head went back; installing what the database holds (a restore from backup or a failover may have lost a commit: publish it again)",
+				"scope", string(scope), "fromGeneration", cur.state.Generation, "toGeneration", next.state.Generation,
+				"fromVersion", cur.version, "toVersion", next.version)
+		},
+	})
 }
 
-func (s *Store) entry(scope varplane.Scope) *entry {
-	if e, ok := s.entries.Load(scope); ok {
-		return e.(*entry)
-	}
-	return nil
-}
+func (s *Store) entry(scope varplane.Scope) *entry { return s.entries.Entry(scope) }
 
-// ownSeq marks the snapshot of an own commit: it is exact as of the commit,
-// so an installed head with a higher version is newer, never a regression.
-const ownSeq = ^uint64(0)
+// ownSeq marks the snapshot of an own commit (replica.OwnSeq).
+const ownSeq = replica.OwnSeq
 
 // installReq is one snapshot to install.
 type installReq struct {
@@ -68,51 +79,10 @@ type installReq struct {
 	gapFrom varplane.Generation
 }
 
-// installLocked puts snap in place for scope unless it is stale, and
-// reports the change a Watch listener should see (nil when the generation
-// did not change). The caller holds s.mu.
+// installLocked installs r (replica.Table.InstallLocked). The caller holds
+// s.mu.
 func (s *Store) installLocked(r installReq) (*varplane.ScopeChange, *snapshot) {
-	now := time.Now().UnixNano()
-	snap := r.snap
-	v, ok := s.entries.Load(r.scope)
-	if !ok {
-		if snap.version == noRow {
-			return nil, snap // nothing to install for a scope never written
-		}
-		e := &entry{}
-		e.confirmed.Store(now)
-		e.snap.Store(snap)
-		e.seq.Store(1)
-		s.entries.Store(r.scope, e)
-		s.stats.installs.Add(1)
-		if snap.state.Generation == 0 || r.cold {
-			return nil, snap
-		}
-		return &varplane.ScopeChange{Scope: r.scope, Generation: snap.state.Generation, Head: snap.state.Head}, snap
-	}
-	e := v.(*entry)
-	cur := e.snap.Load()
-	if cur.same(snap) {
-		e.confirmed.Store(now)
-		return nil, cur
-	}
-	if snap.version <= cur.version {
-		if e.seq.Load() != r.seq {
-			return nil, cur // a newer install raced with this read
-		}
-		s.stats.regressions.Add(1)
-		s.log.Error("postgres store: head went back; installing what the database holds (a restore from backup or a failover may have lost a commit: publish it again)",
-			"scope", string(r.scope), "fromGeneration", cur.state.Generation, "toGeneration", snap.state.Generation,
-			"fromVersion", cur.version, "toVersion", snap.version)
-	}
-	e.snap.Store(snap)
-	e.seq.Add(1)
-	e.confirmed.Store(now)
-	s.stats.installs.Add(1)
-	if cur.state.Generation == snap.state.Generation {
-		return nil, snap
-	}
-	return &varplane.ScopeChange{Scope: r.scope, Generation: snap.state.Generation, Head: snap.state.Head}, snap
+	return s.entries.InstallLocked(replica.Req[snapshot]{Scope: r.scope, Snap: r.snap, Seq: r.seq, Cold: r.cold})
 }
 
 // installAndDeliver installs every snapshot of one commit and delivers the
@@ -127,7 +97,7 @@ func (s *Store) installAndDeliver(kind varplane.EventKind, reqs []installReq) {
 		from := varplane.Generation(0)
 		e := s.entry(r.scope)
 		if e != nil {
-			from = e.snap.Load().state.Generation
+			from = e.Snap.Load().state.Generation
 		}
 		ch, _ := s.installLocked(r)
 		if ch == nil {
@@ -135,11 +105,8 @@ func (s *Store) installAndDeliver(kind varplane.EventKind, reqs []installReq) {
 		}
 		if e != nil && len(r.gap) > 0 && from == r.gapFrom {
 			for _, g := range r.gap {
-				k := varplane.EventDeactivated
-				if g.Head != nil {
-					k = varplane.EventActivated
-				}
-				missed = append(missed, varplane.Commit{Kind: k, Scope: g.Scope, Changes: []varplane.ScopeChange{g}})
+				ch := []varplane.ScopeChange{g}
+				missed = append(missed, varplane.Commit{Kind: replica.CommitKind(ch), Scope: g.Scope, Changes: ch})
 			}
 		}
 		changes = append(changes, *ch)
@@ -151,13 +118,7 @@ func (s *Store) installAndDeliver(kind varplane.EventKind, reqs []installReq) {
 	if len(changes) == 0 || kind == varplane.EventRejected || kind == varplane.EventRevisionCreated {
 		return
 	}
-	// Name the commit by what it did to its first scope: a notification of
-	// an activation may be answered by a head that a later deactivation
-	// already cleared.
-	kind = varplane.EventDeactivated
-	if changes[0].Head != nil {
-		kind = varplane.EventActivated
-	}
+	kind = replica.CommitKind(changes)
 	s.stats.watchCommits.Add(1)
 	s.watchers.Notify([]varplane.Commit{{Kind: kind, Scope: changes[0].Scope, Changes: changes}})
 }
@@ -172,36 +133,15 @@ func (s *Store) installCold(scope varplane.Scope, snap *snapshot) *snapshot {
 }
 
 // readSeq returns the install count of scope before a read starts.
-func (s *Store) readSeq(scope varplane.Scope) uint64 {
-	if e := s.entry(scope); e != nil {
-		return e.seq.Load()
-	}
-	return 0
-}
+func (s *Store) readSeq(scope varplane.Scope) uint64 { return s.entries.ReadSeq(scope) }
 
 // Lag returns, for every installed scope, the time since the database last
 // confirmed its head (by an install, a notification or a revalidation
 // pass).
-func (s *Store) Lag() map[varplane.Scope]time.Duration {
-	now := time.Now().UnixNano()
-	out := map[varplane.Scope]time.Duration{}
-	s.entries.Range(func(k, v any) bool {
-		out[k.(varplane.Scope)] = time.Duration(now - v.(*entry).confirmed.Load())
-		return true
-	})
-	return out
-}
+func (s *Store) Lag() map[varplane.Scope]time.Duration { return s.entries.Lag() }
 
 // installedScopes returns the installed scopes, sorted.
-func (s *Store) installedScopes() []varplane.Scope {
-	var out []varplane.Scope
-	s.entries.Range(func(k, _ any) bool {
-		out = append(out, k.(varplane.Scope))
-		return true
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
+func (s *Store) installedScopes() []varplane.Scope { return s.entries.Scopes() }
 
 // counters are the store's monotonic counters, exported through Stats.
 type counters struct {
@@ -209,7 +149,7 @@ type counters struct {
 	notifications, notificationReads, notDrop      atomic.Uint64
 	passes, confirms, confirmChanged, confirmErr   atomic.Uint64
 	coldLoads, readErrors, decodeErrors            atomic.Uint64
-	regressions, installs, watchCommits            atomic.Uint64
+	watchCommits                                   atomic.Uint64
 	listens, notified, notifyDropped, notifyErrors atomic.Uint64
 	batches, batchedCalls, batchRetries            atomic.Uint64
 	lastPassNanos                                  atomic.Int64
@@ -241,7 +181,8 @@ type Stats struct {
 	Batches              uint64        // transactions that grouped several commits
 	BatchedCalls         uint64        // commits run in those transactions
 	BatchRetries         uint64        // batches the server refused, whose commits ran again one by one
-	Installed            int           // scopes held in memory
+	Installed            int           // scopes held in memory, but those remembered as having no row
+	Absent               int           // scopes remembered as having no row (at most maxAbsent)
 	MaxLag               time.Duration // largest lag over installed scopes
 	LastPassDuration     time.Duration
 }
@@ -254,14 +195,13 @@ func (s *Store) Stats() Stats {
 		Notifications: c.notifications.Load(), NotificationReads: c.notificationReads.Load(), NotificationsDropped: c.notDrop.Load(),
 		RevalidationPasses: c.passes.Load(), Confirmations: c.confirms.Load(), ConfirmChanged: c.confirmChanged.Load(), ConfirmErrors: c.confirmErr.Load(),
 		ColdLoads: c.coldLoads.Load(), ReadErrors: c.readErrors.Load(), DecodeErrors: c.decodeErrors.Load(),
-		Regressions: c.regressions.Load(), Installs: c.installs.Load(), WatchCommits: c.watchCommits.Load(),
+		Regressions: s.entries.Regressions(), Installs: s.entries.Installs(), WatchCommits: c.watchCommits.Load(),
 		Listens: c.listens.Load(), Notified: c.notified.Load(), NotifyDropped: c.notifyDropped.Load(), NotifyErrors: c.notifyErrors.Load(),
 		Batches: c.batches.Load(), BatchedCalls: c.batchedCalls.Load(), BatchRetries: c.batchRetries.Load(),
 		LastPassDuration: time.Duration(c.lastPassNanos.Load()),
 	}
-	for _, l := range s.Lag() {
-		st.Installed++
-		st.MaxLag = max(st.MaxLag, l)
-	}
+	st.Installed, st.MaxLag = s.entries.Summary()
+	st.Absent = s.entries.Absent()
+	st.Installed -= st.Absent
 	return st
 }

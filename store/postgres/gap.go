@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	"github.com/varplane/varplane"
 )
@@ -28,7 +29,7 @@ func (s *Store) fillGaps(ctx context.Context, reqs []installReq) {
 		if e == nil || r.snap == nil {
 			continue
 		}
-		from := e.snap.Load().state.Generation
+		from := e.Snap.Load().state.Generation
 		to := r.snap.state.Generation
 		if to <= from+1 || to-from > maxGap {
 			continue
@@ -47,9 +48,14 @@ func (s *Store) fillGaps(ctx context.Context, reqs []installReq) {
 func (s *Store) gapChanges(ctx context.Context, scope varplane.Scope, from, to varplane.Generation) ([]varplane.ScopeChange, error) {
 	cctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
+	// Every generation is one event of the scope (an activation or a
+	// deactivation), and the ones in between are among its newest: the
+	// scope's events are read newest first (the (scope, seq) index
+	// backwards) and the scan stops at the last one wanted, instead of
+	// filtering the whole history of the scope.
 	rows, err := s.pool.Query(cctx, `SELECT e.body, r.record FROM events e
 LEFT JOIN revisions r ON e.kind = 'activated' AND r.scope = e.scope AND r.revision = e.body->>'revision'
-WHERE e.scope = $1 AND e.generation > $2 AND e.generation < $3 ORDER BY e.seq`, string(scope), int64(from), int64(to))
+WHERE e.scope = $1 AND e.generation > $2 AND e.generation < $3 ORDER BY e.seq DESC LIMIT $4`, string(scope), int64(from), int64(to), int64(to-from-1))
 	if err != nil {
 		return nil, s.readFailure("history", scope, err)
 	}
@@ -77,5 +83,6 @@ WHERE e.scope = $1 AND e.generation > $2 AND e.generation < $3 ORDER BY e.seq`, 
 	if err := rows.Err(); err != nil {
 		return nil, s.readFailure("history", scope, err)
 	}
+	slices.Reverse(out) // log order
 	return out, nil
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/replica"
 )
 
 // listenLoop keeps one connection of its own (outside the pool) listening
@@ -83,11 +83,8 @@ func (s *Store) receive(conn *pgx.Conn, idle time.Duration) error {
 		cancel()
 		if err == nil {
 			s.stats.notifications.Add(1)
-			select {
-			case s.msgs <- n.Payload:
-			default:
+			if !s.follow.Offer(n.Payload) {
 				s.stats.notDrop.Add(1)
-				s.askPass()
 			}
 			continue
 		}
@@ -108,93 +105,50 @@ func (s *Store) receive(conn *pgx.Conn, idle time.Duration) error {
 }
 
 // askPass requests a revalidation pass without blocking.
-func (s *Store) askPass() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
+func (s *Store) askPass() { s.follow.AskPass() }
+
+// addPending remembers scopes whose notification could not be read, so
+// that the next pass reads them even if they are not installed, and asks
+// for that pass.
+func (s *Store) addPending(scopes ...varplane.Scope) { s.follow.AddPending(scopes...) }
 
 // notificationLoop handles notifications one at a time, in the order the
 // server delivered them (commit order).
 func (s *Store) notificationLoop() {
 	defer s.wg.Done()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case m := <-s.msgs:
-			s.handleNotification(m)
-		}
-	}
+	s.follow.Serve(s.ctx, s.handleNotification)
 }
 
 // handleNotification reads every scope a payload names whose installed
 // head is not already at the announced version (an own commit's echo is
 // skipped), installs them and delivers the commit.
 func (s *Store) handleNotification(payload string) {
-	lines := strings.Split(payload, "\n")
-	kind := varplane.EventKind(lines[0])
-	var stale []varplane.Scope
-	for _, l := range lines[1:] {
-		if l == "*" { // too many scopes for one notification
-			s.askPass()
-			return
-		}
-		f := strings.SplitN(l, " ", 3)
-		v, err := strconv.ParseInt(f[0], 10, 64)
-		if len(f) != 3 || err != nil {
-			s.log.Warn("postgres store: malformed notification ignored; revalidation will catch up")
-			s.askPass()
-			return
-		}
-		scope := varplane.Scope(f[2])
-		if e := s.entry(scope); e != nil && e.snap.Load().version >= v {
-			e.confirmed.Store(time.Now().UnixNano())
-			continue
-		}
-		stale = append(stale, scope)
+	inv, ok := replica.ParseInvalidation(payload)
+	versions := make([]int64, len(inv.Lines))
+	for i, l := range inv.Lines {
+		v, err := strconv.ParseInt(l.Version, 10, 64)
+		versions[i], ok = v, ok && err == nil
 	}
-	if len(stale) == 0 {
+	if !ok {
+		s.log.Warn("postgres store: malformed notification ignored; revalidation will catch up")
+		s.askPass()
 		return
 	}
-	s.stats.notificationReads.Add(uint64(len(stale)))
-	if err := s.refresh(s.ctx, kind, stale...); err != nil {
-		s.log.Warn("postgres store: reading a notified head failed; the next revalidation pass retries", "scope", string(stale[0]), "err", err)
-		s.addPending(stale...)
+	current := func(i int, l replica.Line) bool {
+		return s.entries.ConfirmIf(l.Scope, func(sn *snapshot) bool { return sn.version >= versions[i] })
 	}
-}
-
-// addPending remembers scopes whose notification could not be read, so
-// that the next pass reads them even if they are not installed, and asks
-// for that pass.
-func (s *Store) addPending(scopes ...varplane.Scope) {
-	s.pendingMu.Lock()
-	if s.pending == nil {
-		s.pending = map[varplane.Scope]struct{}{}
+	read, err := s.follow.Handle(s.ctx, inv, current, s.refresh)
+	s.stats.notificationReads.Add(uint64(len(read)))
+	if err != nil {
+		s.log.Warn("postgres store: reading a notified head failed; the next revalidation pass retries", "scope", string(read[0]), "err", err)
 	}
-	for _, sc := range scopes {
-		s.pending[sc] = struct{}{}
-	}
-	s.pendingMu.Unlock()
-	s.askPass()
 }
 
 // revalidateLoop runs one pass per interval (or sooner when asked), never
 // two at once.
 func (s *Store) revalidateLoop() {
 	defer s.wg.Done()
-	t := time.NewTicker(s.opts.RevalidateInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		case <-s.kick:
-		}
-		s.revalidatePass()
-	}
+	s.follow.RevalidateLoop(s.ctx, s.opts.RevalidateInterval, s.revalidatePass)
 }
 
 // passChunk bounds the scopes one revalidation statement probes.
@@ -206,20 +160,7 @@ const passChunk = 1000
 func (s *Store) revalidatePass() {
 	start := time.Now()
 	s.stats.passes.Add(1)
-	s.pendingMu.Lock()
-	pending := s.pending
-	s.pending = nil
-	s.pendingMu.Unlock()
-	for sc := range pending {
-		if err := s.refresh(s.ctx, "", sc); err != nil {
-			s.pendingMu.Lock()
-			if s.pending == nil {
-				s.pending = map[varplane.Scope]struct{}{}
-			}
-			s.pending[sc] = struct{}{}
-			s.pendingMu.Unlock()
-		}
-	}
+	s.follow.RetryPending(func(sc varplane.Scope) error { return s.refresh(s.ctx, "", sc) })
 	scopes := s.installedScopes()
 	for i := 0; i < len(scopes) && s.ctx.Err() == nil; i += passChunk {
 		s.confirm(scopes[i:min(i+passChunk, len(scopes))])
@@ -237,8 +178,8 @@ func (s *Store) confirm(scopes []varplane.Scope) {
 		if e == nil {
 			continue
 		}
-		seqs[sc] = e.seq.Load()
-		cur := e.snap.Load()
+		seqs[sc] = e.Seq.Load()
+		cur := e.Snap.Load()
 		p := probe{scope: sc, version: cur.version, gen: cur.state.Generation}
 		if cur.rec != nil {
 			p.rev, p.hint = cur.rec.Revision, cur.rec
@@ -265,7 +206,7 @@ func (s *Store) confirm(scopes []varplane.Scope) {
 		if !changed {
 			s.stats.confirms.Add(1)
 			if e := s.entry(p.scope); e != nil {
-				e.confirmed.Store(now)
+				e.Confirmed.Store(now)
 			}
 			continue
 		}
@@ -279,20 +220,12 @@ func (s *Store) confirm(scopes []varplane.Scope) {
 // logLags logs installed heads the database has not confirmed for longer
 // than LagWarn (ERROR past LagEscalate), at most once a minute per scope.
 func (s *Store) logLags() {
-	now := time.Now().UnixNano()
-	s.entries.Range(func(k, v any) bool {
-		e := v.(*entry)
-		lag := time.Duration(now - e.confirmed.Load())
-		if lag < s.opts.LagWarn || time.Duration(now-e.lagLogged.Load()) < time.Minute {
-			return true
-		}
-		e.lagLogged.Store(now)
-		attrs := []any{"scope", k.(varplane.Scope), "lag", lag.Round(time.Millisecond)}
-		if lag >= s.opts.LagEscalate {
+	s.entries.LogLags(s.opts.LagWarn, s.opts.LagEscalate, func(scope varplane.Scope, _ *snapshot, lag time.Duration, escalated bool) {
+		attrs := []any{"scope", scope, "lag", lag.Round(time.Millisecond)}
+		if escalated {
 			s.log.Error("postgres store: installed head is stale: not confirmed by the database", attrs...)
 		} else {
 			s.log.Warn("postgres store: installed head has not been confirmed by the database", attrs...)
 		}
-		return true
 	})
 }

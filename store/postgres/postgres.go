@@ -18,6 +18,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/logstate"
+	"github.com/varplane/varplane/internal/replica"
 )
 
 // Defaults and bounds of Options and of the URL parameters.
@@ -103,18 +104,17 @@ type Store struct {
 	log     *slog.Logger
 	addr    string // host:port/database for logs, without credentials
 
-	entries sync.Map // varplane.Scope -> *entry
+	entries *replica.Table[snapshot, *entry] // the installed heads
 
 	// mu serialises installs and Watch deliveries, so listeners see
 	// commits one at a time and in install order.
 	mu       sync.Mutex
 	watchers logstate.Watchers
 
-	pendingMu sync.Mutex
-	pending   map[varplane.Scope]struct{} // notified scopes whose read failed
+	// follow queues notification payloads (handled by one goroutine),
+	// remembers notified scopes whose read failed and asks for passes.
+	follow *replica.Follower
 
-	kick      chan struct{}    // asks for a revalidation pass now
-	msgs      chan string      // notification payloads, handled by one goroutine
 	notes     chan string      // invalidations of own commits, sent by one goroutine
 	calls     chan *commitCall // commit function calls waiting to be run
 	lead      chan struct{}    // one token per batch that may run at once
@@ -175,10 +175,10 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		opts:      opts,
 		log:       opts.Logger.With("store", "postgres", "addr", addr, "schema", schema),
 		addr:      addr,
-		kick:      make(chan struct{}, 1),
-		msgs:      make(chan string, 4096),
+		follow:    replica.NewFollower(4096),
 		listening: make(chan struct{}),
 	}
+	s.entries = s.newTable()
 	s.pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, varplane.Unavailable(fmt.Errorf("postgres store: connect to %s: %w", addr, err))
@@ -390,17 +390,6 @@ func (s *Store) Watch(fn func(varplane.Commit)) (cancel func()) {
 	return s.watchers.Add(fn)
 }
 
-func (s *Store) checkOpen() error {
-	if s.closed.Load() {
-		return varplane.ErrClosed
-	}
-	return nil
-}
+func (s *Store) checkOpen() error { return replica.CheckOpen(&s.closed) }
 
-func checkScope(scope varplane.Scope) error {
-	if !scope.Valid() {
-		_, err := varplane.ParseScope(string(scope))
-		return err
-	}
-	return nil
-}
+func checkScope(scope varplane.Scope) error { return replica.CheckScope(scope) }

@@ -68,7 +68,9 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	}
 	wasNew := isNew != nil && *isNew
 	if version != nil {
-		s.notify(fmt.Sprintf("%s\n%d %d %s", varplane.EventActivated, *version, a.Generation, a.Scope))
+		// Sent once this replica has installed the commit (deferred), so
+		// that its own echo finds the head installed and is skipped.
+		defer s.notify(fmt.Sprintf("%s\n%d %d %s", varplane.EventActivated, *version, a.Generation, a.Scope))
 	}
 	ev := a
 	if wasNew {

@@ -164,7 +164,7 @@ func (s *Store) snapshotFrom(scope varplane.Scope, version, generation *int64, r
 func (s *Store) probeOf(scope varplane.Scope) probe {
 	p := probe{scope: scope, version: -2} // no row version is -2: always read
 	if e := s.entry(scope); e != nil {
-		if rec := e.snap.Load().rec; rec != nil {
+		if rec := e.Snap.Load().rec; rec != nil {
 			p.rev, p.hint = rec.Revision, rec
 		}
 	}
@@ -210,15 +210,16 @@ func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...
 
 // State returns the installed snapshot of scope without touching the
 // database. A scope not installed yet is read and installed (a scope the
-// database has no row for answers the zero state and is not installed, so
-// the next read asks again). A failed read returns a store-unavailable
+// database has no row for answers the zero state, and is installed as
+// such while fewer than maxAbsent such scopes are; past that the next read
+// asks again). A failed read returns a store-unavailable
 // error and an undecodable row an internal error; never an empty state.
 func (s *Store) State(ctx context.Context, scope varplane.Scope) (*varplane.ScopeState, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
 	if e := s.entry(scope); e != nil {
-		return e.snap.Load().state, nil
+		return e.Snap.Load().state, nil
 	}
 	if err := checkScope(scope); err != nil {
 		return nil, err
@@ -228,9 +229,6 @@ func (s *Store) State(ctx context.Context, scope varplane.Scope) (*varplane.Scop
 		return nil, err
 	}
 	s.stats.coldLoads.Add(1)
-	if snap.version == noRow {
-		return snap.state, nil
-	}
 	return s.installCold(scope, snap).state, nil
 }
 
@@ -274,7 +272,7 @@ func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane
 		return nil, err
 	}
 	if e := s.entry(scope); e != nil {
-		if r := e.snap.Load().rec; r != nil && r.Revision == rev {
+		if r := e.Snap.Load().rec; r != nil && r.Revision == rev {
 			return r, nil
 		}
 	}

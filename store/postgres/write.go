@@ -1,35 +1,25 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/logstate"
+	"github.com/varplane/varplane/internal/replica"
 	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // errReadOnly is returned by every mutation of a ReadOnly store.
-var errReadOnly = &varplane.Error{
-	Code:    varplane.CodeStoreUnsupported,
-	Message: "this postgres store is read-only (a data-plane replica): mutations go through the control plane",
-}
+var errReadOnly = replica.ReadOnlyError("postgres", "a data-plane replica")
 
 func (s *Store) checkWritable() error {
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	if s.opts.ReadOnly {
-		return errReadOnly
-	}
-	return nil
+	return replica.CheckWritable(&s.closed, s.opts.ReadOnly, errReadOnly)
 }
 
 // writeFailure maps a failed commit function call. A concurrent commit
@@ -143,7 +133,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 	}
 	var rec *varplane.RevisionRecord
 	if e := s.entry(ev.Scope); e != nil {
-		if r := e.snap.Load().rec; r != nil && r.Revision == ev.Revision {
+		if r := e.Snap.Load().rec; r != nil && r.Revision == ev.Revision {
 			rec = r
 		}
 	}
@@ -167,7 +157,9 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 		return err
 	}
 	if version != nil {
-		s.notify(fmt.Sprintf("%s\n%d %d %s", varplane.EventActivated, *version, ev.Generation, ev.Scope))
+		// Sent once this replica has installed the commit (deferred), so
+		// that its own echo finds the head installed and is skipped.
+		defer s.notify(fmt.Sprintf("%s\n%d %d %s", varplane.EventActivated, *version, ev.Generation, ev.Scope))
 	}
 	snap, err := s.ownSnapshot(ev.Scope, ev.Generation, version, rejected)
 	if err == nil && rec == nil {
@@ -240,21 +232,12 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 		return err
 	}
 	if version != nil {
-		s.notify(fmt.Sprintf("%s\n%d %d %s", varplane.EventRejected, *version, deref(cur), ev.Scope))
+		defer s.notify(fmt.Sprintf("%s\n%d %d %s", varplane.EventRejected, *version, deref(cur), ev.Scope)) // after the install, as above
 	}
 	// The reply does not carry the head, so the scope is read back; the
 	// rejection is committed whether or not that read succeeds.
 	s.refreshAfterCommit(ctx, varplane.EventRejected, ev.Scope)
 	return nil
-}
-
-// cascadeTail is the part of a descendant's deactivated event after its
-// generations.
-type cascadeTail struct {
-	Actor      string    `json:"actor,omitempty"`
-	OnBehalfOf string    `json:"onBehalfOf,omitempty"`
-	Reason     string    `json:"reason"`
-	Timestamp  time.Time `json:"timestamp"`
 }
 
 // descendantReply is one element of varplane_deactivate's descendants.
@@ -276,32 +259,13 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	if err := checkScope(ev.Scope); err != nil {
 		return err
 	}
-	if ev.Kind != varplane.EventDeactivated {
-		return varplane.Errorf(varplane.CodeBadRequest, "a subtree deactivation commits a %q event, not %q", varplane.EventDeactivated, ev.Kind)
-	}
-	if ev.Generation == 0 {
-		ev.Generation = expected + 1
-	}
-	if ev.Generation != expected+1 {
-		return varplane.Errorf(varplane.CodeBadRequest, "deactivation generation %d is not expected generation %d + 1", ev.Generation, expected)
-	}
-	base := *ev
-	base.Cascade = nil
-	if err := logstate.WellFormed(&base); err != nil {
+	evJSON, tail, err := replica.Deactivation(ev, expected, logstate.WellFormed)
+	if err != nil {
 		return err
 	}
+	tail = append(tail, '}')
 	ctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
-	evJSON, err := jsontext.Marshal(&base)
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
-	}
-	evJSON = bytes.TrimSuffix(evJSON, []byte("}"))
-	tail, err := jsontext.Marshal(cascadeTail{Actor: ev.Actor, OnBehalfOf: ev.OnBehalfOf, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
-	}
-	tail = append([]byte{','}, tail[1:]...)
 	var (
 		st                string
 		cur, version      *int64
@@ -339,7 +303,7 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		reqs = append(reqs, installReq{scope: d.Scope, snap: ds, seq: ownSeq})
 		cascade = append(cascade, varplane.CascadeEntry{Scope: d.Scope, Generation: d.Generation})
 	}
-	s.notify(deactivationPayload(ev, version, descs))
+	defer s.notify(deactivationPayload(ev, version, descs)) // after the install, as above
 	if err != nil {
 		s.log.Warn("postgres store: committed, but the reply cannot be read; reloading", "scope", string(ev.Scope), "err", err)
 		scopes := []varplane.Scope{ev.Scope}

@@ -41,7 +41,7 @@ func BenchmarkRevalidationRead(b *testing.B) {
 			if err := s.Append(ctx, storetest.ActivatedEvent("bench.reval", ev.Revision, 0), 0); err != nil {
 				b.Fatal(err)
 			}
-			snap := s.entry("bench.reval").snap.Load()
+			snap := s.entry("bench.reval").Snap.Load()
 			keys, args := []string{s.keys.head("bench.reval"), s.keys.floor("bench.reval")}, []string{snap.confirmArg()}
 			if n, err := confirmScript.Exec(ctx, s.client, keys, args).AsInt64(); err != nil || n != 0 {
 				b.Fatalf("warm-up confirm = %d, %v; want 0 (unchanged)", n, err)

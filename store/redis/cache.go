@@ -2,11 +2,11 @@ package redis
 
 import (
 	"context"
-	"sort"
 	"sync/atomic"
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/replica"
 )
 
 // snapshot is one installed head as Redis held it: the state reads answer
@@ -33,68 +33,42 @@ func (s *snapshot) confirmArg() string {
 	return s.v + " " + s.g + " " + s.r
 }
 
-// entry is one installed scope. snap is read lock-free; seq counts installs
-// (under Store.mu) so that a read which raced with a newer install is not
-// mistaken for a regression.
+// entry is one installed scope (see replica.Entry). confirmed names its
+// confirmation time for this package's readers.
 type entry struct {
-	snap      atomic.Pointer[snapshot]
-	seq       atomic.Uint64
-	confirmed atomic.Int64 // unix nanoseconds of the last confirmation by Redis
-	lagLogged atomic.Int64 // unix nanoseconds of the last lag log
+	replica.Entry[snapshot]
+	confirmed *atomic.Int64
 }
 
-func (s *Store) entry(scope varplane.Scope) *entry {
-	if e, ok := s.entries.Load(scope); ok {
-		return e.(*entry)
-	}
-	return nil
+func newEntry() *entry {
+	e := &entry{}
+	e.confirmed = &e.Confirmed
+	return e
 }
 
-// install puts snap in place for scope unless it is stale, and reports the
-// change a Watch listener should see (nil when the installed generation did
-// not change). readSeq is the entry's install count when the read that
-// produced snap started (0 for a scope that was not installed), so that a
-// read older than a concurrent install is dropped instead of being taken for
-// a failover regression. The caller holds s.mu.
+// newTable returns the table of installed heads: a snapshot is the head
+// hash's version, generation and revision as Redis held them.
+func (s *Store) newTable() *replica.Table[snapshot, *entry] {
+	return replica.NewTable(replica.Rules[snapshot, *entry]{
+		New:   newEntry,
+		State: func(sn *snapshot) *varplane.ScopeState { return sn.state },
+		Same:  func(a, b *snapshot) bool { return a.v == b.v && a.g == b.g && a.r == b.r },
+		Older: func(next, cur *snapshot) bool { return versionLess(next.v, cur.v) },
+		Regressed: func(scope varplane.Scope, cur, next *snapshot) {
+			s.log.Error("redis store: head regressed; installing what Redis holds (a failover may have lost a commit: publish it again)",
+				"scope", string(scope), "fromGeneration", cur.g, "fromRevision", cur.r, "toGeneration", next.g, "toRevision", next.r,
+				"fromVersion", cur.v, "toVersion", next.v)
+		},
+	})
+}
+
+func (s *Store) entry(scope varplane.Scope) *entry { return s.entries.Entry(scope) }
+
+// installLocked puts snap in place for scope unless it is stale
+// (replica.Table.InstallLocked); readSeq is the entry's install count when
+// the read that produced snap started. The caller holds s.mu.
 func (s *Store) installLocked(scope varplane.Scope, snap *snapshot, readSeq uint64, cold bool) (*varplane.ScopeChange, *snapshot) {
-	now := time.Now().UnixNano()
-	var e *entry
-	if v, ok := s.entries.Load(scope); ok {
-		e = v.(*entry)
-	} else {
-		e = &entry{}
-		e.confirmed.Store(now)
-		e.snap.Store(snap)
-		e.seq.Store(1)
-		s.entries.Store(scope, e)
-		s.stats.installs.Add(1)
-		if snap.state.Generation == 0 || cold {
-			return nil, snap
-		}
-		return &varplane.ScopeChange{Scope: scope, Generation: snap.state.Generation, Head: snap.state.Head}, snap
-	}
-	cur := e.snap.Load()
-	if cur.v == snap.v && cur.g == snap.g && cur.r == snap.r {
-		e.confirmed.Store(now)
-		return nil, cur
-	}
-	if versionLess(snap.v, cur.v) {
-		if e.seq.Load() != readSeq {
-			return nil, cur // a newer install raced with this read
-		}
-		s.stats.regressions.Add(1)
-		s.log.Error("redis store: head regressed; installing what Redis holds (a failover may have lost a commit: publish it again)",
-			"scope", string(scope), "fromGeneration", cur.g, "fromRevision", cur.r, "toGeneration", snap.g, "toRevision", snap.r,
-			"fromVersion", cur.v, "toVersion", snap.v)
-	}
-	e.snap.Store(snap)
-	e.seq.Add(1)
-	e.confirmed.Store(now)
-	s.stats.installs.Add(1)
-	if cur.state.Generation == snap.state.Generation {
-		return nil, snap
-	}
-	return &varplane.ScopeChange{Scope: scope, Generation: snap.state.Generation, Head: snap.state.Head}, snap
+	return s.entries.InstallLocked(replica.Req[snapshot]{Scope: scope, Snap: snap, Seq: readSeq, Cold: cold})
 }
 
 // versionLess compares two decimal head versions ("" is below every version).
@@ -107,7 +81,7 @@ func versionLess(a, b string) bool {
 
 // installAndDeliver installs every snapshot of one commit and delivers the
 // resulting Commit (if any head changed) to the listeners, in order.
-func (s *Store) installAndDeliver(kind varplane.EventKind, scope varplane.Scope, snaps []installReq) {
+func (s *Store) installAndDeliver(kind varplane.EventKind, snaps []installReq) {
 	s.mu.Lock()
 	var changes []varplane.ScopeChange
 	for _, r := range snaps {
@@ -119,16 +93,8 @@ func (s *Store) installAndDeliver(kind varplane.EventKind, scope varplane.Scope,
 		s.mu.Unlock()
 		return
 	}
-	// Name the commit by what it did to its first scope: a message about an
-	// activation may be answered by a head that a later deactivation
-	// already cleared.
-	kind = varplane.EventDeactivated
-	if changes[0].Head != nil {
-		kind = varplane.EventActivated
-	}
-	if changes[0].Scope != scope {
-		scope = changes[0].Scope
-	}
+	kind = replica.CommitKind(changes)
+	scope := changes[0].Scope
 	t := s.nextTick
 	s.nextTick++
 	s.mu.Unlock()
@@ -144,24 +110,11 @@ type installReq struct {
 }
 
 // readSeq returns the install count of scope before a read starts.
-func (s *Store) readSeq(scope varplane.Scope) uint64 {
-	if e := s.entry(scope); e != nil {
-		return e.seq.Load()
-	}
-	return 0
-}
+func (s *Store) readSeq(scope varplane.Scope) uint64 { return s.entries.ReadSeq(scope) }
 
 // Lag returns, for every installed scope, the time since Redis last confirmed
 // its head (by an install, an invalidation read or a revalidation pass).
-func (s *Store) Lag() map[varplane.Scope]time.Duration {
-	now := time.Now().UnixNano()
-	out := map[varplane.Scope]time.Duration{}
-	s.entries.Range(func(k, v any) bool {
-		out[k.(varplane.Scope)] = time.Duration(now - v.(*entry).confirmed.Load())
-		return true
-	})
-	return out
-}
+func (s *Store) Lag() map[varplane.Scope]time.Duration { return s.entries.Lag() }
 
 // counters are the store's monotonic counters, exported through Stats.
 type counters struct {
@@ -169,7 +122,7 @@ type counters struct {
 	invalidations, invalidationReads, invalDropped atomic.Uint64
 	passes, confirms, confirmChanged, confirmErrs  atomic.Uint64
 	coldLoads, readErrors, decodeErrors            atomic.Uint64
-	regressions, installs, watchCommits            atomic.Uint64
+	watchCommits                                   atomic.Uint64
 	subscriptions, evictionChecks                  atomic.Uint64
 	lastPassNanos                                  atomic.Int64
 }
@@ -208,29 +161,16 @@ func (s *Store) Stats() Stats {
 		Invalidations: c.invalidations.Load(), InvalidationReads: c.invalidationReads.Load(), InvalidationDropped: c.invalDropped.Load(),
 		RevalidationPasses: c.passes.Load(), Confirmations: c.confirms.Load(), ConfirmChanged: c.confirmChanged.Load(), ConfirmErrors: c.confirmErrs.Load(),
 		ColdLoads: c.coldLoads.Load(), ReadErrors: c.readErrors.Load(), DecodeErrors: c.decodeErrors.Load(),
-		Regressions: c.regressions.Load(), Installs: c.installs.Load(), WatchCommits: c.watchCommits.Load(),
+		Regressions: s.entries.Regressions(), Installs: s.entries.Installs(), WatchCommits: c.watchCommits.Load(),
 		Subscriptions: c.subscriptions.Load(), EvictionChecks: c.evictionChecks.Load(),
 		LastPassDuration: time.Duration(c.lastPassNanos.Load()),
 	}
-	for _, l := range s.Lag() {
-		st.Installed++
-		if l > st.MaxLag {
-			st.MaxLag = l
-		}
-	}
+	st.Installed, st.MaxLag = s.entries.Summary()
 	return st
 }
 
 // installedScopes returns the installed scopes, sorted.
-func (s *Store) installedScopes() []varplane.Scope {
-	var out []varplane.Scope
-	s.entries.Range(func(k, _ any) bool {
-		out = append(out, k.(varplane.Scope))
-		return true
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
+func (s *Store) installedScopes() []varplane.Scope { return s.entries.Scopes() }
 
 // refresh reads scope's head from Redis (never a local copy) and installs
 // it, delivering a Commit of kind when the generation changed.
@@ -240,17 +180,17 @@ func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...
 		seq := s.readSeq(sc)
 		var hint *varplane.RevisionRecord
 		if e := s.entry(sc); e != nil {
-			hint = e.snap.Load().rec
+			hint = e.Snap.Load().rec
 		}
 		snap, err := s.load(ctx, sc, hint)
 		if err != nil {
 			if e := s.entry(sc); e != nil && varplane.ErrorCode(err) == varplane.CodeDocumentFailed {
-				s.installFailed(sc, e.snap.Load(), seq, err)
+				s.installFailed(sc, e.Snap.Load(), seq, err)
 			}
 			return err
 		}
 		reqs = append(reqs, installReq{scope: sc, snap: snap, seq: seq})
 	}
-	s.installAndDeliver(kind, scopes[0], reqs)
+	s.installAndDeliver(kind, reqs)
 	return nil
 }

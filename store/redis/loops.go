@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/replica"
 )
 
 // subscribeLoop keeps the subscriber client subscribed to the invalidation
@@ -36,11 +37,8 @@ func (s *Store) subscribeLoop() {
 	for s.ctx.Err() == nil {
 		err := s.sub.Receive(ctx, s.sub.B().Subscribe().Channel(s.keys.channel()).Build(), func(m rueidis.PubSubMessage) {
 			s.stats.invalidations.Add(1)
-			select {
-			case s.msgs <- m.Message:
-			default:
+			if !s.follow.Offer(m.Message) {
 				s.stats.invalDropped.Add(1)
-				s.askPass()
 			}
 		})
 		if s.ctx.Err() != nil {
@@ -57,72 +55,33 @@ func (s *Store) subscribeLoop() {
 }
 
 // askPass requests a revalidation pass without blocking.
-func (s *Store) askPass() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
+func (s *Store) askPass() { s.follow.AskPass() }
 
 // invalidationLoop handles invalidation messages one at a time, in the order
 // Redis published them.
 func (s *Store) invalidationLoop() {
 	defer s.wg.Done()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case m := <-s.msgs:
-			s.handleInvalidation(m)
-		}
-	}
+	s.follow.Serve(s.ctx, s.handleInvalidation)
 }
 
 // handleInvalidation reads from Redis every scope a message names whose
 // installed head is not already the one the message announces (an own
 // commit's echo is skipped), installs them and delivers the commit.
 func (s *Store) handleInvalidation(payload string) {
-	lines := strings.Split(payload, "\n")
-	kind := varplane.EventKind(lines[0])
-	var stale []varplane.Scope
-	for _, l := range lines[1:] {
-		f := strings.SplitN(l, " ", 3)
-		if len(f) != 3 {
-			s.log.Warn("redis store: malformed invalidation message ignored; revalidation will catch up")
-			s.askPass()
-			return
-		}
-		scope := varplane.Scope(f[2])
-		if e := s.entry(scope); e != nil {
-			if cur := e.snap.Load(); cur.v == f[0] && cur.g == f[1] {
-				e.confirmed.Store(time.Now().UnixNano())
-				continue
-			}
-		}
-		stale = append(stale, scope)
-	}
-	if len(stale) == 0 {
+	inv, ok := replica.ParseInvalidation(payload)
+	if !ok || inv.All {
+		s.log.Warn("redis store: malformed invalidation message ignored; revalidation will catch up")
+		s.askPass()
 		return
 	}
-	s.stats.invalidationReads.Add(uint64(len(stale)))
-	if err := s.refresh(s.ctx, kind, stale...); err != nil {
-		s.log.Warn("redis store: reading an invalidated head failed; the next revalidation pass retries", "scope", string(stale[0]), "err", err)
-		s.addPending(stale...)
+	current := func(_ int, l replica.Line) bool {
+		return s.entries.ConfirmIf(l.Scope, func(sn *snapshot) bool { return sn.v == l.Version && sn.g == l.Generation })
 	}
-}
-
-// addPending remembers scopes whose invalidation could not be read, so that
-// the next pass reads them even if they are not installed.
-func (s *Store) addPending(scopes ...varplane.Scope) {
-	s.pendingMu.Lock()
-	if s.pending == nil {
-		s.pending = map[varplane.Scope]struct{}{}
+	read, err := s.follow.Handle(s.ctx, inv, current, s.refresh)
+	s.stats.invalidationReads.Add(uint64(len(read)))
+	if err != nil {
+		s.log.Warn("redis store: reading an invalidated head failed; the next revalidation pass retries", "scope", string(read[0]), "err", err)
 	}
-	for _, sc := range scopes {
-		s.pending[sc] = struct{}{}
-	}
-	s.pendingMu.Unlock()
-	s.askPass()
 }
 
 // revalidateLoop runs one pass per interval (or sooner when asked), never two
@@ -131,22 +90,14 @@ func (s *Store) addPending(scopes ...varplane.Scope) {
 // again after each pass.
 func (s *Store) revalidateLoop() {
 	defer s.wg.Done()
-	t := time.NewTicker(s.opts.RevalidateInterval)
-	defer t.Stop()
 	lastEviction := time.Now()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		case <-s.kick:
-		}
+	s.follow.RevalidateLoop(s.ctx, s.opts.RevalidateInterval, func() {
 		s.revalidatePass()
 		if time.Since(lastEviction) >= s.opts.RevalidateInterval {
 			lastEviction = time.Now()
 			_ = s.checkEviction(s.ctx, false)
 		}
-	}
+	})
 }
 
 // revalidatePass confirms every installed head with a conditional read,
@@ -154,15 +105,7 @@ func (s *Store) revalidateLoop() {
 func (s *Store) revalidatePass() {
 	start := time.Now()
 	s.stats.passes.Add(1)
-	s.pendingMu.Lock()
-	pending := s.pending
-	s.pending = nil
-	s.pendingMu.Unlock()
-	for sc := range pending {
-		if err := s.refresh(s.ctx, "", sc); err != nil {
-			s.addPendingQuiet(sc)
-		}
-	}
+	s.follow.RetryPending(func(sc varplane.Scope) error { return s.refresh(s.ctx, "", sc) })
 	sem := make(chan struct{}, s.opts.RevalidateConcurrency)
 	var wg sync.WaitGroup
 	for _, sc := range s.installedScopes() {
@@ -181,15 +124,6 @@ func (s *Store) revalidatePass() {
 	s.logLags()
 }
 
-func (s *Store) addPendingQuiet(sc varplane.Scope) {
-	s.pendingMu.Lock()
-	if s.pending == nil {
-		s.pending = map[varplane.Scope]struct{}{}
-	}
-	s.pending[sc] = struct{}{}
-	s.pendingMu.Unlock()
-}
-
 // confirm revalidates one installed head: an unchanged head costs one
 // read-only script call that transfers nothing; a changed one is read and
 // installed.
@@ -198,8 +132,8 @@ func (s *Store) confirm(scope varplane.Scope) {
 	if e == nil {
 		return
 	}
-	seq := e.seq.Load()
-	cur := e.snap.Load()
+	seq := e.Seq.Load()
+	cur := e.Snap.Load()
 	ctx, cancel := s.cmdCtx(s.ctx)
 	defer cancel()
 	res := confirmScript.Exec(ctx, s.client, []string{s.keys.head(scope), s.keys.floor(scope)}, []string{cur.confirmArg()})
@@ -233,7 +167,7 @@ func (s *Store) confirm(scope varplane.Scope) {
 		return
 	}
 	s.stats.confirmChanged.Add(1)
-	s.installAndDeliver("", scope, []installReq{{scope: scope, snap: snap, seq: seq}})
+	s.installAndDeliver("", []installReq{{scope: scope, snap: snap, seq: seq}})
 }
 
 // installFailed replaces an installed head whose value in Redis can no
@@ -243,33 +177,19 @@ func (s *Store) confirm(scope varplane.Scope) {
 func (s *Store) installFailed(scope varplane.Scope, cur *snapshot, seq uint64, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.entry(scope)
-	if e == nil || e.seq.Load() != seq {
-		return
-	}
-	e.snap.Store(&snapshot{state: cur.state, err: err})
-	e.seq.Add(1)
+	s.entries.ReplaceLocked(scope, seq, &snapshot{state: cur.state, err: err})
 }
 
 // logLags logs heads not confirmed for longer than LagWarn (WARN) or
 // LagEscalate (ERROR), at most once a minute per scope.
 func (s *Store) logLags() {
-	now := time.Now().UnixNano()
-	s.entries.Range(func(k, v any) bool {
-		e := v.(*entry)
-		lag := time.Duration(now - e.confirmed.Load())
-		if lag < s.opts.LagWarn || time.Duration(now-e.lagLogged.Load()) < time.Minute {
-			return true
-		}
-		e.lagLogged.Store(now)
-		snap := e.snap.Load()
-		attrs := []any{"scope", k.(varplane.Scope).String(), "generation", snap.g, "revision", snap.r, "lag", lag.Round(time.Millisecond).String()}
-		if lag >= s.opts.LagEscalate {
+	s.entries.LogLags(s.opts.LagWarn, s.opts.LagEscalate, func(scope varplane.Scope, snap *snapshot, lag time.Duration, escalated bool) {
+		attrs := []any{"scope", scope.String(), "generation", snap.g, "revision", snap.r, "lag", lag.Round(time.Millisecond).String()}
+		if escalated {
 			s.log.Error("redis store: installed head is stale: not confirmed by Redis", attrs...)
 		} else {
 			s.log.Warn("redis store: installed head has not been confirmed by Redis", attrs...)
 		}
-		return true
 	})
 }
 

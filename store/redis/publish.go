@@ -125,7 +125,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 		s.refreshAfterCommit(ctx, varplane.EventActivated, ev.Scope)
 		return isNew, nil
 	}
-	s.installAndDeliver(varplane.EventActivated, ev.Scope, []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
+	s.installAndDeliver(varplane.EventActivated, []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
 	return isNew, nil
 }
 

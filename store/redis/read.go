@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/replica"
 )
 
 // readFailure turns a failed Redis read into an error: a reply Redis gave
@@ -69,20 +70,9 @@ func (s *Store) failureLogDue(scope varplane.Scope) bool {
 	return true
 }
 
-func (s *Store) checkOpen() error {
-	if s.closed.Load() {
-		return varplane.ErrClosed
-	}
-	return nil
-}
+func (s *Store) checkOpen() error { return replica.CheckOpen(&s.closed) }
 
-func checkScope(scope varplane.Scope) error {
-	if !scope.Valid() {
-		_, err := varplane.ParseScope(string(scope))
-		return err
-	}
-	return nil
-}
+func checkScope(scope varplane.Scope) error { return replica.CheckScope(scope) }
 
 // headFields are the small fields of a head hash.
 type headFields struct {
@@ -243,7 +233,7 @@ func (s *Store) State(ctx context.Context, scope varplane.Scope) (*varplane.Scop
 		return nil, err
 	}
 	if e := s.entry(scope); e != nil {
-		snap := e.snap.Load()
+		snap := e.Snap.Load()
 		if snap.err != nil {
 			return nil, snap.err
 		}
@@ -277,7 +267,7 @@ func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane
 		return nil, err
 	}
 	if e := s.entry(scope); e != nil {
-		if r := e.snap.Load().rec; r != nil && r.Revision == rev {
+		if r := e.Snap.Load().rec; r != nil && r.Revision == rev {
 			return r, nil
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/replica"
 )
 
 // Defaults and bounds of Options.
@@ -123,7 +124,7 @@ type Store struct {
 	log  *slog.Logger
 	addr string // host:port list for logs, without credentials
 
-	entries sync.Map // varplane.Scope -> *entry
+	entries *replica.Table[snapshot, *entry] // the installed heads
 	// failLogged is scope → unix nanoseconds of its last failure log.
 	failLogged sync.Map
 
@@ -136,11 +137,9 @@ type Store struct {
 	listeners map[uint64]func(varplane.Commit)
 	nextLID   uint64
 
-	pendingMu sync.Mutex
-	pending   map[varplane.Scope]struct{} // invalidations whose read failed
-
-	kick    chan struct{} // asks for a revalidation pass now
-	msgs    chan string   // invalidation payloads, read by one goroutine
+	// follow queues invalidation payloads (read by one goroutine),
+	// remembers invalidated scopes whose read failed and asks for passes.
+	follow  *replica.Follower
 	closed  atomic.Bool
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -198,11 +197,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		log:       opts.Logger.With("store", "redis", "addr", addr, "prefix", prefix),
 		addr:      addr,
 		listeners: map[uint64]func(varplane.Commit){},
-		kick:      make(chan struct{}, 1),
-		msgs:      make(chan string, 4096),
+		follow:    replica.NewFollower(4096),
 		subOnce:   make(chan struct{}),
 	}
 	s.dcond = sync.NewCond(&s.dmu)
+	s.entries = s.newTable()
 	for _, w := range warns {
 		s.log.Warn("redis store: " + w)
 	}

@@ -1,32 +1,22 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/replica"
 	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // errReadOnly is returned by every mutation of a ReadOnly store.
-var errReadOnly = &varplane.Error{
-	Code:    varplane.CodeStoreUnsupported,
-	Message: "this redis store is read-only (a data-plane instance): mutations go through the control plane",
-}
+var errReadOnly = replica.ReadOnlyError("redis", "a data-plane instance")
 
 func (s *Store) checkWritable() error {
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	if s.opts.ReadOnly {
-		return errReadOnly
-	}
-	return nil
+	return replica.CheckWritable(&s.closed, s.opts.ReadOnly, errReadOnly)
 }
 
 // writeFailure reports a mutation that Redis did not acknowledge. The
@@ -230,7 +220,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 	}
 	var rec *varplane.RevisionRecord
 	if e := s.entry(ev.Scope); e != nil {
-		if r := e.snap.Load().rec; r != nil && r.Revision == ev.Revision {
+		if r := e.Snap.Load().rec; r != nil && r.Revision == ev.Revision {
 			rec = r
 		}
 	}
@@ -263,7 +253,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 		s.refreshAfterCommit(ctx, varplane.EventActivated, ev.Scope)
 		return nil
 	}
-	s.installAndDeliver(varplane.EventActivated, ev.Scope, []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
+	s.installAndDeliver(varplane.EventActivated, []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
 	return nil
 }
 
@@ -324,15 +314,6 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 	return nil
 }
 
-// cascadeTail is the part of a descendant's deactivated event after its
-// generations.
-type cascadeTail struct {
-	Actor      string    `json:"actor,omitempty"`
-	OnBehalfOf string    `json:"onBehalfOf,omitempty"`
-	Reason     string    `json:"reason"`
-	Timestamp  time.Time `json:"timestamp"`
-}
-
 // AppendSubtreeDeactivation deactivates ev.Scope at generation expected+1
 // and every active descendant at its own next generation, in one script that
 // chooses the descendants itself; it fills ev.Cascade (sorted by scope). Its
@@ -344,29 +325,12 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	if err := checkScope(ev.Scope); err != nil {
 		return err
 	}
-	if ev.Kind != varplane.EventDeactivated {
-		return varplane.Errorf(varplane.CodeBadRequest, "a subtree deactivation commits a %q event, not %q", varplane.EventDeactivated, ev.Kind)
-	}
-	if ev.Generation == 0 {
-		ev.Generation = expected + 1
-	}
-	if ev.Generation != expected+1 {
-		return varplane.Errorf(varplane.CodeBadRequest, "deactivation generation %d is not expected generation %d + 1", ev.Generation, expected)
+	evJSON, tail, err := replica.Deactivation(ev, expected, nil)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
-	base := *ev
-	base.Cascade = nil
-	evJSON, err := jsontext.Marshal(&base)
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
-	}
-	evJSON = bytes.TrimSuffix(evJSON, []byte("}"))
-	tail, err := jsontext.Marshal(cascadeTail{Actor: ev.Actor, OnBehalfOf: ev.OnBehalfOf, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
-	}
-	tail = append([]byte{','}, tail[1:len(tail)-1]...)
 	if err := s.prepare(ctx, ev); err != nil {
 		return err
 	}
@@ -389,7 +353,7 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		return nil
 	}
 	ev.Cascade = cascade
-	s.installAndDeliver(varplane.EventDeactivated, ev.Scope, reqs)
+	s.installAndDeliver(varplane.EventDeactivated, reqs)
 	return nil
 }
 

@@ -1,0 +1,43 @@
+package procstat
+
+import (
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+	"time"
+)
+
+func TestCPUAndTree(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc is Linux's")
+	}
+	self := os.Getpid()
+	if p := Parent(self); p != os.Getppid() {
+		t.Fatalf("Parent = %d, want %d", p, os.Getppid())
+	}
+	c0 := CPU(self)
+	for end := time.Now().Add(150 * time.Millisecond); time.Now().Before(end); {
+	}
+	c1 := CPU(self)
+	if c1 <= c0 {
+		t.Fatalf("CPU did not grow while spinning: %v then %v", c0, c1)
+	}
+	// A child that has run and exited counts in its parent's tree once
+	// reaped; a live child counts as it runs.
+	tree0 := TreeCPU(self)
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+	if err := cmd.Run(); err != nil {
+		t.Skipf("no shell to run a child: %v", err)
+	}
+	if tree1 := TreeCPU(self); tree1 <= tree0 || tree1 < CPU(self) {
+		t.Fatalf("TreeCPU after a child ran: %v, before %v, own %v", tree1, tree0, CPU(self))
+	}
+}
+
+func TestUnreadable(t *testing.T) {
+	const none = 1 << 30 // beyond any pid_max
+	if CPU(none) != 0 || Parent(none) != 0 || TreeCPU(none) != -1 {
+		t.Fatalf("an absent process: CPU %v Parent %v TreeCPU %v", CPU(none), Parent(none), TreeCPU(none))
+	}
+}
