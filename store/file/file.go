@@ -51,8 +51,9 @@ import (
 )
 
 var (
-	_ varplane.Store    = (*Store)(nil)
-	_ varplane.Replayer = (*Store)(nil)
+	_ varplane.Store            = (*Store)(nil)
+	_ varplane.Replayer         = (*Store)(nil)
+	_ varplane.CheckedPublisher = (*Store)(nil)
 )
 
 // ErrLocked is returned by Open when another Store, in this process or
@@ -603,8 +604,8 @@ func encodeLine(ev *varplane.Event, mark string) []byte {
 // prepared events and the lines the committer may write: the marked first
 // line and the activation without the key when the revision is new, the
 // activation with the key when it is found.
-func (s *Store) preparePublish(r *request, created, activated *varplane.Event) error {
-	c, a, err := logstate.PreparePublish(created, activated, r.expected)
+func (s *Store) preparePublish(r *request, created, activated *varplane.Event, doc varplane.CheckedDocument) error {
+	c, a, err := logstate.PreparePublishChecked(created, activated, r.expected, doc)
 	if err != nil {
 		s.rejected.Add(1)
 		return err
@@ -693,11 +694,17 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 // revision is already stored, then the activation line. Errors and
 // durability as Append.
 func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation) (bool, error) {
+	return s.AppendPublishChecked(ctx, created, activated, expected, varplane.CheckedDocument{})
+}
+
+// AppendPublishChecked is AppendPublish that does not scan created's
+// document again when doc vouches for it (varplane.CheckedPublisher).
+func (s *Store) AppendPublishChecked(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation, doc varplane.CheckedDocument) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	r := &request{expected: expected}
-	if err := s.preparePublish(r, created, activated); err != nil {
+	if err := s.preparePublish(r, created, activated, doc); err != nil {
 		return false, err
 	}
 	err := s.send(ctx, r)
