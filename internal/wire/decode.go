@@ -98,6 +98,11 @@ func CheckContentType(r *http.Request, types ...string) error {
 	if ct == "" {
 		return nil
 	}
+	for _, t := range types {
+		if strings.EqualFold(ct, t) { // the common case, without parsing
+			return nil
+		}
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err == nil {
 		for _, t := range types {
