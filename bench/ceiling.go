@@ -48,16 +48,24 @@ func ceilingMain(args []string) int {
 // startCeiling runs the ceiling as a child process of this binary serving
 // body with etag; it returns its address.
 func startCeiling(ctx context.Context, cfg *config, body []byte, etag, ctype string) (*proc, string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, "", fmt.Errorf("ceiling: %w", err)
-	}
 	bodyFile := filepath.Join(cfg.tmp, "ceiling-body")
 	if err := os.WriteFile(bodyFile, body, 0o644); err != nil {
 		return nil, "", fmt.Errorf("ceiling: %w", err)
 	}
+	return startChild(ctx, cfg, "ceiling", bodyFile, etag, ctype)
+}
+
+// startChild runs this binary as the child process "bench NAME ADDR
+// ARGS…" on a free loopback port, its log in the run's temporary
+// directory, and waits until it accepts connections; it returns its
+// address.
+func startChild(ctx context.Context, cfg *config, name string, args ...string) (*proc, string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", name, err)
+	}
 	addr := fmt.Sprintf("127.0.0.1:%d", mustFreePort())
-	p, err := startProc("ceiling", filepath.Join(cfg.tmp, "ceiling.log"), self, "ceiling", addr, bodyFile, etag, ctype)
+	p, err := startProc(name, filepath.Join(cfg.tmp, name+".log"), self, append([]string{name, addr}, args...)...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -141,18 +149,5 @@ func serveChild(addr string, h http.Handler) int {
 // binary, its log in the run's temporary directory (the disk of the other
 // commit sides); it returns its address.
 func startDurableCeiling(ctx context.Context, cfg *config) (*proc, string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, "", fmt.Errorf("durable ceiling: %w", err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", mustFreePort())
-	p, err := startProc("durable-ceiling", filepath.Join(cfg.tmp, "durable-ceiling.log"), self, "durable-ceiling", addr, filepath.Join(cfg.tmp, "durable-ceiling.jsonl"))
-	if err != nil {
-		return nil, "", err
-	}
-	if err := waitTCP(ctx, p, addr, 10*time.Second); err != nil {
-		p.stop()
-		return nil, "", err
-	}
-	return p, addr, nil
+	return startChild(ctx, cfg, "durable-ceiling", filepath.Join(cfg.tmp, "durable-ceiling.jsonl"))
 }
