@@ -156,9 +156,13 @@ func DecodeStrictBody(body []byte, dst any, lim varplane.Limits) (varplane.Check
 // bytes of the body itself (json.RawMessage gets a copy), as
 // varplane.CheckedBody.Document needs them to vouch for a document. It
 // shares the body's memory, so it lives as long as the body is not reused.
+// Decode it only from a []byte (DecodeStrict, json/v2's Unmarshal, which
+// reads its input in place): a decoder reading an io.Reader hands out
+// values in its own buffer, which it reuses.
 type Value []byte
 
-// UnmarshalJSONFrom keeps the value as the decoder read it.
+// UnmarshalJSONFrom keeps the value as the decoder read it, in the input
+// itself (see Value).
 func (v *Value) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	raw, err := dec.ReadValue()
 	if err != nil {
