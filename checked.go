@@ -70,12 +70,19 @@ func (l Limits) CheckBody(b []byte, extraDepth int) (CheckedBody, error) {
 	if int64(len(b)) > l.MaxBodyBytes {
 		return CheckedBody{}, Errorf(CodePayloadTooLarge, "the body is larger than %d bytes", l.MaxBodyBytes)
 	}
-	s := scanner{b: b, lim: l, maxDepth: l.MaxDepth + extraDepth, numbers: numberShape{integersOnly: true}, record: true}
+	// The scanner and its records in one allocation (the scanner's stack
+	// points into itself, so it lives on the heap).
+	sc := &struct {
+		s     scanner
+		spans bodySpans
+	}{s: scanner{b: b, lim: l, maxDepth: l.MaxDepth + extraDepth, numbers: numberShape{integersOnly: true}}}
+	s := &sc.s
+	s.spans = &sc.spans
 	s.kinds, s.counts = s.kindsBuf[:0], s.countsBuf[:0]
 	if err := s.run(); err != nil {
 		return CheckedBody{}, err
 	}
-	return CheckedBody{b: b, lim: l, extra: extraDepth, spans: s.spans}, nil
+	return CheckedBody{b: b, lim: l, extra: extraDepth, spans: sc.spans}, nil
 }
 
 // Document returns doc as a CheckedDocument when doc is the value of a

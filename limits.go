@@ -173,11 +173,11 @@ type scanner struct {
 	last    int
 	numbers numberShape
 
-	// record asks for the members of a top-level object in spans
-	// (CheckBody); spaces counts the runs of white space seen, so that a
-	// span knows whether it holds any.
-	record bool
-	spans  bodySpans
+	// spans, when set, records the members of a top-level object
+	// (CheckBody; a pointer, so that the other scans do not carry the
+	// records); spaces counts the runs of white space seen, so that a span
+	// knows whether it holds any.
+	spans  *bodySpans
 	spaces int
 }
 
@@ -221,7 +221,7 @@ func (s *scanner) run() error {
 		if s.i >= len(s.b) {
 			return s.syntax("unexpected end")
 		}
-		if s.record && len(s.kinds) == 1 && s.kinds[0] == '{' {
+		if s.spans != nil && len(s.kinds) == 1 && s.kinds[0] == '{' {
 			s.spans.begin(s)
 		}
 		switch c := s.b[s.i]; {
@@ -267,7 +267,7 @@ func (s *scanner) run() error {
 		}
 		// A value is complete: close containers or move to the next member.
 		for {
-			if s.record && s.spans.open && len(s.kinds) == 1 {
+			if s.spans != nil && s.spans.open && len(s.kinds) == 1 {
 				s.spans.end(s)
 			}
 			s.space()
