@@ -174,7 +174,7 @@ type CreateRevisionResult struct {
 // records the issue codes and paths, and the error is revision-invalid with
 // the issues. Creating a revision does not activate it.
 func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) (CreateRevisionResult, error) {
-	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
+	doc, rev, err := e.admit(ctx, req.Scope, req.Document, CheckedDocument{}, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
 	if err != nil {
 		return CreateRevisionResult{}, err
 	}
@@ -218,11 +218,11 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 // compacted document and its revision (the digest of its canonical form).
 // An invalid document is recorded as a rejected event of scope, by codes and
 // paths only, and answered revision-invalid with the issues.
-func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessage, schemaID, schemaVersion string, by author, owner string) (json.RawMessage, Revision, error) {
+func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessage, checked CheckedDocument, schemaID, schemaVersion string, by author, owner string) (json.RawMessage, Revision, error) {
 	if err := e.writable(scope, owner); err != nil {
 		return nil, "", err
 	}
-	doc, shortNumbers, err := e.compactDocument(document)
+	doc, shortNumbers, err := e.compactChecked(document, checked)
 	if err != nil {
 		return nil, "", err
 	}
@@ -294,7 +294,8 @@ func (e *Engine) Validate(ctx context.Context, req ValidateRequest) (ValidateRes
 }
 
 // check returns the issues of doc and, when it has none, its canonical
-// form (computed once: canonicalisation is the costliest step of a create);
+// form (computed once: canonicalisation is the costliest step of a create;
+// doc itself when it is canonical already, so the result is only read);
 // an error only for an internal failure. shortNumbers says that
 // compactDocument saw only integer literals of at most
 // canonical.ShortIntegerDigits digits, for which the number check has
@@ -316,7 +317,7 @@ func (e *Engine) check(scope Scope, hasScope bool, doc json.RawMessage, shortNum
 		// UnsafeNumbers has just checked the numbers, so the canonicaliser
 		// is called without doing it again.
 		var err error
-		if canon, err = canonical.TransformChecked(doc); err != nil {
+		if canon, err = canonical.TransformCheckedShared(doc); err != nil {
 			issues = append(issues, Issue{Code: IssueSyntax, Path: "", Message: "document cannot be canonicalised (duplicate object key or invalid string)"})
 		}
 	}
@@ -847,6 +848,18 @@ func hashIf(key, hash string) string {
 // that a caller changing doc afterwards cannot change what a store keeps.
 // It also reports whether every number is an integer literal short enough
 // to need no number-precision check.
+// compactChecked is compactDocument for a document that a CheckedDocument
+// may already vouch for: one checked against limits no looser than the
+// engine's is returned as it is, neither scanned nor copied (the caller
+// keeps it unmodified until the commit returns; the store copies what it
+// keeps).
+func (e *Engine) compactChecked(doc json.RawMessage, checked CheckedDocument) (json.RawMessage, bool, error) {
+	if checked.Holds(doc) && checked.within(e.limits) {
+		return doc, checked.short, nil
+	}
+	return e.compactDocument(doc)
+}
+
 func (e *Engine) compactDocument(doc json.RawMessage) (json.RawMessage, bool, error) {
 	if len(bytes.TrimSpace(doc)) == 0 {
 		return nil, false, Errorf(CodeBadRequest, "document is required")

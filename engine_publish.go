@@ -20,6 +20,13 @@ type PublishRequest struct {
 	Owner              string
 	Reason             string
 	IdempotencyKey     string
+	// Checked, optional, is Document as a CheckedBody vouched for it
+	// (CheckedBody.Document): when it holds Document itself and was
+	// checked against limits no looser than the engine's, the engine
+	// neither scans nor copies the document again (it must then not be
+	// modified until Publish returns), and a store that implements
+	// CheckedPublisher does not scan it either. Otherwise it is ignored.
+	Checked CheckedDocument
 }
 
 // PublishResult answers Publish: the activation, as Activate answers it,
@@ -56,11 +63,14 @@ func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult
 			return PublishResult{}, ConflictError(req.Scope, req.ExpectedGeneration, st.Generation)
 		}
 	}
-	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
+	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.Checked, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
 	if err != nil {
 		return PublishResult{}, err
 	}
-	hash := requestHash("publish", req.Scope, string(rev), req.SchemaID, req.SchemaVersion, fmt.Sprint(req.ExpectedGeneration))
+	var hash string // only a request with a key is recorded with its hash
+	if req.IdempotencyKey != "" {
+		hash = requestHash("publish", req.Scope, string(rev), req.SchemaID, req.SchemaVersion, fmt.Sprint(req.ExpectedGeneration))
+	}
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return publishResult(rec), err
 	}
@@ -78,7 +88,12 @@ func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult
 		Reason:        req.Reason,
 		Timestamp:     act.Timestamp,
 	}
-	isNew, err := e.store.AppendPublish(ctx, created, act, req.ExpectedGeneration)
+	var isNew bool
+	if cp, ok := e.store.(CheckedPublisher); ok && req.Checked.Holds(doc) {
+		isNew, err = cp.AppendPublishChecked(ctx, created, act, req.ExpectedGeneration, req.Checked)
+	} else {
+		isNew, err = e.store.AppendPublish(ctx, created, act, req.ExpectedGeneration)
+	}
 	switch {
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
 		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/store/memory"
 )
 
 func publishReq(scope, doc string, expected varplane.Generation) varplane.PublishRequest {
@@ -192,5 +193,87 @@ func TestConcurrentPublishesOneWinner(t *testing.T) {
 	}
 	if hist, _ := e.History(ctx, "race.k"); len(hist) != 2 {
 		t.Errorf("history has %d events, want the winner's two (no loser's revision)", len(hist))
+	}
+}
+
+// checkedSpy is a memory store that takes checked publishes, recording
+// whether the engine handed it a CheckedDocument that holds the document.
+type checkedSpy struct {
+	*memory.Store
+	checked, plain int
+}
+
+func (s *checkedSpy) AppendPublishChecked(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation, doc varplane.CheckedDocument) (bool, error) {
+	if doc.Holds(created.Document) {
+		s.checked++
+	} else {
+		s.plain++
+	}
+	return s.AppendPublish(ctx, created, activated, expected)
+}
+
+// checkedPublish returns a publish of the compact document doc inside a
+// body that CheckBody vouched for under lim.
+func checkedPublish(t *testing.T, lim varplane.Limits, scope, doc string) varplane.PublishRequest {
+	t.Helper()
+	body := []byte(`{"scope":"` + scope + `","document":` + doc + `}`)
+	cb, err := lim.CheckBody(body, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := body[len(body)-1-len(doc) : len(body)-1]
+	req := publishReq(scope, "", 0)
+	req.Document, req.Checked = d, cb.Document(d)
+	if !req.Checked.Holds(d) {
+		t.Fatalf("CheckBody does not vouch for %s", doc)
+	}
+	return req
+}
+
+// TestPublishCheckedDocument checks that a document a CheckedBody vouched
+// for is published as an unchecked one would be and reaches a
+// CheckedPublisher as checked, and that the engine does not take the word
+// of a CheckedDocument that holds other bytes or was checked under looser
+// limits than its own.
+func TestPublishCheckedDocument(t *testing.T) {
+	ctx := context.Background()
+	lim := varplane.Limits{MaxDepth: 2}
+	spy := &checkedSpy{Store: memory.New()}
+	t.Cleanup(func() { _ = spy.Close() })
+	e := varplane.NewEngine(spy, varplane.Options{Limits: lim})
+
+	res, err := e.Publish(ctx, checkedPublish(t, lim, "svc.a", `{"b":[1,2],"a":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := newEngine(t).Publish(ctx, publishReq("svc.a", `{"b":[1,2],"a":"x"}`, 0))
+	if err != nil || res.Revision != plain.Revision || !res.Created || res.Generation != 1 {
+		t.Fatalf("checked publish = %+v, unchecked = %+v, %v", res, plain, err)
+	}
+	if head, err := e.Head(ctx, "svc.a"); err != nil || string(head.Document) != `{"b":[1,2],"a":"x"}` {
+		t.Fatalf("head = %+v, %v", head, err)
+	}
+	if spy.checked != 1 || spy.plain != 0 {
+		t.Fatalf("store saw %d checked and %d plain publishes, want 1 and 0", spy.checked, spy.plain)
+	}
+
+	// A CheckedDocument that holds other bytes vouches for nothing: the
+	// engine checks the document it is given, and refuses it.
+	other := checkedPublish(t, lim, "svc.b", `{"ok":true}`)
+	other.Document = json.RawMessage(`{"ok":tru}`)
+	if _, err := e.Publish(ctx, other); varplane.ErrorCode(err) != varplane.CodeBadRequest {
+		t.Fatalf("publish of invalid JSON with another document's check = %v, want bad-request", err)
+	}
+	// Checked under looser limits than the engine's: checked again, and
+	// refused at the engine's depth limit.
+	deep := checkedPublish(t, varplane.Limits{MaxDepth: 8}, "svc.c", `{"a":{"b":{"c":1}}}`)
+	if _, err := e.Publish(ctx, deep); varplane.ErrorCode(err) != varplane.CodeLimitExceeded {
+		t.Fatalf("publish past the engine's depth, checked under a looser limit = %v, want limit-exceeded", err)
+	}
+	if spy.checked != 1 || spy.plain != 0 {
+		t.Fatalf("store saw %d checked and %d plain publishes after the refusals, want 1 and 0", spy.checked, spy.plain)
+	}
+	if st, _ := e.Store().State(ctx, "svc.b"); st != nil && st.Generation != 0 {
+		t.Fatalf("a refused publish left %+v", st)
 	}
 }

@@ -172,6 +172,13 @@ type scanner struct {
 	out     []byte
 	last    int
 	numbers numberShape
+
+	// spans, when set, records the members of a top-level object
+	// (CheckBody; a pointer, so that the other scans do not carry the
+	// records); spaces counts the runs of white space seen, so that a span
+	// knows whether it holds any.
+	spans  *bodySpans
+	spaces int
 }
 
 func (s *scanner) syntax(what string) error {
@@ -188,8 +195,11 @@ func (s *scanner) space() {
 		}
 		break
 	}
-	if s.compact && s.i > start {
-		s.cut(start)
+	if s.i > start {
+		s.spaces++
+		if s.compact {
+			s.cut(start)
+		}
 	}
 }
 
@@ -210,6 +220,9 @@ func (s *scanner) run() error {
 		// Expect a value.
 		if s.i >= len(s.b) {
 			return s.syntax("unexpected end")
+		}
+		if s.spans != nil && len(s.kinds) == 1 && s.kinds[0] == '{' {
+			s.spans.begin(s)
 		}
 		switch c := s.b[s.i]; {
 		case c == '{' || c == '[':
@@ -254,6 +267,9 @@ func (s *scanner) run() error {
 		}
 		// A value is complete: close containers or move to the next member.
 		for {
+			if s.spans != nil && s.spans.open && len(s.kinds) == 1 {
+				s.spans.end(s)
+			}
 			s.space()
 			if len(s.kinds) == 0 {
 				if s.i != len(s.b) {

@@ -112,6 +112,18 @@ type Store interface {
 	Close() error
 }
 
+// CheckedPublisher is a Store whose publish can take a CheckedDocument's
+// word for the document: AppendPublishChecked is AppendPublish, with its
+// checks, durability and errors, except that when doc holds
+// created.Document itself (CheckedDocument.Holds) and was checked no deeper
+// than MaxDepthCeiling, the store does not scan the document again (it
+// still copies it before keeping it). Any other doc is ignored and the
+// document checked as AppendPublish checks it. The Engine uses it when its
+// store has it; AppendPublish keeps every check for every other caller.
+type CheckedPublisher interface {
+	AppendPublishChecked(ctx context.Context, created, activated *Event, expected Generation, doc CheckedDocument) (bool, error)
+}
+
 // MaxLeaseName bounds a lease name and a holder token in bytes.
 const MaxLeaseName = 256
 

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -40,6 +42,88 @@ func ceilingMain(args []string) int {
 		hd["Content-Length"] = []string{clen}
 		w.Write(body)
 	})
+	return serveChild(addr, h)
+}
+
+// startCeiling runs the ceiling as a child process of this binary serving
+// body with etag; it returns its address.
+func startCeiling(ctx context.Context, cfg *config, body []byte, etag, ctype string) (*proc, string, error) {
+	bodyFile := filepath.Join(cfg.tmp, "ceiling-body")
+	if err := os.WriteFile(bodyFile, body, 0o644); err != nil {
+		return nil, "", fmt.Errorf("ceiling: %w", err)
+	}
+	return startChild(ctx, cfg, "ceiling", bodyFile, etag, ctype)
+}
+
+// startChild runs this binary as the child process "bench NAME ADDR
+// ARGS…" on a free loopback port, its log in the run's temporary
+// directory, and waits until it accepts connections; it returns its
+// address.
+func startChild(ctx context.Context, cfg *config, name string, args ...string) (*proc, string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", name, err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", mustFreePort())
+	p, err := startProc(name, filepath.Join(cfg.tmp, name+".log"), self, append([]string{name, addr}, args...)...)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := waitTCP(ctx, p, addr, 10*time.Second); err != nil {
+		p.stop()
+		return nil, "", err
+	}
+	return p, addr, nil
+}
+
+// durableCeilingMain is the child process "bench durable-ceiling ADDR
+// LOGFILE": a plain net/http handler that appends each POST body to LOGFILE
+// and fdatasyncs it before it answers a fixed 180-byte JSON object, one
+// request at a time. It is the floor of a durable commit over HTTP on this
+// machine (a request, one write, one fdatasync, an answer, in a Go server
+// of its own process) with none of varplane's work: what raw-fdatasync
+// lacks to be reachable by any server a client talks to.
+func durableCeilingMain(args []string) int {
+	if len(args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: bench durable-ceiling ADDR LOGFILE")
+		return 2
+	}
+	f, err := os.OpenFile(args[1], os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer f.Close()
+	answer := []byte(`{"scope":"bench.ceiling","generation":1,"revision":"sha256:0000000000000000000000000000000000000000000000000000000000000000","effectiveAt":"2026-01-01T00:00:00.000000001Z","created":true}` + "\n")
+	var (
+		mu  sync.Mutex
+		off int64
+	)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		_, err = f.WriteAt(body, off)
+		if err == nil {
+			err = syscall.Fdatasync(int(f.Fd()))
+			off += int64(len(body))
+		}
+		mu.Unlock()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header()["Content-Type"] = []string{"application/json"}
+		w.Write(answer)
+	})
+	return serveChild(args[0], h)
+}
+
+// serveChild serves h on addr until SIGTERM or an interrupt.
+func serveChild(addr string, h http.Handler) int {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -61,25 +145,9 @@ func ceilingMain(args []string) int {
 	return 0
 }
 
-// startCeiling runs the ceiling as a child process of this binary serving
-// body with etag; it returns its address.
-func startCeiling(ctx context.Context, cfg *config, body []byte, etag, ctype string) (*proc, string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, "", fmt.Errorf("ceiling: %w", err)
-	}
-	bodyFile := filepath.Join(cfg.tmp, "ceiling-body")
-	if err := os.WriteFile(bodyFile, body, 0o644); err != nil {
-		return nil, "", fmt.Errorf("ceiling: %w", err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", mustFreePort())
-	p, err := startProc("ceiling", filepath.Join(cfg.tmp, "ceiling.log"), self, "ceiling", addr, bodyFile, etag, ctype)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := waitTCP(ctx, p, addr, 10*time.Second); err != nil {
-		p.stop()
-		return nil, "", err
-	}
-	return p, addr, nil
+// startDurableCeiling runs the durable ceiling as a child process of this
+// binary, its log in the run's temporary directory (the disk of the other
+// commit sides); it returns its address.
+func startDurableCeiling(ctx context.Context, cfg *config) (*proc, string, error) {
+	return startChild(ctx, cfg, "durable-ceiling", filepath.Join(cfg.tmp, "durable-ceiling.jsonl"))
 }

@@ -75,6 +75,9 @@ func run() int {
 	if len(os.Args) > 1 && os.Args[1] == "ceiling" {
 		return ceilingMain(os.Args[2:])
 	}
+	if len(os.Args) > 1 && os.Args[1] == "durable-ceiling" {
+		return durableCeilingMain(os.Args[2:])
+	}
 	if len(os.Args) > 1 && os.Args[1] == "embedded" {
 		return embeddedMain(os.Args[2:])
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -20,6 +21,10 @@ type rawConn struct {
 	addr string
 	c    net.Conn
 	br   *bufio.Reader
+	// keep asks roundTrip to keep the answer's body in body (reused from
+	// one request to the next) instead of discarding it.
+	keep bool
+	body []byte
 }
 
 func dialRaw(addr string) (*rawConn, error) {
@@ -77,6 +82,7 @@ func (r *rawConn) roundTrip(req []byte) (int, int, error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: status %q", errBadResponse, line)
 	}
+	r.body = r.body[:0]
 	clen, chunked, closeConn := -1, false, false
 	for {
 		h, err := r.br.ReadSlice('\n')
@@ -131,7 +137,7 @@ func (r *rawConn) roundTrip(req []byte) (int, int, error) {
 				}
 				break
 			}
-			if _, err := r.br.Discard(int(sz)); err != nil {
+			if err := r.take(int(sz)); err != nil {
 				return 0, 0, err
 			}
 			if _, err := r.br.Discard(2); err != nil {
@@ -140,7 +146,7 @@ func (r *rawConn) roundTrip(req []byte) (int, int, error) {
 			n += int(sz)
 		}
 	case clen >= 0:
-		if _, err := r.br.Discard(clen); err != nil {
+		if err := r.take(clen); err != nil {
 			return 0, 0, err
 		}
 		n = clen
@@ -150,6 +156,9 @@ func (r *rawConn) roundTrip(req []byte) (int, int, error) {
 			return 0, 0, err
 		}
 		n = len(b)
+		if r.keep {
+			r.body = append(r.body, b...)
+		}
 		closeConn = true
 	}
 	if closeConn {
@@ -158,6 +167,40 @@ func (r *rawConn) roundTrip(req []byte) (int, int, error) {
 		}
 	}
 	return status, n, nil
+}
+
+// take consumes n bytes of the body: appended to r.body when r.keep,
+// discarded otherwise.
+func (r *rawConn) take(n int) error {
+	if !r.keep {
+		_, err := r.br.Discard(n)
+		return err
+	}
+	start := len(r.body)
+	r.body = slices.Grow(r.body, n)[:start+n]
+	_, err := io.ReadFull(r.br, r.body[start:])
+	return err
+}
+
+// post sends a POST of a JSON body to path on the connection's host and
+// returns the status and the answer's body, which stays valid until the
+// next request on r. The request is built in buf (returned for reuse), so
+// a writer's loop allocates nothing per request here. Like get, it redials
+// and sends again once on a broken connection (a commit sent twice with
+// its expected generation answers a conflict the second time, which its
+// caller reports as an error).
+func (r *rawConn) post(buf []byte, path string, body []byte) (int, []byte, []byte, error) {
+	buf = append(buf[:0], "POST "...)
+	buf = append(buf, path...)
+	buf = append(buf, " HTTP/1.1\r\nHost: "...)
+	buf = append(buf, r.addr...)
+	buf = append(buf, "\r\nUser-Agent: varplane-bench\r\nContent-Type: application/json\r\nContent-Length: "...)
+	buf = strconv.AppendInt(buf, int64(len(body)), 10)
+	buf = append(buf, "\r\n\r\n"...)
+	buf = append(buf, body...)
+	r.keep = true
+	st, _, err := r.get(buf)
+	return st, r.body, buf, err
 }
 
 func asciiEqualFold(b []byte, s string) bool {

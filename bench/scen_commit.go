@@ -50,17 +50,28 @@ func scenarioCommit(ctx context.Context, cfg *config, e *env, rep *Report) {
 			defer closeClients(ecli)
 		}
 	}
+	dc, dcAddr, dcErr := startDurableCeiling(ctx, cfg)
+	if dcErr == nil {
+		defer dc.stop()
+	}
 	for _, writers := range []int{1, 64} {
+		peers := []string{"etcd-cas", "raw-fdatasync"}
+		if writers == 1 {
+			peers = append(peers, "http-fdatasync")
+		}
 		g := newGroup(fmt.Sprintf("commit.%d", writers), "commit",
 			fmt.Sprintf("durable commit, %d concurrent writer(s) on distinct scopes/keys, 1 KiB documents", writers),
-			"commits/s", "etcd-cas", "raw-fdatasync")
+			"commits/s", peers...)
 		rep.Groups = append(rep.Groups, g)
 		g.Notes = append(g.Notes,
-			"varplane-publish: one commit = POST admin/publish with expectedGeneration, a new document stored and activated in one request, one write and one fdatasync (the real server, file store, fsync before the answer); one keep-alive connection per writer",
+			"varplane-publish: one commit = POST admin/publish with expectedGeneration, a new document stored and activated in one request, one write and one fdatasync (the real server, file store, fsync before the answer); one keep-alive connection per writer, through the harness's minimal HTTP/1.1 client (as the reads)",
 			"varplane-create+activate: one commit = POST admin/revisions + POST admin/activate with expectedGeneration, on the same server: two requests, two fsync-bound rounds",
 			"events_per_fsync: log events made durable per fdatasync during the side's run (the server's varplane_store_fsynced_events_total / varplane_store_fsyncs_total); a publish of a new document is two events",
 			"etcd-cas: one commit = Txn(If ModRevision(key) == last seen, Then Put 1 KiB); one clientv3 client per writer",
 			"raw-fdatasync: one loop appending 1 KiB + fdatasync to a file in the same temp directory: the disk's rate for one durable append at a time (a store that batches fsyncs across writers can exceed it)")
+		if writers == 1 {
+			g.Notes = append(g.Notes, "http-fdatasync (one writer only): the publish request, on the same client, to a plain net/http handler in its own process that appends the body and fdatasyncs it before a fixed answer: the floor of a durable commit over HTTP on this machine, none of varplane's work in it")
+		}
 		var sides []side
 		if vpErr != nil {
 			g.skip("varplane-publish", vpErr.Error())
@@ -76,6 +87,13 @@ func scenarioCommit(ctx context.Context, cfg *config, e *env, rep *Report) {
 			sides = append(sides, etcdCommitSide(cfg, "etcd-cas", et, ecli, writers, fmt.Sprintf("/bench/c%d", writers)))
 		}
 		sides = append(sides, rawFsyncSide(cfg, "raw-fdatasync"))
+		if writers == 1 {
+			if dcErr != nil {
+				g.skip("http-fdatasync", dcErr.Error())
+			} else {
+				sides = append(sides, durableCeilingSide(cfg, "http-fdatasync", dc, dcAddr))
+			}
+		}
 		runRounds(ctx, cfg, g, cfg.rounds, sides)
 	}
 }
@@ -192,6 +210,29 @@ func etcdCommitSide(cfg *config, name string, et *etcdInst, ecli []*clientv3.Cli
 			return closedLoop(ctx, writers, cfg.warm, cfg.commitDur, func(w int) (bool, error) {
 				counter[w]++
 				return loops[w].attempt(ctx, string(makeDoc(cfg.docSize, loops[w].key, counter[w])))
+			})
+		}), nil
+	}}
+}
+
+// durableCeilingSide posts the publish body of one writer to the durable
+// ceiling (durableCeilingMain) on the harness's minimal client.
+func durableCeilingSide(cfg *config, name string, dc *proc, addr string) side {
+	a := newAdmin("http://" + addr + "/vars")
+	n := 0
+	return side{name: name, run: func(ctx context.Context) (Stats, error) {
+		return withCPU(dc.pid(), func() Stats {
+			return closedLoop(ctx, 1, cfg.warm, cfg.commitDur, func(int) (bool, error) {
+				n++
+				doc := makeDoc(cfg.docSize, "bench.ceiling", n)
+				body := make([]byte, 0, len(doc)+80)
+				body = append(body, `{"scope":"bench.ceiling","expectedGeneration":`...)
+				body = strconv.AppendInt(body, int64(n-1), 10)
+				body = append(append(append(body, `,"document":`...), doc...), '}')
+				if err := a.post(ctx, "/admin/publish", body, nil); err != nil {
+					return false, err
+				}
+				return true, nil
 			})
 		}), nil
 	}}

@@ -56,6 +56,16 @@ func TransformChecked(data []byte) ([]byte, error) {
 	return out, nil
 }
 
+// TransformCheckedShared is TransformChecked that returns data itself, not
+// a copy, when data is already in canonical form: for a caller that only
+// reads the result (to hash it) and does not modify data meanwhile.
+func TransformCheckedShared(data []byte) ([]byte, error) {
+	if simpleCanonical(data) {
+		return data, nil
+	}
+	return TransformChecked(data)
+}
+
 // Digest returns "sha256:" + 64 lowercase hex digits of the SHA-256 of the
 // canonical form of data.
 func Digest(data []byte) (string, error) {
@@ -69,7 +79,10 @@ func Digest(data []byte) (string, error) {
 // DigestCanonical returns the digest of bytes that are already canonical.
 func DigestCanonical(c []byte) string {
 	sum := sha256.Sum256(c)
-	return DigestPrefix + hex.EncodeToString(sum[:])
+	var b [len(DigestPrefix) + 2*sha256.Size]byte
+	copy(b[:], DigestPrefix)
+	hex.Encode(b[len(DigestPrefix):], sum[:])
+	return string(b[:])
 }
 
 // UnsafeNumber describes the first number in a document that canonical JSON

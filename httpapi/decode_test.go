@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net/http/httptest"
@@ -200,4 +201,31 @@ func FuzzParseReadScope(f *testing.F) {
 			t.Fatalf("accepted invalid scope %q from %q", scope, q)
 		}
 	})
+}
+
+// TestDecodePublishHandsTheDocumentOnChecked checks that DecodePublish
+// passes the document on as the body's own bytes, vouched for by the body's
+// check when it is compact (so the engine does not scan it again), and not
+// when it holds white space (the engine then compacts it).
+func TestDecodePublishHandsTheDocumentOnChecked(t *testing.T) {
+	for _, tt := range []struct {
+		body    string
+		checked bool
+	}{
+		{`{"scope":"a.b","expectedGeneration":0,"document":{"x":[1,2],"y":"z"}}`, true},
+		{`{ "scope" : "a.b", "document" : {"x":1}, "expectedGeneration" : 3 }`, true},
+		{`{"scope":"a.b","expectedGeneration":0,"document":{"x": 1}}`, false},
+	} {
+		body := []byte(tt.body)
+		req, err := httpapi.DecodePublish(body, varplane.DefaultLimits())
+		if err != nil {
+			t.Fatalf("%s: %v", tt.body, err)
+		}
+		if got := req.Checked.Holds(req.Document); got != tt.checked {
+			t.Errorf("%s: document checked %v, want %v", tt.body, got, tt.checked)
+		}
+		if !bytes.Contains(body, req.Document) || len(req.Document) == 0 {
+			t.Errorf("%s: document %q is not the body's", tt.body, req.Document)
+		}
+	}
 }

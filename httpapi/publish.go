@@ -14,7 +14,7 @@ import (
 // publishBody is the body of POST {base}/admin/publish.
 type publishBody struct {
 	Scope              *string         `json:"scope"`
-	Document           json.RawMessage `json:"document"`
+	Document           wire.Value      `json:"document"`
 	ExpectedGeneration json.RawMessage `json:"expectedGeneration"`
 	SchemaID           *string         `json:"schemaId"`
 	SchemaVersion      *string         `json:"schemaVersion"`
@@ -25,17 +25,20 @@ type publishBody struct {
 
 // DecodePublish decodes and checks a POST {base}/admin/publish body: scope,
 // document and expectedGeneration are required. Errors as
-// DecodeCreateRevision.
+// DecodeCreateRevision. The document is a part of body, not a copy, and
+// goes on as checked (PublishRequest.Checked) when the body's check found
+// it compact: body must not be modified afterwards.
 func DecodePublish(body []byte, lim varplane.Limits) (varplane.PublishRequest, error) {
 	var b publishBody
-	if err := wire.DecodeStrict(body, &b, lim); err != nil {
+	cb, err := wire.DecodeStrictBody(body, &b, lim)
+	if err != nil {
 		return varplane.PublishRequest{}, err
 	}
 	scope, err := wire.RequiredScope("scope", b.Scope)
 	if err != nil {
 		return varplane.PublishRequest{}, err
 	}
-	if err := requireDocument(b.Document); err != nil {
+	if err := requireDocument(json.RawMessage(b.Document)); err != nil {
 		return varplane.PublishRequest{}, err
 	}
 	gen, err := wire.RequiredGeneration("expectedGeneration", b.ExpectedGeneration)
@@ -43,7 +46,7 @@ func DecodePublish(body []byte, lim varplane.Limits) (varplane.PublishRequest, e
 		return varplane.PublishRequest{}, err
 	}
 	return varplane.PublishRequest{
-		Scope: scope, Document: b.Document, ExpectedGeneration: gen,
+		Scope: scope, Document: json.RawMessage(b.Document), Checked: cb.Document(b.Document), ExpectedGeneration: gen,
 		SchemaID: wire.Optional(b.SchemaID), SchemaVersion: wire.Optional(b.SchemaVersion),
 		OnBehalfOf: wire.Optional(b.Actor), Reason: wire.Optional(b.Reason), IdempotencyKey: wire.Optional(b.IdempotencyKey),
 	}, nil

@@ -20,42 +20,61 @@ import (
 
 // BenchmarkDurablePublish drives POST admin/publish, one request per
 // commit, through the real handler over loopback HTTP on the file store
-// (fdatasync before every answer), with 1 and 64 writers on distinct
-// scopes: the server side of bench/'s commit scenario for publish, in one
-// process so that it can be profiled. It reports the process's CPU per
-// commit, commits/s and the store's events per fsync.
+// (fdatasync before every answer), with 1 and 64 writers: the server side
+// of bench/'s commit scenario for publish, in one process so that it can be
+// profiled. Each commit publishes on a new scope; with ",own-scope" each
+// writer publishes on a scope of its own with the generation it last saw,
+// as the harness's writers do (no scope is created after the first
+// commit). It reports the process's CPU per commit, commits/s and the
+// store's events per fsync.
 func BenchmarkDurablePublish(b *testing.B) {
-	for _, par := range []int{1, 64} {
-		b.Run(fmt.Sprintf("writers=%d", par), func(b *testing.B) {
-			srv, s := durableServer(b)
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
-			pad := strings.Repeat("x", 960)
-			var next atomic.Int64
-			b.SetParallelism(par)
-			b.ResetTimer()
-			cpu0 := processCPU(b)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					n := next.Add(1)
-					body := fmt.Sprintf(`{"scope":"bench.publish.s%d","expectedGeneration":0,"document":{"enabled":true,"n":%d,"note":"%s"}}`, n, n, pad)
-					resp, err := client.Post(srv.URL+"/vars/admin/publish", "application/json", strings.NewReader(body))
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					raw, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						b.Errorf("publish: %d %s", resp.StatusCode, raw)
-						return
-					}
-				}
-			})
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N)/1e3, "cpu-µs/op")
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
-			b.ReportMetric(s.Stats().EventsPerFsync(), "events/fsync")
-		})
+	for _, own := range []bool{false, true} {
+		for _, par := range []int{1, 64} {
+			name := fmt.Sprintf("writers=%d", par)
+			if own {
+				name += ",own-scope"
+			}
+			b.Run(name, func(b *testing.B) { benchmarkDurablePublish(b, par, own) })
+		}
 	}
+}
+
+func benchmarkDurablePublish(b *testing.B, par int, own bool) {
+	srv, s := durableServer(b)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
+	pad := strings.Repeat("x", 960)
+	var next, writers atomic.Int64
+	b.SetParallelism(par)
+	b.ResetTimer()
+	cpu0 := processCPU(b)
+	b.RunParallel(func(pb *testing.PB) {
+		w, gen := writers.Add(1), int64(0)
+		for pb.Next() {
+			n := next.Add(1)
+			scope := fmt.Sprintf("bench.publish.s%d", n)
+			if own {
+				scope = fmt.Sprintf("bench.publish.w%d", w)
+			} else {
+				gen = 0
+			}
+			body := fmt.Sprintf(`{"scope":"%s","expectedGeneration":%d,"document":{"enabled":true,"n":%d,"note":"%s"}}`, scope, gen, n, pad)
+			resp, err := client.Post(srv.URL+"/vars/admin/publish", "application/json", strings.NewReader(body))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Errorf("publish: %d %s", resp.StatusCode, raw)
+				return
+			}
+			gen++
+		}
+	})
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N)/1e3, "cpu-µs/op")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+	b.ReportMetric(s.Stats().EventsPerFsync(), "events/fsync")
 }
 
 // processCPU returns the CPU time the process has used, user and system, in

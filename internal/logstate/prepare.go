@@ -9,7 +9,11 @@ import "github.com/varplane/varplane"
 // returned event there too; AppendPrepared then folds it with the state's
 // checks only. ev is not modified.
 func Prepare(ev *varplane.Event, expected varplane.Generation) (*varplane.Event, error) {
-	e, err := normalize(ev, expected)
+	return prepare(ev, expected, varplane.CheckedDocument{})
+}
+
+func prepare(ev *varplane.Event, expected varplane.Generation, doc varplane.CheckedDocument) (*varplane.Event, error) {
+	e, err := normalizeChecked(ev, expected, doc)
 	if err != nil {
 		return nil, err
 	}
@@ -33,6 +37,13 @@ func (tx *Tx) AppendPrepared(e *varplane.Event, expected varplane.Generation) er
 // PreparePublish is Prepare for the two events of a publish: it returns
 // them normalised, with the checks of AppendPublish that read no state.
 func PreparePublish(created, activated *varplane.Event, expected varplane.Generation) (*varplane.Event, *varplane.Event, error) {
+	return PreparePublishChecked(created, activated, expected, varplane.CheckedDocument{})
+}
+
+// PreparePublishChecked is PreparePublish that takes doc's word for
+// created.Document (see varplane.CheckedPublisher): the document is copied
+// without a second scan when doc holds it; any other doc is ignored.
+func PreparePublishChecked(created, activated *varplane.Event, expected varplane.Generation, doc varplane.CheckedDocument) (*varplane.Event, *varplane.Event, error) {
 	if created.Kind != varplane.EventRevisionCreated || activated.Kind != varplane.EventActivated {
 		return nil, nil, badRequest("a publish commits a revision-created and an activated event, not %s and %s", created.Kind, activated.Kind)
 	}
@@ -42,7 +53,7 @@ func PreparePublish(created, activated *varplane.Event, expected varplane.Genera
 	if created.IdempotencyKey != "" || created.RequestHash != "" {
 		return nil, nil, badRequest("a publish carries its idempotency key on the activation, not on the revision")
 	}
-	c, err := Prepare(created, 0)
+	c, err := prepare(created, 0, doc)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -614,9 +614,18 @@ var documentLimits = varplane.Limits{
 // without monotonic reading (what the log round-trips), a compacted document
 // the caller cannot mutate, and generation fields filled in from expected.
 func normalize(ev *varplane.Event, expected varplane.Generation) (varplane.Event, error) {
+	return normalizeChecked(ev, expected, varplane.CheckedDocument{})
+}
+
+// normalizeChecked is normalize that takes checked's word for ev.Document
+// when checked holds it and was checked within the stores' depth ceiling:
+// the document is then copied but not scanned again.
+func normalizeChecked(ev *varplane.Event, expected varplane.Generation, checked varplane.CheckedDocument) (varplane.Event, error) {
 	e := *ev
 	e.Timestamp = ev.Timestamp.Round(0).UTC()
-	if len(ev.Document) > 0 {
+	if len(ev.Document) > 0 && checked.Holds(ev.Document) && checked.MaxDepth() <= documentLimits.MaxDepth {
+		e.Document = bytes.Clone(ev.Document)
+	} else if len(ev.Document) > 0 {
 		// The store checks the document itself rather than trust that the
 		// engine did: the Store contract has other callers, and a line the
 		// reader could not parse back would lose the log's tail on the next

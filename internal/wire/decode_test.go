@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -184,4 +185,43 @@ func truncate(b []byte) []byte {
 		return b[:200]
 	}
 	return b
+}
+
+// TestReadBodyDeclaredLength reads a body of a declared length whole, and
+// refuses one that ends before its Content-Length (the client gave up).
+func TestReadBodyDeclaredLength(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := ReadBody(w, r, 1<<10)
+		if err != nil {
+			WriteError(w, r, nil, err)
+			return
+		}
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	for _, tt := range []struct {
+		declared int
+		sent     string
+		want     string
+	}{
+		{5, "hello", "HTTP/1.1 200"},
+		{1, "x", "HTTP/1.1 200"},
+		{10, "hello", "HTTP/1.1 400"},
+	} {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", tt.declared, tt.sent)
+		_ = c.(*net.TCPConn).CloseWrite()
+		resp, _ := io.ReadAll(c)
+		c.Close()
+		if !bytes.HasPrefix(resp, []byte(tt.want)) {
+			t.Fatalf("Content-Length %d, body %q: got %q, want %s", tt.declared, tt.sent, truncate(resp), tt.want)
+		}
+		if tt.want == "HTTP/1.1 200" && !bytes.HasSuffix(resp, []byte("\r\n\r\n"+tt.sent)) {
+			t.Fatalf("Content-Length %d: answered %q, want the body back", tt.declared, truncate(resp))
+		}
+	}
 }

@@ -22,11 +22,20 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // the headers of WriteJSON.
 func WriteRaw(w http.ResponseWriter, status int, b []byte) {
 	hdr := w.Header()
-	hdr.Set("Content-Type", "application/json")
+	hdr["Content-Type"] = jsonType
 	if hdr.Get("Cache-Control") == "" {
-		hdr.Set("Cache-Control", "no-store")
+		hdr["Cache-Control"] = noStore
 	}
-	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr["X-Content-Type-Options"] = noSniff
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
+
+// The values WriteRaw sets, shared by every answer instead of allocated
+// per answer (Header.Set makes a slice each time). Their capacity is their
+// length, so a later Header.Add copies instead of writing into them.
+var (
+	jsonType = []string{"application/json"}[:1:1]
+	noStore  = []string{"no-store"}[:1:1]
+	noSniff  = []string{"nosniff"}[:1:1]
+)

@@ -15,11 +15,15 @@
 // Concurrency contract: every method is safe for concurrent use. Reads never
 // wait for a commit; State takes no lock and does not allocate for a scope
 // that exists. Commits are checked against the state, written and published
-// in order by one committer goroutine that the Store owns and Close stops;
-// the checks that need no state, and the encoding of the log lines, run on
-// the committing caller's goroutine before it queues the commit. Watch callbacks
-// run on that goroutine, after the snapshot is installed and before the
-// commits are acknowledged, so they must not block nor commit to the store.
+// in order by one committer at a time: the committer goroutine that the
+// Store owns and Close stops, which batches what is queued, or the
+// committing caller itself when nothing is queued and no batch is in flight
+// (a lone writer then skips two goroutine hand-offs). The checks that need
+// no state, and the encoding of the log lines, run on the committing
+// caller's goroutine before it commits or queues. Watch callbacks run on
+// whichever goroutine commits, after the snapshot is installed and before
+// the commits are acknowledged, so they must not block nor commit to the
+// store.
 // One log has one writer: Open takes an exclusive lock (flock on
 // "<path>.lock"), and a second Open of the same log, in this process or
 // another, fails with ErrLocked.
@@ -54,8 +58,9 @@ import (
 )
 
 var (
-	_ varplane.Store    = (*Store)(nil)
-	_ varplane.Replayer = (*Store)(nil)
+	_ varplane.Store            = (*Store)(nil)
+	_ varplane.Replayer         = (*Store)(nil)
+	_ varplane.CheckedPublisher = (*Store)(nil)
 )
 
 // ErrLocked is returned by Open when another Store, in this process or
@@ -88,7 +93,7 @@ type Store struct {
 
 	f     *os.File
 	lock  *os.File
-	off   int64 // committer-owned: end of the last durable line
+	off   int64 // under commitMu once Open returns: end of the last durable line
 	syncf func() error
 
 	mu     sync.RWMutex // guards closing reqs against concurrent sends
@@ -98,13 +103,22 @@ type Store struct {
 	reqs chan *request
 	done chan struct{}
 
+	// commitMu is held by whoever commits a batch or runs a maintenance
+	// step: the committer goroutine, or a caller that finds the committer
+	// idle and nothing queued and so commits its own request without the
+	// two goroutine hand-offs (send). It guards tx, buf and what the
+	// committer owns (off, base, f, syncf).
+	commitMu sync.Mutex
+	tx       *logstate.Tx
+	buf      []byte
+
 	watchers logstate.Watchers
 
 	commits, batches, rejected atomic.Uint64
 
 	// Retention (checkpoint.go, compact.go, reclaim.go): base is where
 	// the log's events start after its checkpoint (0 without one;
-	// committer-owned once Open returns); cold holds the checkpoint's
+	// under commitMu once Open returns); cold holds the checkpoint's
 	// history, coldEvents how many events it counts.
 	base       int64
 	cold       *cold
@@ -237,6 +251,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 	if s.cold != nil {
 		go s.loadCold()
 	}
+	s.tx = s.st.Begin()
 	go s.committer()
 	return s, nil
 }
@@ -453,19 +468,20 @@ func (s *Store) cutTail(off int64, lineNo, n int, why string) error {
 }
 
 // committer checks against the state, writes, syncs and publishes batches
-// of requests in arrival order until reqs is closed.
+// of requests in arrival order until reqs is closed, holding commitMu for
+// each batch and each maintenance step.
 func (s *Store) committer() {
 	defer close(s.done)
-	tx := s.st.Begin()
-	var buf []byte
 	batch := make([]*request, 0, maxBatch)
 	for {
 		r, ok := <-s.reqs
 		if !ok {
 			return
 		}
+		s.commitMu.Lock()
 		if r.run != nil {
 			s.runStep(r)
+			s.commitMu.Unlock()
 			continue
 		}
 		batch = append(batch[:0], r)
@@ -486,7 +502,7 @@ func (s *Store) committer() {
 				break drain
 			}
 		}
-		buf = s.commitBatch(tx, batch, buf[:0])
+		s.buf = s.commitBatch(s.tx, batch, s.buf[:0])
 		for i, r := range batch {
 			close(r.done)
 			batch[i] = nil
@@ -494,6 +510,7 @@ func (s *Store) committer() {
 		if step != nil {
 			s.runStep(step)
 		}
+		s.commitMu.Unlock()
 	}
 }
 
@@ -608,8 +625,8 @@ func encodeLine(ev *varplane.Event, mark string) []byte {
 // prepared events and the lines the committer may write: the marked first
 // line and the activation without the key when the revision is new, the
 // activation with the key when it is found.
-func (s *Store) preparePublish(r *request, created, activated *varplane.Event) error {
-	c, a, err := logstate.PreparePublish(created, activated, r.expected)
+func (s *Store) preparePublish(r *request, created, activated *varplane.Event, doc varplane.CheckedDocument) error {
+	c, a, err := logstate.PreparePublishChecked(created, activated, r.expected, doc)
 	if err != nil {
 		s.rejected.Add(1)
 		return err
@@ -643,6 +660,22 @@ func (s *Store) send(ctx context.Context, r *request) error {
 	if p := s.failed.Load(); p != nil {
 		s.mu.RUnlock()
 		return varplane.Unavailable(*p)
+	}
+	// Nothing queued and no batch in flight: commit here, as the batch of
+	// one the committer would make of it at once, without waking it and
+	// being woken back (two goroutine hand-offs, tens of microseconds of a
+	// lone writer's latency on a small machine). Under load the lock is
+	// held or the queue is not empty, and requests queue for the
+	// committer's batches as before.
+	if r.run == nil && len(s.reqs) == 0 && s.commitMu.TryLock() {
+		if len(s.reqs) == 0 {
+			one := [1]*request{r}
+			s.buf = s.commitBatch(s.tx, one[:], s.buf[:0])
+			s.commitMu.Unlock()
+			s.mu.RUnlock()
+			return r.err
+		}
+		s.commitMu.Unlock()
 	}
 	s.reqs <- r
 	s.mu.RUnlock()
@@ -698,19 +731,26 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 // revision is already stored, then the activation line. Errors and
 // durability as Append.
 func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation) (bool, error) {
+	return s.AppendPublishChecked(ctx, created, activated, expected, varplane.CheckedDocument{})
+}
+
+// AppendPublishChecked is AppendPublish that does not scan created's
+// document again when doc vouches for it (varplane.CheckedPublisher).
+func (s *Store) AppendPublishChecked(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation, doc varplane.CheckedDocument) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	r := &request{expected: expected}
-	if err := s.preparePublish(r, created, activated); err != nil {
+	if err := s.preparePublish(r, created, activated, doc); err != nil {
 		return false, err
 	}
 	err := s.send(ctx, r)
 	return r.created && err == nil, err
 }
 
-// Watch registers fn for every commit that changes a head, called on the
-// committer goroutine after the snapshot is installed, in commit order.
+// Watch registers fn for every commit that changes a head, called by the
+// committer of the batch (the store's goroutine, or the committing caller's
+// when it commits alone) after the snapshot is installed, in commit order.
 func (s *Store) Watch(fn func(varplane.Commit)) (cancel func()) {
 	return s.watchers.Add(fn)
 }

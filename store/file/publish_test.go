@@ -3,6 +3,7 @@ package file_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -158,5 +159,63 @@ func BenchmarkPublish(b *testing.B) {
 				b.ReportMetric(float64(st.Commits-before.Commits)/float64(fsyncs), "events/fsync")
 			}
 		})
+	}
+}
+
+// TestAppendPublishChecked checks the store's side of a checked publish: a
+// CheckedDocument that holds the document spares its scan but not its copy
+// (changing the caller's bytes afterwards changes nothing stored, before and
+// after a reopen), and one that holds other bytes is ignored, so an invalid
+// document is refused as AppendPublish refuses it and nothing is written.
+func TestAppendPublishChecked(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "log.jsonl")
+	s := mustOpen(t, path, file.Options{NoSync: true})
+	doc := `{"a":[1,2],"b":"x"}`
+	body := []byte(`{"document":` + doc + `}`)
+	cb, err := varplane.DefaultLimits().CheckBody(body, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := body[12 : 12+len(doc)]
+	checked := cb.Document(d)
+	if !checked.Holds(d) {
+		t.Fatal("CheckBody does not vouch for the document")
+	}
+	c := storetest.CreatedEvent("pub.checked", json.RawMessage(d))
+	if created, err := s.AppendPublishChecked(ctx, c, storetest.ActivatedEvent("pub.checked", c.Revision, 0), 0, checked); err != nil || !created {
+		t.Fatalf("checked publish: created %v, %v", created, err)
+	}
+	copy(d, `{"a":[9,9],"b":"y"}`) // the caller's buffer is reused
+	stored := func(s *file.Store) string {
+		st, err := s.State(ctx, "pub.checked")
+		if err != nil || st.Head == nil {
+			t.Fatalf("state = %+v, %v", st, err)
+		}
+		return string(st.Head.Document)
+	}
+	if got := stored(s); got != doc {
+		t.Fatalf("stored document %s, want %s (a copy)", got, doc)
+	}
+
+	bad := storetest.CreatedEvent("pub.bad", json.RawMessage(`{"a":1`))
+	if _, err := s.AppendPublishChecked(ctx, bad, storetest.ActivatedEvent("pub.bad", bad.Revision, 0), 0, checked); varplane.ErrorCode(err) != varplane.CodeBadRequest {
+		t.Fatalf("invalid document with another document's check = %v, want bad-request", err)
+	}
+	if _, err := s.AppendPublishChecked(ctx, bad, storetest.ActivatedEvent("pub.bad", bad.Revision, 0), 0, varplane.CheckedDocument{}); varplane.ErrorCode(err) != varplane.CodeBadRequest {
+		t.Fatalf("invalid document with no check = %v, want bad-request", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, path, file.Options{NoSync: true})
+	defer s.Close()
+	if got := stored(s); got != doc {
+		t.Fatalf("after reopen: stored document %s, want %s", got, doc)
+	}
+	if _, err := s.State(ctx, "pub.bad"); err == nil {
+		if st, _ := s.State(ctx, "pub.bad"); st.Generation != 0 || st.Head != nil {
+			t.Fatalf("a refused publish left %+v", st)
+		}
 	}
 }
