@@ -150,6 +150,35 @@ func (tx *Tx) Apply(ev *varplane.Event) error {
 	return nil
 }
 
+// lazyCheck stands in for a document that ApplyLazy leaves on disk while
+// the event is checked (the log decoder has delimited the real one).
+var lazyCheck = []byte("0")
+
+// ApplyLazy is Apply for a revision-created event whose document the fold
+// keeps on disk, at body, instead of in memory: ev.Document is ignored. Only
+// in a Bulk load, which must end with CommitBulk. The document is read back
+// when the revision becomes a head that the load ends with, or when a read
+// asks for it.
+func (tx *Tx) ApplyLazy(ev *varplane.Event, body BodyRef) error {
+	if !tx.bulk || ev.Kind != varplane.EventRevisionCreated || body.Src == nil || body.Len <= 0 {
+		return badRequest("lazy document of a %s event for scope %q", ev.Kind, ev.Scope)
+	}
+	e := *ev
+	e.Document = lazyCheck
+	if err := tx.check(&e, 0, modeReplay); err != nil {
+		return err
+	}
+	e.Document = OnDisk // in the history: read back by FillDocuments
+	tx.apply(&e)
+	sl := tx.st.lookup(e.Scope)
+	sl.revs[e.Revision].Document = nil // a lazy record (bodies.go)
+	if sl.refs == nil {
+		sl.refs = make(map[varplane.Revision]BodyRef)
+	}
+	sl.refs[e.Revision] = body
+	return nil
+}
+
 // Apply folds one logged event and publishes it at once; see Tx.Apply.
 // Writer only.
 func (st *State) Apply(ev *varplane.Event) ([]varplane.Commit, error) {
@@ -187,20 +216,11 @@ func (tx *Tx) PlanSubtree(parent varplane.Scope) []varplane.CascadeEntry {
 func (tx *Tx) Commit() []varplane.Commit {
 	st := tx.st
 	if tx.bulk {
-		for _, sl := range tx.dirty {
-			if len(sl.bulk) > 0 {
-				h := make([]varplane.Event, len(sl.hist), len(sl.hist)+len(sl.bulk))
-				copy(h, sl.hist)
-				for _, i := range sl.bulk {
-					h = append(h, tx.arena[i/arenaChunk][i%arenaChunk])
-				}
-				sl.hist, sl.bulk = h, nil
-			}
-			sl.dirty = false
-			publish(sl)
+		if err := tx.CommitBulk(); err != nil {
+			// Only a load with lazy bodies (ApplyLazy) can fail here, and
+			// it must use CommitBulk.
+			panic("logstate: bulk Commit: " + err.Error())
 		}
-		tx.dirty, tx.arena, tx.arenaN = nil, nil, 0
-		tx.n = 0
 		return nil
 	}
 	var fresh []*slot
@@ -214,6 +234,7 @@ func (tx *Tx) Commit() []varplane.Commit {
 			sl.mu.Lock()
 			for _, r := range p.revs {
 				sl.revs[r.Revision] = r
+				delete(sl.refs, r.Revision)
 			}
 			sl.hist = append(sl.hist, p.hist...)
 			sl.mu.Unlock()
@@ -237,6 +258,45 @@ func (tx *Tx) Commit() []varplane.Commit {
 	commits := tx.commits
 	tx.Discard()
 	return commits
+}
+
+// CommitBulk ends a Bulk load: it publishes the snapshots of every scope
+// the load touched, reading from disk the document of each final head that
+// the load kept there (ApplyLazy). An error leaves the fold unusable.
+func (tx *Tx) CommitBulk() error {
+	for _, sl := range tx.dirty {
+		if len(sl.bulk) > 0 {
+			h := make([]varplane.Event, len(sl.hist), len(sl.hist)+len(sl.bulk))
+			copy(h, sl.hist)
+			for _, i := range sl.bulk {
+				h = append(h, tx.arena[i/arenaChunk][i%arenaChunk])
+			}
+			sl.hist, sl.bulk = h, nil
+		}
+		sl.dirty = false
+		if err := headResident(sl); err != nil {
+			return err
+		}
+		publish(sl)
+	}
+	tx.dirty, tx.arena, tx.arenaN = nil, nil, 0
+	tx.n = 0
+	return nil
+}
+
+// headResident makes the document of sl's head (after a bulk load) part of
+// the fold. Writer only.
+func headResident(sl *slot) error {
+	if sl.w.headIdx == 0 || sl.w.head != nil {
+		return nil
+	}
+	ev := &sl.hist[sl.w.headIdx-1]
+	rec := sl.revs[ev.Revision]
+	if rec == nil || rec.Document != nil {
+		return nil
+	}
+	_, err := sl.resident(rec)
+	return err
 }
 
 // Discard drops the transaction's events; the Tx is then empty and reusable.
@@ -264,6 +324,19 @@ func (tx *Tx) view(s varplane.Scope) (wstate, bool) {
 	return wstate{}, false
 }
 
+// revE is rev after loading the scope's revision block, if it has one.
+func (tx *Tx) revE(s varplane.Scope, r varplane.Revision) (*varplane.RevisionRecord, error) {
+	if sl := tx.st.lookup(s); sl != nil {
+		if err := sl.ensure(); err != nil {
+			return nil, err
+		}
+	}
+	return tx.rev(s, r), nil
+}
+
+// rev returns the record r of s as the transaction sees it (possibly
+// without its document: see bodies.go); the scope's block must be loaded
+// (revE).
 func (tx *Tx) rev(s varplane.Scope, r varplane.Revision) *varplane.RevisionRecord {
 	if p := tx.pend[s]; p != nil {
 		for _, rec := range p.revs {
@@ -453,6 +526,10 @@ func (tx *Tx) apply(e *varplane.Event) {
 	}
 	if e.IdempotencyKey != "" {
 		rec := &varplane.IdempotencyRecord{Key: e.IdempotencyKey, RequestHash: e.RequestHash, Event: *e, Generation: t.gen()}
+		// The record needs the event's identity, not its body (a
+		// checkpoint drops it too): holding the document here would keep
+		// a reclaimed body in memory.
+		rec.Event.Document = nil
 		if tx.bulk {
 			tx.st.idem[rec.Key] = rec
 		} else {
@@ -493,7 +570,11 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 	}
 	switch e.Kind {
 	case varplane.EventRevisionCreated:
-		if tx.rev(e.Scope, e.Revision) != nil {
+		rec, err := tx.revE(e.Scope, e.Revision)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
 			return fmt.Errorf("scope %q: revision %s: %w", e.Scope, e.Revision, varplane.ErrRevisionExists)
 		}
 	case varplane.EventActivated, varplane.EventDeactivated:
@@ -508,8 +589,23 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 			return badRequest("%s event for scope %q carries previousGeneration %d, want %d", e.Kind, e.Scope, *e.PreviousGeneration, expected)
 		}
 		if e.Kind == varplane.EventActivated {
-			if mode != modePublish && tx.rev(e.Scope, e.Revision) == nil {
+			if mode == modePublish {
+				break
+			}
+			rec, err := tx.revE(e.Scope, e.Revision)
+			if err != nil {
+				return err
+			}
+			if rec == nil {
 				return tx.st.missing(e.Scope, e.Revision) // not found, or reclaimed (retain.go)
+			}
+			if rec.Document == nil && !tx.bulk {
+				// The head is served from memory: bring its document in
+				// before the activation is applied (a bulk load does it
+				// for the final heads only, at CommitBulk).
+				if _, err := tx.st.lookup(e.Scope).resident(rec); err != nil {
+					return err
+				}
 			}
 			break
 		}

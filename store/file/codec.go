@@ -114,6 +114,10 @@ type decoder struct {
 	// checkpoint's state section, read into one buffer that the documents
 	// then share; checkpoint.go).
 	alias bool
+	// lazy leaves the document out of the event and records where it is
+	// in b (docAt, docLen): replay keeps bodies on disk (bodies.go).
+	lazy          bool
+	docAt, docLen int
 }
 
 func (d *decoder) fail(format string, args ...any) error {
@@ -136,6 +140,15 @@ func decodeEvent(line []byte, ev *varplane.Event, in *interner) error {
 func decodeEventShared(line []byte, ev *varplane.Event, in *interner) error {
 	d := decoder{b: line, in: in, alias: true}
 	return d.event(ev)
+}
+
+// decodeEventLazy is decodeEvent without the document: it returns where the
+// document is in line (docLen 0 when the event has none). The document's
+// grammar is checked all the same.
+func decodeEventLazy(line []byte, ev *varplane.Event, in *interner) (docAt, docLen int, err error) {
+	d := decoder{b: line, in: in, lazy: true}
+	err = d.event(ev)
+	return d.docAt, d.docLen, err
 }
 
 func (d *decoder) event(ev *varplane.Event) error {
@@ -223,7 +236,10 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 	case "document":
 		start := d.p
 		if err = d.skipValue(1); err == nil {
-			if d.alias {
+			if d.lazy {
+				ev.Document = nil
+				d.docAt, d.docLen = start, d.p-start
+			} else if d.alias {
 				ev.Document = d.b[start:d.p:d.p]
 			} else {
 				ev.Document = append([]byte(nil), d.b[start:d.p]...)

@@ -82,8 +82,9 @@ type Store struct {
 	log  *slog.Logger
 	st   *logstate.State
 
-	f     *os.File
-	lock  *os.File
+	f      *os.File
+	bodies *bodyFile // reads the documents the fold keeps on disk (bodies.go)
+	lock   *os.File
 	off   int64 // committer-owned: end of the last durable line
 	syncf func() error
 
@@ -103,6 +104,7 @@ type Store struct {
 	// committer-owned once Open returns); cold holds the checkpoint's
 	// history, coldEvents how many events it counts.
 	base       int64
+	blocksEnd  int64 // Open: where the checkpoint's revision blocks end (its state section)
 	cold       *cold
 	coldEvents int
 	noSync     bool
@@ -210,6 +212,10 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		reqs: make(chan *request, maxBatch),
 		done: make(chan struct{}),
 	}
+	if s.bodies, err = openBodies(path); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	s.Init(s.st)
 	s.InitLeases(&s.Reads, nil)
 	s.noSync = opts.NoSync
@@ -219,6 +225,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		s.syncf = func() error { return nil }
 	}
 	if err := s.openCheckpoint(); err != nil {
+		s.bodies.retire()
 		_ = f.Close()
 		return nil, err
 	}
@@ -226,6 +233,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		if s.cold != nil {
 			_ = s.cold.from.Close()
 		}
+		s.bodies.retire()
 		_ = f.Close()
 		return nil, err
 	}
@@ -257,6 +265,9 @@ const batchLines = 1024
 type decodedBatch struct {
 	evs       []varplane.Event
 	starts    []int64 // byte offset of each line of evs
+	// docAt and docLen locate each event's document in its line (docLen 0:
+	// none); replay leaves documents in the log (bodies.go).
+	docAt, docLen []int32
 	firstLine int     // line number of evs[0]
 	end       int64   // offset just past the last line of evs
 
@@ -283,7 +294,13 @@ func (s *Store) replay(ctx context.Context) error {
 	off := s.base
 	for b := range out {
 		for i := range b.evs {
-			if err := tx.Apply(&b.evs[i]); err != nil {
+			var err error
+			if n := b.docLen[i]; n > 0 {
+				err = tx.ApplyLazy(&b.evs[i], logstate.BodyRef{Src: s.bodies, Off: b.starts[i] + int64(b.docAt[i]), Len: int(n)})
+			} else {
+				err = tx.Apply(&b.evs[i])
+			}
+			if err != nil {
 				stop()
 				return fmt.Errorf("file store: %s line %d (byte offset %d) does not follow from the lines before it: %w", s.path, b.firstLine+i, b.starts[i], err)
 			}
@@ -308,7 +325,9 @@ func (s *Store) replay(ctx context.Context) error {
 		default:
 		}
 	}
-	tx.Commit()
+	if err := tx.CommitBulk(); err != nil {
+		return fmt.Errorf("file store: %s: read the heads' documents: %w", s.path, err)
+	}
 	s.off = off
 	return nil
 }
@@ -336,10 +355,11 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		select {
 		case b := <-free:
 			clear(b.evs)
-			*b = decodedBatch{evs: b.evs[:0], starts: b.starts[:0], firstLine: lineNo + 1, end: off}
+			*b = decodedBatch{evs: b.evs[:0], starts: b.starts[:0], docAt: b.docAt[:0], docLen: b.docLen[:0], firstLine: lineNo + 1, end: off}
 			return b
 		default:
-			return &decodedBatch{evs: make([]varplane.Event, 0, batchLines), starts: make([]int64, 0, batchLines), firstLine: lineNo + 1, end: off}
+			return &decodedBatch{evs: make([]varplane.Event, 0, batchLines), starts: make([]int64, 0, batchLines),
+				docAt: make([]int32, 0, batchLines), docLen: make([]int32, 0, batchLines), firstLine: lineNo + 1, end: off}
 		}
 	}
 	send := func(b *decodedBatch) bool {
@@ -378,7 +398,8 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		}
 		lineNo++
 		b.evs = append(b.evs, varplane.Event{})
-		if derr := decodeEvent(line[:len(line)-1], &b.evs[len(b.evs)-1], in); derr != nil {
+		at, n, derr := decodeEventLazy(line[:len(line)-1], &b.evs[len(b.evs)-1], in)
+		if derr != nil {
 			// A complete line may be an acknowledged event, even the last
 			// one: never cut it (see Open).
 			b.evs = b.evs[:len(b.evs)-1]
@@ -387,6 +408,7 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 			return
 		}
 		b.starts = append(b.starts, off)
+		b.docAt, b.docLen = append(b.docAt, int32(at)), append(b.docLen, int32(n))
 		pub = -1
 		if bytes.HasSuffix(line, publishLine) {
 			pub = off
@@ -422,6 +444,7 @@ func cutPublish(b *decodedBatch, pub, off int64) {
 		return
 	}
 	b.evs = b.evs[:len(b.evs)-1]
+	b.starts, b.docAt, b.docLen = b.starts[:len(b.evs)], b.docAt[:len(b.evs)], b.docLen[:len(b.evs)]
 	b.end = pub
 	b.tornLen += int(off - pub)
 	b.torn = true
@@ -750,6 +773,7 @@ func (s *Store) Close() error {
 	<-s.done
 	s.stopCold()
 	s.Shut()
+	s.bodies.retire()
 	var errs []error
 	if s.failed.Load() == nil {
 		if err := s.f.Sync(); err != nil {
