@@ -110,10 +110,6 @@ type decoder struct {
 	p   int
 	in  *interner
 	tmp []byte
-	// alias makes the document a subslice of b instead of a copy (the
-	// checkpoint's state section, read into one buffer that the documents
-	// then share; checkpoint.go).
-	alias bool
 	// lazy leaves the document out of the event and records where it is
 	// in b (docAt, docLen): replay keeps bodies on disk (bodies.go).
 	lazy          bool
@@ -133,12 +129,6 @@ func DecodeEvent(line []byte, ev *varplane.Event) error {
 
 func decodeEvent(line []byte, ev *varplane.Event, in *interner) error {
 	d := decoder{b: line, in: in}
-	return d.event(ev)
-}
-
-// decodeEventShared is decodeEvent with ev.Document a subslice of line.
-func decodeEventShared(line []byte, ev *varplane.Event, in *interner) error {
-	d := decoder{b: line, in: in, alias: true}
 	return d.event(ev)
 }
 
@@ -239,8 +229,6 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 			if d.lazy {
 				ev.Document = nil
 				d.docAt, d.docLen = start, d.p-start
-			} else if d.alias {
-				ev.Document = d.b[start:d.p:d.p]
 			} else {
 				ev.Document = append([]byte(nil), d.b[start:d.p]...)
 			}

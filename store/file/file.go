@@ -82,9 +82,8 @@ type Store struct {
 	log  *slog.Logger
 	st   *logstate.State
 
-	f      *os.File
-	bodies *bodyFile // reads the documents the fold keeps on disk (bodies.go)
-	lock   *os.File
+	f     *os.File
+	lock  *os.File
 	off   int64 // committer-owned: end of the last durable line
 	syncf func() error
 
@@ -104,7 +103,8 @@ type Store struct {
 	// committer-owned once Open returns); cold holds the checkpoint's
 	// history, coldEvents how many events it counts.
 	base       int64
-	blocksEnd  int64 // Open: where the checkpoint's revision blocks end (its state section)
+	blocksEnd  int64     // Open: where the checkpoint's revision blocks end (its state section)
+	bodies     *bodyFile // reads the documents the fold keeps on disk (bodies.go); committer-owned
 	cold       *cold
 	coldEvents int
 	noSync     bool
@@ -263,13 +263,13 @@ const batchLines = 1024
 // decodedBatch is a run of consecutive decoded log lines. The last batch of
 // a replay may also report how the log ends: a torn tail to cut or an error.
 type decodedBatch struct {
-	evs       []varplane.Event
-	starts    []int64 // byte offset of each line of evs
+	evs    []varplane.Event
+	starts []int64 // byte offset of each line of evs
 	// docAt and docLen locate each event's document in its line (docLen 0:
 	// none); replay leaves documents in the log (bodies.go).
 	docAt, docLen []int32
-	firstLine int     // line number of evs[0]
-	end       int64   // offset just past the last line of evs
+	firstLine     int   // line number of evs[0]
+	end           int64 // offset just past the last line of evs
 
 	torn    bool // a final fragment without newline starts at end
 	tornLen int
