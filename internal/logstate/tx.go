@@ -168,10 +168,8 @@ func (tx *Tx) ApplyLazy(ev *varplane.Event, body BodyRef) error {
 	if err := tx.check(&e, 0, modeReplay); err != nil {
 		return err
 	}
-	e.Document = OnDisk // in the history: read back by FillDocuments
-	tx.apply(&e)
-	sl := tx.st.lookup(e.Scope)
-	sl.revs[e.Revision].Document = nil // a lazy record (bodies.go)
+	e.Document = OnDisk // in the history: read back by FillDocuments; the record gets none
+	sl := tx.apply(&e)
 	if sl.refs == nil {
 		sl.refs = make(map[varplane.Revision]BodyRef)
 	}
@@ -326,7 +324,9 @@ func (tx *Tx) view(s varplane.Scope) (wstate, bool) {
 
 // revE is rev after loading the scope's revision block, if it has one.
 func (tx *Tx) revE(s varplane.Scope, r varplane.Revision) (*varplane.RevisionRecord, error) {
-	if sl := tx.st.lookup(s); sl != nil {
+	if sl := tx.st.lookup(s); sl != nil && (!tx.bulk || sl.block != nil) {
+		// (A bulk load is the only writer and has no readers: it may look
+		// at block without the lock.)
 		if err := sl.ensure(); err != nil {
 			return nil, err
 		}
@@ -455,17 +455,23 @@ func (t target) addRev(rec *varplane.RevisionRecord) {
 	t.sl.revs[rec.Revision] = rec
 }
 
-// apply folds a checked event into the transaction.
-func (tx *Tx) apply(e *varplane.Event) {
+// apply folds a checked event into the transaction; in a Bulk load it
+// returns the scope's slot. A revision-created event whose document is
+// OnDisk creates a record without one (ApplyLazy adds where it is).
+func (tx *Tx) apply(e *varplane.Event) *slot {
 	tx.n++
 	t := tx.target(e.Scope)
 	e.Scope = t.scope() // share one string per scope across its history
 	switch e.Kind {
 	case varplane.EventRevisionCreated:
+		doc := e.Document
+		if IsOnDisk(doc) {
+			doc = nil
+		}
 		rec := &varplane.RevisionRecord{
 			Scope:         e.Scope,
 			Revision:      e.Revision,
-			Document:      e.Document,
+			Document:      doc,
 			SchemaID:      e.SchemaID,
 			SchemaVersion: e.SchemaVersion,
 			Actor:         e.Actor,
@@ -536,6 +542,7 @@ func (tx *Tx) apply(e *varplane.Event) {
 			tx.idem[rec.Key] = rec
 		}
 	}
+	return t.sl
 }
 
 const (

@@ -142,3 +142,14 @@ func (b *fileBlock) decode(buf []byte) ([]*varplane.RevisionRecord, []logstate.B
 
 // errNoBlock is returned for a block range outside the checkpoint.
 var errNoBlock = errors.New("block outside the checkpoint's revision section")
+
+// BodyStats counts the revision documents a Store holds in memory and those
+// it leaves in the log (see Store.Bodies).
+type BodyStats = logstate.BodyStats
+
+// Bodies returns how many revision documents the store holds in memory
+// (heads, and revisions committed since Open or the last compaction) and
+// their bytes, how many loaded revisions it reads from the log on use, and
+// how many scopes still have their revisions in a checkpoint block. It
+// walks every scope: for metrics and tests.
+func (s *Store) Bodies() BodyStats { return s.st.Bodies() }

@@ -222,7 +222,9 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 	case "scope":
 		err = d.strField((*string)(&ev.Scope))
 	case "revision":
-		err = d.strField((*string)(&ev.Revision))
+		// Not interned: a digest names one revision, and the fold shares
+		// the created record's string with every event naming it.
+		err = d.strPlain((*string)(&ev.Revision))
 	case "document":
 		start := d.p
 		if err = d.skipValue(1); err == nil {
