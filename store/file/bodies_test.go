@@ -136,6 +136,31 @@ func TestBodiesStayOnDisk(t *testing.T) {
 		t.Fatalf("after a rollback in one scope: %+v, want %d unloaded, %d on disk", b, scopes-1, revs-2)
 	}
 	checkBodies(t, s, docs)
+
+	// Publishing an old revision's document again finds the revision in
+	// the scope's block (not loaded until then) and activates it. The
+	// tail's rollback loaded b.s0's block on replay.
+	_ = s.Close()
+	s = mustOpen(t, path, file.Options{})
+	defer s.Close()
+	if b := s.Bodies(); b.Unloaded != scopes-1 {
+		t.Fatalf("after a restart from the checkpoint and its tail: %+v, want %d unloaded", b, scopes-1)
+	}
+	var old1 varplane.Revision
+	for r, d := range docs["b.s1"] {
+		if bytes.Contains(d, []byte(`"rev":1,`)) {
+			old1 = r
+		}
+	}
+	c := storetest.CreatedEvent("b.s1", docs["b.s1"][old1])
+	created, err := s.AppendPublish(ctx, c, storetest.ActivatedEvent("b.s1", old1, revs), revs)
+	if err != nil || created {
+		t.Fatalf("AppendPublish of a stored revision: created %v, %v; want found", created, err)
+	}
+	st, _ = s.State(ctx, "b.s1")
+	if st.Head == nil || st.Head.Revision != old1 || !bytes.Equal(st.Head.Document, docs["b.s1"][old1]) {
+		t.Fatalf("head after publishing a stored revision = %+v", st.Head)
+	}
 }
 
 // TestReclaimFreesMemory: a reclamation pass drops the reclaimed bodies
