@@ -53,10 +53,10 @@ func (r BodyRef) read() ([]byte, error) { return r.Src.ReadBody(r.Off, r.Len) }
 // RevisionBlock is a scope's revisions left on disk by a checkpoint, loaded
 // the first time anything needs the scope's revision index (a read of an old
 // revision, a commit that creates or activates a revision, a reclamation or
-// a compaction). Load returns the records without their documents and where
-// each document is.
+// a compaction). Load returns the records without their documents, where
+// each document is, and the revisions of the scope retention reclaimed.
 type RevisionBlock interface {
-	Load() ([]*varplane.RevisionRecord, []BodyRef, error)
+	Load() ([]*varplane.RevisionRecord, []BodyRef, []varplane.Revision, error)
 }
 
 // unavailable wraps a failure to read a body or a block for the caller.
@@ -85,9 +85,15 @@ func (sl *slot) ensureLocked() error {
 	if b == nil {
 		return nil
 	}
-	recs, refs, err := b.Load()
+	recs, refs, gone, err := b.Load()
 	if err != nil {
 		return unavailable(sl.scope, err)
+	}
+	for _, r := range gone {
+		if sl.gone == nil {
+			sl.gone = make(map[varplane.Revision]bool, len(gone))
+		}
+		sl.gone[r] = true
 	}
 	for i, r := range recs {
 		if _, ok := sl.revs[r.Revision]; ok {
@@ -104,6 +110,43 @@ func (sl *slot) ensureLocked() error {
 	return nil
 }
 
+// lookupLoaded looks rev up in sl's revision index, loading the block
+// first. The lookup and the check that no block is pending are made under
+// one read lock: a compaction may re-point the scope at a new block (taking
+// the records out of the index) between a load and a lookup made apart.
+func (sl *slot) lookupLoaded(rev varplane.Revision) (rec *varplane.RevisionRecord, ref BodyRef, ok, lazy bool, err error) {
+	for {
+		sl.mu.RLock()
+		if sl.block == nil {
+			rec, ok = sl.revs[rev]
+			ref, lazy = sl.refs[rev]
+			sl.mu.RUnlock()
+			return rec, ref, ok, lazy, nil
+		}
+		sl.mu.RUnlock()
+		if err := sl.ensure(); err != nil {
+			return nil, BodyRef{}, false, false, err
+		}
+	}
+}
+
+// goneLoaded reports whether retention reclaimed rev of sl, loading the
+// block (which lists them) first; as lookupLoaded.
+func (sl *slot) goneLoaded(rev varplane.Revision) (bool, error) {
+	for {
+		sl.mu.RLock()
+		if sl.block == nil {
+			gone := sl.gone[rev]
+			sl.mu.RUnlock()
+			return gone, nil
+		}
+		sl.mu.RUnlock()
+		if err := sl.ensure(); err != nil {
+			return false, err
+		}
+	}
+}
+
 // maxStale bounds how often a read re-resolves a body whose source was
 // retired under it (one compaction retires one source; more in a row means
 // something else is wrong).
@@ -114,13 +157,12 @@ const maxStale = 8
 // the record without it). ok is false when sl does not hold rev.
 func (sl *slot) revision(rev varplane.Revision) (rec *varplane.RevisionRecord, ok bool, err error) {
 	for range maxStale {
-		if err := sl.ensure(); err != nil {
+		var ref BodyRef
+		var lazy bool
+		rec, ref, ok, lazy, err = sl.lookupLoaded(rev)
+		if err != nil {
 			return nil, false, err
 		}
-		sl.mu.RLock()
-		rec, ok = sl.revs[rev]
-		ref, lazy := sl.refs[rev]
-		sl.mu.RUnlock()
 		if !ok || !lazy {
 			return rec, ok, nil
 		}
@@ -165,13 +207,8 @@ func (st *State) HasRevision(s varplane.Scope, rev varplane.Revision) (bool, err
 	if sl == nil {
 		return false, nil
 	}
-	if err := sl.ensure(); err != nil {
-		return false, err
-	}
-	sl.mu.RLock()
-	_, ok := sl.revs[rev]
-	sl.mu.RUnlock()
-	return ok, nil
+	_, _, ok, _, err := sl.lookupLoaded(rev)
+	return ok, err
 }
 
 // FillDocuments returns hist (events of scope s) with the document of every

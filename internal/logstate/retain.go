@@ -228,9 +228,10 @@ func (st *State) RevisionOrGone(s varplane.Scope, rev varplane.Revision) (*varpl
 // missing is the error for a revision of s the fold does not hold.
 func (st *State) missing(s varplane.Scope, rev varplane.Revision) error {
 	if sl := st.lookup(s); sl != nil {
-		sl.mu.RLock()
-		gone := sl.gone[rev]
-		sl.mu.RUnlock()
+		gone, err := sl.goneLoaded(rev) // the block lists what was reclaimed
+		if err != nil {
+			return err
+		}
 		if gone {
 			return &varplane.Error{Code: varplane.CodeRevisionReclaimed,
 				Message: "revision " + string(rev) + " of scope " + quote(s) + " was reclaimed by retention"}

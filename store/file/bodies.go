@@ -2,6 +2,7 @@ package file
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -95,38 +96,59 @@ type fileBlock struct {
 
 // Load reads and checks the block and returns its records without their
 // documents, each with where its document is.
-func (b *fileBlock) Load() ([]*varplane.RevisionRecord, []logstate.BodyRef, error) {
+func (b *fileBlock) Load() ([]*varplane.RevisionRecord, []logstate.BodyRef, []varplane.Revision, error) {
 	buf, err := b.src.ReadBody(b.At, int(b.End-b.At))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	return b.decode(buf)
 }
+
+// goneLine lists, in a block, revisions of the scope retention reclaimed
+// (kept there rather than in the scope line, so that Open does not decode
+// them: they matter only to tell a reclaimed revision from one never
+// created).
+type goneLine struct {
+	Reclaimed []varplane.Revision `json:"reclaimed"`
+}
+
+var goneLinePrefix = []byte(`{"reclaimed":`)
 
 func (b *fileBlock) damaged(off int64, format string, args ...any) error {
 	return fmt.Errorf("file store: %s: the checkpoint's revisions of scope %q at byte offset %d are damaged: %s", b.src.path, b.scope, off, fmt.Sprintf(format, args...))
 }
 
-func (b *fileBlock) decode(buf []byte) ([]*varplane.RevisionRecord, []logstate.BodyRef, error) {
+func (b *fileBlock) decode(buf []byte) ([]*varplane.RevisionRecord, []logstate.BodyRef, []varplane.Revision, error) {
 	if got := crc32.Checksum(buf, blockCRC); got != b.CRC {
-		return nil, nil, b.damaged(b.At, "checksum %08x, want %08x", got, b.CRC)
+		return nil, nil, nil, b.damaged(b.At, "checksum %08x, want %08x", got, b.CRC)
 	}
 	recs := make([]*varplane.RevisionRecord, 0, b.N)
 	refs := make([]logstate.BodyRef, 0, b.N)
+	var gone []varplane.Revision
 	in := &interner{m: make(map[string]string)}
 	off := b.At
 	for len(buf) > 0 {
 		i := bytes.IndexByte(buf, '\n')
 		if i < 0 {
-			return nil, nil, b.damaged(off, "no trailing newline")
+			return nil, nil, nil, b.damaged(off, "no trailing newline")
+		}
+		if bytes.HasPrefix(buf, goneLinePrefix) {
+			var l goneLine
+			if err := json.Unmarshal(buf[:i], &l); err != nil {
+				return nil, nil, nil, b.damaged(off, "%v", err)
+			}
+			gone = append(gone, l.Reclaimed...)
+			buf = buf[i+1:]
+			off += int64(i + 1)
+			continue
 		}
 		var ev varplane.Event
 		at, n, err := decodeEventLazy(buf[:i], &ev, in)
 		if err != nil {
-			return nil, nil, b.damaged(off, "%v", err)
+			return nil, nil, nil, b.damaged(off, "%v", err)
 		}
 		if ev.Kind != varplane.EventRevisionCreated || n == 0 || ev.Scope != b.scope {
-			return nil, nil, b.damaged(off, "want a revision of the scope with its document")
+			return nil, nil, nil, b.damaged(off, "want a revision of the scope with its document")
 		}
 		recs = append(recs, &varplane.RevisionRecord{Scope: ev.Scope, Revision: ev.Revision,
 			SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp})
@@ -135,9 +157,9 @@ func (b *fileBlock) decode(buf []byte) ([]*varplane.RevisionRecord, []logstate.B
 		off += int64(i + 1)
 	}
 	if len(recs) != b.N {
-		return nil, nil, b.damaged(b.At, "%d revisions, the scope line counts %d", len(recs), b.N)
+		return nil, nil, nil, b.damaged(b.At, "%d revisions, the scope line counts %d", len(recs), b.N)
 	}
-	return recs, refs, nil
+	return recs, refs, gone, nil
 }
 
 // errNoBlock is returned for a block range outside the checkpoint.

@@ -298,7 +298,7 @@ func (s *Store) decodeStatePart(b []byte, at int64) (out statePart) {
 			img := logstate.ScopeImage{Scope: ss.Scope, Generation: ss.Generation, Head: ss.Head, Rejected: ss.Rejected, Revisions: revs, Reclaimed: ss.Reclaimed}
 			out.nrevs += len(revs)
 			if bl := ss.Block; bl != nil {
-				if bl.At < headerLen || bl.End < bl.At || bl.End > s.blocksEnd || bl.N <= 0 || bl.End-bl.At > math.MaxInt32 {
+				if bl.At < headerLen || bl.End < bl.At || bl.End > s.blocksEnd || bl.N < 0 || bl.End-bl.At > math.MaxInt32 {
 					return damaged("scope "+strconv.Quote(string(ss.Scope)), errNoBlock)
 				}
 				img.Block = &fileBlock{src: s.bodies, scope: ss.Scope, blockLine: *bl}

@@ -325,7 +325,21 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 			revLine(rec, doc)
 			n++
 		}
-		if n > 0 {
+		// What retention reclaimed in the scope, before or now: in the
+		// block, which Open does not read.
+		var gl goneLine
+		gl.Reclaimed = slices.Clone(img.Reclaimed)
+		for _, rec := range img.Revisions {
+			if gone[i][rec.Revision] {
+				gl.Reclaimed = append(gl.Reclaimed, rec.Revision)
+			}
+		}
+		if len(gl.Reclaimed) > 0 {
+			slices.Sort(gl.Reclaimed)
+			gl.Reclaimed = slices.Compact(gl.Reclaimed)
+			putJSON(put, gl)
+		}
+		if off > at {
 			blocks[i] = &blockLine{At: at, End: off, N: n, CRC: crc}
 		}
 	}
@@ -336,11 +350,9 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 		img := &scopes[i]
 		head := headOf(img)
 		var sl scopeLine
-		sl.ScopeState.Reclaimed = slices.Clone(img.Reclaimed)
 		for k, rec := range img.Revisions {
 			switch {
 			case gone[i][rec.Revision]:
-				sl.ScopeState.Reclaimed = append(sl.ScopeState.Reclaimed, rec.Revision)
 			case rec.Revision == head:
 				doc, berr := body(img, k)
 				if berr != nil {
@@ -353,8 +365,6 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 		sl.ScopeState.Scope, sl.ScopeState.Generation = img.Scope, img.Generation
 		sl.ScopeState.Head, sl.ScopeState.Rejected = img.Head, img.Rejected
 		sl.ScopeState.Block = blocks[i]
-		slices.Sort(sl.ScopeState.Reclaimed)
-		sl.ScopeState.Reclaimed = slices.Compact(sl.ScopeState.Reclaimed)
 		putJSON(put, sl)
 		end.End.Revisions += sl.ScopeState.Revisions
 		if blocks[i] != nil {
