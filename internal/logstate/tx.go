@@ -38,9 +38,25 @@ type Tx struct {
 	dirty   []*slot
 	arena   [][]varplane.Event
 	arenaN  int
+	last    *slot // Tx.slot's cache
 }
 
 const arenaChunk = 4096
+
+// slot is st.lookup with a one-entry cache: an event looks its scope up
+// several times (check, revision lookups, apply), and a log's consecutive
+// events are often of one scope. A slot, once installed, is never removed,
+// so a cached one stays right; a miss is not cached.
+func (tx *Tx) slot(s varplane.Scope) *slot {
+	if c := tx.last; c != nil && c.scope == s {
+		return c
+	}
+	sl := tx.st.lookup(s)
+	if sl != nil {
+		tx.last = sl
+	}
+	return sl
+}
 
 // Begin starts a transaction. Only one transaction may be open at a time
 // (the single-writer rule).
@@ -316,7 +332,7 @@ func (tx *Tx) view(s varplane.Scope) (wstate, bool) {
 	if p := tx.pend[s]; p != nil {
 		return p.w, true
 	}
-	if sl := tx.st.lookup(s); sl != nil {
+	if sl := tx.slot(s); sl != nil {
 		return sl.w, true
 	}
 	return wstate{}, false
@@ -324,7 +340,7 @@ func (tx *Tx) view(s varplane.Scope) (wstate, bool) {
 
 // revE is rev after loading the scope's revision block, if it has one.
 func (tx *Tx) revE(s varplane.Scope, r varplane.Revision) (*varplane.RevisionRecord, error) {
-	if sl := tx.st.lookup(s); sl != nil && (!tx.bulk || sl.block != nil) {
+	if sl := tx.slot(s); sl != nil && (!tx.bulk || sl.block != nil) {
 		// (A bulk load is the only writer and has no readers: it may look
 		// at block without the lock.)
 		if err := sl.ensure(); err != nil {
@@ -345,7 +361,7 @@ func (tx *Tx) rev(s varplane.Scope, r varplane.Revision) *varplane.RevisionRecor
 			}
 		}
 	}
-	sl := tx.st.lookup(s)
+	sl := tx.slot(s)
 	if sl == nil {
 		return nil
 	}
@@ -379,7 +395,7 @@ type target struct {
 
 func (tx *Tx) target(s varplane.Scope) target {
 	if tx.bulk {
-		sl := tx.st.lookup(s)
+		sl := tx.slot(s)
 		if sl == nil {
 			sl = newSlot(s)
 			tx.st.insertInPlace(sl)
@@ -394,7 +410,7 @@ func (tx *Tx) target(s varplane.Scope) target {
 	p := tx.pend[s]
 	if p == nil {
 		p = &pending{scope: s}
-		if sl := tx.st.lookup(s); sl != nil {
+		if sl := tx.slot(s); sl != nil {
 			p.slot, p.scope, p.w = sl, sl.scope, sl.w
 		}
 		tx.pend[s] = p
@@ -610,7 +626,7 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 				// The head is served from memory: bring its document in
 				// before the activation is applied (a bulk load does it
 				// for the final heads only, at CommitBulk).
-				if _, err := tx.st.lookup(e.Scope).resident(rec); err != nil {
+				if _, err := tx.slot(e.Scope).resident(rec); err != nil {
 					return err
 				}
 			}
