@@ -384,3 +384,60 @@ func TestDamagedBlock(t *testing.T) {
 		t.Fatalf("head of the damaged scope: %v %v", st, err)
 	}
 }
+
+// TestCheckpointVersion1 opens a log compacted by the previous version
+// (every retained body in the state section, the reclaimed revisions in the
+// scope line), reads it, and compacts it into the current version.
+func TestCheckpointVersion1(t *testing.T) {
+	ctx := context.Background()
+	a := storetest.CreatedEvent("v.a", []byte(`{"n":1}`))
+	b := storetest.CreatedEvent("v.a", []byte(`{"n":2}`))
+	gone := storetest.CreatedEvent("v.a", []byte(`{"n":0}`))
+	act := storetest.ActivatedEvent("v.a", b.Revision, 0)
+	line := func(ev *varplane.Event, doc bool, mark string) string {
+		cp := *ev
+		if !doc {
+			cp.Document = nil
+		}
+		l := string(file.AppendEvent(nil, &cp))
+		if mark != "" {
+			l = l[:len(l)-1] + mark
+		}
+		return l + "\n"
+	}
+	header := func(state, tail int) string {
+		return fmt.Sprintf(`{"checkpoint":1,"state":%-20d,"tail":%-20d}`+"\n", state, tail)
+	}
+	hist := line(gone, false, `,"reclaimed":true}`) + line(a, false, "") + line(b, false, "") + line(act, false, "")
+	actJSON := string(file.AppendEvent(nil, act))
+	state := line(a, true, "") + line(b, true, "") +
+		`{"scopeState":{"scope":"v.a","generation":1,"head":` + actJSON + `,"revisions":2,"reclaimed":["` + string(gone.Revision) + `"]}}` + "\n" +
+		`{"checkpointEnd":{"scopes":1,"revisions":2,"idem":0,"history":4}}` + "\n"
+	h := len(header(0, 0))
+	log := header(h+len(hist), h+len(hist)+len(state)) + hist + state
+	path := filepath.Join(t.TempDir(), "log.jsonl")
+	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	docs := map[varplane.Scope]map[varplane.Revision][]byte{"v.a": {a.Revision: a.Document, b.Revision: b.Document}}
+	for round := range 2 {
+		s := mustOpen(t, path, file.Options{})
+		checkBodiesKept(t, s, docs)
+		if _, err := s.Revision(ctx, "v.a", gone.Revision); !errors.Is(err, varplane.ErrReclaimed) {
+			t.Fatalf("round %d: the reclaimed revision: %v", round, err)
+		}
+		st, _ := s.State(ctx, "v.a")
+		if st.Head == nil || st.Head.Revision != b.Revision || !bytes.Equal(st.Head.Document, b.Document) {
+			t.Fatalf("round %d: head %+v", round, st.Head)
+		}
+		if round == 0 {
+			if _, err := s.Compact(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = s.Close()
+	}
+	if got, _ := os.ReadFile(path); !bytes.HasPrefix(got, []byte(`{"checkpoint":2,`)) {
+		t.Fatalf("compacted log starts %.40s", got)
+	}
+}
