@@ -75,17 +75,17 @@ func (st *State) Snapshot(load func(varplane.Scope) bool) ([]ScopeImage, []*varp
 		for r := range sl.gone {
 			img.Reclaimed = append(img.Reclaimed, r)
 		}
-		sl.mu.RUnlock()
-		slices.Sort(img.Reclaimed)
+		// Under the same lock: a reader loading the block adds records
+		// and their places (the block is in img meanwhile).
 		slices.SortFunc(img.Revisions, func(a, b *varplane.RevisionRecord) int { return a.CreatedAt.Compare(b.CreatedAt) })
 		if len(sl.refs) > 0 {
-			sl.mu.RLock()
 			img.Bodies = make([]BodyRef, len(img.Revisions))
 			for i, r := range img.Revisions {
 				img.Bodies[i] = sl.refs[r.Revision]
 			}
-			sl.mu.RUnlock()
 		}
+		sl.mu.RUnlock()
+		slices.Sort(img.Reclaimed)
 		out = append(out, img)
 	}
 	st.idemMu.RLock()
