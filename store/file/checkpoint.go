@@ -19,24 +19,34 @@ import (
 	"github.com/varplane/varplane/internal/logstate"
 )
 
-// A compacted log (see Compact) begins with a checkpoint:
+// A compacted log (see Compact) begins with a checkpoint (version 2):
 //
-//	header   one line: {"checkpoint":1,"state":S,"tail":T}, fixed width
+//	header   one line: {"checkpoint":2,"state":S,"tail":T}, fixed width
 //	history  every event up to the checkpoint, grouped by scope in log
 //	         order, revision-created events without their documents
-//	state    from byte S: each scope's retained revisions (revision-created
-//	         lines with their documents) then a {"scopeState":…} line; the
-//	         idempotency records ({"idem":…}); a {"checkpointEnd":…} line
+//	blocks   from byte B (named by the end line): per scope, its retained
+//	         revisions but the head (revision-created lines with their
+//	         documents) and a {"reclaimed":[…]} line (bodies.go)
+//	state    from byte S: each scope's head revision line, then a
+//	         {"scopeState":…} line naming its block (at, end, count,
+//	         CRC-32C); the idempotency records ({"idem":…}); a
+//	         {"checkpointEnd":…} line
 //	tail     from byte T: ordinary event lines, as in a log without a
 //	         checkpoint, appended by commits after the compaction
 //
+// Version 1 had no blocks: every retained revision was in the state
+// section, and each scope line listed its reclaimed revisions; Open reads
+// it still.
+//
 // Open reads the header, the state section and the tail, so restart time
-// grows with the live state and the tail; the history section, which grows
-// with all history, is read afterwards on a goroutine of its own, and
-// History, Replay and the reclaimed-or-never-created answer of Revision wait
-// for it. The whole checkpoint was fsync'ed before the compacted log took
-// the log's name, so any damage in it is damage (Open fails, naming it); the
-// torn-tail rule applies to the tail alone.
+// grows with the number of scopes, their heads and the tail; a scope's block
+// is decoded the first time its revision index is needed, and the history
+// section, which grows with all history, is read after Open on a goroutine
+// of its own (History and Replay wait for it). The whole checkpoint was
+// fsync'ed before the compacted log took the log's name, so any damage in
+// it is damage: in the header or the state section Open fails naming it;
+// in a block, what needs the block fails naming it (its CRC catches what
+// the JSON grammar does not); the torn-tail rule applies to the tail alone.
 
 const checkpointPrefix = `{"checkpoint":`
 

@@ -10,7 +10,9 @@
 // byte offset (see Open).
 // Compact rewrites the log as a checkpoint plus the events after it, and
 // Open then reads the checkpoint's state and those events only
-// (checkpoint.go).
+// (checkpoint.go). The fold holds in memory the documents of heads and of
+// revisions committed since Open or the last compaction; the others are
+// read from the log when asked for (bodies.go).
 //
 // Concurrency contract: every method is safe for concurrent use. Reads never
 // wait for a commit; State takes no lock and does not allocate for a scope
