@@ -69,6 +69,9 @@ type slot struct {
 	// in the load's arena (appended to hist, exactly sized, at Commit).
 	bulk  []int
 	dirty bool
+	// latest and headDoc are, during a Bulk load, the revisions whose
+	// documents it keeps in memory for now (tx.go, ApplyWithRef).
+	latest, headDoc bulkDoc
 }
 
 // State is the fold of one event log. The zero value is not usable: call New.

@@ -169,31 +169,70 @@ func (tx *Tx) Apply(ev *varplane.Event) error {
 	return nil
 }
 
-// lazyCheck stands in for a document that ApplyLazy leaves on disk while
-// the event is checked (the log decoder has delimited the real one).
-var lazyCheck = []byte("0")
-
-// ApplyLazy is Apply for a revision-created event whose document the fold
-// keeps on disk, at body, instead of in memory: ev.Document is ignored. Only
-// in a Bulk load, which must end with CommitBulk. The document is read back
-// when the revision becomes a head that the load ends with, or when a read
-// asks for it.
-func (tx *Tx) ApplyLazy(ev *varplane.Event, body BodyRef) error {
+// ApplyWithRef is Apply for a revision-created event of a Bulk load whose
+// document is also in the log, at body: the fold keeps ev.Document only
+// while the revision may still be the scope's head when the load ends (it
+// is the scope's latest revision, or its head), and then leaves it on disk,
+// to be read back when a read asks for it. A load with such events must
+// end with CommitBulk.
+func (tx *Tx) ApplyWithRef(ev *varplane.Event, body BodyRef) error {
 	if !tx.bulk || ev.Kind != varplane.EventRevisionCreated || body.Src == nil || body.Len <= 0 {
-		return badRequest("lazy document of a %s event for scope %q", ev.Kind, ev.Scope)
+		return badRequest("a %s event for scope %q with its document on disk", ev.Kind, ev.Scope)
 	}
-	e := *ev
-	e.Document = lazyCheck
-	if err := tx.check(&e, 0, modeReplay); err != nil {
+	if err := tx.check(ev, 0, modeReplay); err != nil {
 		return err
 	}
-	e.Document = OnDisk // in the history: read back by FillDocuments; the record gets none
+	e := *ev
 	sl := tx.apply(&e)
+	prev := sl.latest
+	sl.latest = bulkDoc{rev: sl.revs[e.Revision].Revision, ref: body, idx: tx.arenaN - 1, set: true}
+	tx.release(sl, prev)
+	return nil
+}
+
+// bulkDoc is a revision a Bulk load keeps in memory for now (see
+// ApplyWithRef): where its document is in the log, and the load's arena
+// index of its revision-created event.
+type bulkDoc struct {
+	rev varplane.Revision
+	ref BodyRef
+	idx int
+	set bool
+}
+
+// release leaves d's document on disk unless d is still the scope's latest
+// revision or its head. Bulk loads only.
+func (tx *Tx) release(sl *slot, d bulkDoc) {
+	if !d.set || (sl.latest.set && sl.latest.rev == d.rev) || (sl.headDoc.set && sl.headDoc.rev == d.rev) {
+		return
+	}
+	rec := sl.revs[d.rev]
+	if rec == nil || rec.Document == nil {
+		return
+	}
+	rec.Document = nil // no reader sees the fold during a bulk load
+	tx.arena[d.idx/arenaChunk][d.idx%arenaChunk].Document = OnDisk
 	if sl.refs == nil {
 		sl.refs = make(map[varplane.Revision]BodyRef)
 	}
-	sl.refs[e.Revision] = body
-	return nil
+	sl.refs[d.rev] = d.ref
+}
+
+// bulkHead records, in a Bulk load, that sl's head is now rev (none when
+// empty), releasing the previous head's document.
+func (tx *Tx) bulkHead(sl *slot, rev varplane.Revision) {
+	prev := sl.headDoc
+	sl.headDoc = bulkDoc{}
+	if rev != "" {
+		if sl.latest.set && sl.latest.rev == rev {
+			sl.headDoc = sl.latest
+		} else {
+			sl.headDoc = bulkDoc{rev: rev, set: true, idx: -1} // read at CommitBulk if on disk
+		}
+	}
+	if prev.idx >= 0 {
+		tx.release(sl, prev)
+	}
 }
 
 // Apply folds one logged event and publishes it at once; see Tx.Apply.
@@ -234,7 +273,7 @@ func (tx *Tx) Commit() []varplane.Commit {
 	st := tx.st
 	if tx.bulk {
 		if err := tx.CommitBulk(); err != nil {
-			// Only a load with lazy bodies (ApplyLazy) can fail here, and
+			// Only a load with bodies on disk (ApplyWithRef) can fail here, and
 			// it must use CommitBulk.
 			panic("logstate: bulk Commit: " + err.Error())
 		}
@@ -279,7 +318,7 @@ func (tx *Tx) Commit() []varplane.Commit {
 
 // CommitBulk ends a Bulk load: it publishes the snapshots of every scope
 // the load touched, reading from disk the document of each final head that
-// the load kept there (ApplyLazy). An error leaves the fold unusable.
+// the load left there (ApplyWithRef). An error leaves the fold unusable.
 func (tx *Tx) CommitBulk() error {
 	// The scopes are independent and nothing reads the fold yet: finish
 	// them on every CPU (this step follows the whole log's decoding, so
@@ -313,6 +352,10 @@ func (tx *Tx) CommitBulk() error {
 
 // finishBulk gives sl its loaded events, exactly sized, and publishes it.
 func (tx *Tx) finishBulk(sl *slot) error {
+	latest := sl.latest
+	sl.latest = bulkDoc{}
+	tx.release(sl, latest)
+	sl.headDoc = bulkDoc{}
 	if len(sl.bulk) > 0 {
 		h := make([]varplane.Event, len(sl.hist), len(sl.hist)+len(sl.bulk))
 		copy(h, sl.hist)
@@ -504,7 +547,7 @@ func (t target) addRev(rec *varplane.RevisionRecord) {
 
 // apply folds a checked event into the transaction; in a Bulk load it
 // returns the scope's slot. A revision-created event whose document is
-// OnDisk creates a record without one (ApplyLazy adds where it is).
+// OnDisk creates a record without one.
 func (tx *Tx) apply(e *varplane.Event) *slot {
 	tx.n++
 	t := tx.target(e.Scope)
@@ -532,6 +575,9 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 		idx := t.addHist(*e)
 		w := t.w()
 		w.gen, w.headIdx, w.head = e.Generation, idx, nil
+		if tx.bulk {
+			tx.bulkHead(t.sl, e.Revision)
+		}
 		if !tx.bulk {
 			w.head = varplane.NewHead(e, rec)
 			tx.commits = append(tx.commits, varplane.Commit{
@@ -544,6 +590,9 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 		t.addHist(*e)
 		w := t.w()
 		w.gen, w.headIdx, w.head = e.Generation, 0, nil
+		if tx.bulk {
+			tx.bulkHead(t.sl, "")
+		}
 		var changes []varplane.ScopeChange
 		if !tx.bulk {
 			changes = make([]varplane.ScopeChange, 0, 1+len(e.Cascade))
@@ -565,6 +614,9 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 			})
 			cw := tc.w()
 			cw.gen, cw.headIdx, cw.head = c.Generation, 0, nil
+			if tx.bulk {
+				tx.bulkHead(tc.sl, "")
+			}
 			if !tx.bulk {
 				changes = append(changes, varplane.ScopeChange{Scope: tc.scope(), Generation: c.Generation})
 			}

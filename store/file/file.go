@@ -268,7 +268,7 @@ type decodedBatch struct {
 	evs    []varplane.Event
 	starts []int64 // byte offset of each line of evs
 	// docAt and docLen locate each event's document in its line (docLen 0:
-	// none); replay leaves documents in the log (bodies.go).
+	// none): the fold leaves most documents in the log (bodies.go).
 	docAt, docLen []int32
 	firstLine     int   // line number of evs[0]
 	end           int64 // offset just past the last line of evs
@@ -298,7 +298,7 @@ func (s *Store) replay(ctx context.Context) error {
 		for i := range b.evs {
 			var err error
 			if n := b.docLen[i]; n > 0 {
-				err = tx.ApplyLazy(&b.evs[i], logstate.BodyRef{Src: s.bodies, Off: b.starts[i] + int64(b.docAt[i]), Len: int(n)})
+				err = tx.ApplyWithRef(&b.evs[i], logstate.BodyRef{Src: s.bodies, Off: b.starts[i] + int64(b.docAt[i]), Len: int(n)})
 			} else {
 				err = tx.Apply(&b.evs[i])
 			}
@@ -401,6 +401,11 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		lineNo++
 		b.evs = append(b.evs, varplane.Event{})
 		at, n, derr := decodeEventLazy(line[:len(line)-1], &b.evs[len(b.evs)-1], in)
+		if derr == nil && n > 0 {
+			// A copy, which the fold keeps while the revision may end as a
+			// head and then drops for its place in the log (docAt, docLen).
+			b.evs[len(b.evs)-1].Document = append([]byte(nil), line[at:at+n]...)
+		}
 		if derr != nil {
 			// A complete line may be an acknowledged event, even the last
 			// one: never cut it (see Open).
