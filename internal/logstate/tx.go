@@ -173,8 +173,9 @@ func (tx *Tx) Apply(ev *varplane.Event) error {
 // document is also in the log, at body: the fold keeps ev.Document only
 // while the revision may still be the scope's head when the load ends (it
 // is the scope's latest revision, or its head), and then leaves it on disk,
-// to be read back when a read asks for it. A load with such events must
-// end with CommitBulk.
+// to be read back when a read asks for it. ev.Document may share memory
+// with other documents of the load: CommitBulk gives each head it keeps a
+// copy of its own. A load with such events must end with CommitBulk.
 func (tx *Tx) ApplyWithRef(ev *varplane.Event, body BodyRef) error {
 	if !tx.bulk || ev.Kind != varplane.EventRevisionCreated || body.Src == nil || body.Len <= 0 {
 		return badRequest("a %s event for scope %q with its document on disk", ev.Kind, ev.Scope)
@@ -355,6 +356,14 @@ func (tx *Tx) finishBulk(sl *slot) error {
 	latest := sl.latest
 	sl.latest = bulkDoc{}
 	tx.release(sl, latest)
+	if h := sl.headDoc; h.set && h.idx >= 0 {
+		// The head's document came with the load (ApplyWithRef), which
+		// may share its memory with others: give it its own.
+		if rec := sl.revs[h.rev]; rec != nil && rec.Document != nil {
+			rec.Document = bytes.Clone(rec.Document)
+			tx.arena[h.idx/arenaChunk][h.idx%arenaChunk].Document = rec.Document
+		}
+	}
 	sl.headDoc = bulkDoc{}
 	if len(sl.bulk) > 0 {
 		h := make([]varplane.Event, len(sl.hist), len(sl.hist)+len(sl.bulk))

@@ -348,6 +348,7 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		off    = s.base
 		lineNo int
 		long   []byte
+		docs   []byte // the current chunk of document copies
 		// pub is the offset of the last line when it is the first line of
 		// a publish (publishMark), -1 otherwise: a log that ends there is
 		// cut back to it, like a torn line.
@@ -404,7 +405,16 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		if derr == nil && n > 0 {
 			// A copy, which the fold keeps while the revision may end as a
 			// head and then drops for its place in the log (docAt, docLen).
-			b.evs[len(b.evs)-1].Document = append([]byte(nil), line[at:at+n]...)
+			// Copies share chunks of docChunk bytes, one allocation for
+			// many documents; the fold gives the heads it ends with copies
+			// of their own (logstate.Tx.CommitBulk), so that no chunk
+			// outlives the load.
+			if cap(docs)-len(docs) < n {
+				docs = make([]byte, 0, max(docChunk, n))
+			}
+			k := len(docs)
+			docs = append(docs, line[at:at+n]...)
+			b.evs[len(b.evs)-1].Document = docs[k:len(docs):len(docs)]
 		}
 		if derr != nil {
 			// A complete line may be an acknowledged event, even the last
@@ -438,6 +448,9 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		}
 	}
 }
+
+// docChunk is the size of the chunks replay copies documents into.
+const docChunk = 1 << 20
 
 // publishLine is how the first line of a publish ends, newline included.
 var publishLine = []byte(publishMark + "\n")
