@@ -146,6 +146,11 @@ func TestBodiesStayOnDisk(t *testing.T) {
 	if b := s.Bodies(); b.Unloaded != scopes-1 {
 		t.Fatalf("after a restart from the checkpoint and its tail: %+v, want %d unloaded", b, scopes-1)
 	}
+	// The tail's rollback made an old revision the head again: its
+	// document, which the checkpoint's block holds, was read back.
+	if st, _ := s.State(ctx, "b.s0"); st.Head == nil || st.Head.Revision != old || !bytes.Equal(st.Head.Document, docs["b.s0"][old]) {
+		t.Fatalf("head after a restart whose tail rolled back = %+v", st.Head)
+	}
 	var old1 varplane.Revision
 	for r, d := range docs["b.s1"] {
 		if bytes.Contains(d, []byte(`"rev":1,`)) {
