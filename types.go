@@ -20,14 +20,25 @@ func ParseRevision(s string) (Revision, error) {
 	if len(s) != len(prefix)+64 || !strings.HasPrefix(s, prefix) {
 		return "", Errorf(CodeBadRequest, "revision must be %q followed by 64 lowercase hex digits", prefix)
 	}
+	var bad byte
 	for i := len(prefix); i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return "", Errorf(CodeBadRequest, "revision must be %q followed by 64 lowercase hex digits", prefix)
-		}
+		bad |= notLowerHex[s[i]] // no branch per byte: replay checks every revision of the log
+	}
+	if bad != 0 {
+		return "", Errorf(CodeBadRequest, "revision must be %q followed by 64 lowercase hex digits", prefix)
 	}
 	return Revision(s), nil
 }
+
+// notLowerHex is 1 for every byte that is not a lowercase hex digit.
+var notLowerHex = func() (t [256]byte) {
+	for c := range t {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			t[c] = 1
+		}
+	}
+	return t
+}()
 
 // Generation counts the activations and deactivations of one scope. It starts
 // at 0 (never activated); each activation or deactivation allocates the next

@@ -28,6 +28,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -45,6 +46,7 @@ type config struct {
 	pushCommits     int
 	pushSpacing     time.Duration
 	restartSizes    []int
+	noRSS           bool // -restart-sizes: the restart scenario skips its rss comparison
 	rssScopes       int
 	rssRounds       int
 	idleThreshold   float64
@@ -96,6 +98,7 @@ func run() int {
 		profile  = flag.Bool("profile", false, "after the scenarios, profile the varplane hot paths (CPU and allocations) on the library embedded with net/http/pprof, and add the top functions to the report")
 		deadline = flag.Duration("timeout", 0, "hard limit for the whole run; scenarios not started by then are reported as not run (default 10m, or 2m with -quick)")
 	)
+	sizes := flag.String("restart-sizes", "", "comma-separated log sizes (events) for the restart scenario instead of the default ones; when set, the restart scenario skips its rss comparison")
 	render := flag.String("render", "", "do not measure: rewrite the markdown report from this results.json (after editing bench/notes.md)")
 	flag.Parse()
 	if *render != "" {
@@ -116,6 +119,16 @@ func run() int {
 	}
 	if *rounds > 0 {
 		cfg.rounds = *rounds
+	}
+	if *sizes != "" {
+		cfg.restartSizes, cfg.noRSS = nil, true
+		for _, f := range strings.Split(*sizes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 2 {
+				fatalf("-restart-sizes: %q is not a log size", f)
+			}
+			cfg.restartSizes = append(cfg.restartSizes, n)
+		}
 	}
 	limit := *deadline
 	if limit == 0 {

@@ -252,6 +252,13 @@ func (r *Runner) RunOnce(ctx context.Context) (Report, error) {
 // (they stay on its to-delete list).
 type failedDeletions interface{ Failed() int }
 
+// eventHistorian is a store that can list a scope's events without reading
+// their documents (the file store keeps old bodies on disk); Select needs
+// the events' kinds, revisions and times only.
+type eventHistorian interface {
+	EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error)
+}
+
 // scope reclaims in one scope under its lease; held reports that another
 // replica holds the lease.
 func (r *Runner) scope(ctx context.Context, scope varplane.Scope, now time.Time, inUse []varplane.Revision) (n int, held bool, err error) {
@@ -276,7 +283,12 @@ func (r *Runner) scope(ctx context.Context, scope varplane.Scope, now time.Time,
 	if err != nil {
 		return 0, false, err
 	}
-	hist, err := r.store.History(ctx, scope)
+	var hist []varplane.Event
+	if eh, ok := r.store.(eventHistorian); ok {
+		hist, err = eh.EventHistory(ctx, scope)
+	} else {
+		hist, err = r.store.History(ctx, scope)
+	}
 	if err != nil {
 		return 0, false, err
 	}

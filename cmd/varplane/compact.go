@@ -206,11 +206,13 @@ var (
 	descLastPass  = prometheus.NewDesc("varplane_retention_last_pass_timestamp_seconds", "When the last reclamation pass started (0: none yet).", nil, nil)
 	descDuration  = prometheus.NewDesc("varplane_retention_last_pass_duration_seconds", "How long the last reclamation pass took.", nil, nil)
 	descLogSize   = prometheus.NewDesc("varplane_file_log_bytes", "Size of the file store's log.", nil, nil)
+	descBodies    = prometheus.NewDesc("varplane_file_bodies_resident", "Revision documents the file store holds in memory (heads, and revisions committed since the last compaction); the others are read from the log on use.", nil, nil)
+	descBodyBytes = prometheus.NewDesc("varplane_file_bodies_resident_bytes", "Bytes of the revision documents the file store holds in memory.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c retentionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReclaimed, descFailed, descLastPass, descDuration, descLogSize} {
+	for _, d := range []*prometheus.Desc{descReclaimed, descFailed, descLastPass, descDuration, descLogSize, descBodies, descBodyBytes} {
 		ch <- d
 	}
 }
@@ -230,5 +232,8 @@ func (c retentionCollector) Collect(ch chan<- prometheus.Metric) {
 		if n, err := c.fs.LogSize(); err == nil {
 			ch <- prometheus.MustNewConstMetric(descLogSize, prometheus.GaugeValue, float64(n))
 		}
+		b := c.fs.Bodies()
+		ch <- prometheus.MustNewConstMetric(descBodies, prometheus.GaugeValue, float64(b.Resident))
+		ch <- prometheus.MustNewConstMetric(descBodyBytes, prometheus.GaugeValue, float64(b.ResidentBytes))
 	}
 }

@@ -59,11 +59,19 @@ type slot struct {
 	hist []varplane.Event
 	// gone lists the revisions retention reclaimed (retain.go).
 	gone map[varplane.Revision]bool
+	// refs locates the documents of the records of revs held without
+	// them (lazy records); block holds revisions still on disk, loaded
+	// into revs on first use (bodies.go).
+	refs  map[varplane.Revision]BodyRef
+	block RevisionBlock
 
 	// bulk indexes, during a Bulk load, the events of this scope that wait
 	// in the load's arena (appended to hist, exactly sized, at Commit).
 	bulk  []int
 	dirty bool
+	// latest and headDoc are, during a Bulk load, the revisions whose
+	// documents it keeps in memory for now (tx.go, ApplyWithRef).
+	latest, headDoc bulkDoc
 }
 
 // State is the fold of one event log. The zero value is not usable: call New.
@@ -123,16 +131,16 @@ func (st *State) State(s varplane.Scope) *varplane.ScopeState {
 	return &varplane.ScopeState{Scope: s}
 }
 
-// Revision returns the stored revision rev of scope s.
+// Revision returns the stored revision rev of scope s with its document
+// (read from disk when the fold keeps it there; false also when that read
+// fails: RevisionOrGone tells why).
 func (st *State) Revision(s varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, bool) {
 	sl := st.lookup(s)
 	if sl == nil {
 		return nil, false
 	}
-	sl.mu.RLock()
-	rec, ok := sl.revs[rev]
-	sl.mu.RUnlock()
-	return rec, ok
+	rec, ok, err := sl.revision(rev)
+	return rec, ok && err == nil
 }
 
 // History returns the events of scope s in log order, including the

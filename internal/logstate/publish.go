@@ -32,7 +32,11 @@ func (tx *Tx) AppendPublish(created, activated *varplane.Event, expected varplan
 // was folded. When it is, the idempotency key has moved from a to c, as
 // AppendPublish describes. On error the transaction is unchanged.
 func (tx *Tx) AppendPublishPrepared(c, a *varplane.Event, expected varplane.Generation) (bool, error) {
-	found := tx.rev(c.Scope, c.Revision) != nil
+	rec, err := tx.revE(c.Scope, c.Revision) // loads the scope's revision block, if any
+	if err != nil {
+		return false, err
+	}
+	found := rec != nil
 	mode := modePublish
 	if found {
 		mode = modeAppend

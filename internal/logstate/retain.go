@@ -28,8 +28,15 @@ type ScopeImage struct {
 	// revision, generation, actor, reason, timestamp), nil when none.
 	Head *varplane.Event
 	// Rejected is the last rejected event, nil when none.
-	Rejected  *varplane.Event
+	Rejected *varplane.Event
+	// Revisions are the scope's revision records in memory; a record
+	// without its document has its place in Bodies (same index).
 	Revisions []*varplane.RevisionRecord
+	Bodies    []BodyRef
+	// Block holds the scope's other revisions, still on disk (Restore: to
+	// load on first use; Snapshot: a block not loaded since, which a
+	// compaction may copy as it is).
+	Block RevisionBlock
 	// Reclaimed lists the revisions retention took out, sorted.
 	Reclaimed []varplane.Revision
 	// History is the fold's own history of the scope (Snapshot only).
@@ -39,12 +46,19 @@ type ScopeImage struct {
 // Snapshot returns every scope of the fold and every idempotency record as
 // they are now. Writer only (it must not race a commit); what it returns
 // shares the fold's immutable records and history and may be read from any
-// goroutine afterwards.
-func (st *State) Snapshot() ([]ScopeImage, []*varplane.IdempotencyRecord) {
+// goroutine afterwards. The scopes for which load is true have their
+// revision blocks loaded first (a compaction that reclaims in them must
+// see their records); the others keep theirs in ScopeImage.Block.
+func (st *State) Snapshot(load func(varplane.Scope) bool) ([]ScopeImage, []*varplane.IdempotencyRecord, error) {
 	scopes := st.Scopes()
 	out := make([]ScopeImage, 0, len(scopes))
 	for _, s := range scopes {
 		sl := st.lookup(s)
+		if load != nil && load(s) {
+			if err := sl.ensure(); err != nil {
+				return nil, nil, err
+			}
+		}
 		ss := sl.state.Load()
 		img := ScopeImage{Scope: sl.scope, Generation: ss.Generation, Rejected: ss.LastRejected}
 		if h := ss.Head; h != nil {
@@ -56,13 +70,22 @@ func (st *State) Snapshot() ([]ScopeImage, []*varplane.IdempotencyRecord) {
 		for _, r := range sl.revs {
 			img.Revisions = append(img.Revisions, r)
 		}
+		img.Block = sl.block
 		img.History = sl.hist[:len(sl.hist):len(sl.hist)]
 		for r := range sl.gone {
 			img.Reclaimed = append(img.Reclaimed, r)
 		}
+		// Under the same lock: a reader loading the block adds records
+		// and their places (the block is in img meanwhile).
+		slices.SortFunc(img.Revisions, func(a, b *varplane.RevisionRecord) int { return a.CreatedAt.Compare(b.CreatedAt) })
+		if len(sl.refs) > 0 {
+			img.Bodies = make([]BodyRef, len(img.Revisions))
+			for i, r := range img.Revisions {
+				img.Bodies[i] = sl.refs[r.Revision]
+			}
+		}
 		sl.mu.RUnlock()
 		slices.Sort(img.Reclaimed)
-		slices.SortFunc(img.Revisions, func(a, b *varplane.RevisionRecord) int { return a.CreatedAt.Compare(b.CreatedAt) })
 		out = append(out, img)
 	}
 	st.idemMu.RLock()
@@ -80,7 +103,7 @@ func (st *State) Snapshot() ([]ScopeImage, []*varplane.IdempotencyRecord) {
 		}
 		return 0
 	})
-	return out, idem
+	return out, idem, nil
 }
 
 // Restore loads a checkpoint into an empty fold: like Bulk, only correct
@@ -97,10 +120,20 @@ func (st *State) Restore(scopes []ScopeImage, idem []*varplane.IdempotencyRecord
 			return badRequest("checkpoint lists scope %q twice", img.Scope)
 		}
 		sl := newSlot(img.Scope)
-		for _, r := range img.Revisions {
+		for i, r := range img.Revisions {
 			r.Scope = sl.scope
 			sl.revs[r.Revision] = r
+			if r.Document == nil {
+				if i >= len(img.Bodies) || img.Bodies[i].Src == nil {
+					return badRequest("checkpoint revision %s of scope %q has no document", r.Revision, img.Scope)
+				}
+				if sl.refs == nil {
+					sl.refs = map[varplane.Revision]BodyRef{}
+				}
+				sl.refs[r.Revision] = img.Bodies[i]
+			}
 		}
+		sl.block = img.Block
 		for _, r := range img.Reclaimed {
 			if sl.gone == nil {
 				sl.gone = map[varplane.Revision]bool{}
@@ -110,7 +143,7 @@ func (st *State) Restore(scopes []ScopeImage, idem []*varplane.IdempotencyRecord
 		sl.w.gen = img.Generation
 		if img.Head != nil {
 			rec := sl.revs[img.Head.Revision]
-			if rec == nil {
+			if rec == nil || rec.Document == nil {
 				return badRequest("checkpoint head %s of scope %q is not among its revisions", img.Head.Revision, img.Scope)
 			}
 			sl.w.headIdx, sl.w.head = restoredIdx, varplane.NewHead(img.Head, rec)
@@ -145,12 +178,16 @@ func (st *State) Reclaim(s varplane.Scope, revs []varplane.Revision) []varplane.
 	var out []varplane.Revision
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
+	if err := sl.ensureLocked(); err != nil {
+		return nil // nothing reclaimed; the next pass tries again
+	}
 	gone := make(map[varplane.Revision]bool, len(revs))
 	for _, r := range revs {
 		if r == head || sl.revs[r] == nil {
 			continue
 		}
 		delete(sl.revs, r)
+		delete(sl.refs, r)
 		if sl.gone == nil {
 			sl.gone = map[varplane.Revision]bool{}
 		}
@@ -176,8 +213,14 @@ func (st *State) Reclaim(s varplane.Scope, revs []varplane.Revision) []varplane.
 // *varplane.Error naming it) when retention took it out, and a not-found
 // error otherwise.
 func (st *State) RevisionOrGone(s varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
-	if rec, ok := st.Revision(s, rev); ok {
-		return rec, nil
+	if sl := st.lookup(s); sl != nil {
+		rec, ok, err := sl.revision(rev)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return rec, nil
+		}
 	}
 	return nil, st.missing(s, rev)
 }
@@ -185,9 +228,10 @@ func (st *State) RevisionOrGone(s varplane.Scope, rev varplane.Revision) (*varpl
 // missing is the error for a revision of s the fold does not hold.
 func (st *State) missing(s varplane.Scope, rev varplane.Revision) error {
 	if sl := st.lookup(s); sl != nil {
-		sl.mu.RLock()
-		gone := sl.gone[rev]
-		sl.mu.RUnlock()
+		gone, err := sl.goneLoaded(rev) // the block lists what was reclaimed
+		if err != nil {
+			return err
+		}
 		if gone {
 			return &varplane.Error{Code: varplane.CodeRevisionReclaimed,
 				Message: "revision " + string(rev) + " of scope " + quote(s) + " was reclaimed by retention"}

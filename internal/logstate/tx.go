@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/varplane/varplane"
@@ -38,9 +41,25 @@ type Tx struct {
 	dirty   []*slot
 	arena   [][]varplane.Event
 	arenaN  int
+	last    *slot // Tx.slot's cache
 }
 
 const arenaChunk = 4096
+
+// slot is st.lookup with a one-entry cache: an event looks its scope up
+// several times (check, revision lookups, apply), and a log's consecutive
+// events are often of one scope. A slot, once installed, is never removed,
+// so a cached one stays right; a miss is not cached.
+func (tx *Tx) slot(s varplane.Scope) *slot {
+	if c := tx.last; c != nil && c.scope == s {
+		return c
+	}
+	sl := tx.st.lookup(s)
+	if sl != nil {
+		tx.last = sl
+	}
+	return sl
+}
 
 // Begin starts a transaction. Only one transaction may be open at a time
 // (the single-writer rule).
@@ -150,6 +169,73 @@ func (tx *Tx) Apply(ev *varplane.Event) error {
 	return nil
 }
 
+// ApplyWithRef is Apply for a revision-created event of a Bulk load whose
+// document is also in the log, at body: the fold keeps ev.Document only
+// while the revision may still be the scope's head when the load ends (it
+// is the scope's latest revision, or its head), and then leaves it on disk,
+// to be read back when a read asks for it. ev.Document may share memory
+// with other documents of the load: CommitBulk gives each head it keeps a
+// copy of its own. A load with such events must end with CommitBulk.
+func (tx *Tx) ApplyWithRef(ev *varplane.Event, body BodyRef) error {
+	if !tx.bulk || ev.Kind != varplane.EventRevisionCreated || body.Src == nil || body.Len <= 0 {
+		return badRequest("a %s event for scope %q with its document on disk", ev.Kind, ev.Scope)
+	}
+	if err := tx.check(ev, 0, modeReplay); err != nil {
+		return err
+	}
+	e := *ev
+	sl := tx.apply(&e)
+	prev := sl.latest
+	sl.latest = bulkDoc{rev: sl.revs[e.Revision].Revision, ref: body, idx: tx.arenaN - 1, set: true}
+	tx.release(sl, prev)
+	return nil
+}
+
+// bulkDoc is a revision a Bulk load keeps in memory for now (see
+// ApplyWithRef): where its document is in the log, and the load's arena
+// index of its revision-created event.
+type bulkDoc struct {
+	rev varplane.Revision
+	ref BodyRef
+	idx int
+	set bool
+}
+
+// release leaves d's document on disk unless d is still the scope's latest
+// revision or its head. Bulk loads only.
+func (tx *Tx) release(sl *slot, d bulkDoc) {
+	if !d.set || (sl.latest.set && sl.latest.rev == d.rev) || (sl.headDoc.set && sl.headDoc.rev == d.rev) {
+		return
+	}
+	rec := sl.revs[d.rev]
+	if rec == nil || rec.Document == nil {
+		return
+	}
+	rec.Document = nil // no reader sees the fold during a bulk load
+	tx.arena[d.idx/arenaChunk][d.idx%arenaChunk].Document = OnDisk
+	if sl.refs == nil {
+		sl.refs = make(map[varplane.Revision]BodyRef)
+	}
+	sl.refs[d.rev] = d.ref
+}
+
+// bulkHead records, in a Bulk load, that sl's head is now rev (none when
+// empty), releasing the previous head's document.
+func (tx *Tx) bulkHead(sl *slot, rev varplane.Revision) {
+	prev := sl.headDoc
+	sl.headDoc = bulkDoc{}
+	if rev != "" {
+		if sl.latest.set && sl.latest.rev == rev {
+			sl.headDoc = sl.latest
+		} else {
+			sl.headDoc = bulkDoc{rev: rev, set: true, idx: -1} // read at CommitBulk if on disk
+		}
+	}
+	if prev.idx >= 0 {
+		tx.release(sl, prev)
+	}
+}
+
 // Apply folds one logged event and publishes it at once; see Tx.Apply.
 // Writer only.
 func (st *State) Apply(ev *varplane.Event) ([]varplane.Commit, error) {
@@ -187,20 +273,11 @@ func (tx *Tx) PlanSubtree(parent varplane.Scope) []varplane.CascadeEntry {
 func (tx *Tx) Commit() []varplane.Commit {
 	st := tx.st
 	if tx.bulk {
-		for _, sl := range tx.dirty {
-			if len(sl.bulk) > 0 {
-				h := make([]varplane.Event, len(sl.hist), len(sl.hist)+len(sl.bulk))
-				copy(h, sl.hist)
-				for _, i := range sl.bulk {
-					h = append(h, tx.arena[i/arenaChunk][i%arenaChunk])
-				}
-				sl.hist, sl.bulk = h, nil
-			}
-			sl.dirty = false
-			publish(sl)
+		if err := tx.CommitBulk(); err != nil {
+			// Only a load with bodies on disk (ApplyWithRef) can fail here, and
+			// it must use CommitBulk.
+			panic("logstate: bulk Commit: " + err.Error())
 		}
-		tx.dirty, tx.arena, tx.arenaN = nil, nil, 0
-		tx.n = 0
 		return nil
 	}
 	var fresh []*slot
@@ -214,6 +291,7 @@ func (tx *Tx) Commit() []varplane.Commit {
 			sl.mu.Lock()
 			for _, r := range p.revs {
 				sl.revs[r.Revision] = r
+				delete(sl.refs, r.Revision)
 			}
 			sl.hist = append(sl.hist, p.hist...)
 			sl.mu.Unlock()
@@ -239,6 +317,85 @@ func (tx *Tx) Commit() []varplane.Commit {
 	return commits
 }
 
+// CommitBulk ends a Bulk load: it publishes the snapshots of every scope
+// the load touched, reading from disk the document of each final head that
+// the load left there (ApplyWithRef). An error leaves the fold unusable.
+func (tx *Tx) CommitBulk() error {
+	// The scopes are independent and nothing reads the fold yet: finish
+	// them on every CPU (this step follows the whole log's decoding, so
+	// nothing else runs beside it).
+	parts := min(runtime.GOMAXPROCS(0), len(tx.dirty))
+	if tx.arenaN < 1<<15 {
+		parts = 1 // not worth a goroutine
+	}
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for k := range parts {
+		wg.Add(1)
+		go func(dirty []*slot) {
+			defer wg.Done()
+			for _, sl := range dirty {
+				if err := tx.finishBulk(sl); err != nil {
+					errs[k] = err
+					return
+				}
+			}
+		}(tx.dirty[len(tx.dirty)*k/parts : len(tx.dirty)*(k+1)/parts])
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	tx.dirty, tx.arena, tx.arenaN = nil, nil, 0
+	tx.n = 0
+	return nil
+}
+
+// finishBulk gives sl its loaded events, exactly sized, and publishes it.
+func (tx *Tx) finishBulk(sl *slot) error {
+	latest := sl.latest
+	sl.latest = bulkDoc{}
+	tx.release(sl, latest)
+	if h := sl.headDoc; h.set && h.idx >= 0 {
+		// The head's document came with the load (ApplyWithRef), which
+		// may share its memory with others: give it its own.
+		if rec := sl.revs[h.rev]; rec != nil && rec.Document != nil {
+			rec.Document = bytes.Clone(rec.Document)
+			tx.arena[h.idx/arenaChunk][h.idx%arenaChunk].Document = rec.Document
+		}
+	}
+	sl.headDoc = bulkDoc{}
+	if len(sl.bulk) > 0 {
+		h := make([]varplane.Event, len(sl.hist), len(sl.hist)+len(sl.bulk))
+		copy(h, sl.hist)
+		for _, i := range sl.bulk {
+			h = append(h, tx.arena[i/arenaChunk][i%arenaChunk])
+		}
+		sl.hist, sl.bulk = h, nil
+	}
+	sl.dirty = false
+	if err := headResident(sl); err != nil {
+		return err
+	}
+	publish(sl)
+	return nil
+}
+
+// headResident makes the document of sl's head (after a bulk load) part of
+// the fold. Writer only.
+func headResident(sl *slot) error {
+	if sl.w.headIdx == 0 || sl.w.head != nil {
+		return nil
+	}
+	ev := &sl.hist[sl.w.headIdx-1]
+	rec := sl.revs[ev.Revision]
+	if rec == nil || rec.Document != nil {
+		return nil
+	}
+	_, err := sl.resident(rec)
+	return err
+}
+
 // Discard drops the transaction's events; the Tx is then empty and reusable.
 // A Bulk transaction cannot be discarded: its events are already folded.
 func (tx *Tx) Discard() {
@@ -258,12 +415,27 @@ func (tx *Tx) view(s varplane.Scope) (wstate, bool) {
 	if p := tx.pend[s]; p != nil {
 		return p.w, true
 	}
-	if sl := tx.st.lookup(s); sl != nil {
+	if sl := tx.slot(s); sl != nil {
 		return sl.w, true
 	}
 	return wstate{}, false
 }
 
+// revE is rev after loading the scope's revision block, if it has one.
+func (tx *Tx) revE(s varplane.Scope, r varplane.Revision) (*varplane.RevisionRecord, error) {
+	if sl := tx.slot(s); sl != nil && (!tx.bulk || sl.block != nil) {
+		// (A bulk load is the only writer and has no readers: it may look
+		// at block without the lock.)
+		if err := sl.ensure(); err != nil {
+			return nil, err
+		}
+	}
+	return tx.rev(s, r), nil
+}
+
+// rev returns the record r of s as the transaction sees it (possibly
+// without its document: see bodies.go); the scope's block must be loaded
+// (revE).
 func (tx *Tx) rev(s varplane.Scope, r varplane.Revision) *varplane.RevisionRecord {
 	if p := tx.pend[s]; p != nil {
 		for _, rec := range p.revs {
@@ -272,7 +444,7 @@ func (tx *Tx) rev(s varplane.Scope, r varplane.Revision) *varplane.RevisionRecor
 			}
 		}
 	}
-	sl := tx.st.lookup(s)
+	sl := tx.slot(s)
 	if sl == nil {
 		return nil
 	}
@@ -306,7 +478,7 @@ type target struct {
 
 func (tx *Tx) target(s varplane.Scope) target {
 	if tx.bulk {
-		sl := tx.st.lookup(s)
+		sl := tx.slot(s)
 		if sl == nil {
 			sl = newSlot(s)
 			tx.st.insertInPlace(sl)
@@ -321,7 +493,7 @@ func (tx *Tx) target(s varplane.Scope) target {
 	p := tx.pend[s]
 	if p == nil {
 		p = &pending{scope: s}
-		if sl := tx.st.lookup(s); sl != nil {
+		if sl := tx.slot(s); sl != nil {
 			p.slot, p.scope, p.w = sl, sl.scope, sl.w
 		}
 		tx.pend[s] = p
@@ -382,17 +554,23 @@ func (t target) addRev(rec *varplane.RevisionRecord) {
 	t.sl.revs[rec.Revision] = rec
 }
 
-// apply folds a checked event into the transaction.
-func (tx *Tx) apply(e *varplane.Event) {
+// apply folds a checked event into the transaction; in a Bulk load it
+// returns the scope's slot. A revision-created event whose document is
+// OnDisk creates a record without one.
+func (tx *Tx) apply(e *varplane.Event) *slot {
 	tx.n++
 	t := tx.target(e.Scope)
 	e.Scope = t.scope() // share one string per scope across its history
 	switch e.Kind {
 	case varplane.EventRevisionCreated:
+		doc := e.Document
+		if IsOnDisk(doc) {
+			doc = nil
+		}
 		rec := &varplane.RevisionRecord{
 			Scope:         e.Scope,
 			Revision:      e.Revision,
-			Document:      e.Document,
+			Document:      doc,
 			SchemaID:      e.SchemaID,
 			SchemaVersion: e.SchemaVersion,
 			Actor:         e.Actor,
@@ -406,6 +584,9 @@ func (tx *Tx) apply(e *varplane.Event) {
 		idx := t.addHist(*e)
 		w := t.w()
 		w.gen, w.headIdx, w.head = e.Generation, idx, nil
+		if tx.bulk {
+			tx.bulkHead(t.sl, e.Revision)
+		}
 		if !tx.bulk {
 			w.head = varplane.NewHead(e, rec)
 			tx.commits = append(tx.commits, varplane.Commit{
@@ -418,6 +599,9 @@ func (tx *Tx) apply(e *varplane.Event) {
 		t.addHist(*e)
 		w := t.w()
 		w.gen, w.headIdx, w.head = e.Generation, 0, nil
+		if tx.bulk {
+			tx.bulkHead(t.sl, "")
+		}
 		var changes []varplane.ScopeChange
 		if !tx.bulk {
 			changes = make([]varplane.ScopeChange, 0, 1+len(e.Cascade))
@@ -439,6 +623,9 @@ func (tx *Tx) apply(e *varplane.Event) {
 			})
 			cw := tc.w()
 			cw.gen, cw.headIdx, cw.head = c.Generation, 0, nil
+			if tx.bulk {
+				tx.bulkHead(tc.sl, "")
+			}
 			if !tx.bulk {
 				changes = append(changes, varplane.ScopeChange{Scope: tc.scope(), Generation: c.Generation})
 			}
@@ -453,12 +640,17 @@ func (tx *Tx) apply(e *varplane.Event) {
 	}
 	if e.IdempotencyKey != "" {
 		rec := &varplane.IdempotencyRecord{Key: e.IdempotencyKey, RequestHash: e.RequestHash, Event: *e, Generation: t.gen()}
+		// The record needs the event's identity, not its body (a
+		// checkpoint drops it too): holding the document here would keep
+		// a reclaimed body in memory.
+		rec.Event.Document = nil
 		if tx.bulk {
 			tx.st.idem[rec.Key] = rec
 		} else {
 			tx.idem[rec.Key] = rec
 		}
 	}
+	return t.sl
 }
 
 const (
@@ -493,7 +685,11 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 	}
 	switch e.Kind {
 	case varplane.EventRevisionCreated:
-		if tx.rev(e.Scope, e.Revision) != nil {
+		rec, err := tx.revE(e.Scope, e.Revision)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
 			return fmt.Errorf("scope %q: revision %s: %w", e.Scope, e.Revision, varplane.ErrRevisionExists)
 		}
 	case varplane.EventActivated, varplane.EventDeactivated:
@@ -508,8 +704,23 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 			return badRequest("%s event for scope %q carries previousGeneration %d, want %d", e.Kind, e.Scope, *e.PreviousGeneration, expected)
 		}
 		if e.Kind == varplane.EventActivated {
-			if mode != modePublish && tx.rev(e.Scope, e.Revision) == nil {
+			if mode == modePublish {
+				break
+			}
+			rec, err := tx.revE(e.Scope, e.Revision)
+			if err != nil {
+				return err
+			}
+			if rec == nil {
 				return tx.st.missing(e.Scope, e.Revision) // not found, or reclaimed (retain.go)
+			}
+			if rec.Document == nil && !tx.bulk {
+				// The head is served from memory: bring its document in
+				// before the activation is applied (a bulk load does it
+				// for the final heads only, at CommitBulk).
+				if _, err := tx.slot(e.Scope).resident(rec); err != nil {
+					return err
+				}
 			}
 			break
 		}

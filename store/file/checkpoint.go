@@ -8,39 +8,57 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/logstate"
 )
 
-// A compacted log (see Compact) begins with a checkpoint:
+// A compacted log (see Compact) begins with a checkpoint (version 2):
 //
-//	header   one line: {"checkpoint":1,"state":S,"tail":T}, fixed width
+//	header   one line: {"checkpoint":2,"state":S,"tail":T}, fixed width
 //	history  every event up to the checkpoint, grouped by scope in log
 //	         order, revision-created events without their documents
-//	state    from byte S: each scope's retained revisions (revision-created
-//	         lines with their documents) then a {"scopeState":…} line; the
-//	         idempotency records ({"idem":…}); a {"checkpointEnd":…} line
+//	blocks   from byte B (named by the end line): per scope, its retained
+//	         revisions but the head (revision-created lines with their
+//	         documents) and a {"reclaimed":[…]} line (bodies.go)
+//	state    from byte S: each scope's head revision line, then a
+//	         {"scopeState":…} line naming its block (at, end, count,
+//	         CRC-32C); the idempotency records ({"idem":…}); a
+//	         {"checkpointEnd":…} line
 //	tail     from byte T: ordinary event lines, as in a log without a
 //	         checkpoint, appended by commits after the compaction
 //
+// Version 1 had no blocks: every retained revision was in the state
+// section, and each scope line listed its reclaimed revisions; Open reads
+// it still.
+//
 // Open reads the header, the state section and the tail, so restart time
-// grows with the live state and the tail; the history section, which grows
-// with all history, is read afterwards on a goroutine of its own, and
-// History, Replay and the reclaimed-or-never-created answer of Revision wait
-// for it. The whole checkpoint was fsync'ed before the compacted log took
-// the log's name, so any damage in it is damage (Open fails, naming it); the
-// torn-tail rule applies to the tail alone.
+// grows with the number of scopes, their heads and the tail; a scope's block
+// is decoded the first time its revision index is needed, and the history
+// section, which grows with all history, is read after Open on a goroutine
+// of its own (History and Replay wait for it). The whole checkpoint was
+// fsync'ed before the compacted log took the log's name, so any damage in
+// it is damage: in the header or the state section Open fails naming it;
+// in a block, what needs the block fails naming it (its CRC catches what
+// the JSON grammar does not); the torn-tail rule applies to the tail alone.
 
-const checkpointPrefix = `{"checkpoint":1,`
+const checkpointPrefix = `{"checkpoint":`
+
+// checkpointVersion is the version Compact writes: 2 has the revision
+// blocks (a version-1 checkpoint held every body in its state section, and
+// a reader of version 1 would ignore the blocks, so it must refuse 2).
+// Open reads both.
+const checkpointVersion = 2
 
 // headerLine returns the fixed-width first line of a compacted log.
 func headerLine(state, tail int64) []byte {
-	return fmt.Appendf(nil, `{"checkpoint":1,"state":%-20d,"tail":%-20d}`+"\n", state, tail)
+	return fmt.Appendf(nil, `{"checkpoint":%d,"state":%-20d,"tail":%-20d}`+"\n", checkpointVersion, state, tail)
 }
 
 var headerLen = int64(len(headerLine(0, 0)))
@@ -59,6 +77,8 @@ type scopeLine struct {
 		Rejected   *varplane.Event     `json:"rejected,omitempty"`
 		Revisions  int                 `json:"revisions"`
 		Reclaimed  []varplane.Revision `json:"reclaimed,omitempty"`
+		// Block: the scope's other revisions (version 2; bodies.go).
+		Block *blockLine `json:"block,omitempty"`
 	} `json:"scopeState"`
 }
 
@@ -77,6 +97,10 @@ type endLine struct {
 		Revisions int `json:"revisions"`
 		Idem      int `json:"idem"`
 		History   int `json:"history"`
+		// Blocks is where the revision blocks start, which is where the
+		// history section ends (version 2; 0 in version 1, whose history
+		// runs to the state section).
+		Blocks int64 `json:"blocks,omitempty"`
 	} `json:"checkpointEnd"`
 }
 
@@ -117,16 +141,29 @@ func (s *Store) openCheckpoint() error {
 	}
 	var h checkpointHeader
 	if int64(n) < headerLen || head[n-1] != '\n' || json.Unmarshal(head[:n-1], &h) != nil ||
-		h.Checkpoint != 1 || h.State < headerLen || h.Tail < h.State || h.Tail > fi.Size() {
+		(h.Checkpoint != 1 && h.Checkpoint != 2) || h.State < headerLen || h.Tail < h.State || h.Tail > fi.Size() {
 		return fmt.Errorf("file store: %s: the checkpoint header (line 1, byte offset 0) is damaged", s.path)
 	}
 	state := make([]byte, h.Tail-h.State)
 	if _, err := s.f.ReadAt(state, h.State); err != nil {
 		return fmt.Errorf("file store: %s: read the checkpoint state at byte offset %d: %w", s.path, h.State, err)
 	}
-	scopes, idem, hist, err := s.decodeState(state, h.State)
+	s.blocksEnd = h.State
+	scopes, idem, end, err := s.decodeState(state, h.State)
 	if err != nil {
 		return err
+	}
+	histEnd := h.State
+	if h.Checkpoint >= 2 {
+		histEnd = end.End.Blocks
+		if histEnd < headerLen || histEnd > h.State {
+			return fmt.Errorf("file store: %s: the checkpoint end line puts the revision blocks at byte offset %d, outside [%d, %d]", s.path, histEnd, headerLen, h.State)
+		}
+		for i := range scopes {
+			if b, ok := scopes[i].Block.(*fileBlock); ok && b.At < histEnd {
+				return fmt.Errorf("file store: %s: the checkpoint's revisions of scope %q start at byte offset %d, inside the history section", s.path, scopes[i].Scope, b.At)
+			}
+		}
 	}
 	if err := s.st.Restore(scopes, idem); err != nil {
 		return fmt.Errorf("file store: %s: the checkpoint state does not hold together: %w", s.path, err)
@@ -135,9 +172,9 @@ func (s *Store) openCheckpoint() error {
 	if err != nil {
 		return fmt.Errorf("file store: open %s: %w", s.path, err)
 	}
-	s.cold = &cold{ready: make(chan struct{}), stop: make(chan struct{}), from: from, start: headerLen, end: h.State,
+	s.cold = &cold{ready: make(chan struct{}), stop: make(chan struct{}), from: from, start: headerLen, end: histEnd,
 		hist: make(map[varplane.Scope][]varplane.Event, len(scopes))}
-	s.coldEvents = hist
+	s.coldEvents = end.End.History
 	s.base = h.Tail
 	return nil
 }
@@ -158,7 +195,7 @@ type statePart struct {
 // decodeState decodes the state section b, which starts at byte offset at,
 // in as many parts as there are CPUs: the section is cut right after
 // scope lines, where a part can start on its own. The documents share b.
-func (s *Store) decodeState(b []byte, at int64) ([]logstate.ScopeImage, []*varplane.IdempotencyRecord, int, error) {
+func (s *Store) decodeState(b []byte, at int64) ([]logstate.ScopeImage, []*varplane.IdempotencyRecord, *endLine, error) {
 	n := runtime.GOMAXPROCS(0)
 	if len(b) < stateParallelMin {
 		n = 1
@@ -199,10 +236,10 @@ func (s *Store) decodeState(b []byte, at int64) ([]logstate.ScopeImage, []*varpl
 	)
 	for k, p := range parts {
 		if p.err != nil {
-			return nil, nil, 0, p.err
+			return nil, nil, nil, p.err
 		}
 		if p.end != nil && k != len(parts)-1 {
-			return nil, nil, 0, fmt.Errorf("file store: %s: the checkpoint state goes on after its end line", s.path)
+			return nil, nil, nil, fmt.Errorf("file store: %s: the checkpoint state goes on after its end line", s.path)
 		}
 		scopes = append(scopes, p.scopes...)
 		idem = append(idem, p.idem...)
@@ -210,13 +247,13 @@ func (s *Store) decodeState(b []byte, at int64) ([]logstate.ScopeImage, []*varpl
 	}
 	end := parts[len(parts)-1].end
 	if end == nil {
-		return nil, nil, 0, fmt.Errorf("file store: %s: the checkpoint state ends before its end line (byte offset %d)", s.path, at+int64(len(b)))
+		return nil, nil, nil, fmt.Errorf("file store: %s: the checkpoint state ends before its end line (byte offset %d)", s.path, at+int64(len(b)))
 	}
 	if end.End.Scopes != len(scopes) || end.End.Revisions != nrevs || end.End.Idem != len(idem) {
-		return nil, nil, 0, fmt.Errorf("file store: %s: the checkpoint end line counts %d scopes, %d revisions, %d idempotency records; the state holds %d, %d, %d",
+		return nil, nil, nil, fmt.Errorf("file store: %s: the checkpoint end line counts %d scopes, %d revisions, %d idempotency records; the state holds %d, %d, %d",
 			s.path, end.End.Scopes, end.End.Revisions, end.End.Idem, len(scopes), nrevs, len(idem))
 	}
-	return scopes, idem, end.End.History, nil
+	return scopes, idem, end, nil
 }
 
 // decodeStatePart decodes one part of the state section (see decodeState).
@@ -244,7 +281,9 @@ func (s *Store) decodeStatePart(b []byte, at int64) (out statePart) {
 		switch {
 		case bytes.HasPrefix(line, []byte(`{"kind":`)):
 			var ev varplane.Event
-			if err := decodeEventShared(line, &ev, in); err != nil {
+			// A copy: a document that shared the section's buffer would
+			// keep all of it in memory for as long as any head lives.
+			if err := decodeEvent(line, &ev, in); err != nil {
 				return damaged("revision", err)
 			}
 			if ev.Kind != varplane.EventRevisionCreated || len(ev.Document) == 0 {
@@ -266,8 +305,16 @@ func (s *Store) decodeStatePart(b []byte, at int64) (out statePart) {
 					return damaged(fmt.Sprintf("revision of scope %q before the state of %q", r.Scope, ss.Scope), nil)
 				}
 			}
-			out.scopes = append(out.scopes, logstate.ScopeImage{Scope: ss.Scope, Generation: ss.Generation, Head: ss.Head, Rejected: ss.Rejected, Revisions: revs, Reclaimed: ss.Reclaimed})
+			img := logstate.ScopeImage{Scope: ss.Scope, Generation: ss.Generation, Head: ss.Head, Rejected: ss.Rejected, Revisions: revs, Reclaimed: ss.Reclaimed}
 			out.nrevs += len(revs)
+			if bl := ss.Block; bl != nil {
+				if bl.At < headerLen || bl.End < bl.At || bl.End > s.blocksEnd || bl.N < 0 || bl.End-bl.At > math.MaxInt32 {
+					return damaged("scope "+strconv.Quote(string(ss.Scope)), errNoBlock)
+				}
+				img.Block = &fileBlock{src: s.bodies, scope: ss.Scope, blockLine: *bl}
+				out.nrevs += bl.N
+			}
+			out.scopes = append(out.scopes, img)
 			revs = nil
 		case bytes.HasPrefix(line, []byte(`{"idem":`)):
 			var l idemLine
@@ -323,11 +370,9 @@ func (s *Store) loadCold() {
 			break
 		}
 		if ev.Kind == varplane.EventRevisionCreated && !bytes.HasSuffix(line, reclaimedLine) {
-			// The body is in the state section, unless it was reclaimed:
-			// share the fold's copy, so History reads as before.
-			if rec, ok := s.st.Revision(ev.Scope, ev.Revision); ok {
-				ev.Document = rec.Document
-			}
+			// The body is in the checkpoint, unless it was reclaimed:
+			// History reads it from there (logstate.State.FillDocuments).
+			ev.Document = logstate.OnDisk
 		}
 		c.hist[ev.Scope] = append(c.hist[ev.Scope], ev)
 		off += int64(len(line))
@@ -360,6 +405,16 @@ func (s *Store) stopCold() {
 // fullHistory returns every event of scope: the checkpoint's history, once
 // loaded, then the fold's.
 func (s *Store) fullHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	h, err := s.fullHistoryMeta(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	return s.st.FillDocuments(scope, h)
+}
+
+// fullHistoryMeta is fullHistory with the documents of the revisions the fold
+// keeps on disk left out.
+func (s *Store) fullHistoryMeta(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
 	if s.IsShut() {
 		return nil, varplane.ErrClosed
 	}
@@ -390,9 +445,22 @@ func (s *Store) fullHistory(ctx context.Context, scope varplane.Scope) ([]varpla
 
 // History returns every event of scope in log order (see
 // varplane.Store.History); a revision-created event whose body retention
-// reclaimed carries no document.
+// reclaimed carries no document. Documents not held in memory are read
+// from the log.
 func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
 	return s.fullHistory(ctx, scope)
+}
+
+// EventHistory is History without reading documents from the log: a
+// revision-created event carries its document only when the store holds
+// it in memory. For callers that need the events' metadata alone (the
+// retention pass), so that they do not read every body of the scope.
+func (s *Store) EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	h, err := s.fullHistoryMeta(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	return logstate.StripOnDisk(h), nil
 }
 
 // Revision returns the stored revision rev of scope; ErrReclaimed when
@@ -405,7 +473,7 @@ func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane
 }
 
 func (s *Store) replayAt(ctx context.Context, scope varplane.Scope, gen varplane.Generation) (*varplane.ScopeState, error) {
-	hist, err := s.fullHistory(ctx, scope)
+	hist, err := s.fullHistoryMeta(ctx, scope) // FoldAt reads the head's record itself
 	if err != nil {
 		return nil, err
 	}

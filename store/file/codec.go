@@ -110,10 +110,10 @@ type decoder struct {
 	p   int
 	in  *interner
 	tmp []byte
-	// alias makes the document a subslice of b instead of a copy (the
-	// checkpoint's state section, read into one buffer that the documents
-	// then share; checkpoint.go).
-	alias bool
+	// lazy leaves the document out of the event and records where it is
+	// in b (docAt, docLen): replay keeps bodies on disk (bodies.go).
+	lazy          bool
+	docAt, docLen int
 }
 
 func (d *decoder) fail(format string, args ...any) error {
@@ -132,10 +132,13 @@ func decodeEvent(line []byte, ev *varplane.Event, in *interner) error {
 	return d.event(ev)
 }
 
-// decodeEventShared is decodeEvent with ev.Document a subslice of line.
-func decodeEventShared(line []byte, ev *varplane.Event, in *interner) error {
-	d := decoder{b: line, in: in, alias: true}
-	return d.event(ev)
+// decodeEventLazy is decodeEvent without the document: it returns where the
+// document is in line (docLen 0 when the event has none). The document's
+// grammar is checked all the same.
+func decodeEventLazy(line []byte, ev *varplane.Event, in *interner) (docAt, docLen int, err error) {
+	d := decoder{b: line, in: in, lazy: true}
+	err = d.event(ev)
+	return d.docAt, d.docLen, err
 }
 
 func (d *decoder) event(ev *varplane.Event) error {
@@ -219,12 +222,15 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 	case "scope":
 		err = d.strField((*string)(&ev.Scope))
 	case "revision":
-		err = d.strField((*string)(&ev.Revision))
+		// Not interned: a digest names one revision, and the fold shares
+		// the created record's string with every event naming it.
+		err = d.strPlain((*string)(&ev.Revision))
 	case "document":
 		start := d.p
 		if err = d.skipValue(1); err == nil {
-			if d.alias {
-				ev.Document = d.b[start:d.p:d.p]
+			if d.lazy {
+				ev.Document = nil
+				d.docAt, d.docLen = start, d.p-start
 			} else {
 				ev.Document = append([]byte(nil), d.b[start:d.p]...)
 			}

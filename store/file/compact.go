@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"maps"
 	"os"
@@ -87,11 +88,13 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 		idem   []*varplane.IdempotencyRecord
 		at     int64
 	)
-	if err := s.runOnCommitter(ctx, func() error {
-		scopes, idem = s.st.Snapshot()
+	if err := s.runOnCommitter(ctx, func() (err error) {
+		// A scope that loses revisions has its revision block loaded, so
+		// that the bodies to leave out are among the records.
+		scopes, idem, err = s.st.Snapshot(func(sc varplane.Scope) bool { return len(reclaim[sc]) > 0 })
 		at = s.off
 		res.Before = s.off
-		return nil
+		return err
 	}); err != nil {
 		return res, err
 	}
@@ -108,7 +111,7 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 		}
 	}()
 	hook("created")
-	tail, err := s.writeCheckpoint(ctx, nf, scopes, idem, reclaim, &res)
+	tail, blocks, err := s.writeCheckpoint(ctx, nf, scopes, idem, reclaim, &res)
 	if err != nil {
 		return res, err
 	}
@@ -116,6 +119,19 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 		return res, err
 	}
 	hook("synced")
+	// The new log's reader for the bodies it holds, opened before it takes
+	// the log's name (the same file either way).
+	nb, err := openBodies(tmp)
+	if err != nil {
+		return res, err
+	}
+	nb.path = s.path
+	swapped := false
+	defer func() {
+		if !swapped {
+			nb.retire()
+		}
+	}()
 	err = s.runOnCommitter(ctx, func() error {
 		t0 := time.Now()
 		defer func() { res.Paused = time.Since(t0) }()
@@ -161,6 +177,21 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 			s.cold.reclaim(scope, gone)
 			res.Reclaimed += len(gone)
 		}
+		// The bodies now live in the new log: re-point the fold at it,
+		// which also drops from memory every body the checkpoint wrote
+		// into a block, then retire the old log's reader (a read that
+		// raced this finds it retired and looks its revision up again).
+		for i := range scopes {
+			var b logstate.RevisionBlock
+			if bl := blocks[i]; bl != nil {
+				b = &fileBlock{src: nb, scope: scopes[i].Scope, blockLine: *bl}
+			}
+			s.st.Rebase(&scopes[i], b)
+		}
+		oldBodies := s.bodies
+		s.bodies, swapped = nb, true
+		oldBodies.retire()
+		hook("rebased")
 		res.After = s.off
 		return nil
 	})
@@ -177,20 +208,23 @@ func (s *Store) syncNew(f *os.File, name string) error {
 	return nil
 }
 
-// writeCheckpoint writes the header, history and state sections of a
-// compacted log to f and returns where its tail starts.
+// writeCheckpoint writes the header, history, revision blocks and state
+// sections of a compacted log to f and returns where its tail starts and
+// each scope's block (nil: none).
 func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logstate.ScopeImage, idem []*varplane.IdempotencyRecord,
-	reclaim map[varplane.Scope][]varplane.Revision, res *CompactResult) (int64, error) {
+	reclaim map[varplane.Scope][]varplane.Revision, res *CompactResult) (int64, []*blockLine, error) {
 	w := bufio.NewWriterSize(f, 1<<20)
 	var (
 		off  int64
 		line []byte
 		err  error
+		crc  uint32
 	)
 	put := func(b []byte) {
 		if err == nil {
 			_, err = w.Write(b)
 			off += int64(len(b))
+			crc = crc32.Update(crc, blockCRC, b)
 		}
 	}
 	put(headerLine(0, 0))
@@ -200,11 +234,18 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 		before = maps.Clone(s.cold.hist)
 		s.cold.mu.RUnlock()
 	}
+	headOf := func(img *logstate.ScopeImage) varplane.Revision {
+		if img.Head == nil {
+			return ""
+		}
+		return img.Head.Revision
+	}
 	for i := range scopes {
 		if i%64 == 0 && ctx.Err() != nil {
-			return 0, ctx.Err()
+			return 0, nil, ctx.Err()
 		}
 		img := &scopes[i]
+		head := headOf(img)
 		for _, part := range [2][]varplane.Event{before[img.Scope], img.History} {
 			for j := range part {
 				ev := part[j]
@@ -212,7 +253,7 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 				// or by this compaction) is marked, so that Open leaves its
 				// document out even if the revision is created again.
 				mark := ev.Kind == varplane.EventRevisionCreated && (ev.Document == nil ||
-					(slices.Contains(reclaim[img.Scope], ev.Revision) && (img.Head == nil || img.Head.Revision != ev.Revision)))
+					(slices.Contains(reclaim[img.Scope], ev.Revision) && ev.Revision != head))
 				ev.Document = nil
 				line = AppendEvent(line[:0], &ev)
 				if mark {
@@ -225,34 +266,110 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 		}
 	}
 	hook("history")
-	state := off
-	var end endLine
+	revLine := func(rec *varplane.RevisionRecord, doc []byte) {
+		ev := varplane.Event{Kind: varplane.EventRevisionCreated, Scope: rec.Scope, Revision: rec.Revision, Document: doc,
+			SchemaID: rec.SchemaID, SchemaVersion: rec.SchemaVersion, Actor: rec.Actor, Timestamp: rec.CreatedAt}
+		line = append(AppendEvent(line[:0], &ev), '\n')
+		put(line)
+	}
+	body := func(img *logstate.ScopeImage, k int) ([]byte, error) {
+		if doc := img.Revisions[k].Document; doc != nil {
+			return doc, nil
+		}
+		if k >= len(img.Bodies) || img.Bodies[k].Src == nil {
+			return nil, fmt.Errorf("file store: compact %s: revision %s of scope %q has no document", s.path, img.Revisions[k].Revision, img.Scope)
+		}
+		return img.Bodies[k].Src.ReadBody(img.Bodies[k].Off, img.Bodies[k].Len)
+	}
+	// The revision blocks: every retained revision but the head, per scope.
+	blocksAt := off
+	blocks := make([]*blockLine, len(scopes))
+	gone := make([]map[varplane.Revision]bool, len(scopes))
 	for i := range scopes {
+		if i%64 == 0 && ctx.Err() != nil {
+			return 0, nil, ctx.Err()
+		}
 		img := &scopes[i]
-		gone := map[varplane.Revision]bool{}
+		head := headOf(img)
+		gone[i] = map[varplane.Revision]bool{}
 		for _, r := range reclaim[img.Scope] {
-			if img.Head == nil || r != img.Head.Revision {
-				gone[r] = true
+			if r != head {
+				gone[i][r] = true
 			}
 		}
-		var sl scopeLine
-		sl.ScopeState.Reclaimed = slices.Clone(img.Reclaimed)
-		for _, rec := range img.Revisions {
-			if gone[rec.Revision] {
-				sl.ScopeState.Reclaimed = append(sl.ScopeState.Reclaimed, rec.Revision)
+		at, n := off, 0
+		crc = 0
+		if fb, ok := img.Block.(*fileBlock); ok {
+			// Not loaded since the last compaction: copied as it is,
+			// once its checksum holds.
+			raw, rerr := fb.src.ReadBody(fb.At, int(fb.End-fb.At))
+			if rerr == nil && crc32.Checksum(raw, blockCRC) != fb.CRC {
+				rerr = fb.damaged(fb.At, "checksum")
+			}
+			if rerr != nil {
+				return 0, nil, fmt.Errorf("file store: compact %s: %w", s.path, rerr)
+			}
+			put(raw)
+			n += fb.N
+		} else if img.Block != nil {
+			return 0, nil, fmt.Errorf("file store: compact %s: scope %q has a revision block of another store", s.path, img.Scope)
+		}
+		for k, rec := range img.Revisions {
+			if rec.Revision == head || gone[i][rec.Revision] {
 				continue
 			}
-			ev := varplane.Event{Kind: varplane.EventRevisionCreated, Scope: rec.Scope, Revision: rec.Revision, Document: rec.Document,
-				SchemaID: rec.SchemaID, SchemaVersion: rec.SchemaVersion, Actor: rec.Actor, Timestamp: rec.CreatedAt}
-			line = append(AppendEvent(line[:0], &ev), '\n')
-			put(line)
-			sl.ScopeState.Revisions++
+			doc, berr := body(img, k)
+			if berr != nil {
+				return 0, nil, berr
+			}
+			revLine(rec, doc)
+			n++
+		}
+		// What retention reclaimed in the scope, before or now: in the
+		// block, which Open does not read.
+		var gl goneLine
+		gl.Reclaimed = slices.Clone(img.Reclaimed)
+		for _, rec := range img.Revisions {
+			if gone[i][rec.Revision] {
+				gl.Reclaimed = append(gl.Reclaimed, rec.Revision)
+			}
+		}
+		if len(gl.Reclaimed) > 0 {
+			slices.Sort(gl.Reclaimed)
+			gl.Reclaimed = slices.Compact(gl.Reclaimed)
+			putJSON(put, gl)
+		}
+		if off > at {
+			blocks[i] = &blockLine{At: at, End: off, N: n, CRC: crc}
+		}
+	}
+	state := off
+	var end endLine
+	end.End.Blocks = blocksAt
+	for i := range scopes {
+		img := &scopes[i]
+		head := headOf(img)
+		var sl scopeLine
+		for k, rec := range img.Revisions {
+			switch {
+			case gone[i][rec.Revision]:
+			case rec.Revision == head:
+				doc, berr := body(img, k)
+				if berr != nil {
+					return 0, nil, berr
+				}
+				revLine(rec, doc)
+				sl.ScopeState.Revisions++
+			}
 		}
 		sl.ScopeState.Scope, sl.ScopeState.Generation = img.Scope, img.Generation
 		sl.ScopeState.Head, sl.ScopeState.Rejected = img.Head, img.Rejected
-		slices.Sort(sl.ScopeState.Reclaimed)
+		sl.ScopeState.Block = blocks[i]
 		putJSON(put, sl)
 		end.End.Revisions += sl.ScopeState.Revisions
+		if blocks[i] != nil {
+			end.End.Revisions += blocks[i].N
+		}
 	}
 	for _, r := range idem {
 		var l idemLine
@@ -270,9 +387,9 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 		_, err = f.WriteAt(headerLine(state, off), 0)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("file store: write %s%s: %w", s.path, compactSuffix, err)
+		return 0, nil, fmt.Errorf("file store: write %s%s: %w", s.path, compactSuffix, err)
 	}
-	return off, nil
+	return off, blocks, nil
 }
 
 func putJSON(put func([]byte), v any) {

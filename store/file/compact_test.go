@@ -222,7 +222,7 @@ func TestCompactReclaims(t *testing.T) {
 }
 
 // crashSteps are the compaction's steps (file.SetCompactHook), in order.
-var crashSteps = []string{"created", "history", "state", "synced", "tail", "renamed", "dir-synced"}
+var crashSteps = []string{"created", "history", "state", "synced", "tail", "renamed", "dir-synced", "rebased"}
 
 const crashEnv = "VARPLANE_TEST_COMPACT_CRASH"
 
@@ -321,7 +321,7 @@ func TestCompactCrashChild(t *testing.T) {
 	}
 	file.SetCompactHook(func(at string) {
 		// A commit between the snapshot and this step lands in the tail.
-		if at != "tail" && at != "renamed" && at != "dir-synced" {
+		if at != "tail" && at != "renamed" && at != "dir-synced" && at != "rebased" {
 			commit(100)
 		}
 		if at == step {

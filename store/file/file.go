@@ -10,7 +10,9 @@
 // byte offset (see Open).
 // Compact rewrites the log as a checkpoint plus the events after it, and
 // Open then reads the checkpoint's state and those events only
-// (checkpoint.go).
+// (checkpoint.go). The fold holds in memory the documents of heads and of
+// revisions committed since Open or the last compaction; the others are
+// read from the log when asked for (bodies.go).
 //
 // Concurrency contract: every method is safe for concurrent use. Reads never
 // wait for a commit; State takes no lock and does not allocate for a scope
@@ -121,6 +123,8 @@ type Store struct {
 	// under commitMu once Open returns); cold holds the checkpoint's
 	// history, coldEvents how many events it counts.
 	base       int64
+	blocksEnd  int64     // Open: where the checkpoint's revision blocks end (its state section)
+	bodies     *bodyFile // reads the documents the fold keeps on disk (bodies.go); committer-owned
 	cold       *cold
 	coldEvents int
 	noSync     bool
@@ -228,6 +232,10 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		reqs: make(chan *request, maxBatch),
 		done: make(chan struct{}),
 	}
+	if s.bodies, err = openBodies(path); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	s.Init(s.st)
 	s.InitLeases(&s.Reads, nil)
 	s.InitBeats(&s.Reads, nil)
@@ -238,6 +246,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		s.syncf = func() error { return nil }
 	}
 	if err := s.openCheckpoint(); err != nil {
+		s.bodies.retire()
 		_ = f.Close()
 		return nil, err
 	}
@@ -245,6 +254,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		if s.cold != nil {
 			_ = s.cold.from.Close()
 		}
+		s.bodies.retire()
 		_ = f.Close()
 		return nil, err
 	}
@@ -275,10 +285,13 @@ const batchLines = 1024
 // decodedBatch is a run of consecutive decoded log lines. The last batch of
 // a replay may also report how the log ends: a torn tail to cut or an error.
 type decodedBatch struct {
-	evs       []varplane.Event
-	starts    []int64 // byte offset of each line of evs
-	firstLine int     // line number of evs[0]
-	end       int64   // offset just past the last line of evs
+	evs    []varplane.Event
+	starts []int64 // byte offset of each line of evs
+	// docAt and docLen locate each event's document in its line (docLen 0:
+	// none): the fold leaves most documents in the log (bodies.go).
+	docAt, docLen []int32
+	firstLine     int   // line number of evs[0]
+	end           int64 // offset just past the last line of evs
 
 	torn    bool // a final fragment without newline starts at end
 	tornLen int
@@ -303,7 +316,13 @@ func (s *Store) replay(ctx context.Context) error {
 	off := s.base
 	for b := range out {
 		for i := range b.evs {
-			if err := tx.Apply(&b.evs[i]); err != nil {
+			var err error
+			if n := b.docLen[i]; n > 0 {
+				err = tx.ApplyWithRef(&b.evs[i], logstate.BodyRef{Src: s.bodies, Off: b.starts[i] + int64(b.docAt[i]), Len: int(n)})
+			} else {
+				err = tx.Apply(&b.evs[i])
+			}
+			if err != nil {
 				stop()
 				return fmt.Errorf("file store: %s line %d (byte offset %d) does not follow from the lines before it: %w", s.path, b.firstLine+i, b.starts[i], err)
 			}
@@ -328,7 +347,9 @@ func (s *Store) replay(ctx context.Context) error {
 		default:
 		}
 	}
-	tx.Commit()
+	if err := tx.CommitBulk(); err != nil {
+		return fmt.Errorf("file store: %s: read the heads' documents: %w", s.path, err)
+	}
 	s.off = off
 	return nil
 }
@@ -347,6 +368,7 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		off    = s.base
 		lineNo int
 		long   []byte
+		docs   []byte // the current chunk of document copies
 		// pub is the offset of the last line when it is the first line of
 		// a publish (publishMark), -1 otherwise: a log that ends there is
 		// cut back to it, like a torn line.
@@ -356,10 +378,11 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		select {
 		case b := <-free:
 			clear(b.evs)
-			*b = decodedBatch{evs: b.evs[:0], starts: b.starts[:0], firstLine: lineNo + 1, end: off}
+			*b = decodedBatch{evs: b.evs[:0], starts: b.starts[:0], docAt: b.docAt[:0], docLen: b.docLen[:0], firstLine: lineNo + 1, end: off}
 			return b
 		default:
-			return &decodedBatch{evs: make([]varplane.Event, 0, batchLines), starts: make([]int64, 0, batchLines), firstLine: lineNo + 1, end: off}
+			return &decodedBatch{evs: make([]varplane.Event, 0, batchLines), starts: make([]int64, 0, batchLines),
+				docAt: make([]int32, 0, batchLines), docLen: make([]int32, 0, batchLines), firstLine: lineNo + 1, end: off}
 		}
 	}
 	send := func(b *decodedBatch) bool {
@@ -398,7 +421,22 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		}
 		lineNo++
 		b.evs = append(b.evs, varplane.Event{})
-		if derr := decodeEvent(line[:len(line)-1], &b.evs[len(b.evs)-1], in); derr != nil {
+		at, n, derr := decodeEventLazy(line[:len(line)-1], &b.evs[len(b.evs)-1], in)
+		if derr == nil && n > 0 {
+			// A copy, which the fold keeps while the revision may end as a
+			// head and then drops for its place in the log (docAt, docLen).
+			// Copies share chunks of docChunk bytes, one allocation for
+			// many documents; the fold gives the heads it ends with copies
+			// of their own (logstate.Tx.CommitBulk), so that no chunk
+			// outlives the load.
+			if cap(docs)-len(docs) < n {
+				docs = make([]byte, 0, max(docChunk, n))
+			}
+			k := len(docs)
+			docs = append(docs, line[at:at+n]...)
+			b.evs[len(b.evs)-1].Document = docs[k:len(docs):len(docs)]
+		}
+		if derr != nil {
 			// A complete line may be an acknowledged event, even the last
 			// one: never cut it (see Open).
 			b.evs = b.evs[:len(b.evs)-1]
@@ -407,6 +445,7 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 			return
 		}
 		b.starts = append(b.starts, off)
+		b.docAt, b.docLen = append(b.docAt, int32(at)), append(b.docLen, int32(n))
 		pub = -1
 		if bytes.HasSuffix(line, publishLine) {
 			pub = off
@@ -430,6 +469,9 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 	}
 }
 
+// docChunk is the size of the chunks replay copies documents into.
+const docChunk = 1 << 20
+
 // publishLine is how the first line of a publish ends, newline included.
 var publishLine = []byte(publishMark + "\n")
 
@@ -442,6 +484,7 @@ func cutPublish(b *decodedBatch, pub, off int64) {
 		return
 	}
 	b.evs = b.evs[:len(b.evs)-1]
+	b.starts, b.docAt, b.docLen = b.starts[:len(b.evs)], b.docAt[:len(b.evs)], b.docLen[:len(b.evs)]
 	b.end = pub
 	b.tornLen += int(off - pub)
 	b.torn = true
@@ -795,6 +838,7 @@ func (s *Store) Close() error {
 	<-s.done
 	s.stopCold()
 	s.Shut()
+	s.bodies.retire()
 	var errs []error
 	if s.failed.Load() == nil {
 		if err := s.f.Sync(); err != nil {

@@ -39,7 +39,11 @@ func (s *Store) ReclaimRevisions(ctx context.Context, scope varplane.Scope, revs
 		s.reclaim.pending = map[varplane.Scope][]varplane.Revision{}
 	}
 	for _, r := range revs {
-		if _, ok := s.st.Revision(scope, r); ok && r != head && !slices.Contains(s.reclaim.pending[scope], r) {
+		ok, err := s.st.HasRevision(scope, r)
+		if err != nil {
+			return 0, err
+		}
+		if ok && r != head && !slices.Contains(s.reclaim.pending[scope], r) {
 			s.reclaim.pending[scope] = append(s.reclaim.pending[scope], r)
 		}
 	}
