@@ -24,6 +24,18 @@ type snapshot struct {
 	err error
 }
 
+// absent reports a snapshot of a scope Redis holds nothing for (no head
+// hash and no generation floor), as a read found it: not a failed read, which
+// is never absent.
+func (s *snapshot) absent() bool { return s.v == "" && s.err == nil }
+
+// same reports whether two snapshots are the same head as Redis held it. A
+// failed snapshot is never the same as a readable one, so an absent read
+// after a failure installs (and a head after an absent read is a change).
+func (s *snapshot) same(o *snapshot) bool {
+	return s.v == o.v && s.g == o.g && s.r == o.r && (s.err == nil) == (o.err == nil)
+}
+
 // confirmArg is what the conditional read compares with the head's field c.
 // A snapshot without a head hash (or a failed one) never matches.
 func (s *snapshot) confirmArg() string {
@@ -46,14 +58,23 @@ func newEntry() *entry {
 	return e
 }
 
+// maxAbsent bounds the scopes remembered as absent (replica.Rules).
+const maxAbsent = 4096
+
 // newTable returns the table of installed heads: a snapshot is the head
-// hash's version, generation and revision as Redis held them.
+// hash's version, generation and revision as Redis held them. A scope Redis
+// holds nothing for is installed as absent (up to maxAbsent of them), so
+// that reading it again (the control plane reads its policy scope on every
+// write) costs no command, and so that an invalidation or a revalidation
+// pass, which confirm it like any head, install its first commit.
 func (s *Store) newTable() *replica.Table[snapshot, *entry] {
 	return replica.NewTable(replica.Rules[snapshot, *entry]{
-		New:   newEntry,
-		State: func(sn *snapshot) *varplane.ScopeState { return sn.state },
-		Same:  func(a, b *snapshot) bool { return a.v == b.v && a.g == b.g && a.r == b.r },
-		Older: func(next, cur *snapshot) bool { return versionLess(next.v, cur.v) },
+		New:       newEntry,
+		State:     func(sn *snapshot) *varplane.ScopeState { return sn.state },
+		Same:      (*snapshot).same,
+		Older:     func(next, cur *snapshot) bool { return versionLess(next.v, cur.v) },
+		Unwritten: (*snapshot).absent,
+		MaxAbsent: maxAbsent,
 		Regressed: func(scope varplane.Scope, cur, next *snapshot) {
 			s.log.Error("redis store: head regressed; installing what Redis holds (a failover may have lost a commit: publish it again)",
 				"scope", string(scope), "fromGeneration", cur.g, "fromRevision", cur.r, "toGeneration", next.g, "toRevision", next.r,
@@ -63,6 +84,19 @@ func (s *Store) newTable() *replica.Table[snapshot, *entry] {
 }
 
 func (s *Store) entry(scope varplane.Scope) *entry { return s.entries.Entry(scope) }
+
+// forgetAbsent drops scope's entry if it remembers the scope as absent, so
+// the next read asks Redis. A commit to scope whose outcome this replica
+// does not know (its reply was lost, or could not be read back) may have
+// given it a head, and an absent entry must not answer for it until the
+// commit's invalidation arrives.
+func (s *Store) forgetAbsent(scope varplane.Scope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.entry(scope); e != nil && e.Snap.Load().absent() {
+		s.entries.Delete(scope)
+	}
+}
 
 // installLocked puts snap in place for scope unless it is stale
 // (replica.Table.InstallLocked); readSeq is the entry's install count when
@@ -148,7 +182,8 @@ type Stats struct {
 	WatchCommits        uint64 // commits delivered to Watch listeners
 	Subscriptions       uint64 // successful (re)subscriptions to the channel
 	EvictionChecks      uint64
-	Installed           int           // scopes held in memory
+	Installed           int           // heads held in memory (scopes remembered as absent are not counted)
+	Absent              int           // scopes remembered as having nothing in Redis (at most maxAbsent)
 	MaxLag              time.Duration // largest lag over installed scopes
 	LastPassDuration    time.Duration
 }
@@ -166,6 +201,8 @@ func (s *Store) Stats() Stats {
 		LastPassDuration: time.Duration(c.lastPassNanos.Load()),
 	}
 	st.Installed, st.MaxLag = s.entries.Summary()
+	st.Absent = s.entries.Absent()
+	st.Installed -= st.Absent
 	return st
 }
 

@@ -124,9 +124,11 @@ func (s *Store) revalidatePass() {
 	s.logLags()
 }
 
-// confirm revalidates one installed head: an unchanged head costs one
-// read-only script call that transfers nothing; a changed one is read and
-// installed.
+// confirm revalidates one installed head, or one scope remembered as
+// absent: an unchanged head costs one read-only script call that transfers
+// nothing, an absent scope one that answers its empty fields; a changed one
+// (the first commit of an absent scope among them) is read, installed and
+// delivered.
 func (s *Store) confirm(scope varplane.Scope) {
 	e := s.entry(scope)
 	if e == nil {
@@ -164,6 +166,13 @@ func (s *Store) confirm(scope varplane.Scope) {
 		if varplane.ErrorCode(err) == varplane.CodeDocumentFailed {
 			s.installFailed(scope, cur, seq, err)
 		}
+		return
+	}
+	if snap.same(cur) {
+		// A scope remembered as absent is still absent: its plain read
+		// (it has no c to compare) found nothing, which confirms it.
+		s.stats.confirms.Add(1)
+		e.confirmed.Store(time.Now().UnixNano())
 		return
 	}
 	s.stats.confirmChanged.Add(1)

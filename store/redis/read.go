@@ -224,8 +224,9 @@ func (s *Store) readRevision(ctx context.Context, scope varplane.Scope, rev varp
 
 // State returns the installed snapshot of scope without touching Redis. A
 // scope not installed yet is read from Redis and installed (a scope Redis
-// has no head for answers the zero state and is not installed, so the next
-// read asks Redis again). A failed read returns a store-unavailable error,
+// holds nothing for answers the zero state, and is remembered as absent
+// while fewer than maxAbsent such scopes are; past that the next read asks
+// Redis again). A failed read returns a store-unavailable error,
 // and an undecodable value or a vanished head (see keys.floor) a
 // document-failed error; never an empty state.
 func (s *Store) State(ctx context.Context, scope varplane.Scope) (*varplane.ScopeState, error) {
@@ -247,9 +248,6 @@ func (s *Store) State(ctx context.Context, scope varplane.Scope) (*varplane.Scop
 		return nil, err
 	}
 	s.stats.coldLoads.Add(1)
-	if snap.v == "" {
-		return snap.state, nil
-	}
 	s.mu.Lock()
 	_, cur := s.installLocked(scope, snap, 0, true)
 	s.mu.Unlock()

@@ -24,6 +24,7 @@ func (s *Store) checkWritable() error {
 // ran the script is the one ambiguous case (docs/redis.md).
 func (s *Store) writeFailure(scope varplane.Scope, err error) error {
 	s.stats.commitErrors.Add(1)
+	s.forgetAbsent(scope) // the script may have run: read the scope again
 	return varplane.Unavailable(fmt.Errorf("redis store: commit to %q: %w", scope, err))
 }
 
@@ -290,6 +291,9 @@ func (s *Store) fillOwn(snap *snapshot, rest []rueidis.RedisMessage) error {
 // not be used; a failure leaves them to the next revalidation pass.
 func (s *Store) refreshAfterCommit(ctx context.Context, kind varplane.EventKind, scopes ...varplane.Scope) {
 	if err := s.refresh(ctx, kind, scopes...); err != nil {
+		for _, sc := range scopes {
+			s.forgetAbsent(sc) // committed: an absent entry must not answer for it
+		}
 		s.log.Warn("redis store: committed, but the new head could not be read back; revalidation will install it",
 			"scope", string(scopes[0]), "err", err)
 	}
