@@ -10,7 +10,9 @@
 // prefix's channel makes every instance read the head from Redis and install
 // it, and a periodic revalidation pass confirms every installed head with a
 // read-only conditional script, so a lost message is caught within one
-// interval. docs/redis.md describes the key layout, the scripts, the ACL
+// interval. A scope Redis holds nothing for is remembered as absent (a
+// bounded number of them) and revalidated the same way, so its first commit
+// is found even when its message was lost. docs/redis.md describes the key layout, the scripts, the ACL
 // users and what happens under each failure.
 //
 // Concurrency: every method of *Store is safe for concurrent use. State and
