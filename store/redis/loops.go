@@ -194,6 +194,9 @@ func (s *Store) installFailed(scope varplane.Scope, cur *snapshot, seq uint64, e
 func (s *Store) logLags() {
 	s.entries.LogLags(s.opts.LagWarn, s.opts.LagEscalate, func(scope varplane.Scope, snap *snapshot, lag time.Duration, escalated bool) {
 		attrs := []any{"scope", scope.String(), "generation", snap.g, "revision", snap.r, "lag", lag.Round(time.Millisecond).String()}
+		if snap.absent() {
+			attrs = append(attrs, "absent", true) // remembered as having nothing in Redis
+		}
 		if escalated {
 			s.log.Error("redis store: installed head is stale: not confirmed by Redis", attrs...)
 		} else {
