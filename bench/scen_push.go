@@ -237,24 +237,93 @@ func scenarioPush(ctx context.Context, cfg *config, e *env, rep *Report) {
 		g.skip("etcd-watch", err.Error())
 	} else {
 		defer closeClients(wcli)
-		writer := &casLoop{cli: wcli[conns], key: "/bench/push"}
-		round := 0
-		sides = append(sides, side{name: "etcd-watch", run: func(ctx context.Context) (Stats, error) {
-			round++
-			sctx, cancel := context.WithCancel(ctx)
-			set := newSubscriberSet(subs)
-			startEtcdWatchers(sctx, wcli[:conns], "/bench/push", set)
-			pad := string(makeDoc(cfg.docSize-8, "push", round))
-			return pushRun(ctx, cfg, set, cancel, func(int) error { return nil }, func(i int) error {
-				ok, err := writer.attempt(ctx, fmt.Sprintf("%07d|", i)+pad)
-				if err == nil && !ok {
-					err = fmt.Errorf("etcd push writer lost its CAS")
-				}
-				return err
-			})
-		}})
+		sides = append(sides, etcdWatchSide(cfg, wcli, "/bench/push"))
 	}
 	runRounds(ctx, cfg, g, cfg.rounds, sides)
+	scenarioPushWide(ctx, cfg, e, rep)
+}
+
+// Wide fan-out: the push issue's 10,000 watches on 10 connections, on the
+// two sides that multiplex watches on one stream per connection.
+const (
+	wideWatches = 10_000
+	wideCommits = 50
+)
+
+// scenarioPushWide measures wideWatches watches on cfg.pushConns
+// connections: varplane's Watch with shared responses against etcd's
+// watchers, fewer commits than the push group (each one is 10,000
+// deliveries).
+func scenarioPushWide(ctx context.Context, cfg *config, e *env, rep *Report) {
+	wc := *cfg
+	wc.pushSubs, wc.pushCommits = wideWatches, wideCommits
+	if cfg.quick {
+		wc.pushCommits = 20
+	}
+	g := newGroup("push.10k", "push",
+		fmt.Sprintf("push: %d watches on one scope/key over %d connections, %d commits spaced %v; latency from the start of each commit to each delivery", wc.pushSubs, wc.pushConns, wc.pushCommits, wc.pushSpacing),
+		"deliveries/s", "etcd-watch")
+	rep.Groups = append(rep.Groups, g)
+	g.Notes = append(g.Notes,
+		"varplane-watch-shared: one gRPC Watch stream per connection (1,000 watches each) created with share_responses; etcd-watch: the same watchers on clientv3 clients, one gRPC connection each",
+		"the varplane server runs with --max-subscribers 20000 --max-subscribers-per-token 20000 (the defaults, 10,000 and a tenth of it per token, refuse a 10,000-watch load from one anonymous client)")
+	var sides []side
+	vp, err := e.startVarplane(ctx, "push-wide", "file:"+filepath.Join(cfg.tmp, "push-wide.jsonl"),
+		"--max-subscribers", "20000", "--max-subscribers-per-token", "20000")
+	var pu *vpPusher
+	if err == nil {
+		defer vp.stop()
+		pu, err = newVPPusher(ctx, &wc, vp, "bench.wide")
+	}
+	switch {
+	case err != nil:
+		g.skip("varplane-watch-shared", err.Error())
+	case vp.rpcAddr == "" || !vp.hasWatch:
+		g.skip("varplane-watch-shared", "varplane serve offers no Watch RPC")
+	default:
+		defer pu.a.close()
+		sides = append(sides, side{name: "varplane-watch-shared", run: func(ctx context.Context) (Stats, error) {
+			sctx, cancel := context.WithCancel(ctx)
+			set := newSubscriberSet(wc.pushSubs)
+			seqBase.Store(int64(pu.gen))
+			startWatch(sctx, "http://"+vp.rpcAddr, wc.pushConns, "bench.wide", true, set)
+			return pu.run(ctx, set, cancel)
+		}})
+	}
+	et, err := startEtcd(ctx, &wc, "push-wide")
+	var wcli []*clientv3.Client
+	if err == nil {
+		defer et.stop()
+		wcli, err = et.clients(wc.pushConns + 1)
+	}
+	if err != nil {
+		g.skip("etcd-watch", err.Error())
+	} else {
+		defer closeClients(wcli)
+		sides = append(sides, etcdWatchSide(&wc, wcli, "/bench/wide"))
+	}
+	runRounds(ctx, &wc, g, wc.rounds, sides)
+}
+
+// etcdWatchSide is etcd's push side: cfg.pushSubs watchers of key on the
+// first cfg.pushConns clients of clis, and CAS Puts on key from the last one.
+func etcdWatchSide(cfg *config, clis []*clientv3.Client, key string) side {
+	writer := &casLoop{cli: clis[cfg.pushConns], key: key}
+	round := 0
+	return side{name: "etcd-watch", run: func(ctx context.Context) (Stats, error) {
+		round++
+		sctx, cancel := context.WithCancel(ctx)
+		set := newSubscriberSet(cfg.pushSubs)
+		startEtcdWatchers(sctx, clis[:cfg.pushConns], key, set)
+		pad := string(makeDoc(cfg.docSize-8, key, round))
+		return pushRun(ctx, cfg, set, cancel, func(int) error { return nil }, func(i int) error {
+			ok, err := writer.attempt(ctx, fmt.Sprintf("%07d|", i)+pad)
+			if err == nil && !ok {
+				err = fmt.Errorf("etcd push writer lost its CAS")
+			}
+			return err
+		})
+	}}
 }
 
 // seqBase is the generation just before the first commit of the current
