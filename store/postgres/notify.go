@@ -76,14 +76,18 @@ const eachSuffix = " each"
 // mergePayloads merges runs of consecutive one-line payloads of one kind
 // into "<kind> each" payloads of at most maxPayload bytes, keeping their
 // order: the other replicas then take one notification, and one read of
-// the heads, for a run of commits instead of one each. Other payloads (a
+// the heads, for a run of commits instead of one each. A payload holds a
+// scope once: two commits of one scope stay in two notifications, handled
+// in order as before (a replica that read only the second could not
+// deliver the first of a scope it had not installed). Other payloads (a
 // subtree deactivation's, a "*") go as they are.
 func mergePayloads(batch []string) []string {
 	out := make([]string, 0, len(batch))
 	var (
-		cur  strings.Builder
-		kind string // of cur; "" when cur is empty
-		n    int    // lines in cur
+		cur    strings.Builder
+		kind   string // of cur; "" when cur is empty
+		n      int    // lines in cur
+		scopes = map[string]bool{}
 	)
 	flush := func() {
 		if n == 1 { // a lone commit goes in its plain form
@@ -93,6 +97,7 @@ func mergePayloads(batch []string) []string {
 		}
 		cur.Reset()
 		kind, n = "", 0
+		clear(scopes)
 	}
 	for _, p := range batch {
 		k, line, ok := strings.Cut(p, "\n")
@@ -101,9 +106,13 @@ func mergePayloads(batch []string) []string {
 			out = append(out, p)
 			continue
 		}
-		if k != kind || cur.Len()+1+len(line) > maxPayload {
+		// "<version> <generation> <scope>"
+		_, scope, _ := strings.Cut(line, " ")
+		_, scope, _ = strings.Cut(scope, " ")
+		if k != kind || cur.Len()+1+len(line) > maxPayload || scopes[scope] {
 			flush()
 		}
+		scopes[scope] = true
 		if n == 0 {
 			kind = k
 			cur.WriteString(k + eachSuffix)

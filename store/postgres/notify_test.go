@@ -59,6 +59,7 @@ func TestMergePayloads(t *testing.T) {
 		{"subtree in between", []string{act(1), act(2), "deactivated\n5 2 a\n3 4 a.b", act(3), act(4)}, 3},
 		{"everything", []string{act(1), "deactivated\n*", act(2)}, 3},
 		{"bounded", long, 4},
+		{"scope twice", []string{act(1), act(2), "activated\n30 2 scope.1", act(3)}, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -94,6 +95,11 @@ func TestConcurrentPublishesReachReplica(t *testing.T) {
 	b := openStore(t, u, Options{})
 	chB := watchChan(t, b)
 	const writers, rounds = 24, 3
+	for i := range writers {
+		// B follows every scope from generation 0 (a scope it has not
+		// read it would deliver from the first head it reads)
+		state(t, b, varplane.Scope(fmt.Sprintf("pub.merge.k%d", i)))
+	}
 	for round := range rounds {
 		var wg sync.WaitGroup
 		for i := range writers {
@@ -109,8 +115,13 @@ func TestConcurrentPublishesReachReplica(t *testing.T) {
 		wg.Wait()
 	}
 	seen := map[varplane.Scope][]varplane.Generation{}
-	for range writers * rounds {
-		c := nextCommit(t, chB, 10*time.Second)
+	for k := range writers * rounds {
+		var c varplane.Commit
+		select {
+		case c = <-chB:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("B delivered %d commits of %d: %v", k, writers*rounds, seen)
+		}
 		if c.Kind != varplane.EventActivated || len(c.Changes) != 1 || c.Changes[0].Scope != c.Scope || c.Changes[0].Head == nil {
 			t.Fatalf("B's commit = %+v, want one activation of one scope", c)
 		}

@@ -185,3 +185,36 @@ func TestPublishBatchMatchesCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestRevisionFormChecked: the revisions table refuses every revision
+// that is not "sha256:" and 64 lowercase hex digits (the check migration 4
+// rewrote), and takes one that is.
+func TestRevisionFormChecked(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	openStore(t, u, Options{})
+	conn := rawConn(t, u)
+	hex64 := strings.Repeat("0123456789abcdef", 4)
+	for _, c := range []struct {
+		rev string
+		ok  bool
+	}{
+		{"sha256:" + hex64, true},
+		{"sha256:" + hex64[:63], false},
+		{"sha256:" + hex64 + "0", false},
+		{"sha256:" + strings.ToUpper(hex64), false},
+		{"sha256:" + hex64[:63] + "g", false},
+		{"sha256:" + hex64[:62] + "é", false}, // 71 characters, not hex
+		{"sha512:" + hex64, false},
+		{"sha256:" + hex64[:63] + "\n", false},
+		{"", false},
+	} {
+		_, err := conn.Exec(context.Background(), "INSERT INTO revisions (scope, revision, record) VALUES ('form', $1, '{}')", c.rev)
+		if (err == nil) != c.ok {
+			t.Errorf("insert of revision %q: %v, want accepted %v", c.rev, err, c.ok)
+		}
+	}
+	var n int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM revisions WHERE scope = 'form'").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d rows stored (%v), want the one well-formed revision", n, err)
+	}
+}
