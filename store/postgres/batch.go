@@ -24,7 +24,10 @@ import (
 // error the server raised (a racing idempotency key, a deadlock) aborts the
 // batch: nothing of it was committed, and every call of it is run again on
 // its own. A lone caller runs its own statement straight away, on its own
-// goroutine, so one writer pays no batching latency.
+// goroutine, so one writer pays no batching latency. The publishes of a
+// batch go as one varplane_publish_batch statement, which answers each as
+// its own varplane_publish call would, for a fraction of the server's
+// work per publish.
 
 const (
 	// leaders is the number of batches that may run at once; each holds
@@ -46,12 +49,21 @@ type commitCall struct {
 	args  []any
 	dst   []any
 	done  chan error
+	// publish marks a varplane_publish call (args are its ten
+	// arguments): a run of them in a batch is sent as one
+	// varplane_publish_batch statement.
+	publish bool
 }
 
 // call runs one commit function statement and scans its row, in a batch
 // with whatever else is waiting.
 func (s *Store) call(ctx context.Context, scope string, sql string, args []any, dst ...any) error {
-	c := &commitCall{ctx: ctx, scope: scope, sql: sql, args: args, dst: dst, done: make(chan error, 1)}
+	return s.enqueue(&commitCall{ctx: ctx, scope: scope, sql: sql, args: args, dst: dst, done: make(chan error, 1)})
+}
+
+// enqueue runs c in a batch with whatever else is waiting.
+func (s *Store) enqueue(c *commitCall) error {
+	ctx := c.ctx
 	select {
 	case s.calls <- c:
 	case <-ctx.Done():
@@ -166,13 +178,36 @@ func (s *Store) runBatch(calls []*commitCall) {
 // the commit, after which nothing of the batch is committed.
 func (s *Store) tryBatch(ctx context.Context, calls []*commitCall) (err error, serverRefused bool) {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(calls))}
-	for _, c := range calls {
-		b.Queue(c.sql, c.args...)
+	// Each run of consecutive publishes (calls are in scope order, so the
+	// publishes of a batch usually form one run) becomes one statement,
+	// answering one row per call in order; every other call is its own.
+	var runs [][]*commitCall
+	for i := 0; i < len(calls); {
+		j := i + 1
+		if calls[i].publish {
+			for j < len(calls) && calls[j].publish {
+				j++
+			}
+		}
+		run := calls[i:j]
+		if len(run) > 1 {
+			b.Queue(publishBatchSQL, publishArrays(run)...)
+		} else {
+			b.Queue(run[0].sql, run[0].args...)
+		}
+		runs = append(runs, run)
+		i = j
 	}
 	br := s.pool.SendBatch(ctx, b)
 	var first error
-	for _, c := range calls {
-		if err := br.QueryRow().Scan(c.dst...); err != nil && first == nil {
+	for _, run := range runs {
+		var err error
+		if len(run) == 1 {
+			err = br.QueryRow().Scan(run[0].dst...)
+		} else {
+			err = scanRun(br, run)
+		}
+		if err != nil && first == nil {
 			first = err
 		}
 	}
@@ -186,6 +221,66 @@ func (s *Store) tryBatch(ctx context.Context, calls []*commitCall) (err error, s
 		return first, isServerError(first)
 	}
 	return nil, false
+}
+
+// publishBatchSQL runs a run of publishes in one statement.
+const publishBatchSQL = "SELECT status, cur_generation, new_version, last_rejected, rev_record, created FROM varplane_publish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+
+// publishArrays turns the arguments of a run of varplane_publish calls
+// into the ten arrays of varplane_publish_batch: element i of each is an
+// argument of call i.
+func publishArrays(run []*commitCall) []any {
+	var (
+		scopes, revs, hashes                []string
+		expected, gens                      []int64
+		records, created, activated, keyedA [][]byte
+		keys                                []*string
+	)
+	for _, c := range run {
+		a := c.args
+		scopes = append(scopes, a[0].(string))
+		expected = append(expected, a[1].(int64))
+		gens = append(gens, a[2].(int64))
+		revs = append(revs, a[3].(string))
+		records = append(records, a[4].([]byte))
+		created = append(created, a[5].([]byte))
+		activated = append(activated, a[6].([]byte))
+		keyedA = append(keyedA, a[7].([]byte))
+		var key *string // nullable(""): no key
+		if k, ok := a[8].(string); ok {
+			key = &k
+		}
+		keys = append(keys, key)
+		hashes = append(hashes, a[9].(string))
+	}
+	return []any{scopes, expected, gens, revs, records, created, activated, keyedA, keys, hashes}
+}
+
+// scanRun scans the rows of a varplane_publish_batch statement, one per
+// call of run, in order.
+func scanRun(br pgx.BatchResults, run []*commitCall) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		if n == len(run) {
+			return errors.New("postgres store: varplane_publish_batch answered more rows than publishes")
+		}
+		if err := rows.Scan(run[n].dst...); err != nil {
+			return err
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if n != len(run) {
+		return errors.New("postgres store: varplane_publish_batch answered fewer rows than publishes")
+	}
+	return nil
 }
 
 // isServerError reports an error the server raised (as opposed to a

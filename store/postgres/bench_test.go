@@ -115,6 +115,9 @@ func BenchmarkPublish(b *testing.B) {
 			if n := st1.Batches - st0.Batches; n > 0 {
 				b.ReportMetric(float64(st1.BatchedCalls-st0.BatchedCalls)/float64(n), "calls/batch")
 			}
+			// notifications the writer's own listener received per commit:
+			// below 1 when an invalidation carries several commits
+			b.ReportMetric(float64(st1.Notifications-st0.Notifications)/float64(b.N), "notes/op")
 			if c0 >= 0 && c1 >= 0 {
 				b.ReportMetric((c1-c0)/float64(b.N)*1e6, "pg-cpu-µs/op")
 			}

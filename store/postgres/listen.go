@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -123,6 +124,11 @@ func (s *Store) notificationLoop() {
 // head is not already at the announced version (an own commit's echo is
 // skipped), installs them and delivers the commit.
 func (s *Store) handleNotification(payload string) {
+	read := s.refresh
+	if kind, rest, ok := strings.Cut(payload, "\n"); ok && strings.HasSuffix(kind, eachSuffix) {
+		// independent commits (mergePayloads): one read, one commit each
+		payload, read = strings.TrimSuffix(kind, eachSuffix)+"\n"+rest, s.refreshEach
+	}
 	inv, ok := replica.ParseInvalidation(payload)
 	versions := make([]int64, len(inv.Lines))
 	for i, l := range inv.Lines {
@@ -137,10 +143,10 @@ func (s *Store) handleNotification(payload string) {
 	current := func(i int, l replica.Line) bool {
 		return s.entries.ConfirmIf(l.Scope, func(sn *snapshot) bool { return sn.version >= versions[i] })
 	}
-	read, err := s.follow.Handle(s.ctx, inv, current, s.refresh)
-	s.stats.notificationReads.Add(uint64(len(read)))
+	stale, err := s.follow.Handle(s.ctx, inv, current, read)
+	s.stats.notificationReads.Add(uint64(len(stale)))
 	if err != nil {
-		s.log.Warn("postgres store: reading a notified head failed; the next revalidation pass retries", "scope", string(read[0]), "err", err)
+		s.log.Warn("postgres store: reading a notified head failed; the next revalidation pass retries", "scope", string(stale[0]), "err", err)
 	}
 }
 

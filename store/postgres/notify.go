@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"strings"
 	"time"
 )
 
@@ -46,7 +47,7 @@ func (s *Store) notifyLoop() {
 			}
 		}
 		ctx, cancel := s.cmdCtx(s.ctx)
-		_, err := s.pool.Exec(ctx, "SELECT varplane_notify($1, $2)", s.channel, batch)
+		_, err := s.pool.Exec(ctx, "SELECT varplane_notify($1, $2)", s.channel, mergePayloads(batch))
 		cancel()
 		if err != nil {
 			s.stats.notifyErrors.Add(uint64(len(batch)))
@@ -63,4 +64,62 @@ func (s *Store) notifyLoop() {
 		}
 		s.stats.notified.Add(uint64(len(batch)))
 	}
+}
+
+// eachSuffix marks a payload that merges the invalidations of independent
+// commits: "<kind> each\n<version> <generation> <scope>\n…" announces one
+// commit of kind per line, where "<kind>\n…" with several lines is one
+// commit changing them all (a subtree deactivation). A receiver reads all
+// the lines' heads in one query and delivers each as its own commit.
+const eachSuffix = " each"
+
+// mergePayloads merges runs of consecutive one-line payloads of one kind
+// into "<kind> each" payloads of at most maxPayload bytes, keeping their
+// order: the other replicas then take one notification, and one read of
+// the heads, for a run of commits instead of one each. A payload holds a
+// scope once: two commits of one scope stay in two notifications, handled
+// in order as before (a replica that read only the second could not
+// deliver the first of a scope it had not installed). Other payloads (a
+// subtree deactivation's, a "*") go as they are.
+func mergePayloads(batch []string) []string {
+	out := make([]string, 0, len(batch))
+	var (
+		cur    strings.Builder
+		kind   string // of cur; "" when cur is empty
+		n      int    // lines in cur
+		scopes = map[string]bool{}
+	)
+	flush := func() {
+		if n == 1 { // a lone commit goes in its plain form
+			out = append(out, kind+"\n"+strings.TrimPrefix(cur.String(), kind+eachSuffix+"\n"))
+		} else if n > 1 {
+			out = append(out, cur.String())
+		}
+		cur.Reset()
+		kind, n = "", 0
+		clear(scopes)
+	}
+	for _, p := range batch {
+		k, line, ok := strings.Cut(p, "\n")
+		if !ok || line == "*" || strings.Contains(line, "\n") {
+			flush()
+			out = append(out, p)
+			continue
+		}
+		// "<version> <generation> <scope>"
+		_, scope, _ := strings.Cut(line, " ")
+		_, scope, _ = strings.Cut(scope, " ")
+		if k != kind || cur.Len()+1+len(line) > maxPayload || scopes[scope] {
+			flush()
+		}
+		scopes[scope] = true
+		if n == 0 {
+			kind = k
+			cur.WriteString(k + eachSuffix)
+		}
+		cur.WriteString("\n" + line)
+		n++
+	}
+	flush()
+	return out
 }

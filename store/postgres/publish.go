@@ -11,7 +11,9 @@ import (
 )
 
 // AppendPublish commits a publish (see varplane.Store.AppendPublish) as one
-// call of varplane_publish, in one transaction (its own or a batch's): the
+// call of varplane_publish, in one transaction (its own or a batch's, where
+// it is an item of one varplane_publish_batch with the batch's other
+// publishes): the
 // revision record and its revision-created event unless the scope stores
 // the revision already, then the activation and the head. The head row is
 // locked and its generation compared before anything else, so a publish
@@ -56,10 +58,13 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 		rejected, recJSN []byte
 		isNew            *bool
 	)
-	err = s.call(ctx, string(a.Scope), "SELECT status, cur_generation, new_version, last_rejected, rev_record, created FROM varplane_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-		[]any{string(a.Scope), int64(expected), int64(a.Generation), string(a.Revision), js[0], js[1], js[2], js[3],
+	// The arguments' types are the ones publishArrays expects: a run of
+	// publishes in one batch is sent as one varplane_publish_batch.
+	err = s.enqueue(&commitCall{ctx: ctx, scope: string(a.Scope), publish: true, done: make(chan error, 1),
+		sql: "SELECT status, cur_generation, new_version, last_rejected, rev_record, created FROM varplane_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+		args: []any{string(a.Scope), int64(expected), int64(a.Generation), string(a.Revision), js[0], js[1], js[2], js[3],
 			nullable(a.IdempotencyKey), a.RequestHash},
-		&st, &cur, &version, &rejected, &recJSN, &isNew)
+		dst: []any{&st, &cur, &version, &rejected, &recJSN, &isNew}})
 	if err != nil {
 		return false, s.writeFailure(a.Scope, err)
 	}

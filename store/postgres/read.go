@@ -186,6 +186,19 @@ func (s *Store) load(ctx context.Context, scope varplane.Scope) (*snapshot, erro
 // refresh reads scopes from the database and installs them as one commit,
 // delivering it when a generation changed.
 func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...varplane.Scope) error {
+	return s.refreshAs(ctx, kind, false, scopes...)
+}
+
+// refreshEach is refresh for scopes of independent commits (a merged
+// notification): one read of their heads, and each installed head is
+// delivered as a commit of its own.
+func (s *Store) refreshEach(ctx context.Context, kind varplane.EventKind, scopes ...varplane.Scope) error {
+	return s.refreshAs(ctx, kind, true, scopes...)
+}
+
+// refreshAs reads scopes' heads in one query and installs them, delivering
+// them as one commit or, when each is set, one commit per scope.
+func (s *Store) refreshAs(ctx context.Context, kind varplane.EventKind, each bool, scopes ...varplane.Scope) error {
 	probes := make([]probe, len(scopes))
 	seqs := make([]uint64, len(scopes))
 	for i, sc := range scopes {
@@ -204,7 +217,13 @@ func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...
 		reqs = append(reqs, installReq{scope: sc, snap: got[sc], seq: seqs[i]})
 	}
 	s.fillGaps(ctx, reqs)
-	s.installAndDeliver(kind, reqs)
+	if !each {
+		s.installAndDeliver(kind, reqs)
+		return nil
+	}
+	for i := range reqs {
+		s.installAndDeliver(kind, reqs[i:i+1])
+	}
 	return nil
 }
 
