@@ -99,6 +99,19 @@ func (t *Table[T, E]) Delete(scope varplane.Scope) {
 	}
 }
 
+// ForgetAbsent drops scope's entry when it holds a scope the server had
+// nothing for: after a commit to scope whose outcome is unknown (a lost
+// reply, a broken connection), an absent entry could answer "absent" for a
+// scope that now has a head, so the next read goes to the server. A head
+// entry stays: the commit's notification or the next pass corrects it. The
+// caller holds the install lock.
+func (t *Table[T, E]) ForgetAbsent(scope varplane.Scope) {
+	var zero E
+	if e := t.Entry(scope); e != zero && t.unwritten(e.Base().Snap.Load()) {
+		t.Delete(scope)
+	}
+}
+
 func (t *Table[T, E]) unwritten(snap *T) bool {
 	return t.rules.Unwritten != nil && t.rules.Unwritten(snap)
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -66,5 +67,28 @@ func TestAbsentScopesBounded(t *testing.T) {
 	}
 	if got := s.Stats().ColdLoads - before; got != 2 {
 		t.Fatalf("two reads of a scope past the bound made %d cold loads, want 2", got)
+	}
+}
+
+// TestAbsentForgottenOnLostReply: a commit whose outcome the replica does
+// not know (its reply was lost) drops the scope's absent entry, so that the
+// next read asks the database instead of answering "absent" for a scope
+// the commit may have given a head.
+func TestAbsentForgottenOnLostReply(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, freshSchema(t, sharedURL(t)), Options{})
+	const scope = varplane.Scope("lost.k")
+	if _, err := s.State(ctx, scope); err != nil {
+		t.Fatal(err)
+	}
+	if s.entry(scope) == nil || s.Stats().Absent != 1 {
+		t.Fatalf("absent scope not remembered: absent %d", s.Stats().Absent)
+	}
+	err := s.writeFailure(scope, errors.New("reply lost"))
+	if !errors.Is(err, varplane.ErrUnavailable) {
+		t.Fatalf("writeFailure = %v, want unavailable", err)
+	}
+	if s.entry(scope) != nil || s.Stats().Absent != 0 {
+		t.Fatalf("absent entry kept after an unacknowledged commit: absent %d", s.Stats().Absent)
 	}
 }

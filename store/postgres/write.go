@@ -33,6 +33,11 @@ func (s *Store) writeFailure(scope varplane.Scope, err error) error {
 		return varplane.ErrDuplicateIdempotencyKey
 	}
 	s.stats.commitErrors.Add(1)
+	// The commit may have happened (a reply lost with the connection): an
+	// absent entry must not answer for scope until the server is asked.
+	s.mu.Lock()
+	s.entries.ForgetAbsent(scope)
+	s.mu.Unlock()
 	return varplane.Unavailable(fmt.Errorf("postgres store: commit to %q: %w", scope, err))
 }
 

@@ -93,9 +93,7 @@ func (s *Store) entry(scope varplane.Scope) *entry { return s.entries.Entry(scop
 func (s *Store) forgetAbsent(scope varplane.Scope) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e := s.entry(scope); e != nil && e.Snap.Load().absent() {
-		s.entries.Delete(scope)
-	}
+	s.entries.ForgetAbsent(scope)
 }
 
 // installLocked puts snap in place for scope unless it is stale
