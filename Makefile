@@ -26,7 +26,7 @@ lint: ## gofmt, go vet, staticcheck
 ci: ## everything CI checks
 	.ci/run
 
-bench: ## the side-by-side harness (etcd, net/http ceiling): under 10 minutes; writes docs/benchmarks.md and bench/results.json
+bench: ## the side-by-side harness (etcd, net/http ceiling, Redis, PostgreSQL): about 13 minutes; writes docs/benchmarks.md and bench/results.json
 	cd bench && $(GO) run . -profile
 
 bench-quick: ## every scenario shortened: under 2 minutes

@@ -4,7 +4,7 @@
 //
 // Run it from the bench directory:
 //
-//	go run .            # the full run (under 10 minutes)
+//	go run .            # the full run (about 13 minutes)
 //	go run . -quick     # every scenario shortened (under 2 minutes)
 //	go run . -only read,commit
 //
@@ -96,7 +96,7 @@ func run() int {
 		rounds   = flag.Int("rounds", 0, "rounds per scenario (default 3, or 3 with -quick)")
 		etcdRC   = flag.Int("etcd-read-clients", 1, "clientv3 clients (gRPC connections) the 64 etcd readers share (1 read fastest in trials of 1, 8, 64)")
 		profile  = flag.Bool("profile", false, "after the scenarios, profile the varplane hot paths (CPU and allocations) on the library embedded with net/http/pprof, and add the top functions to the report")
-		deadline = flag.Duration("timeout", 0, "hard limit for the whole run; scenarios not started by then are reported as not run (default 10m, or 2m with -quick)")
+		deadline = flag.Duration("timeout", 0, "hard limit for the whole run; scenarios not started by then are reported as not run (default 15m, or 2m with -quick)")
 	)
 	sizes := flag.String("restart-sizes", "", "comma-separated log sizes (events) for the restart scenario instead of the default ones; when set, the restart scenario skips its rss comparison")
 	render := flag.String("render", "", "do not measure: rewrite the markdown report from this results.json (after editing bench/notes.md)")
@@ -132,7 +132,7 @@ func run() int {
 	}
 	limit := *deadline
 	if limit == 0 {
-		limit = map[bool]time.Duration{true: 2 * time.Minute, false: 10 * time.Minute}[*quick]
+		limit = map[bool]time.Duration{true: 2 * time.Minute, false: 15 * time.Minute}[*quick]
 	}
 	abs, err := filepath.Abs(cfg.repo)
 	if err != nil {
