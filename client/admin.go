@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/internal/wire"
 )
 
@@ -478,21 +479,11 @@ type CanaryWindow struct {
 	MinInstances int       `json:"minInstances"`
 }
 
-// CanaryReport is one instance's report on a window: the instance it
-// names and the id it was filed under, its counts, the candidate's error,
-// and whether the control plane doubts it (Doubt says why; a doubtful
-// report keeps the window open).
-type CanaryReport struct {
-	Instance       string    `json:"instance"`
-	FiledAs        string    `json:"filedAs"`
-	Window         string    `json:"window"`
-	Decoded        int64     `json:"decoded"`
-	Errors         int64     `json:"errors"`
-	CandidateError string    `json:"candidateError,omitempty"`
-	At             time.Time `json:"at"`
-	Doubtful       bool      `json:"doubtful"`
-	Doubt          string    `json:"doubt,omitempty"`
-}
+// CanaryReport is one instance's report on a window, as the control API
+// answers it: the instance it names and the id it was filed under, its
+// counts, the candidate's error, and whether the control plane doubts it
+// (Doubt says why; a doubtful report keeps the window open).
+type CanaryReport = control.ReportEntry
 
 // ChangeReports is the answer of ChangeReports: the window, its reports
 // (sorted by the id they were filed under) and the instances with a fresh

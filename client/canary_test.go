@@ -2,22 +2,16 @@ package client_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
@@ -25,6 +19,7 @@ import (
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/postgres"
+	"github.com/varplane/varplane/store/postgres/pgtest"
 )
 
 // canaryAuthz: alice and bob write; the cons-* tokens are consumers that
@@ -269,39 +264,10 @@ func TestCanaryWithSDKConsumersOnFileStore(t *testing.T) {
 // TestCanaryWithSDKConsumersOnPostgres: the same on PostgreSQL (skipped
 // when it does not answer, unless VARPLANE_REQUIRE_SERVICES is set).
 func TestCanaryWithSDKConsumersOnPostgres(t *testing.T) {
-	base := os.Getenv("VARPLANE_POSTGRES_URL")
-	if base == "" {
-		base = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
+	u := pgtest.SchemaURL(t, "canary", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		if os.Getenv("VARPLANE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("postgres at VARPLANE_POSTGRES_URL is required and unreachable: %v", err)
-		}
-		t.Skipf("postgres not reachable (set VARPLANE_POSTGRES_URL; VARPLANE_REQUIRE_SERVICES makes this fail): %v", err)
-	}
-	_ = conn.Close(ctx)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "canary_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if c, err := pgx.Connect(ctx, base); err == nil {
-			_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-			_ = c.Close(ctx)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("schema", schema)
-	u.RawQuery = q.Encode()
-	st, err := postgres.Open(ctx, u.String(), postgres.Options{Logger: slog.New(slog.DiscardHandler)})
+	st, err := postgres.Open(ctx, u, postgres.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,15 +5,12 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/varplane/varplane/store/postgres/pgtest"
 )
 
 // postgresSchemaURL returns the --store URL of a fresh schema on the
@@ -21,40 +18,7 @@ import (
 // answer (fails under VARPLANE_REQUIRE_SERVICES).
 func postgresSchemaURL(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("VARPLANE_POSTGRES_URL")
-	if base == "" {
-		base = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		if os.Getenv("VARPLANE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("postgres at VARPLANE_POSTGRES_URL is required and unreachable: %v", err)
-		}
-		t.Skipf("postgres not reachable (set VARPLANE_POSTGRES_URL; VARPLANE_REQUIRE_SERVICES makes this fail): %v", err)
-	}
-	_ = conn.Close(ctx)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "e2e_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if c, err := pgx.Connect(ctx, base); err == nil {
-			_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-			_ = c.Close(ctx)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qs := u.Query()
-	qs.Set("schema", schema)
-	qs.Set("revalidate_interval", "300ms")
-	u.RawQuery = qs.Encode()
-	return u.String()
+	return pgtest.SchemaURL(t, "e2e", url.Values{"revalidate_interval": {"300ms"}})
 }
 
 // TestPostgresReplicas: a commit on A reaches a live-stream subscriber of
