@@ -55,22 +55,7 @@ func BenchmarkRestartCheckpoint(b *testing.B) {
 	if err := f.Close(); err != nil {
 		b.Fatal(err)
 	}
-	open := func(b *testing.B) {
-		var wall, cpu time.Duration
-		for b.Loop() {
-			c0, t0 := cpuTime(), time.Now()
-			s, err := file.Open(context.Background(), path, file.Options{})
-			wall, cpu = wall+time.Since(t0), cpu+cpuTime()-c0
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Close(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(wall.Milliseconds())/float64(b.N), "wall-ms/open")
-		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/open")
-	}
+	open := func(b *testing.B) { benchOpen(b, path) }
 	b.Run("full-replay", open)
 	compact := func(b *testing.B, keep int) {
 		s, err := file.Open(context.Background(), path, file.Options{})
@@ -130,6 +115,13 @@ func BenchmarkRestartManyScopes(b *testing.B) {
 	if err := f.Close(); err != nil {
 		b.Fatal(err)
 	}
+	benchOpen(b, path)
+}
+
+// benchOpen opens and closes the store at path b.N times, reporting the
+// wall and CPU time of each Open.
+func benchOpen(b *testing.B, path string) {
+	b.Helper()
 	var wall, cpu time.Duration
 	for b.Loop() {
 		c0, t0 := cpuTime(), time.Now()
