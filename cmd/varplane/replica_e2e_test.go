@@ -50,6 +50,7 @@ func TestReadReplica(t *testing.T) {
 	defer func() {
 		if t.Failed() {
 			t.Logf("replica logs:\n%s", b.logs())
+			t.Logf("--redis-read-only replica logs:\n%s", old.logs())
 		}
 	}()
 	for _, s := range []*server{b, old} {

@@ -62,6 +62,13 @@ type Rules[T any, E Holder[T]] struct {
 	// server each time).
 	Unwritten func(*T) bool
 	MaxAbsent int
+	// Failed, when set, reports a snapshot that records a failed read (a
+	// vanished head, an undecodable value): reads answer its error. A read
+	// that raced with the install of a failure does not replace it, since
+	// it may have read the server before what made the failure (a head read
+	// just before it was deleted); the next read, begun after the failure
+	// was installed, decides. An own commit (OwnSeq) always replaces it.
+	Failed func(*T) bool
 	// Regressed logs an install that goes back from cur to next.
 	Regressed func(scope varplane.Scope, cur, next *T)
 }
@@ -192,6 +199,9 @@ func (t *Table[T, E]) InstallLocked(r Req[T]) (*varplane.ScopeChange, *T) {
 	if t.rules.Same(cur, snap) {
 		b.Confirmed.Store(now)
 		return nil, cur
+	}
+	if r.Seq != OwnSeq && b.Seq.Load() != r.Seq && t.rules.Failed != nil && t.rules.Failed(cur) {
+		return nil, cur // a read older than the failure must not clear it
 	}
 	if t.rules.Older(snap, cur) {
 		if b.Seq.Load() != r.Seq {

@@ -13,6 +13,7 @@ import (
 type snap struct {
 	version int
 	state   *varplane.ScopeState
+	failed  bool // a failed read (a vanished head): Rules.Failed
 }
 
 type testEntry struct{ Entry[snap] }
@@ -29,7 +30,8 @@ func newTestTable() (*Table[snap, *testEntry], *[]regression) {
 		State:     func(s *snap) *varplane.ScopeState { return s.state },
 		Same:      func(a, b *snap) bool { return a.version == b.version },
 		Older:     func(next, cur *snap) bool { return next.version < cur.version },
-		Unwritten: func(s *snap) bool { return s.version < 0 },
+		Unwritten: func(s *snap) bool { return s.version < 0 && !s.failed },
+		Failed:    func(s *snap) bool { return s.failed },
 		Regressed: func(scope varplane.Scope, cur, next *snap) {
 			regs = append(regs, regression{scope, cur.version, next.version})
 		},
@@ -43,6 +45,12 @@ func at(version int, gen varplane.Generation, rev varplane.Revision) *snap {
 		st.Head = &varplane.Head{Revision: rev, Generation: gen}
 	}
 	return &snap{version: version, state: st}
+}
+
+// failedAt is the snapshot of a read that found scope a's head gone after
+// generation floor was allocated: no version, an error for reads.
+func failedAt(floor varplane.Generation) *snap {
+	return &snap{version: 0, state: &varplane.ScopeState{Scope: "a", Generation: floor}, failed: true}
 }
 
 func TestInstallRules(t *testing.T) {
@@ -94,6 +102,15 @@ func TestInstallRules(t *testing.T) {
 		{"an older head read against the installed one is a regression, installed", []step{
 			{name: "first", snap: at(5, 5, "r5"), seq: readSeq, wantGen: 5, wantVer: 5},
 			{name: "restore", snap: at(3, 3, "r3"), seq: readSeq, wantGen: 3, wantVer: 3, wantRegrs: 1},
+		}},
+		{"a read that raced with a failure does not clear it; the next read does", []step{
+			{name: "vanished head, read first", snap: failedAt(2), seq: readSeq, cold: true, wantVer: 0},
+			{name: "read begun before the head vanished", snap: at(2, 2, "r2"), seq: stale, wantVer: 0},
+			{name: "read begun after: the head is back", snap: at(2, 2, "r2"), seq: readSeq, wantVer: 2},
+		}},
+		{"an own commit replaces a failure", []step{
+			{name: "vanished head", snap: failedAt(2), seq: readSeq, cold: true, wantVer: 0},
+			{name: "own commit at the floor", snap: at(3, 3, "r3"), seq: own, wantGen: 3, wantVer: 3},
 		}},
 		{"an own commit older than the installed head is dropped", []step{
 			{name: "other replica's newer", snap: at(4, 4, "r4"), seq: readSeq, wantGen: 4, wantVer: 4},

@@ -75,6 +75,7 @@ func (s *Store) newTable() *replica.Table[snapshot, *entry] {
 		Older:     func(next, cur *snapshot) bool { return versionLess(next.v, cur.v) },
 		Unwritten: (*snapshot).absent,
 		MaxAbsent: maxAbsent,
+		Failed:    func(sn *snapshot) bool { return sn.err != nil },
 		Regressed: func(scope varplane.Scope, cur, next *snapshot) {
 			s.log.Error("redis store: head regressed; installing what Redis holds (a failover may have lost a commit: publish it again)",
 				"scope", string(scope), "fromGeneration", cur.g, "fromRevision", cur.r, "toGeneration", next.g, "toRevision", next.r,
