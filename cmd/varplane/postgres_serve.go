@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/store/postgres"
@@ -109,97 +107,29 @@ func readyzWith(next http.Handler, key string, details func() any) http.Handler 
 	})
 }
 
-// postgresCollector exports a PostgreSQL store's counters and gauges. It
-// reads Stats and Lag once per scrape, so the figures of one scrape agree,
-// and never labels by scope: per-scope lag is summarised as the largest lag
-// and the number of scopes past each log threshold.
-type postgresCollector struct {
-	src            postgresFigures
-	warn, escalate time.Duration
-
-	installed, maxLag, lagging, lastPass *prometheus.Desc
-	counters                             []postgresCounter
-}
-
-// postgresCounter is one counter of postgres.Stats.
-type postgresCounter struct {
-	desc *prometheus.Desc
-	get  func(postgres.Stats) uint64
-}
-
-func newPostgresCollector(src postgresFigures, warn, escalate time.Duration) *postgresCollector {
-	g := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("varplane_postgres_"+name, help, labels, nil)
-	}
-	c := &postgresCollector{
-		src: src, warn: warn, escalate: escalate,
-		installed: g("installed_scopes", "Scopes whose head this instance holds in memory."),
-		maxLag:    g("lag_max_seconds", "Largest time since PostgreSQL last confirmed an installed head."),
-		lagging:   g("lagging_scopes", "Installed scopes not confirmed by PostgreSQL for longer than the warn or escalate threshold.", "threshold"),
-		lastPass:  g("revalidation_last_pass_seconds", "Duration of the latest revalidation pass."),
-	}
-	for _, k := range []struct {
-		name, help string
-		get        func(postgres.Stats) uint64
-	}{
-		{"commits_total", "Mutations PostgreSQL committed.", func(s postgres.Stats) uint64 { return s.Commits }},
-		{"commit_conflicts_total", "Mutations refused for a generation mismatch.", func(s postgres.Stats) uint64 { return s.CommitConflicts }},
-		{"commit_errors_total", "Mutations that failed for another reason (the database unreachable or refusing); nothing of them was written.", func(s postgres.Stats) uint64 { return s.CommitErrors }},
-		{"batches_total", "Transactions that grouped several commits.", func(s postgres.Stats) uint64 { return s.Batches }},
-		{"batched_commits_total", "Commits run in those transactions.", func(s postgres.Stats) uint64 { return s.BatchedCalls }},
-		{"batch_retries_total", "Batches the server refused, whose commits ran again one by one.", func(s postgres.Stats) uint64 { return s.BatchRetries }},
-		{"notifications_total", "Notifications received.", func(s postgres.Stats) uint64 { return s.Notifications }},
-		{"notification_reads_total", "Heads read because of a notification.", func(s postgres.Stats) uint64 { return s.NotificationReads }},
-		{"notifications_dropped_total", "Notifications dropped on a full queue (the next revalidation pass catches them).", func(s postgres.Stats) uint64 { return s.NotificationsDropped }},
-		{"notify_errors_total", "Invalidations of own commits whose sending failed.", func(s postgres.Stats) uint64 { return s.NotifyErrors }},
-		{"revalidation_passes_total", "Revalidation passes run.", func(s postgres.Stats) uint64 { return s.RevalidationPasses }},
-		{"revalidation_changed_total", "Installed heads a pass found changed (a commit no notification delivered).", func(s postgres.Stats) uint64 { return s.ConfirmChanged }},
-		{"revalidation_errors_total", "Revalidation queries that failed.", func(s postgres.Stats) uint64 { return s.ConfirmErrors }},
-		{"cold_loads_total", "Scopes read from PostgreSQL on first use.", func(s postgres.Stats) uint64 { return s.ColdLoads }},
-		{"read_errors_total", "Reads of PostgreSQL that failed.", func(s postgres.Stats) uint64 { return s.ReadErrors }},
-		{"decode_errors_total", "Rows that could not be decoded (left in place; their reads fail closed).", func(s postgres.Stats) uint64 { return s.DecodeErrors }},
-		{"regressions_total", "Heads PostgreSQL answered older than the installed one (a restore or failover lost a commit).", func(s postgres.Stats) uint64 { return s.Regressions }},
-		{"listens_total", "Successful (re)LISTENs on the notification channel.", func(s postgres.Stats) uint64 { return s.Listens }},
-	} {
-		c.counters = append(c.counters, postgresCounter{desc: g(k.name, k.help), get: k.get})
-	}
-	return c
-}
-
-// Describe implements prometheus.Collector.
-func (c *postgresCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.installed, c.maxLag, c.lagging, c.lastPass} {
-		ch <- d
-	}
-	for _, k := range c.counters {
-		ch <- k.desc
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c *postgresCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.src.Stats()
-	lags := c.src.Lag()
-	var maxLag time.Duration
-	var warn, escalate int
-	for _, l := range lags {
-		maxLag = max(maxLag, l)
-		if l > c.warn {
-			warn++
-		}
-		if l > c.escalate {
-			escalate++
-		}
-	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	gauge(c.installed, float64(len(lags)))
-	gauge(c.maxLag, maxLag.Seconds())
-	gauge(c.lagging, float64(warn), "warn")
-	gauge(c.lagging, float64(escalate), "escalate")
-	gauge(c.lastPass, st.LastPassDuration.Seconds())
-	for _, k := range c.counters {
-		ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(st)))
-	}
+// newPostgresCollector exports a PostgreSQL store's figures under
+// varplane_postgres_ (replicaCollector).
+func newPostgresCollector(src postgresFigures, warn, escalate time.Duration) *replicaCollector[postgres.Stats] {
+	return newReplicaCollector("postgres", "PostgreSQL", src.Stats, src.Lag,
+		func(s postgres.Stats) time.Duration { return s.LastPassDuration }, warn, escalate, nil,
+		[]replicaCounter[postgres.Stats]{
+			{"commits_total", "Mutations PostgreSQL committed.", func(s postgres.Stats) uint64 { return s.Commits }},
+			{"commit_conflicts_total", "Mutations refused for a generation mismatch.", func(s postgres.Stats) uint64 { return s.CommitConflicts }},
+			{"commit_errors_total", "Mutations that failed for another reason (the database unreachable or refusing); nothing of them was written.", func(s postgres.Stats) uint64 { return s.CommitErrors }},
+			{"batches_total", "Transactions that grouped several commits.", func(s postgres.Stats) uint64 { return s.Batches }},
+			{"batched_commits_total", "Commits run in those transactions.", func(s postgres.Stats) uint64 { return s.BatchedCalls }},
+			{"batch_retries_total", "Batches the server refused, whose commits ran again one by one.", func(s postgres.Stats) uint64 { return s.BatchRetries }},
+			{"notifications_total", "Notifications received.", func(s postgres.Stats) uint64 { return s.Notifications }},
+			{"notification_reads_total", "Heads read because of a notification.", func(s postgres.Stats) uint64 { return s.NotificationReads }},
+			{"notifications_dropped_total", "Notifications dropped on a full queue (the next revalidation pass catches them).", func(s postgres.Stats) uint64 { return s.NotificationsDropped }},
+			{"notify_errors_total", "Invalidations of own commits whose sending failed.", func(s postgres.Stats) uint64 { return s.NotifyErrors }},
+			{"revalidation_passes_total", "Revalidation passes run.", func(s postgres.Stats) uint64 { return s.RevalidationPasses }},
+			{"revalidation_changed_total", "Installed heads a pass found changed (a commit no notification delivered).", func(s postgres.Stats) uint64 { return s.ConfirmChanged }},
+			{"revalidation_errors_total", "Revalidation queries that failed.", func(s postgres.Stats) uint64 { return s.ConfirmErrors }},
+			{"cold_loads_total", "Scopes read from PostgreSQL on first use.", func(s postgres.Stats) uint64 { return s.ColdLoads }},
+			{"read_errors_total", "Reads of PostgreSQL that failed.", func(s postgres.Stats) uint64 { return s.ReadErrors }},
+			{"decode_errors_total", "Rows that could not be decoded (left in place; their reads fail closed).", func(s postgres.Stats) uint64 { return s.DecodeErrors }},
+			{"regressions_total", "Heads PostgreSQL answered older than the installed one (a restore or failover lost a commit).", func(s postgres.Stats) uint64 { return s.Regressions }},
+			{"listens_total", "Successful (re)LISTENs on the notification channel.", func(s postgres.Stats) uint64 { return s.Listens }},
+		})
 }

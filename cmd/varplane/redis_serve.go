@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/instance"
@@ -182,103 +180,34 @@ func (b *bufferedResponse) Write(p []byte) (int, error) {
 	return b.body.Write(p)
 }
 
-// redisCollector exports a Redis store's counters and gauges. It reads
-// Stats and Lag once per scrape, so the figures of one scrape agree, and it
-// never labels by scope: per-scope lag is summarised as the largest lag and
-// the number of scopes past each log threshold, which keeps the series
-// count fixed however many scopes are installed.
-type redisCollector struct {
-	src            redisFigures
-	warn, escalate time.Duration
-
-	evictionOK, installed, maxLag, lagging, lastPass *prometheus.Desc
-	counters                                         []redisCounter
-}
-
-// redisCounter is one counter of redis.Stats.
-type redisCounter struct {
-	desc *prometheus.Desc
-	get  func(redis.Stats) uint64
-}
-
-func newRedisCollector(src redisFigures, warn, escalate time.Duration) *redisCollector {
-	g := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("varplane_redis_"+name, help, labels, nil)
-	}
-	c := &redisCollector{
-		src: src, warn: warn, escalate: escalate,
-		evictionOK: g("eviction_policy_ok", "1 when every Redis node was last seen with maxmemory-policy noeviction, else 0 (under --redis-eviction-check warn, an unreadable policy counts as 1)."),
-		installed:  g("installed_scopes", "Scopes whose head this instance holds in memory."),
-		maxLag:     g("lag_max_seconds", "Largest time since Redis last confirmed an installed head."),
-		lagging:    g("lagging_scopes", "Installed scopes not confirmed by Redis for longer than the warn or escalate threshold.", "threshold"),
-		lastPass:   g("revalidation_last_pass_seconds", "Duration of the latest revalidation pass."),
-	}
-	for _, k := range []struct {
-		name, help string
-		get        func(redis.Stats) uint64
-	}{
-		{"commits_total", "Mutations acknowledged by Redis.", func(s redis.Stats) uint64 { return s.Commits }},
-		{"commit_conflicts_total", "Mutations refused by Redis for a generation mismatch.", func(s redis.Stats) uint64 { return s.CommitConflicts }},
-		{"commit_errors_total", "Mutations that failed for another reason (Redis unreachable, a script error); nothing of them was written.", func(s redis.Stats) uint64 { return s.CommitErrors }},
-		{"invalidations_total", "Invalidation messages received.", func(s redis.Stats) uint64 { return s.Invalidations }},
-		{"invalidation_reads_total", "Heads read from Redis because of an invalidation message.", func(s redis.Stats) uint64 { return s.InvalidationReads }},
-		{"invalidations_dropped_total", "Invalidation messages dropped on a full queue (the next revalidation pass catches them).", func(s redis.Stats) uint64 { return s.InvalidationDropped }},
-		{"revalidation_passes_total", "Revalidation passes run.", func(s redis.Stats) uint64 { return s.RevalidationPasses }},
-		{"revalidation_confirms_total", "Conditional reads that found the installed head unchanged.", func(s redis.Stats) uint64 { return s.Confirmations }},
-		{"revalidation_changed_total", "Conditional reads that found a different head (a change no message delivered).", func(s redis.Stats) uint64 { return s.ConfirmChanged }},
-		{"revalidation_errors_total", "Conditional reads that failed.", func(s redis.Stats) uint64 { return s.ConfirmErrors }},
-		{"cold_loads_total", "Scopes read from Redis on first use.", func(s redis.Stats) uint64 { return s.ColdLoads }},
-		{"read_errors_total", "Reads of Redis that failed.", func(s redis.Stats) uint64 { return s.ReadErrors }},
-		{"decode_errors_total", "Values in Redis that could not be decoded (left in place; their reads fail closed).", func(s redis.Stats) uint64 { return s.DecodeErrors }},
-		{"regressions_total", "Heads Redis answered older than the installed one (a failover lost a commit).", func(s redis.Stats) uint64 { return s.Regressions }},
-		{"subscriptions_total", "Successful (re)subscriptions to the invalidation channel.", func(s redis.Stats) uint64 { return s.Subscriptions }},
-		{"eviction_checks_total", "maxmemory-policy checks run.", func(s redis.Stats) uint64 { return s.EvictionChecks }},
-	} {
-		c.counters = append(c.counters, redisCounter{desc: g(k.name, k.help), get: k.get})
-	}
-	return c
-}
-
-// Describe implements prometheus.Collector.
-func (c *redisCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.evictionOK, c.installed, c.maxLag, c.lagging, c.lastPass} {
-		ch <- d
-	}
-	for _, k := range c.counters {
-		ch <- k.desc
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c *redisCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.src.Stats()
-	lags := c.src.Lag()
-	var maxLag time.Duration
-	var warn, escalate int
-	for _, l := range lags {
-		maxLag = max(maxLag, l)
-		if l > c.warn {
-			warn++
+// newRedisCollector exports a Redis store's figures under varplane_redis_
+// (replicaCollector), with the eviction policy as a gauge of its own.
+func newRedisCollector(src redisFigures, warn, escalate time.Duration) *replicaCollector[redis.Stats] {
+	evictionOK := func() float64 {
+		if ok, _ := src.EvictionPolicyOK(); ok {
+			return 1
 		}
-		if l > c.escalate {
-			escalate++
-		}
+		return 0
 	}
-	ok, _ := c.src.EvictionPolicyOK()
-	okv := 0.0
-	if ok {
-		okv = 1
-	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	gauge(c.evictionOK, okv)
-	gauge(c.installed, float64(len(lags)))
-	gauge(c.maxLag, maxLag.Seconds())
-	gauge(c.lagging, float64(warn), "warn")
-	gauge(c.lagging, float64(escalate), "escalate")
-	gauge(c.lastPass, st.LastPassDuration.Seconds())
-	for _, k := range c.counters {
-		ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(st)))
-	}
+	return newReplicaCollector("redis", "Redis", src.Stats, src.Lag,
+		func(s redis.Stats) time.Duration { return s.LastPassDuration }, warn, escalate,
+		[]replicaGauge{{"eviction_policy_ok", "1 when every Redis node was last seen with maxmemory-policy noeviction, else 0 (under --redis-eviction-check warn, an unreadable policy counts as 1).", evictionOK}},
+		[]replicaCounter[redis.Stats]{
+			{"commits_total", "Mutations acknowledged by Redis.", func(s redis.Stats) uint64 { return s.Commits }},
+			{"commit_conflicts_total", "Mutations refused by Redis for a generation mismatch.", func(s redis.Stats) uint64 { return s.CommitConflicts }},
+			{"commit_errors_total", "Mutations that failed for another reason (Redis unreachable, a script error); nothing of them was written.", func(s redis.Stats) uint64 { return s.CommitErrors }},
+			{"invalidations_total", "Invalidation messages received.", func(s redis.Stats) uint64 { return s.Invalidations }},
+			{"invalidation_reads_total", "Heads read from Redis because of an invalidation message.", func(s redis.Stats) uint64 { return s.InvalidationReads }},
+			{"invalidations_dropped_total", "Invalidation messages dropped on a full queue (the next revalidation pass catches them).", func(s redis.Stats) uint64 { return s.InvalidationDropped }},
+			{"revalidation_passes_total", "Revalidation passes run.", func(s redis.Stats) uint64 { return s.RevalidationPasses }},
+			{"revalidation_confirms_total", "Conditional reads that found the installed head unchanged.", func(s redis.Stats) uint64 { return s.Confirmations }},
+			{"revalidation_changed_total", "Conditional reads that found a different head (a change no message delivered).", func(s redis.Stats) uint64 { return s.ConfirmChanged }},
+			{"revalidation_errors_total", "Conditional reads that failed.", func(s redis.Stats) uint64 { return s.ConfirmErrors }},
+			{"cold_loads_total", "Scopes read from Redis on first use.", func(s redis.Stats) uint64 { return s.ColdLoads }},
+			{"read_errors_total", "Reads of Redis that failed.", func(s redis.Stats) uint64 { return s.ReadErrors }},
+			{"decode_errors_total", "Values in Redis that could not be decoded (left in place; their reads fail closed).", func(s redis.Stats) uint64 { return s.DecodeErrors }},
+			{"regressions_total", "Heads Redis answered older than the installed one (a failover lost a commit).", func(s redis.Stats) uint64 { return s.Regressions }},
+			{"subscriptions_total", "Successful (re)subscriptions to the invalidation channel.", func(s redis.Stats) uint64 { return s.Subscriptions }},
+			{"eviction_checks_total", "maxmemory-policy checks run.", func(s redis.Stats) uint64 { return s.EvictionChecks }},
+		})
 }
