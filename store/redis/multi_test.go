@@ -3,7 +3,6 @@ package redis
 import (
 	"bytes"
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -15,56 +14,15 @@ import (
 	"github.com/varplane/varplane/store/storetest"
 )
 
-// watchChan registers a Watch on s that forwards commits to a channel.
-func watchChan(t *testing.T, s *Store) <-chan varplane.Commit {
-	t.Helper()
-	ch := make(chan varplane.Commit, 64)
-	cancel := s.Watch(func(c varplane.Commit) {
-		select {
-		case ch <- c:
-		default:
-			t.Error("watch channel full")
-		}
-	})
-	t.Cleanup(cancel)
-	return ch
-}
-
-func nextCommit(t *testing.T, ch <-chan varplane.Commit, within time.Duration) varplane.Commit {
-	t.Helper()
-	select {
-	case c := <-ch:
-		return c
-	case <-time.After(within):
-		t.Fatalf("no commit delivered within %v", within)
-		return varplane.Commit{}
-	}
-}
-
-func create(t *testing.T, s varplane.Store, scope varplane.Scope, i int) varplane.Revision {
-	t.Helper()
-	ev := storetest.CreatedEvent(scope, storetest.Doc(i))
-	if err := s.Append(context.Background(), ev, 0); err != nil && !errors.Is(err, varplane.ErrRevisionExists) {
-		t.Fatalf("create %s: %v", scope, err)
-	}
-	return ev.Revision
-}
-
-func activate(t *testing.T, s varplane.Store, scope varplane.Scope, rev varplane.Revision, expected varplane.Generation) {
-	t.Helper()
-	if err := s.Append(context.Background(), storetest.ActivatedEvent(scope, rev, expected), expected); err != nil {
-		t.Fatalf("activate %s: %v", scope, err)
-	}
-}
-
-func state(t *testing.T, s varplane.Store, scope varplane.Scope) *varplane.ScopeState {
-	t.Helper()
-	st, err := s.State(context.Background(), scope)
-	if err != nil {
-		t.Fatalf("State(%s): %v", scope, err)
-	}
-	return st
-}
+// The multi-replica helpers, shared with the other stores' tests.
+var (
+	watchChan  = storetest.WatchCommits
+	nextCommit = storetest.NextCommit
+	create     = storetest.MustCreate
+	activate   = storetest.MustActivate
+	state      = storetest.MustState
+	kinds      = storetest.Kinds
+)
 
 // TestTwoInstances: a commit through A is installed in B and fires B's
 // Watch, without B reading anything itself; a subtree deactivation reaches B
@@ -233,14 +191,6 @@ func TestRedisRestart(t *testing.T) {
 	if got := state(t, b, "rs.k"); got.Generation != 2 || got.Head.Revision != r2 {
 		t.Fatalf("after restart B reads %+v", got)
 	}
-}
-
-func kinds(h []varplane.Event) string {
-	var ks []string
-	for _, e := range h {
-		ks = append(ks, string(e.Kind))
-	}
-	return strings.Join(ks, ",")
 }
 
 // TestCorruptValueFailsClosed: a value written with plain SET fails the read
