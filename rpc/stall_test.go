@@ -149,9 +149,11 @@ func TestStalledWatchSubscriberIsDropped(t *testing.T) {
 			t.Fatalf("stalled stream %d still open", i)
 		}
 	}
-	waitUntil(t, "the stalled watches released", func() bool {
+	// A stream's write timeout is counted when its ServeHTTP returns, which
+	// may be after its watches are released: wait for both.
+	waitUntil(t, "the stalled watches released and their write timeouts counted", func() bool {
 		st := srv.GRPCServer().Stats()
-		return st.Watches == 1 && st.Streams == 1 && hub.Stats().Subscribers == 1
+		return st.Watches == 1 && st.Streams == 1 && hub.Stats().Subscribers == 1 && st.WriteTimeouts >= stalled
 	})
 	if n := srv.GRPCServer().Stats().WriteTimeouts; n != stalled {
 		t.Errorf("WriteTimeouts = %d, want %d", n, stalled)
