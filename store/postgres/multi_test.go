@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,42 +28,7 @@ func TestTwoInstances(t *testing.T) {
 	u := freshSchema(t, sharedURL(t))
 	a := openStore(t, u, Options{})
 	b := openStore(t, u, Options{})
-	bw := watchChan(t, b)
-
-	rev := create(t, a, "two.k", 1)
-	activate(t, a, "two.k", rev, 0)
-	c := nextCommit(t, bw, 5*time.Second)
-	if c.Kind != varplane.EventActivated || c.Scope != "two.k" || len(c.Changes) != 1 || c.Changes[0].Head == nil || c.Changes[0].Head.Revision != rev {
-		t.Fatalf("B got %+v, want the activation of two.k at %s", c, rev)
-	}
-	if got := state(t, b, "two.k"); got.Generation != 1 || got.Head == nil || got.Head.Revision != rev {
-		t.Fatalf("B state = %+v, want generation 1 at %s", got, rev)
-	}
-	if _, ok := b.Lag()["two.k"]; !ok {
-		t.Error("B does not report a lag for two.k")
-	}
-
-	r2 := create(t, a, "two.k.sub", 2)
-	activate(t, a, "two.k.sub", r2, 0)
-	nextCommit(t, bw, 5*time.Second)
-	ev := storetest.DeactivatedEvent("two.k", 1)
-	if err := a.AppendSubtreeDeactivation(context.Background(), ev, 1); err != nil {
-		t.Fatal(err)
-	}
-	if want := []varplane.CascadeEntry{{Scope: "two.k.sub", Generation: 2}}; !slices.Equal(ev.Cascade, want) {
-		t.Fatalf("cascade = %v, want %v", ev.Cascade, want)
-	}
-	c = nextCommit(t, bw, 5*time.Second)
-	var got []string
-	for _, ch := range c.Changes {
-		if ch.Head != nil {
-			t.Errorf("change %s still has a head", ch.Scope)
-		}
-		got = append(got, string(ch.Scope))
-	}
-	if c.Kind != varplane.EventDeactivated || strings.Join(got, ",") != "two.k,two.k.sub" {
-		t.Fatalf("B got %s %v, want deactivated two.k,two.k.sub", c.Kind, got)
-	}
+	storetest.TwoReplicas(t, a, b, b.Lag)
 	// A rejection through B reaches A's snapshot (it is not a commit).
 	rej := &varplane.Event{Kind: varplane.EventRejected, Scope: "two.k", RejectionReason: "document.type: /x", Timestamp: time.Now().UTC()}
 	if err := b.Append(context.Background(), rej, 0); err != nil {

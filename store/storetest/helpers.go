@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,4 +81,48 @@ func Kinds(h []varplane.Event) string {
 		ks = append(ks, string(e.Kind))
 	}
 	return strings.Join(ks, ",")
+}
+
+// TwoReplicas checks two replicas a and b of one shared store: a commit
+// through a is installed in b and fires b's Watch without b reading
+// anything itself (lagOfB, b's per-scope lag, reports the scope), and a
+// subtree deactivation reaches b as one commit naming every cleared scope.
+func TwoReplicas(tb testing.TB, a, b varplane.Store, lagOfB func() map[varplane.Scope]time.Duration) {
+	tb.Helper()
+	bw := WatchCommits(tb, b)
+
+	rev := MustCreate(tb, a, "two.k", 1)
+	MustActivate(tb, a, "two.k", rev, 0)
+	c := NextCommit(tb, bw, 5*time.Second)
+	if c.Kind != varplane.EventActivated || c.Scope != "two.k" || len(c.Changes) != 1 || c.Changes[0].Head == nil || c.Changes[0].Head.Revision != rev {
+		tb.Fatalf("B got %+v, want the activation of two.k at %s", c, rev)
+	}
+	if got := MustState(tb, b, "two.k"); got.Generation != 1 || got.Head == nil || got.Head.Revision != rev {
+		tb.Fatalf("B state = %+v, want generation 1 at %s", got, rev)
+	}
+	if _, ok := lagOfB()["two.k"]; !ok {
+		tb.Error("B does not report a lag for two.k")
+	}
+
+	r2 := MustCreate(tb, a, "two.k.sub", 2)
+	MustActivate(tb, a, "two.k.sub", r2, 0)
+	NextCommit(tb, bw, 5*time.Second)
+	ev := DeactivatedEvent("two.k", 1)
+	if err := a.AppendSubtreeDeactivation(context.Background(), ev, 1); err != nil {
+		tb.Fatal(err)
+	}
+	if want := []varplane.CascadeEntry{{Scope: "two.k.sub", Generation: 2}}; !slices.Equal(ev.Cascade, want) {
+		tb.Fatalf("cascade = %v, want %v", ev.Cascade, want)
+	}
+	c = NextCommit(tb, bw, 5*time.Second)
+	var got []string
+	for _, ch := range c.Changes {
+		if ch.Head != nil {
+			tb.Errorf("change %s still has a head", ch.Scope)
+		}
+		got = append(got, string(ch.Scope))
+	}
+	if c.Kind != varplane.EventDeactivated || strings.Join(got, ",") != "two.k,two.k.sub" {
+		tb.Fatalf("B got %s %v, want deactivated two.k,two.k.sub", c.Kind, got)
+	}
 }
