@@ -3,10 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/procstat"
@@ -43,48 +40,7 @@ func BenchmarkCommitToWatch(b *testing.B) {
 	u := freshSchema(b, sharedURL(b))
 	a := openStore(b, u, Options{})
 	bs := openStore(b, u, Options{})
-	ctx := context.Background()
-	scope := varplane.Scope("bench.watch.k")
-	var revs [2]varplane.Revision
-	for i := range revs {
-		ev := storetest.CreatedEvent(scope, storetest.Doc(i))
-		if err := a.Append(ctx, ev, 0); err != nil {
-			b.Fatal(err)
-		}
-		revs[i] = ev.Revision
-	}
-	got := make(chan time.Time, 1)
-	var want atomic.Uint64
-	cancel := bs.Watch(func(c varplane.Commit) {
-		if c.Scope == scope && uint64(c.Changes[0].Generation) == want.Load() {
-			got <- time.Now()
-		}
-	})
-	defer cancel()
-	var lat []time.Duration
-	gen := varplane.Generation(0)
-	b.ResetTimer()
-	for b.Loop() {
-		want.Store(uint64(gen + 1))
-		start := time.Now()
-		if err := a.Append(ctx, storetest.ActivatedEvent(scope, revs[gen%2], gen), gen); err != nil {
-			b.Fatal(err)
-		}
-		select {
-		case t := <-got:
-			lat = append(lat, t.Sub(start))
-		case <-time.After(5 * time.Second):
-			b.Fatalf("generation %d not delivered to B", gen+1)
-		}
-		gen++
-	}
-	b.StopTimer()
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds())
-	}
-	b.ReportMetric(pct(0.50), "p50-µs")
-	b.ReportMetric(pct(0.99), "p99-µs")
+	storetest.CommitToWatch(b, a, bs)
 }
 
 // BenchmarkPublish measures publishes of new documents (one varplane_publish

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,3 +121,51 @@ func ActivateLoad(b *testing.B, s varplane.Store, parallelism int) {
 }
 
 func isExists(err error) bool { return err != nil && errors.Is(err, varplane.ErrRevisionExists) }
+
+// CommitToWatch measures, per b.N, the time from an activation committed
+// through a to its delivery to a Watch listener of bs, another replica of
+// the same shared store, and reports p50 and p99.
+func CommitToWatch(b *testing.B, a, bs varplane.Store) {
+	ctx := context.Background()
+	scope := varplane.Scope("bench.watch.k")
+	var revs [2]varplane.Revision
+	for i := range revs {
+		ev := CreatedEvent(scope, Doc(i))
+		if err := a.Append(ctx, ev, 0); err != nil {
+			b.Fatal(err)
+		}
+		revs[i] = ev.Revision
+	}
+	got := make(chan time.Time, 1)
+	var want atomic.Uint64
+	cancel := bs.Watch(func(c varplane.Commit) {
+		if c.Scope == scope && uint64(c.Changes[0].Generation) == want.Load() {
+			got <- time.Now()
+		}
+	})
+	defer cancel()
+	var lat []time.Duration
+	gen := varplane.Generation(0)
+	b.ResetTimer()
+	for b.Loop() {
+		want.Store(uint64(gen + 1))
+		start := time.Now()
+		if err := a.Append(ctx, ActivatedEvent(scope, revs[gen%2], gen), gen); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case t := <-got:
+			lat = append(lat, t.Sub(start))
+		case <-time.After(5 * time.Second):
+			b.Fatalf("generation %d not delivered to B", gen+1)
+		}
+		gen++
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds())
+	}
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}
