@@ -26,35 +26,7 @@ func BenchmarkRestartCheckpoint(b *testing.B) {
 	const n = 200_000
 	dir := b.TempDir()
 	path := filepath.Join(dir, "log.jsonl")
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	doc := []byte(`{"enabled":true,"note":"` + strings.Repeat("x", 980) + `","n":`)
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	gens := map[varplane.Scope]varplane.Generation{}
-	var buf []byte
-	for i := 0; i < n/2; i++ {
-		scope := varplane.Scope(fmt.Sprintf("bench.docs.s%04d", i%1000))
-		created := storetest.CreatedEvent(scope, append(append([]byte{}, doc...), fmt.Sprintf("%d}", i)...))
-		created.Timestamp = base.Add(time.Duration(i) * time.Microsecond)
-		act := storetest.ActivatedEvent(scope, created.Revision, gens[scope])
-		act.Timestamp = created.Timestamp
-		gens[scope]++
-		for _, ev := range []*varplane.Event{created, act} {
-			buf = append(file.AppendEvent(buf[:0], ev), '\n')
-			if _, err := w.Write(buf); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	if err := w.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		b.Fatal(err)
-	}
+	writeDocumentLog(b, path, n, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	open := func(b *testing.B) { benchOpen(b, path) }
 	b.Run("full-replay", open)
 	compact := func(b *testing.B, keep int) {
