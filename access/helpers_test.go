@@ -2,8 +2,6 @@ package access_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/memory"
 	"github.com/varplane/varplane/store/redis"
+	"github.com/varplane/varplane/store/redis/redistest"
 )
 
 // opener opens a fresh store of one kind for a test; the stores of one
@@ -56,32 +55,7 @@ var stores = []opener{
 // unless VARPLANE_REQUIRE_SERVICES is set.
 func redisURL(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("VARPLANE_REDIS_URL")
-	if base == "" {
-		base = "redis://127.0.0.1:6379/0"
-	}
-	c := rawRedis(t, base)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	err := c.Do(ctx, c.B().Ping().Build()).Error()
-	cancel()
-	if err != nil {
-		if os.Getenv("VARPLANE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("redis at VARPLANE_REDIS_URL is required and unreachable: %v", err)
-		}
-		t.Skipf("redis not reachable (set VARPLANE_REDIS_URL; VARPLANE_REQUIRE_SERVICES makes this fail): %v", err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	prefix := "vptest-access-" + hex.EncodeToString(b)
-	t.Cleanup(func() { deletePrefix(t, c, prefix) })
-	p, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := p.Query()
-	q.Set("prefix", prefix)
-	p.RawQuery = q.Encode()
-	return p.String()
+	return redistest.PrefixURL(t, "access")
 }
 
 func rawRedis(t *testing.T, u string) rueidis.Client {
@@ -105,26 +79,6 @@ func rawRedis(t *testing.T, u string) rueidis.Client {
 	}
 	t.Cleanup(c.Close)
 	return c
-}
-
-func deletePrefix(t *testing.T, c rueidis.Client, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var cursor uint64
-	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+":*").Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			t.Logf("cleanup of %s: %v", prefix, err)
-			return
-		}
-		for _, k := range e.Elements {
-			_ = c.Do(ctx, c.B().Del().Key(k).Build()).Error()
-		}
-		if e.Cursor == 0 {
-			return
-		}
-		cursor = e.Cursor
-	}
 }
 
 func openRedis(t *testing.T, u string, opts redis.Options) *redis.Store {

@@ -2,17 +2,13 @@ package retention_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/varplane/varplane/retention"
 	"github.com/varplane/varplane/store/redis"
+	"github.com/varplane/varplane/store/redis/redistest"
 )
 
 // redisURL returns the URL of the shared Redis under a prefix of this test
@@ -20,55 +16,7 @@ import (
 // answer unless VARPLANE_REQUIRE_SERVICES is set.
 func redisURL(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("VARPLANE_REDIS_URL")
-	if base == "" {
-		base = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := rueidis.ParseURL(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = c.Do(ctx, c.B().Ping().Build()).Error()
-		cancel()
-	}
-	if err != nil {
-		if os.Getenv("VARPLANE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("redis at VARPLANE_REDIS_URL is required and unreachable: %v", err)
-		}
-		t.Skipf("redis not reachable (set VARPLANE_REDIS_URL; VARPLANE_REQUIRE_SERVICES makes this fail): %v", err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	prefix := "vptest-retention-" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		defer c.Close()
-		ctx := context.Background()
-		var cursor uint64
-		for {
-			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+":*").Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				t.Errorf("clean up %s: %v", prefix, err)
-				return
-			}
-			if len(e.Elements) > 0 {
-				_ = c.Do(ctx, c.B().Del().Key(e.Elements...).Build()).Error()
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				return
-			}
-		}
-	})
-	sep := "?"
-	for _, ch := range base {
-		if ch == '?' {
-			sep = "&"
-		}
-	}
-	return base + sep + "prefix=" + prefix
+	return redistest.PrefixURL(t, "retention")
 }
 
 // Seed 002 on Redis: two replicas (two stores on one Redis, two holders)

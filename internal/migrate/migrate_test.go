@@ -2,24 +2,20 @@ package migrate_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/canonical"
 	"github.com/varplane/varplane/internal/migrate"
 	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/redis"
+	"github.com/varplane/varplane/store/redis/redistest"
 )
 
 // kinds are the stores the migration runs on: each call opens a new, empty
@@ -48,53 +44,7 @@ var kinds = []struct {
 
 func redisURL(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("VARPLANE_REDIS_URL")
-	if base == "" {
-		base = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := rueidis.ParseURL(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = c.Do(ctx, c.B().Ping().Build()).Error()
-		cancel()
-	}
-	if err != nil {
-		if os.Getenv("VARPLANE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("redis at VARPLANE_REDIS_URL is required and unreachable: %v", err)
-		}
-		t.Skipf("redis not reachable (set VARPLANE_REDIS_URL; VARPLANE_REQUIRE_SERVICES makes this fail): %v", err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	prefix := "vptest-migrate-" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var cursor uint64
-		for {
-			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+":*").Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return
-			}
-			for _, k := range e.Elements {
-				_ = c.Do(ctx, c.B().Del().Key(k).Build()).Error()
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				return
-			}
-		}
-	})
-	p, _ := url.Parse(base)
-	q := p.Query()
-	q.Set("prefix", prefix)
-	p.RawQuery = q.Encode()
-	return p.String()
+	return redistest.PrefixURL(t, "migrate")
 }
 
 func engineOf(t *testing.T, s varplane.Store) *varplane.Engine {

@@ -1,6 +1,9 @@
-// Package redistest starts private Redis servers for tests: a Redis Cluster
-// of three masters on loopback ports, each in a temporary directory,
-// stopped by PID at cleanup. It never touches a shared server.
+// Package redistest gives tests their Redis: private servers (a Redis
+// Cluster of three masters on loopback ports, each in a temporary
+// directory, stopped by PID at cleanup), which tests that stop or
+// reconfigure a server use, and a key prefix of a test's own on the shared
+// server (PrefixURL), whose keys are deleted afterwards and which leaves the
+// server itself alone.
 package redistest
 
 import (
