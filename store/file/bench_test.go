@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/storetest"
 )
@@ -72,7 +73,7 @@ func writeBenchLog(tb testing.TB, path string, n int) {
 				gen++
 			}
 			ev.Timestamp = ts
-			buf = append(file.AppendEvent(buf[:0], &ev), '\n')
+			buf = append(eventjson.AppendEvent(buf[:0], &ev), '\n')
 			if _, err := w.Write(buf); err != nil {
 				tb.Fatal(err)
 			}
@@ -182,7 +183,7 @@ func writeDocumentLog(b *testing.B, path string, n int, base time.Time) {
 		act.Timestamp = created.Timestamp
 		gens[scope]++
 		for _, ev := range []*varplane.Event{created, act} {
-			buf = append(file.AppendEvent(buf[:0], ev), '\n')
+			buf = append(eventjson.AppendEvent(buf[:0], ev), '\n')
 			if _, err := w.Write(buf); err != nil {
 				b.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/storetest"
 )
@@ -404,7 +405,7 @@ func TestCheckpointVersion1(t *testing.T) {
 		if !doc {
 			cp.Document = nil
 		}
-		l := string(file.AppendEvent(nil, &cp))
+		l := string(eventjson.AppendEvent(nil, &cp))
 		if mark != "" {
 			l = l[:len(l)-1] + mark
 		}
@@ -414,7 +415,7 @@ func TestCheckpointVersion1(t *testing.T) {
 		return fmt.Sprintf(`{"checkpoint":1,"state":%-20d,"tail":%-20d}`+"\n", state, tail)
 	}
 	hist := line(gone, false, `,"reclaimed":true}`) + line(a, false, "") + line(b, false, "") + line(act, false, "")
-	actJSON := string(file.AppendEvent(nil, act))
+	actJSON := string(eventjson.AppendEvent(nil, act))
 	state := line(a, true, "") + line(b, true, "") +
 		`{"scopeState":{"scope":"v.a","generation":1,"head":` + actJSON + `,"revisions":2,"reclaimed":["` + string(gone.Revision) + `"]}}` + "\n" +
 		`{"checkpointEnd":{"scopes":1,"revisions":2,"idem":0,"history":4}}` + "\n"

@@ -4,77 +4,18 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
-// The log line codec is hand-written: restart decodes every event of the log,
-// and reflection-based decoding was the largest cost of a replay. Its output
-// is the JSON form of varplane.Event (the same field names and omissions as
-// encoding/json), without HTML escaping; any encoding/json output of an Event
+// The log line decoder is hand-written: restart decodes every event of the
+// log, and reflection-based decoding was the largest cost of a replay. Lines
+// are written by internal/eventjson (the JSON form of varplane.Event, as the
+// other stores write their events); any encoding/json output of an Event
 // decodes to the same Event.
-
-// AppendEvent appends the JSON form of ev, without a trailing newline, to b.
-// ev.Document must be valid, compact JSON (the stores compact it).
-func AppendEvent(b []byte, ev *varplane.Event) []byte {
-	b = append(b, `{"kind":`...)
-	b = jsontext.AppendString(b, string(ev.Kind))
-	b = append(b, `,"scope":`...)
-	b = jsontext.AppendString(b, string(ev.Scope))
-	b = appendField(b, "revision", string(ev.Revision))
-	if len(ev.Document) > 0 {
-		b = append(b, `,"document":`...)
-		b = append(b, ev.Document...)
-	}
-	b = appendField(b, "schemaId", ev.SchemaID)
-	b = appendField(b, "schemaVersion", ev.SchemaVersion)
-	if ev.Generation != 0 {
-		b = append(b, `,"generation":`...)
-		b = strconv.AppendUint(b, uint64(ev.Generation), 10)
-	}
-	if ev.PreviousGeneration != nil {
-		b = append(b, `,"previousGeneration":`...)
-		b = strconv.AppendUint(b, uint64(*ev.PreviousGeneration), 10)
-	}
-	b = appendField(b, "actor", ev.Actor)
-	b = appendField(b, "onBehalfOf", ev.OnBehalfOf)
-	b = appendField(b, "reason", ev.Reason)
-	b = appendField(b, "idempotencyKey", ev.IdempotencyKey)
-	b = appendField(b, "requestHash", ev.RequestHash)
-	b = appendField(b, "rejectionReason", ev.RejectionReason)
-	if len(ev.Cascade) > 0 {
-		b = append(b, `,"cascade":[`...)
-		for i, c := range ev.Cascade {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"scope":`...)
-			b = jsontext.AppendString(b, string(c.Scope))
-			b = append(b, `,"generation":`...)
-			b = strconv.AppendUint(b, uint64(c.Generation), 10)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
-	}
-	b = append(b, `,"timestamp":"`...)
-	b = ev.Timestamp.AppendFormat(b, time.RFC3339Nano)
-	return append(b, `"}`...)
-}
-
-func appendField(b []byte, name, v string) []byte {
-	if v == "" {
-		return b
-	}
-	b = append(b, ',', '"')
-	b = append(b, name...)
-	b = append(b, '"', ':')
-	return jsontext.AppendString(b, v)
-}
 
 // interner shares the strings that repeat across a log (scopes, revisions,
 // actors, schema ids) while it is decoded, so that a replayed log holds one

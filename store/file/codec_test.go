@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/store/file"
 )
 
@@ -28,7 +29,7 @@ var codecEvents = []varplane.Event{
 func TestCodecRoundTrip(t *testing.T) {
 	for _, ev := range codecEvents {
 		t.Run(string(ev.Kind), func(t *testing.T) {
-			line := file.AppendEvent(nil, &ev)
+			line := eventjson.AppendEvent(nil, &ev)
 			if bytes.IndexByte(line, '\n') >= 0 {
 				t.Fatalf("encoded line contains a newline: %s", line)
 			}
@@ -127,7 +128,7 @@ func TestDecodeTolerates(t *testing.T) {
 
 func FuzzDecodeEvent(f *testing.F) {
 	for _, ev := range codecEvents {
-		f.Add(file.AppendEvent(nil, &ev))
+		f.Add(eventjson.AppendEvent(nil, &ev))
 	}
 	f.Add([]byte(`{"kind":"activated","scope":"a","generation":1,"timestamp":"2026-07-20T12:00:00.5+02:00"}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
@@ -138,7 +139,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		if ev.Timestamp.Year() < 0 || ev.Timestamp.Year() > 9999 {
 			return
 		}
-		enc := file.AppendEvent(nil, &ev)
+		enc := eventjson.AppendEvent(nil, &ev)
 		var again varplane.Event
 		if err := file.DecodeEvent(enc, &again); err != nil {
 			t.Fatalf("re-decoding %s (from %q): %v", enc, line, err)
@@ -150,7 +151,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		if !reflect.DeepEqual(again, ev) {
 			t.Fatalf("round trip of %q:\n got  %+v\n want %+v", line, again, ev)
 		}
-		if enc2 := file.AppendEvent(nil, &again); !bytes.Equal(enc2, enc) {
+		if enc2 := eventjson.AppendEvent(nil, &again); !bytes.Equal(enc2, enc) {
 			t.Fatalf("encoding is not stable: %s vs %s", enc, enc2)
 		}
 	})

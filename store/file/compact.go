@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/internal/logstate"
 )
 
@@ -255,7 +256,7 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 				mark := ev.Kind == varplane.EventRevisionCreated && (ev.Document == nil ||
 					(slices.Contains(reclaim[img.Scope], ev.Revision) && ev.Revision != head))
 				ev.Document = nil
-				line = AppendEvent(line[:0], &ev)
+				line = eventjson.AppendEvent(line[:0], &ev)
 				if mark {
 					line = append(line[:len(line)-1], reclaimedMark...)
 				}
@@ -269,7 +270,7 @@ func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logsta
 	revLine := func(rec *varplane.RevisionRecord, doc []byte) {
 		ev := varplane.Event{Kind: varplane.EventRevisionCreated, Scope: rec.Scope, Revision: rec.Revision, Document: doc,
 			SchemaID: rec.SchemaID, SchemaVersion: rec.SchemaVersion, Actor: rec.Actor, Timestamp: rec.CreatedAt}
-		line = append(AppendEvent(line[:0], &ev), '\n')
+		line = append(eventjson.AppendEvent(line[:0], &ev), '\n')
 		put(line)
 	}
 	body := func(img *logstate.ScopeImage, k int) ([]byte, error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/storetest"
 )
@@ -75,7 +76,7 @@ func BenchmarkRestartManyScopes(b *testing.B) {
 		sc := varplane.Scope(fmt.Sprintf("many.s%06d", i))
 		c := storetest.CreatedEvent(sc, []byte(doc+fmt.Sprintf("%d}", i)))
 		for _, ev := range []*varplane.Event{c, storetest.ActivatedEvent(sc, c.Revision, 0)} {
-			buf = append(file.AppendEvent(buf[:0], ev), '\n')
+			buf = append(eventjson.AppendEvent(buf[:0], ev), '\n')
 			if _, err := w.Write(buf); err != nil {
 				b.Fatal(err)
 			}

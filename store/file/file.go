@@ -56,6 +56,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/internal/logstate"
 )
 
@@ -580,7 +581,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 			}
 		case r.subtree:
 			if r.stored, err = tx.AppendSubtree(r.ev, r.expected); err == nil {
-				buf = append(AppendEvent(buf, r.stored), '\n')
+				buf = append(eventjson.AppendEvent(buf, r.stored), '\n')
 			}
 		default:
 			if err = tx.AppendPrepared(r.ev, r.expected); err == nil {
@@ -657,7 +658,7 @@ func (s *Store) submit(ctx context.Context, ev *varplane.Event, expected varplan
 // encodeLine returns the log line of ev, newline included, in one
 // allocation; a non-empty mark replaces the closing brace (publishMark).
 func encodeLine(ev *varplane.Event, mark string) []byte {
-	b := AppendEvent(make([]byte, 0, len(ev.Document)+len(ev.Scope)+len(ev.Actor)+len(ev.Reason)+len(ev.RejectionReason)+320), ev)
+	b := eventjson.Event(ev) // its capacity leaves room for the mark and newline
 	if mark != "" {
 		b = append(b[:len(b)-1], mark...)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/storetest"
 )
@@ -274,7 +275,7 @@ func TestDocumentAtDepthCeilingSurvivesRestart(t *testing.T) {
 	// limits: Open refuses the log naming the line, and deletes nothing.
 	good, _ := os.ReadFile(path)
 	deep := storetest.CreatedEvent("deep.k", nested(1002))
-	damaged := append(file.AppendEvent(append([]byte{}, good...), deep), '\n')
+	damaged := append(eventjson.AppendEvent(append([]byte{}, good...), deep), '\n')
 	if err := os.WriteFile(path, damaged, 0o600); err != nil {
 		t.Fatal(err)
 	}

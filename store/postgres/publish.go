@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/internal/logstate"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // AppendPublish commits a publish (see varplane.Store.AppendPublish) as one
@@ -44,12 +44,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	withKey.IdempotencyKey, withKey.RequestHash = a.IdempotencyKey, a.RequestHash
 	noKey := *a
 	noKey.IdempotencyKey, noKey.RequestHash = "", ""
-	var js [4][]byte
-	for i, v := range []any{rec, &withKey, &noKey, a} {
-		if js[i], err = jsontext.Marshal(v); err != nil {
-			return false, varplane.Errorf(varplane.CodeBadRequest, "publish cannot be encoded: %v", err)
-		}
-	}
+	js := [4][]byte{eventjson.Record(rec), eventjson.Event(&withKey), eventjson.Event(&noKey), eventjson.Event(a)}
 	ctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
 	var (

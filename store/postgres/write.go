@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/internal/logstate"
 	"github.com/varplane/varplane/internal/replica"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // errReadOnly is returned by every mutation of a ReadOnly store.
@@ -111,18 +111,20 @@ func (s *Store) Append(ctx context.Context, ev *varplane.Event, expected varplan
 }
 
 func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
+	doc, err := eventjson.Compacted(ev.Document)
+	if err != nil {
+		return varplane.Errorf(varplane.CodeBadRequest, "a revision-created event needs a JSON document")
+	}
+	if len(doc) != len(ev.Document) {
+		cp := *ev
+		cp.Document = doc
+		ev = &cp
+	}
 	rec := varplane.RevisionRecord{
 		Scope: ev.Scope, Revision: ev.Revision, Document: ev.Document,
 		SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp,
 	}
-	recJSON, err := jsontext.Marshal(&rec)
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "revision record cannot be encoded: %v", err)
-	}
-	evJSON, err := jsontext.Marshal(ev)
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
-	}
+	recJSON, evJSON := eventjson.Record(&rec), eventjson.Event(ev)
 	var st string
 	err = s.call(ctx, string(ev.Scope), "SELECT status FROM varplane_create($1, $2, $3, $4, $5, $6)",
 		[]any{string(ev.Scope), string(ev.Revision), recJSON, evJSON, nullable(ev.IdempotencyKey), ev.RequestHash}, &st)
@@ -142,16 +144,13 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 			rec = r
 		}
 	}
-	evJSON, err := jsontext.Marshal(ev)
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
-	}
+	evJSON := eventjson.Event(ev)
 	var (
 		st               string
 		cur, version     *int64
 		rejected, recJSN []byte
 	)
-	err = s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version, last_rejected, rev_record FROM varplane_activate($1, $2, $3, $4, $5, $6, $7, $8)",
+	err := s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version, last_rejected, rev_record FROM varplane_activate($1, $2, $3, $4, $5, $6, $7, $8)",
 		[]any{string(ev.Scope), int64(expected), int64(ev.Generation), string(ev.Revision), evJSON,
 			nullable(ev.IdempotencyKey), ev.RequestHash, rec == nil},
 		&st, &cur, &version, &rejected, &recJSN)
@@ -220,15 +219,12 @@ func (s *Store) refreshAfterCommit(ctx context.Context, kind varplane.EventKind,
 }
 
 func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
-	evJSON, err := jsontext.Marshal(ev)
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
-	}
+	evJSON := eventjson.Event(ev)
 	var (
 		st           string
 		cur, version *int64
 	)
-	err = s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version FROM varplane_reject($1, $2, $3, $4)",
+	err := s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version FROM varplane_reject($1, $2, $3, $4)",
 		[]any{string(ev.Scope), evJSON, nullable(ev.IdempotencyKey), ev.RequestHash}, &st, &cur, &version)
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)

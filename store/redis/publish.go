@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/eventjson"
 )
 
 // publishScript is a publish in one step: it compares the head's generation
@@ -68,10 +68,16 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	if err := checkPublish(created, activated, expected); err != nil {
 		return false, err
 	}
+	// Checked (and compacted, as the stored form always is) here, since
+	// the records are encoded with the document as it is.
+	doc, err := eventjson.Compacted(created.Document)
+	if err != nil {
+		return false, varplane.Errorf(varplane.CodeBadRequest, "a revision-created event needs a JSON document")
+	}
 	ctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
 	rec := &varplane.RevisionRecord{
-		Scope: created.Scope, Revision: created.Revision, Document: created.Document,
+		Scope: created.Scope, Revision: created.Revision, Document: doc,
 		SchemaID: created.SchemaID, SchemaVersion: created.SchemaVersion, Actor: created.Actor, CreatedAt: created.Timestamp,
 	}
 	withKey := *created
@@ -79,14 +85,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	withKey.Document = nil // the document is in the record (history.go)
 	noKey := *activated
 	noKey.IdempotencyKey, noKey.RequestHash = "", ""
-	var js [4][]byte
-	for i, v := range []any{rec, &withKey, &noKey, activated} {
-		b, err := jsontext.Marshal(v) // documents kept byte for byte
-		if err != nil {
-			return false, varplane.Errorf(varplane.CodeBadRequest, "publish cannot be encoded: %v", err)
-		}
-		js[i] = b
-	}
+	js := [4][]byte{eventjson.Record(rec), eventjson.Event(&withKey), eventjson.Event(&noKey), eventjson.Event(activated)}
 	if err := s.prepare(ctx, activated); err != nil {
 		return false, err
 	}
@@ -140,7 +139,7 @@ func checkPublish(created, activated *varplane.Event, expected varplane.Generati
 		return varplane.Errorf(varplane.CodeBadRequest, "a publish carries its idempotency key on the activation, not on the revision")
 	case activated.Generation != expected+1:
 		return varplane.Errorf(varplane.CodeBadRequest, "activation generation %d is not expected generation %d + 1", activated.Generation, expected)
-	case len(created.Document) == 0 || !json.Valid(created.Document):
+	case len(created.Document) == 0:
 		return varplane.Errorf(varplane.CodeBadRequest, "a revision-created event needs a JSON document")
 	}
 	if _, err := varplane.ParseRevision(string(created.Revision)); err != nil {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/internal/replica"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // errReadOnly is returned by every mutation of a ReadOnly store.
@@ -189,21 +189,21 @@ func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
 	if _, err := varplane.ParseRevision(string(ev.Revision)); err != nil {
 		return err
 	}
-	if len(ev.Document) == 0 || !json.Valid(ev.Document) {
+	doc, err := eventjson.Compacted(ev.Document)
+	if len(ev.Document) == 0 || err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "a revision-created event needs a JSON document")
+	}
+	if len(doc) != len(ev.Document) {
+		cp := *ev
+		cp.Document = doc
+		ev = &cp
 	}
 	rec := varplane.RevisionRecord{
 		Scope: ev.Scope, Revision: ev.Revision, Document: ev.Document,
 		SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp,
 	}
-	recJSON, err := jsontext.Marshal(&rec)
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "revision record cannot be encoded: %v", err)
-	}
-	evJSON, err := jsontext.Marshal(historyEvent(ev)) // the document is in the record (history.go)
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
-	}
+	recJSON := eventjson.Record(&rec)
+	evJSON := eventjson.Event(historyEvent(ev)) // the document is in the record (history.go)
 	if err := s.prepare(ctx, ev); err != nil {
 		return err
 	}
@@ -231,10 +231,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 			return err
 		}
 	}
-	evJSON, err := jsontext.Marshal(ev)
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
-	}
+	evJSON := eventjson.Event(ev)
 	if err := s.prepare(ctx, ev); err != nil {
 		return err
 	}
@@ -300,10 +297,7 @@ func (s *Store) refreshAfterCommit(ctx context.Context, kind varplane.EventKind,
 }
 
 func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
-	evJSON, err := jsontext.Marshal(ev)
-	if err != nil {
-		return varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
-	}
+	evJSON := eventjson.Event(ev)
 	if err := s.prepare(ctx, ev); err != nil {
 		return err
 	}
