@@ -13,6 +13,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/canonical"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/retention"
 	"github.com/varplane/varplane/store/file"
 )
@@ -66,7 +67,7 @@ func writeLog(path string, events, scopes, docSize int) (varplane.Scope, error) 
 var lineBuf []byte
 
 func writeEvent(w *bufio.Writer, ev *varplane.Event) error {
-	lineBuf = file.AppendEvent(lineBuf[:0], ev)
+	lineBuf = eventjson.AppendEvent(lineBuf[:0], ev)
 	lineBuf = append(lineBuf, '\n')
 	_, err := w.Write(lineBuf)
 	return err
