@@ -152,7 +152,8 @@ var (
 // pool_ping_timeout), libpq's connection parameters (connect_timeout,
 // default the command timeout; sslmode, sslrootcert, target_session_attrs,
 // …) and the session settings application_name, statement_timeout,
-// lock_timeout and idle_in_transaction_session_timeout are accepted; any
+// lock_timeout, idle_in_transaction_session_timeout and jit (default off:
+// see parseURL) are accepted; any
 // other parameter is refused by name. Open returns a bad-request error for
 // a malformed URL or option, a store-unavailable error when the database
 // cannot be reached or its schema is newer than this binary's.
@@ -234,6 +235,7 @@ var acceptedSettings = map[string]bool{
 	"statement_timeout":                   true,
 	"lock_timeout":                        true,
 	"idle_in_transaction_session_timeout": true,
+	"jit":                                 true,
 }
 
 // parseURL splits the store's own parameters off rawURL, applies them to
@@ -313,6 +315,15 @@ func parseURL(rawURL string, opts Options) (*pgxpool.Config, Options, string, st
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "varplane"
+	}
+	// Every statement of the store is a short OLTP one, but the planner's
+	// estimates for the set-based commit functions (unnest and
+	// generate_subscripts over a batch's arrays) can pass jit_above_cost,
+	// and PostgreSQL then compiles them with LLVM on each call: a cost of
+	// milliseconds for statements that run in microseconds. jit=on in the
+	// URL restores the server's own choice.
+	if _, ok := cfg.ConnConfig.RuntimeParams["jit"]; !ok {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	if !hasMaxConns {
