@@ -12,6 +12,7 @@ func TestParseURL(t *testing.T) {
 		name    string
 		url     string
 		wantErr string // substring; "" means accepted
+		jit     string // the session's jit setting when accepted; "" means the default, off
 		check   func(t *testing.T, schema string, maxConns int32, opts Options)
 	}{
 		{name: "defaults", url: base, check: func(t *testing.T, schema string, maxConns int32, opts Options) {
@@ -26,6 +27,7 @@ func TestParseURL(t *testing.T) {
 				}
 			}},
 		{name: "postgresql scheme", url: "postgresql://localhost/db"},
+		{name: "jit handed back to the server", url: base + "?jit=on", jit: "on"},
 		{name: "unknown parameter", url: base + "?pool_max_con=10&colour=blue", wantErr: "unknown URL parameter(s) colour, pool_max_con"},
 		{name: "search_path", url: base + "?search_path=x", wantErr: "use schema=NAME"},
 		{name: "bad schema", url: base + "?schema=Bad-Name", wantErr: "schema \"Bad-Name\""},
@@ -63,6 +65,13 @@ func TestParseURL(t *testing.T) {
 			}
 			if got := cfg.ConnConfig.RuntimeParams["search_path"]; got != schema {
 				t.Errorf("search_path = %q, want %q", got, schema)
+			}
+			wantJIT := tc.jit
+			if wantJIT == "" {
+				wantJIT = "off"
+			}
+			if got := cfg.ConnConfig.RuntimeParams["jit"]; got != wantJIT {
+				t.Errorf("jit = %q, want %q", got, wantJIT)
 			}
 			if tc.check != nil {
 				tc.check(t, schema, cfg.MaxConns, opts)
