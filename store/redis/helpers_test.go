@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/varplane/varplane/store/redis/redistest"
 )
 
 // sharedURL returns the base URL of the shared Redis, skipping the test when
@@ -87,20 +88,8 @@ func deletePrefix(tb testing.TB, u, prefix string) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var cursor uint64
-	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+":*").Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			tb.Logf("cleanup of %s: %v", prefix, err)
-			return
-		}
-		for _, k := range e.Elements {
-			_ = c.Do(ctx, c.B().Del().Key(k).Build()).Error()
-		}
-		if e.Cursor == 0 {
-			return
-		}
-		cursor = e.Cursor
+	if err := redistest.DeletePrefix(ctx, c, prefix); err != nil {
+		tb.Logf("cleanup of %s: %v", prefix, err)
 	}
 }
 

@@ -61,23 +61,33 @@ func PrefixURL(tb testing.TB, name string) string {
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		var cursor uint64
-		for {
-			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+":*").Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				tb.Errorf("clean up %s: %v", prefix, err)
-				return
-			}
-			if len(e.Elements) > 0 {
-				_ = c.Do(ctx, c.B().Del().Key(e.Elements...).Build()).Error()
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				return
-			}
+		if err := DeletePrefix(ctx, c, prefix); err != nil {
+			tb.Errorf("clean up %s: %v", prefix, err)
 		}
 	})
 	q := p.Query()
 	q.Set("prefix", prefix)
 	p.RawQuery = q.Encode()
 	return p.String()
+}
+
+// DeletePrefix deletes every key under prefix (the keys "prefix:*") with
+// SCAN and DEL, a batch at a time, so that a test leaves nothing behind on a
+// shared server. It stops at the first error and returns it.
+func DeletePrefix(ctx context.Context, c rueidis.Client, prefix string) error {
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+":*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return err
+		}
+		if len(e.Elements) > 0 {
+			if err := c.Do(ctx, c.B().Del().Key(e.Elements...).Build()).Error(); err != nil {
+				return err
+			}
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return nil
+		}
+	}
 }
