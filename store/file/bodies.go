@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/internal/logstate"
 )
 
@@ -125,7 +126,7 @@ func (b *fileBlock) decode(buf []byte) ([]*varplane.RevisionRecord, []logstate.B
 	recs := make([]*varplane.RevisionRecord, 0, b.N)
 	refs := make([]logstate.BodyRef, 0, b.N)
 	var gone []varplane.Revision
-	in := &interner{m: make(map[string]string)}
+	in := eventjson.NewInterner()
 	off := b.At
 	for len(buf) > 0 {
 		i := bytes.IndexByte(buf, '\n')
@@ -143,7 +144,7 @@ func (b *fileBlock) decode(buf []byte) ([]*varplane.RevisionRecord, []logstate.B
 			continue
 		}
 		var ev varplane.Event
-		at, n, err := decodeEventLazy(buf[:i], &ev, in)
+		at, n, err := eventjson.DecodeEventLazy(buf[:i], &ev, in)
 		if err != nil {
 			return nil, nil, nil, b.damaged(off, "%v", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/internal/logstate"
 )
 
@@ -260,7 +261,7 @@ func (s *Store) decodeState(b []byte, at int64) ([]logstate.ScopeImage, []*varpl
 func (s *Store) decodeStatePart(b []byte, at int64) (out statePart) {
 	var (
 		revs []*varplane.RevisionRecord
-		in   = &interner{m: make(map[string]string)}
+		in   = eventjson.NewInterner()
 		off  = at
 	)
 	damaged := func(why string, err error) statePart {
@@ -283,7 +284,7 @@ func (s *Store) decodeStatePart(b []byte, at int64) (out statePart) {
 			var ev varplane.Event
 			// A copy: a document that shared the section's buffer would
 			// keep all of it in memory for as long as any head lives.
-			if err := decodeEvent(line, &ev, in); err != nil {
+			if err := eventjson.DecodeEventWith(line, &ev, in); err != nil {
 				return damaged("revision", err)
 			}
 			if ev.Kind != varplane.EventRevisionCreated || len(ev.Document) == 0 {
@@ -345,7 +346,7 @@ func (s *Store) loadCold() {
 	defer close(c.ready)
 	defer c.from.Close()
 	r := bufio.NewReaderSize(io.NewSectionReader(c.from, c.start, c.end-c.start), 1<<20)
-	in := &interner{m: make(map[string]string)}
+	in := eventjson.NewInterner()
 	off, n := c.start, 0
 	for {
 		line, err := r.ReadSlice('\n')
@@ -365,7 +366,7 @@ func (s *Store) loadCold() {
 			break
 		}
 		var ev varplane.Event
-		if derr := decodeEvent(line[:len(line)-1], &ev, in); derr != nil || !ev.Kind.Valid() {
+		if derr := eventjson.DecodeEventWith(line[:len(line)-1], &ev, in); derr != nil || !ev.Kind.Valid() {
 			c.err = fmt.Errorf("file store: %s: the checkpoint history line at byte offset %d is damaged: %v", s.path, off, derr)
 			break
 		}

@@ -364,7 +364,7 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		return
 	}
 	r := bufio.NewReaderSize(s.f, 1<<20)
-	in := &interner{m: make(map[string]string)}
+	in := eventjson.NewInterner()
 	var (
 		off    = s.base
 		lineNo int
@@ -422,7 +422,7 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		}
 		lineNo++
 		b.evs = append(b.evs, varplane.Event{})
-		at, n, derr := decodeEventLazy(line[:len(line)-1], &b.evs[len(b.evs)-1], in)
+		at, n, derr := eventjson.DecodeEventLazy(line[:len(line)-1], &b.evs[len(b.evs)-1], in)
 		if derr == nil && n > 0 {
 			// A copy, which the fold keeps while the revision may end as a
 			// head and then drops for its place in the log (docAt, docLen).

@@ -2,10 +2,10 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 )
 
 // Watch promises every commit that changes a head, in commit order per
@@ -67,13 +67,13 @@ WHERE e.scope = $1 AND e.generation > $2 AND e.generation < $3 ORDER BY e.seq DE
 			return nil, s.readFailure("history", scope, err)
 		}
 		var ev varplane.Event
-		if err := json.Unmarshal(body, &ev); err != nil {
+		if err := eventjson.DecodeEvent(body, &ev); err != nil {
 			return nil, s.decodeFailure("history entry", scope, err)
 		}
 		ch := varplane.ScopeChange{Scope: scope, Generation: ev.Generation}
 		if ev.Kind == varplane.EventActivated {
 			var rec varplane.RevisionRecord
-			if recJS == nil || json.Unmarshal(recJS, &rec) != nil {
+			if recJS == nil || eventjson.DecodeRecord(recJS, &rec) != nil {
 				return nil, s.decodeFailure("revision "+string(ev.Revision), scope, errMissingRecord)
 			}
 			ch.Head = varplane.NewHead(&ev, &rec)

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/varplane/varplane"
@@ -79,7 +78,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	snap, err := s.ownSnapshot(a.Scope, a.Generation, version, rejected)
 	if err == nil && !wasNew {
 		var found varplane.RevisionRecord
-		if err = json.Unmarshal(recJSN, &found); err == nil {
+		if err = eventjson.DecodeRecord(recJSN, &found); err == nil {
 			rec = &found
 		}
 	}

@@ -2,13 +2,13 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 )
 
 // errMissingRecord is a logged activation whose revision record is not
@@ -129,7 +129,7 @@ func (s *Store) snapshotFrom(scope varplane.Scope, version, generation *int64, r
 	}
 	if rejected != nil {
 		var rej varplane.Event
-		if err := json.Unmarshal(rejected, &rej); err != nil {
+		if err := eventjson.DecodeEvent(rejected, &rej); err != nil {
 			return nil, s.decodeFailure("last rejection", scope, err)
 		}
 		st.LastRejected = &rej
@@ -138,7 +138,7 @@ func (s *Store) snapshotFrom(scope varplane.Scope, version, generation *int64, r
 		return snap, nil
 	}
 	var ev varplane.Event
-	if err := json.Unmarshal(event, &ev); err != nil {
+	if err := eventjson.DecodeEvent(event, &ev); err != nil {
 		return nil, s.decodeFailure("head event", scope, err)
 	}
 	if string(ev.Revision) != *revision || ev.Generation != st.Generation {
@@ -150,7 +150,7 @@ func (s *Store) snapshotFrom(scope varplane.Scope, version, generation *int64, r
 			return nil, s.decodeFailure("head", scope, fmt.Errorf("head names revision %s, which is not stored", *revision))
 		}
 		var r varplane.RevisionRecord
-		if err := json.Unmarshal(recJS, &r); err != nil {
+		if err := eventjson.DecodeRecord(recJS, &r); err != nil {
 			return nil, s.decodeFailure("revision "+*revision, scope, err)
 		}
 		rec = &r
@@ -273,7 +273,7 @@ func (s *Store) readRevision(ctx context.Context, scope varplane.Scope, rev varp
 		return nil, varplane.Errorf(varplane.CodeRevisionReclaimed, "the body of revision %s of scope %q was reclaimed by retention", rev, scope)
 	}
 	var rec varplane.RevisionRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
+	if err := eventjson.DecodeRecord(b, &rec); err != nil {
 		return nil, s.decodeFailure("revision "+string(rev), scope, err)
 	}
 	if rec.Scope != scope || rec.Revision != rev {
@@ -324,7 +324,7 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 			return nil, s.readFailure("history", scope, err)
 		}
 		var ev varplane.Event
-		if err := json.Unmarshal(b, &ev); err != nil {
+		if err := eventjson.DecodeEvent(b, &ev); err != nil {
 			return nil, s.decodeFailure(fmt.Sprintf("history entry %d", len(out)), scope, err)
 		}
 		out = append(out, ev)
@@ -361,7 +361,7 @@ FROM idempotency i JOIN events e ON e.seq = i.event_seq WHERE i.key = $1`, key).
 		return nil, s.readFailure("idempotency record", "", err)
 	}
 	var ev varplane.Event
-	if err := json.Unmarshal(body, &ev); err != nil {
+	if err := eventjson.DecodeEvent(body, &ev); err != nil {
 		return nil, s.decodeFailure("idempotency record", varplane.Scope(scope), err)
 	}
 	return &varplane.IdempotencyRecord{Key: key, RequestHash: hash, Event: ev, Generation: varplane.Generation(gen)}, nil
@@ -433,12 +433,12 @@ FROM events e WHERE e.scope = $1 AND e.generation = $2 ORDER BY e.seq LIMIT 1`, 
 		return nil, s.readFailure("history", scope, err)
 	}
 	var ev varplane.Event
-	if err := json.Unmarshal(body, &ev); err != nil {
+	if err := eventjson.DecodeEvent(body, &ev); err != nil {
 		return nil, s.decodeFailure("history entry", scope, err)
 	}
 	if rejected != nil {
 		var rej varplane.Event
-		if err := json.Unmarshal(rejected, &rej); err != nil {
+		if err := eventjson.DecodeEvent(rejected, &rej); err != nil {
 			return nil, s.decodeFailure("history entry", scope, err)
 		}
 		st.LastRejected = &rej

@@ -168,7 +168,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 	snap, err := s.ownSnapshot(ev.Scope, ev.Generation, version, rejected)
 	if err == nil && rec == nil {
 		var r varplane.RevisionRecord
-		if err = json.Unmarshal(recJSN, &r); err == nil {
+		if err = eventjson.DecodeRecord(recJSN, &r); err == nil {
 			rec = &r
 		}
 	}
@@ -200,7 +200,7 @@ func (s *Store) ownSnapshot(scope varplane.Scope, gen varplane.Generation, versi
 	snap := &snapshot{state: &varplane.ScopeState{Scope: scope, Generation: gen}, version: *version}
 	if rejected != nil {
 		var rej varplane.Event
-		if err := json.Unmarshal(rejected, &rej); err != nil {
+		if err := eventjson.DecodeEvent(rejected, &rej); err != nil {
 			return nil, s.decodeFailure("last rejection", scope, err)
 		}
 		snap.state.LastRejected = &rej

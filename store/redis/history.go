@@ -2,12 +2,12 @@ package redis
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/redis/rueidis"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 )
 
 // The history list holds event metadata only: a revision-created entry is
@@ -51,7 +51,7 @@ func (s *Store) attachDocuments(ctx context.Context, scope varplane.Scope, hist 
 			return s.readFailure("history", scope, err)
 		}
 		var rec varplane.RevisionRecord
-		if err := json.Unmarshal(b, &rec); err != nil {
+		if err := eventjson.DecodeRecord(b, &rec); err != nil {
 			return s.decodeFailure(fmt.Sprintf("revision %s", hist[at[j]].Revision), scope, err)
 		}
 		hist[at[j]].Document = rec.Document

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 
 	"github.com/redis/rueidis"
@@ -108,7 +107,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 		if stored, ok, _ := optString(rest[2]); ok {
 			isNew = false
 			var found varplane.RevisionRecord
-			if err := json.Unmarshal([]byte(stored), &found); err != nil {
+			if err := eventjson.DecodeRecord([]byte(stored), &found); err != nil {
 				s.log.Warn("redis store: published, but the stored revision cannot be read; reloading", "scope", string(activated.Scope), "err", err)
 				s.refreshAfterCommit(ctx, varplane.EventActivated, activated.Scope)
 				return false, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/internal/replica"
 )
 
@@ -164,7 +165,7 @@ func (s *Store) snapshotFrom(ctx context.Context, scope varplane.Scope, h headFi
 	st.Generation = varplane.Generation(gen)
 	if h.hasJ {
 		var rej varplane.Event
-		if err := json.Unmarshal([]byte(h.j), &rej); err != nil {
+		if err := eventjson.DecodeEvent([]byte(h.j), &rej); err != nil {
 			return nil, s.decodeFailure("last rejection", scope, err)
 		}
 		st.LastRejected = &rej
@@ -176,7 +177,7 @@ func (s *Store) snapshotFrom(ctx context.Context, scope varplane.Scope, h headFi
 		return nil, s.decodeFailure("head", scope, errors.New("head names a revision but no activation event"))
 	}
 	var ev varplane.Event
-	if err := json.Unmarshal([]byte(h.e), &ev); err != nil {
+	if err := eventjson.DecodeEvent([]byte(h.e), &ev); err != nil {
 		return nil, s.decodeFailure("head event", scope, err)
 	}
 	if string(ev.Revision) != h.r || ev.Generation != st.Generation {
@@ -213,7 +214,7 @@ func (s *Store) readRevision(ctx context.Context, scope varplane.Scope, rev varp
 		return nil, s.readFailure("revision", scope, err)
 	}
 	var rec varplane.RevisionRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
+	if err := eventjson.DecodeRecord(b, &rec); err != nil {
 		return nil, s.decodeFailure("revision "+string(rev), scope, err)
 	}
 	if rec.Scope != scope || rec.Revision != rev {
@@ -291,7 +292,7 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 	}
 	out := make([]varplane.Event, len(raw))
 	for i, r := range raw {
-		if err := json.Unmarshal([]byte(r), &out[i]); err != nil {
+		if err := eventjson.DecodeEvent([]byte(r), &out[i]); err != nil {
 			return nil, s.decodeFailure(fmt.Sprintf("history entry %d", i), scope, err)
 		}
 	}

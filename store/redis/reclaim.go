@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 )
 
 // reclaimed marks the revision rev of scope whose record retention deleted,
@@ -79,7 +80,7 @@ func (s *Store) ReclaimRevisions(ctx context.Context, scope varplane.Scope, revs
 	}
 	for i, r := range raw {
 		var ev varplane.Event
-		if err := json.Unmarshal([]byte(r), &ev); err != nil {
+		if err := eventjson.DecodeEvent([]byte(r), &ev); err != nil {
 			return len(gone), s.decodeFailure(fmt.Sprintf("history entry %d", i), scope, err)
 		}
 		if ev.Kind != varplane.EventRevisionCreated || !gone[ev.Revision] || len(ev.Document) == 0 {

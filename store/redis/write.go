@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -276,7 +275,7 @@ func (s *Store) fillOwn(snap *snapshot, rest []rueidis.RedisMessage) error {
 	}
 	if ok {
 		var rej varplane.Event
-		if err := json.Unmarshal([]byte(j), &rej); err != nil {
+		if err := eventjson.DecodeEvent([]byte(j), &rej); err != nil {
 			return s.decodeFailure("last rejection", snap.state.Scope, err)
 		}
 		snap.state.LastRejected = &rej

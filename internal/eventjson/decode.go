@@ -1,7 +1,8 @@
-package file
+package eventjson
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,25 +12,30 @@ import (
 	"github.com/varplane/varplane"
 )
 
-// The log line decoder is hand-written: restart decodes every event of the
-// log, and reflection-based decoding was the largest cost of a replay. Lines
-// are written by internal/eventjson (the JSON form of varplane.Event, as the
-// other stores write their events); any encoding/json output of an Event
-// decodes to the same Event.
+// The decoder is hand-written for the same reason as the encoder: restart
+// decodes every event of the file log, and a replica decodes every head it
+// reads from a shared store; reflection-based decoding was the largest cost
+// of both. It decodes what this package writes, and any encoding/json output
+// of the same shapes, to the same values.
 
-// interner shares the strings that repeat across a log (scopes, revisions,
-// actors, schema ids) while it is decoded, so that a replayed log holds one
-// copy of each. It is bounded: past maxInterned strings, new ones are copied.
-type interner struct {
+// Interner shares the strings that repeat across many decoded events
+// (scopes, actors, schema ids), so that a replayed log holds one copy of
+// each. It is bounded: past maxInterned strings, new ones are copied. An
+// Interner is not safe for concurrent use; a nil *Interner copies every
+// string.
+type Interner struct {
 	m map[string]string
 }
+
+// NewInterner returns an empty Interner.
+func NewInterner() *Interner { return &Interner{m: make(map[string]string)} }
 
 const (
 	maxInterned    = 1 << 20
 	maxInternedLen = 128
 )
 
-func (in *interner) str(b []byte) string {
+func (in *Interner) str(b []byte) string {
 	if in == nil || len(b) > maxInternedLen {
 		return string(b)
 	}
@@ -43,13 +49,13 @@ func (in *interner) str(b []byte) string {
 	return s
 }
 
-// errSyntax is wrapped by every decoding error.
-var errSyntax = errors.New("invalid event JSON")
+// ErrSyntax is wrapped by every decoding error.
+var ErrSyntax = errors.New("invalid stored JSON")
 
 type decoder struct {
 	b   []byte
 	p   int
-	in  *interner
+	in  *Interner
 	tmp []byte
 	// lazy leaves the document out of the event and records where it is
 	// in b (docAt, docLen): replay keeps bodies on disk (bodies.go).
@@ -58,32 +64,54 @@ type decoder struct {
 }
 
 func (d *decoder) fail(format string, args ...any) error {
-	return fmt.Errorf("%w at byte %d: %s", errSyntax, d.p, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w at byte %d: %s", ErrSyntax, d.p, fmt.Sprintf(format, args...))
 }
 
-// DecodeEvent decodes one log line (without its newline) into ev, which is
-// reset first. Unknown fields are skipped; a field given twice takes its last
-// value. Every byte slice of ev is freshly allocated (ev does not alias line).
-func DecodeEvent(line []byte, ev *varplane.Event) error {
-	return decodeEvent(line, ev, nil)
+// DecodeEvent decodes the JSON form of one event (a log line without its
+// newline, or a stored event body) into ev, which is reset first. Unknown
+// fields are skipped; a field given twice takes its last value. Every byte
+// slice of ev is freshly allocated (ev does not alias b).
+func DecodeEvent(b []byte, ev *varplane.Event) error {
+	return DecodeEventWith(b, ev, nil)
 }
 
-func decodeEvent(line []byte, ev *varplane.Event, in *interner) error {
-	d := decoder{b: line, in: in}
+// DecodeEventWith is DecodeEvent sharing repeated strings through in (nil
+// copies them all).
+func DecodeEventWith(b []byte, ev *varplane.Event, in *Interner) error {
+	d := decoder{b: b, in: in}
 	return d.event(ev)
 }
 
-// decodeEventLazy is decodeEvent without the document: it returns where the
-// document is in line (docLen 0 when the event has none). The document's
-// grammar is checked all the same.
-func decodeEventLazy(line []byte, ev *varplane.Event, in *interner) (docAt, docLen int, err error) {
-	d := decoder{b: line, in: in, lazy: true}
+// DecodeEventLazy is DecodeEventWith without the document: it returns where
+// the document is in b (docLen 0 when the event has none), for a reader that
+// keeps documents where they are. The document's grammar is checked all the
+// same.
+func DecodeEventLazy(b []byte, ev *varplane.Event, in *Interner) (docAt, docLen int, err error) {
+	d := decoder{b: b, in: in, lazy: true}
 	err = d.event(ev)
 	return d.docAt, d.docLen, err
 }
 
+// DecodeRecord decodes the JSON form of one revision record into rec,
+// which is reset first, as DecodeEvent does an event.
+func DecodeRecord(b []byte, rec *varplane.RevisionRecord) error {
+	d := decoder{b: b}
+	return d.record(rec)
+}
+
 func (d *decoder) event(ev *varplane.Event) error {
 	*ev = varplane.Event{}
+	return d.object(func(key []byte) error { return d.field(key, ev) })
+}
+
+func (d *decoder) record(rec *varplane.RevisionRecord) error {
+	*rec = varplane.RevisionRecord{}
+	return d.object(func(key []byte) error { return d.recordField(key, rec) })
+}
+
+// object decodes the top-level object of b, handing each field's key to
+// field with d at the field's value, and checks that nothing follows it.
+func (d *decoder) object(field func(key []byte) error) error {
 	d.ws()
 	if !d.eat('{') {
 		return d.fail("want an object")
@@ -103,7 +131,7 @@ func (d *decoder) event(ev *varplane.Event) error {
 			return d.fail("want ':'")
 		}
 		d.ws()
-		if err := d.field(key, ev); err != nil {
+		if err := field(key); err != nil {
 			return err
 		}
 		d.ws()
@@ -167,15 +195,7 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 		// the created record's string with every event naming it.
 		err = d.strPlain((*string)(&ev.Revision))
 	case "document":
-		start := d.p
-		if err = d.skipValue(1); err == nil {
-			if d.lazy {
-				ev.Document = nil
-				d.docAt, d.docLen = start, d.p-start
-			} else {
-				ev.Document = append([]byte(nil), d.b[start:d.p]...)
-			}
-		}
+		ev.Document, err = d.document()
 	case "schemaId":
 		err = d.strField(&ev.SchemaID)
 	case "schemaVersion":
@@ -210,20 +230,66 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 	case "cascade":
 		ev.Cascade, err = d.cascade()
 	case "timestamp":
-		var s []byte
-		if s, err = d.strOrNull(); err == nil && s != nil {
-			ev.Timestamp, err = parseTime(s)
-			if err != nil {
-				err = d.fail("timestamp: %v", err)
-			}
-		}
+		err = d.timeField(&ev.Timestamp)
 	default:
 		err = d.skipValue(1)
 	}
 	return err
 }
 
-func kindOf(s []byte, in *interner) varplane.EventKind {
+// document validates the document at d.p and returns a copy of it, or, when
+// d is lazy, nil and its place in d.docAt and d.docLen. A null document is
+// nil, as encoding/json decodes it into a json.RawMessage.
+func (d *decoder) document() (json.RawMessage, error) {
+	start := d.p
+	if err := d.skipValue(1); err != nil {
+		return nil, err
+	}
+	if d.lazy {
+		d.docAt, d.docLen = start, d.p-start
+		return nil, nil
+	}
+	return append(json.RawMessage(nil), d.b[start:d.p]...), nil
+}
+
+// recordField decodes the value of one field of a revision record.
+func (d *decoder) recordField(key []byte, rec *varplane.RevisionRecord) error {
+	var err error
+	switch string(key) {
+	case "scope":
+		err = d.strField((*string)(&rec.Scope))
+	case "revision":
+		err = d.strPlain((*string)(&rec.Revision))
+	case "document":
+		rec.Document, err = d.document()
+	case "schemaId":
+		err = d.strField(&rec.SchemaID)
+	case "schemaVersion":
+		err = d.strField(&rec.SchemaVersion)
+	case "actor":
+		err = d.strField(&rec.Actor)
+	case "createdAt":
+		err = d.timeField(&rec.CreatedAt)
+	default:
+		err = d.skipValue(1)
+	}
+	return err
+}
+
+// timeField decodes an RFC 3339 string (or null, which leaves *dst as it
+// is).
+func (d *decoder) timeField(dst *time.Time) error {
+	s, err := d.strOrNull()
+	if err != nil || s == nil {
+		return err
+	}
+	if *dst, err = parseTime(s); err != nil {
+		return d.fail("time: %v", err)
+	}
+	return nil
+}
+
+func kindOf(s []byte, in *Interner) varplane.EventKind {
 	switch string(s) {
 	case string(varplane.EventRevisionCreated):
 		return varplane.EventRevisionCreated
@@ -483,8 +549,9 @@ func (d *decoder) cascade() ([]varplane.CascadeEntry, error) {
 	}
 }
 
-// maxLineDepth bounds the nesting of one log line: the deepest document any
-// allowed configuration accepts, plus the envelope around it. The bound must
+// maxLineDepth bounds the nesting of one stored value (a log line, an event
+// body, a record): the deepest document any allowed configuration accepts,
+// plus the envelope around it. The bound must
 // never be below what the engine accepts, or a document that was
 // acknowledged would make the next Open refuse the log; it exists only so
 // that a hostile line cannot exhaust the stack.

@@ -1,8 +1,9 @@
-package file_test
+package eventjson_test
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/eventjson"
-	"github.com/varplane/varplane/store/file"
 )
 
 var ts = time.Date(2026, 7, 20, 10, 4, 5, 123456789, time.UTC)
@@ -34,7 +34,7 @@ func TestCodecRoundTrip(t *testing.T) {
 				t.Fatalf("encoded line contains a newline: %s", line)
 			}
 			var got varplane.Event
-			if err := file.DecodeEvent(line, &got); err != nil {
+			if err := eventjson.DecodeEvent(line, &got); err != nil {
 				t.Fatalf("DecodeEvent(%s): %v", line, err)
 			}
 			if !reflect.DeepEqual(got, ev) {
@@ -53,7 +53,7 @@ func TestCodecRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			var fromStd varplane.Event
-			if err := file.DecodeEvent(b, &fromStd); err != nil {
+			if err := eventjson.DecodeEvent(b, &fromStd); err != nil {
 				t.Fatalf("DecodeEvent(encoding/json output %s): %v", b, err)
 			}
 			// encoding/json HTML-escapes inside documents: same value, other bytes.
@@ -75,7 +75,7 @@ func TestDecodeRefuses(t *testing.T) {
 		`{"cascade":[{"scope":"a.b","generation":"2"}]}`, `{"document":01}`, `{"document":tru}`,
 	} {
 		var ev varplane.Event
-		if err := file.DecodeEvent([]byte(line), &ev); err == nil {
+		if err := eventjson.DecodeEvent([]byte(line), &ev); err == nil {
 			t.Errorf("DecodeEvent(%q) succeeded, want an error", line)
 		}
 	}
@@ -98,10 +98,10 @@ func TestDecodeDepthBound(t *testing.T) {
 		{"cascade field", func(d int) string { return `{"cascade":[{"scope":"a.b","x":` + nest(d) + `}]}` }, 3},
 	} {
 		var ev varplane.Event
-		if err := file.DecodeEvent([]byte(tc.line(lineDepth-tc.outer)), &ev); err != nil {
+		if err := eventjson.DecodeEvent([]byte(tc.line(lineDepth-tc.outer)), &ev); err != nil {
 			t.Errorf("%s: a line %d deep is refused: %v", tc.name, lineDepth, err)
 		}
-		if err := file.DecodeEvent([]byte(tc.line(lineDepth-tc.outer+1)), &ev); err == nil {
+		if err := eventjson.DecodeEvent([]byte(tc.line(lineDepth-tc.outer+1)), &ev); err == nil {
 			t.Errorf("%s: a line %d deep decodes, want the depth bound", tc.name, lineDepth+1)
 		}
 	}
@@ -111,7 +111,7 @@ func TestDecodeTolerates(t *testing.T) {
 	line := ` { "kind" : "activated" , "extra": {"x":[1,{"y":null}]}, "scope":"a.b", "previousGeneration": null, "actor":null,` +
 		` "reason":"\ud83d\ude00 \ud800", "generation": 3, "timestamp":"2026-07-20T12:00:00+02:00" } `
 	var ev varplane.Event
-	if err := file.DecodeEvent([]byte(line), &ev); err != nil {
+	if err := eventjson.DecodeEvent([]byte(line), &ev); err != nil {
 		t.Fatal(err)
 	}
 	var std varplane.Event
@@ -133,7 +133,7 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Add([]byte(`{"kind":"activated","scope":"a","generation":1,"timestamp":"2026-07-20T12:00:00.5+02:00"}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var ev varplane.Event
-		if err := file.DecodeEvent(line, &ev); err != nil {
+		if err := eventjson.DecodeEvent(line, &ev); err != nil {
 			return
 		}
 		if ev.Timestamp.Year() < 0 || ev.Timestamp.Year() > 9999 {
@@ -141,7 +141,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 		enc := eventjson.AppendEvent(nil, &ev)
 		var again varplane.Event
-		if err := file.DecodeEvent(enc, &again); err != nil {
+		if err := eventjson.DecodeEvent(enc, &again); err != nil {
 			t.Fatalf("re-decoding %s (from %q): %v", enc, line, err)
 		}
 		if !again.Timestamp.Equal(ev.Timestamp) {
@@ -153,6 +153,91 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 		if enc2 := eventjson.AppendEvent(nil, &again); !bytes.Equal(enc2, enc) {
 			t.Fatalf("encoding is not stable: %s vs %s", enc, enc2)
+		}
+	})
+}
+
+var codecRecords = []varplane.RevisionRecord{
+	{Scope: "agentic.lanes.vinci", Revision: varplane.Revision("sha256:" + strings.Repeat("ab", 32)),
+		Document: json.RawMessage(`{"enabled":true,"n":[1,2.5e3,-0.1,null],"s":"<&>\u2028\"\\"}`),
+		SchemaID: "agentic-lanes/v1", SchemaVersion: "1", Actor: "ops\n\t\x01", CreatedAt: ts},
+	{Scope: "グループ.日本.ключ", Revision: "sha256:00", Document: json.RawMessage(`"x"`), CreatedAt: ts.Truncate(time.Second)},
+	{Scope: "a", Revision: "sha256:01", Document: json.RawMessage(`null`)},
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	for _, rec := range codecRecords {
+		b := eventjson.Record(&rec)
+		var got, std varplane.RevisionRecord
+		if err := eventjson.DecodeRecord(b, &got); err != nil {
+			t.Fatalf("DecodeRecord(%s): %v", b, err)
+		}
+		if !reflect.DeepEqual(got, rec) {
+			t.Errorf("round trip:\n got  %+v\n want %+v", got, rec)
+		}
+		if err := json.Unmarshal(b, &std); err != nil {
+			t.Fatalf("encoding/json cannot read %s: %v", b, err)
+		}
+		if !reflect.DeepEqual(got, std) {
+			t.Errorf("encoding/json reads another record:\n ours %+v\n std  %+v", got, std)
+		}
+	}
+	// Reused destinations are reset; unknown fields are skipped.
+	got := codecRecords[0]
+	if err := eventjson.DecodeRecord([]byte(`{"scope":"b","extra":{"x":[1]},"revision":"sha256:02"}`), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := (varplane.RevisionRecord{Scope: "b", Revision: "sha256:02"}); !reflect.DeepEqual(got, want) {
+		t.Errorf("decoded into a used record: %+v, want %+v", got, want)
+	}
+}
+
+func TestDecodeRecordRefuses(t *testing.T) {
+	for _, b := range []string{
+		``, `[]`, `{"scope":"a"`, `{"scope":1}`, `{"document":{"a":}}`, `{"createdAt":"yesterday"}`,
+		`{"scope":"a"} {}`, "{\"actor\":\"\xff\"}", `{"document":` + strings.Repeat("[", varplane.MaxDepthCeiling+varplane.EnvelopeDepth) + `}`,
+	} {
+		var rec varplane.RevisionRecord
+		if err := eventjson.DecodeRecord([]byte(b), &rec); err == nil {
+			t.Errorf("DecodeRecord(%q) succeeded, want an error", b)
+		} else if !errors.Is(err, eventjson.ErrSyntax) {
+			t.Errorf("DecodeRecord(%q): %v does not wrap ErrSyntax", b, err)
+		}
+	}
+}
+
+// FuzzDecodeRecord checks that what DecodeRecord accepts encodes and
+// decodes back to itself, and that encoding/json accepts it too.
+func FuzzDecodeRecord(f *testing.F) {
+	for _, rec := range codecRecords {
+		f.Add(eventjson.Record(&rec))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var rec varplane.RevisionRecord
+		if err := eventjson.DecodeRecord(b, &rec); err != nil {
+			return
+		}
+		var std varplane.RevisionRecord
+		if err := json.Unmarshal(b, &std); err != nil {
+			t.Fatalf("DecodeRecord accepts %q, encoding/json does not: %v", b, err)
+		}
+		if rec.CreatedAt.Year() < 0 || rec.CreatedAt.Year() > 9999 {
+			return
+		}
+		enc := eventjson.Record(&rec)
+		var again varplane.RevisionRecord
+		if err := eventjson.DecodeRecord(enc, &again); err != nil {
+			t.Fatalf("re-decoding %s (from %q): %v", enc, b, err)
+		}
+		if !again.CreatedAt.Equal(rec.CreatedAt) {
+			t.Fatalf("createdAt %v became %v", rec.CreatedAt, again.CreatedAt)
+		}
+		again.CreatedAt = rec.CreatedAt
+		if rec.Document == nil {
+			rec.Document = json.RawMessage("null") // the record is written with "document":null
+		}
+		if !reflect.DeepEqual(again, rec) {
+			t.Fatalf("round trip of %q:\n got  %+v\n want %+v", b, again, rec)
 		}
 	})
 }
