@@ -188,6 +188,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		s.pool.Close()
 		return nil, err
 	}
+	s.checkVacuum(ctx)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if !opts.noListen {
 		s.wg.Add(2)
@@ -221,6 +222,34 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	s.log.Info("postgres store opened", "readOnly", opts.ReadOnly, "revalidateInterval", opts.RevalidateInterval,
 		"maxConns", cfg.MaxConns, "commandTimeout", opts.CommandTimeout)
 	return s, nil
+}
+
+// checkVacuum warns when autovacuum will not look after the store's tables:
+// it is off on the server (or track_counts is), or off on some of the
+// tables. Nothing fails without it, but the tables are then never analyzed
+// (the planner keeps its guesses for empty tables, and a replica's
+// follow-up reads cost several times what they do with statistics) and the
+// heads rows every commit rewrites are vacuumed by page pruning alone. A
+// failed check is logged at debug level: it must not stop a start.
+func (s *Store) checkVacuum(ctx context.Context) {
+	ctx, cancel := s.cmdCtx(ctx)
+	defer cancel()
+	var on bool
+	var off []string
+	err := s.pool.QueryRow(ctx, `SELECT current_setting('autovacuum')::bool AND current_setting('track_counts')::bool,
+	coalesce(array_agg(c.relname::text ORDER BY c.relname) FILTER (WHERE EXISTS (SELECT FROM unnest(c.reloptions) o
+		WHERE lower(o) IN ('autovacuum_enabled=false', 'autovacuum_enabled=off', 'autovacuum_enabled=0', 'autovacuum_enabled=no', 'autovacuum_enabled=f'))), '{}')
+FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r'`, s.schema).Scan(&on, &off)
+	if err != nil {
+		s.log.Debug("postgres store: cannot read the autovacuum settings", "err", err)
+		return
+	}
+	if !on {
+		s.log.Warn("postgres store: autovacuum is off on the server (autovacuum or track_counts): the store's tables are never analyzed or vacuumed, so query plans degrade as they grow; turn it on, or run ANALYZE and VACUUM on the schema's tables on a schedule")
+	}
+	if len(off) > 0 {
+		s.log.Warn("postgres store: autovacuum_enabled is off on some of the store's tables: they are never analyzed or vacuumed; reset it on them", "tables", off)
+	}
 }
 
 // validSchema is what a schema name may be: it is used unquoted in
