@@ -247,3 +247,46 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		t.Fatalf("history after the upgrade = %s, %v", kinds(h), err)
 	}
 }
+
+// TestHostileRowsFailClosed: rows edited by hand into hostile shapes that
+// the database itself accepts (a document nested past the reader's depth
+// bound, a revision record or head event that is not one) fail a cold read
+// with an internal error, never a crash or an empty state, and are left in
+// place.
+func TestHostileRowsFailClosed(t *testing.T) {
+	deep := strings.Repeat("[", varplane.MaxDepthCeiling+varplane.EnvelopeDepth+1) + strings.Repeat("]", varplane.MaxDepthCeiling+varplane.EnvelopeDepth+1)
+	for _, tc := range []struct {
+		name, sql string
+	}{
+		{"record with a document past the depth bound", `UPDATE revisions SET record = json_build_object('scope', scope, 'revision', revision, 'document', $1::json, 'createdAt', '2026-12-02T00:00:00Z') WHERE scope = 'bad.k'`},
+		{"head event past the depth bound", `UPDATE heads SET event = json_build_object('kind', 'activated', 'scope', scope, 'revision', revision, 'generation', generation, 'x', $1::json), version = version + 1 WHERE scope = 'bad.k'`},
+		{"record that is not an object", `UPDATE revisions SET record = ('[' || length($1) || ']')::json WHERE scope = 'bad.k'`},
+		{"head event with a fractional generation", `UPDATE heads SET event = json_build_object('kind', 'activated', 'scope', scope, 'revision', revision, 'generation', 1.5, 'pad', length($1)), version = version + 1 WHERE scope = 'bad.k'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := freshSchema(t, sharedURL(t))
+			s := openStore(t, u, Options{})
+			rev := create(t, s, "bad.k", 1)
+			activate(t, s, "bad.k", rev, 0)
+			raw := rawConn(t, u)
+			ctx := context.Background()
+			if _, err := raw.Exec(ctx, tc.sql, deep); err != nil {
+				t.Fatal(err)
+			}
+			var before string
+			if err := raw.QueryRow(ctx, "SELECT md5(h.event::text || r.record::text) FROM heads h JOIN revisions r USING (scope) WHERE scope = 'bad.k'").Scan(&before); err != nil {
+				t.Fatal(err)
+			}
+			fresh := openStore(t, u, Options{})
+			_, err := fresh.State(ctx, "bad.k")
+			var e *varplane.Error
+			if !errors.As(err, &e) || e.Code != varplane.CodeInternal {
+				t.Fatalf("State of a hostile row = %v, want an internal error", err)
+			}
+			var after string
+			if err := raw.QueryRow(ctx, "SELECT md5(h.event::text || r.record::text) FROM heads h JOIN revisions r USING (scope) WHERE scope = 'bad.k'").Scan(&after); err != nil || after != before {
+				t.Errorf("the rows changed: %s -> %s (%v)", before, after, err)
+			}
+		})
+	}
+}
