@@ -206,6 +206,22 @@ func TestCorruptValueFailsClosed(t *testing.T) {
 	if st := cold.Stats(); st.DecodeErrors == 0 {
 		t.Error("no decode error counted")
 	}
+
+	// A record whose document is nested past the reader's depth bound (no
+	// accepted document is) fails the same way, without exhausting the stack.
+	deepRev := create(t, a, "bad.deep", 3)
+	n := varplane.MaxDepthCeiling + varplane.EnvelopeDepth + 1
+	deep := `{"scope":"bad.deep","revision":"` + string(deepRev) + `","document":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `,"createdAt":"2026-12-02T00:00:00Z"}`
+	deepKey := a.keys.revision("bad.deep", deepRev)
+	if err := raw.Do(ctx, raw.B().Set().Key(deepKey).Value(deep).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openStore(t, u, Options{}).Revision(ctx, "bad.deep", deepRev); varplane.ErrorCode(err) != varplane.CodeDocumentFailed {
+		t.Errorf("Revision of a record nested past the bound = %v, want a decode error", err)
+	}
+	if v, err := raw.Do(ctx, raw.B().Get().Key(deepKey).Build()).ToString(); err != nil || v != deep {
+		t.Errorf("the deep record was not left in place (%v)", err)
+	}
 }
 
 // TestEvictionPolicy: a private Redis with allkeys-lru fails Open under
