@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
+	"github.com/varplane/varplane/internal/syncbuf"
 	"github.com/varplane/varplane/push"
 	v1 "github.com/varplane/varplane/rpc/gen/varplane/v1"
 	"github.com/varplane/varplane/rpc/gen/varplane/v1/varplanev1connect"
@@ -343,23 +343,6 @@ func TestSDKDropsExactlyTheDeactivatedScopes(t *testing.T) {
 	}
 }
 
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 func TestSDKBatchesOneTickAndRetriesUntilServed(t *testing.T) {
 	p := startPlane(t, planeOptions{})
 	scopes := []varplane.Scope{"b.one", "b.two", "b.three", "bgroup"}
@@ -367,7 +350,7 @@ func TestSDKBatchesOneTickAndRetriesUntilServed(t *testing.T) {
 	p.activate("b.two", `{"n":2}`)
 	p.activate("b.three", `{"n":3}`)
 	p.activate("bgroup", `{"bgroup.n":4}`)
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	c := startClient(t, p, client.Options{
 		Transport:   client.TransportNone,
 		BatchWindow: 50 * time.Millisecond,

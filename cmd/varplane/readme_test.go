@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/varplane/varplane/internal/syncbuf"
 )
 
 // readmeBlock returns the first ```go block after heading in the README.
@@ -66,7 +68,7 @@ func TestReadmeEmbedding(t *testing.T) {
 	}
 	cmd := exec.Command(bin)
 	cmd.Dir = dir
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

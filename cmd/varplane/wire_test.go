@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,38 +10,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/internal/syncbuf"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/store/memory"
 )
 
-// syncBuffer is a bytes.Buffer safe for a command writing while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // inProcess runs one command against server in this process.
 func inProcess(server, stdin string, args ...string) (code int, stdout, stderr string) {
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	m := &Main{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb,
 		Getenv: func(k string) string {
 			if k == "VARPLANE_SERVER" {
@@ -149,7 +130,7 @@ func TestWatchSurvivesOverLargeEvent(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer srv.Close()
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	m := &Main{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
@@ -180,7 +161,7 @@ func TestDeactivateAsksInATerminal(t *testing.T) {
 	srv := httptest.NewServer(api)
 	t.Cleanup(func() { srv.Close(); api.Close(); e.Close(); _ = st.Close() })
 	run := func(stdin string, args ...string) (int, string, string) {
-		var out, errb syncBuffer
+		var out, errb syncbuf.Buffer
 		m := &Main{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb, terminal: func(any) bool { return true },
 			Getenv: func(k string) string {
 				if k == "VARPLANE_SERVER" {

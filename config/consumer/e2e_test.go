@@ -1,7 +1,6 @@
 package consumer_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"github.com/varplane/varplane/config/consumer"
 	"github.com/varplane/varplane/config/secret"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/internal/syncbuf"
 	"github.com/varplane/varplane/store/file"
 )
 
@@ -144,23 +144,6 @@ func (t *tap) deliver(ev config.CreatedEvent) {
 	on(ev)
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	write := func(rel, data string) string {
@@ -205,7 +188,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// One client for the process, shared by both components.
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	remote := &consumer.HTTP{BaseURL: w.server.URL, Token: "app-token", Client: w.server.Client(), Logger: logger, ReconnectBase: 10 * time.Millisecond}
 	feed := &tap{Subscriber: remote}

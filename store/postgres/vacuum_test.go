@@ -1,31 +1,13 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/varplane/varplane/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the store's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // TestAutovacuumWarning checks that Open warns exactly when autovacuum will
 // not look after the store's tables: as the server is configured (read
@@ -33,7 +15,7 @@ func (b *syncBuffer) String() string {
 func TestAutovacuumWarning(t *testing.T) {
 	u := freshSchema(t, sharedURL(t))
 	open := func() string {
-		var buf syncBuffer
+		var buf syncbuf.Buffer
 		s := openStore(t, u, Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 		_ = s.Close()
 		return buf.String()

@@ -1,15 +1,14 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/syncbuf"
 	"github.com/varplane/varplane/store/storetest"
 )
 
@@ -102,7 +101,7 @@ func TestPubSubKilled(t *testing.T) {
 func TestRedisRestart(t *testing.T) {
 	p := startPrivateRedis(t)
 	u := p.url("")
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	opts := Options{CommandTimeout: 500 * time.Millisecond, RevalidateInterval: 100 * time.Millisecond}
 	aopts := opts
 	aopts.LagWarn, aopts.LagEscalate = 150*time.Millisecond, 10*time.Second
@@ -349,22 +348,4 @@ func TestRegressionInstalled(t *testing.T) {
 	if got := a.Stats().Regressions; got != 1 {
 		t.Errorf("regressions = %d, want 1", got)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
