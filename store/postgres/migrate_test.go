@@ -257,11 +257,12 @@ func TestHostileRowsFailClosed(t *testing.T) {
 	deep := strings.Repeat("[", varplane.MaxDepthCeiling+varplane.EnvelopeDepth+1) + strings.Repeat("]", varplane.MaxDepthCeiling+varplane.EnvelopeDepth+1)
 	for _, tc := range []struct {
 		name, sql string
+		args      []any
 	}{
-		{"record with a document past the depth bound", `UPDATE revisions SET record = json_build_object('scope', scope, 'revision', revision, 'document', $1::json, 'createdAt', '2026-12-02T00:00:00Z') WHERE scope = 'bad.k'`},
-		{"head event past the depth bound", `UPDATE heads SET event = json_build_object('kind', 'activated', 'scope', scope, 'revision', revision, 'generation', generation, 'x', $1::json), version = version + 1 WHERE scope = 'bad.k'`},
-		{"record that is not an object", `UPDATE revisions SET record = ('[' || length($1) || ']')::json WHERE scope = 'bad.k'`},
-		{"head event with a fractional generation", `UPDATE heads SET event = json_build_object('kind', 'activated', 'scope', scope, 'revision', revision, 'generation', 1.5, 'pad', length($1)), version = version + 1 WHERE scope = 'bad.k'`},
+		{"record with a document past the depth bound", `UPDATE revisions SET record = json_build_object('scope', scope, 'revision', revision, 'document', $1::json, 'createdAt', '2026-12-02T00:00:00Z') WHERE scope = 'bad.k'`, []any{deep}},
+		{"head event past the depth bound", `UPDATE heads SET event = json_build_object('kind', 'activated', 'scope', scope, 'revision', revision, 'generation', generation, 'x', $1::json), version = version + 1 WHERE scope = 'bad.k'`, []any{deep}},
+		{"record that is not an object", `UPDATE revisions SET record = '[1]' WHERE scope = 'bad.k'`, nil},
+		{"head event with a fractional generation", `UPDATE heads SET event = json_build_object('kind', 'activated', 'scope', scope, 'revision', revision, 'generation', 1.5), version = version + 1 WHERE scope = 'bad.k'`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := freshSchema(t, sharedURL(t))
@@ -270,7 +271,7 @@ func TestHostileRowsFailClosed(t *testing.T) {
 			activate(t, s, "bad.k", rev, 0)
 			raw := rawConn(t, u)
 			ctx := context.Background()
-			if _, err := raw.Exec(ctx, tc.sql, deep); err != nil {
+			if _, err := raw.Exec(ctx, tc.sql, tc.args...); err != nil {
 				t.Fatal(err)
 			}
 			var before string

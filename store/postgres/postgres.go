@@ -238,7 +238,7 @@ func (s *Store) checkVacuum(ctx context.Context) {
 	var off []string
 	err := s.pool.QueryRow(ctx, `SELECT current_setting('autovacuum')::bool AND current_setting('track_counts')::bool,
 	coalesce(array_agg(c.relname::text ORDER BY c.relname) FILTER (WHERE EXISTS (SELECT FROM unnest(c.reloptions) o
-		WHERE lower(o) IN ('autovacuum_enabled=false', 'autovacuum_enabled=off', 'autovacuum_enabled=0', 'autovacuum_enabled=no', 'autovacuum_enabled=f'))), '{}')
+		WHERE split_part(o, '=', 1) = 'autovacuum_enabled' AND NOT split_part(o, '=', 2)::bool)), '{}')
 FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r'`, s.schema).Scan(&on, &off)
 	if err != nil {
 		s.log.Debug("postgres store: cannot read the autovacuum settings", "err", err)
