@@ -147,6 +147,7 @@ func (s *Store) installedScopes() []varplane.Scope { return s.entries.Scopes() }
 type counters struct {
 	commits, commitConflicts, commitErrors         atomic.Uint64
 	notifications, notificationReads, notDrop      atomic.Uint64
+	logFollows                                     atomic.Uint64
 	passes, confirms, confirmChanged, confirmErr   atomic.Uint64
 	coldLoads, readErrors, decodeErrors            atomic.Uint64
 	watchCommits                                   atomic.Uint64
@@ -162,7 +163,8 @@ type Stats struct {
 	CommitConflicts      uint64 // generation mismatches
 	CommitErrors         uint64 // mutations that failed for any other reason
 	Notifications        uint64 // notifications received
-	NotificationReads    uint64 // heads read because of a notification
+	NotificationReads    uint64 // scopes read because of a notification
+	LogFollows           uint64 // of those, activations read from the log as the next commit of the installed head
 	NotificationsDropped uint64 // notifications dropped on a full queue (revalidation catches them)
 	RevalidationPasses   uint64
 	Confirmations        uint64 // installed heads a pass found unchanged
@@ -192,7 +194,7 @@ func (s *Store) Stats() Stats {
 	c := &s.stats
 	st := Stats{
 		Commits: c.commits.Load(), CommitConflicts: c.commitConflicts.Load(), CommitErrors: c.commitErrors.Load(),
-		Notifications: c.notifications.Load(), NotificationReads: c.notificationReads.Load(), NotificationsDropped: c.notDrop.Load(),
+		Notifications: c.notifications.Load(), NotificationReads: c.notificationReads.Load(), LogFollows: c.logFollows.Load(), NotificationsDropped: c.notDrop.Load(),
 		RevalidationPasses: c.passes.Load(), Confirmations: c.confirms.Load(), ConfirmChanged: c.confirmChanged.Load(), ConfirmErrors: c.confirmErr.Load(),
 		ColdLoads: c.coldLoads.Load(), ReadErrors: c.readErrors.Load(), DecodeErrors: c.decodeErrors.Load(),
 		Regressions: s.entries.Regressions(), Installs: s.entries.Installs(), WatchCommits: c.watchCommits.Load(),

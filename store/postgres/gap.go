@@ -49,13 +49,11 @@ func (s *Store) gapChanges(ctx context.Context, scope varplane.Scope, from, to v
 	cctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
 	// Every generation is one event of the scope (an activation or a
-	// deactivation), and the ones in between are among its newest: the
-	// scope's events are read newest first (the (scope, seq) index
-	// backwards) and the scan stops at the last one wanted, instead of
-	// filtering the whole history of the scope.
+	// deactivation), allocated in log order: the range of the
+	// (scope, generation) index holds exactly the ones wanted.
 	rows, err := s.pool.Query(cctx, `SELECT e.body, r.record FROM events e
 LEFT JOIN revisions r ON e.kind = 'activated' AND r.scope = e.scope AND r.revision = e.body->>'revision'
-WHERE e.scope = $1 AND e.generation > $2 AND e.generation < $3 ORDER BY e.seq DESC LIMIT $4`, string(scope), int64(from), int64(to), int64(to-from-1))
+WHERE e.scope = $1 AND e.generation > $2 AND e.generation < $3 ORDER BY e.generation DESC LIMIT $4`, string(scope), int64(from), int64(to), int64(to-from-1))
 	if err != nil {
 		return nil, s.readFailure("history", scope, err)
 	}

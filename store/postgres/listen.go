@@ -122,23 +122,30 @@ func (s *Store) notificationLoop() {
 
 // handleNotification reads every scope a payload names whose installed
 // head is not already at the announced version (an own commit's echo is
-// skipped), installs them and delivers the commit.
+// skipped), installs them and delivers the commit: an activation that
+// directly follows the installed head from the log, anything else from the
+// heads rows (followActivations).
 func (s *Store) handleNotification(payload string) {
-	read := s.refresh
+	each := false
 	if kind, rest, ok := strings.Cut(payload, "\n"); ok && strings.HasSuffix(kind, eachSuffix) {
 		// independent commits (mergePayloads): one read, one commit each
-		payload, read = strings.TrimSuffix(kind, eachSuffix)+"\n"+rest, s.refreshEach
+		payload, each = strings.TrimSuffix(kind, eachSuffix)+"\n"+rest, true
 	}
 	inv, ok := replica.ParseInvalidation(payload)
 	versions := make([]int64, len(inv.Lines))
+	lines := make(map[varplane.Scope]replica.Line, len(inv.Lines))
 	for i, l := range inv.Lines {
 		v, err := strconv.ParseInt(l.Version, 10, 64)
 		versions[i], ok = v, ok && err == nil
+		lines[l.Scope] = l
 	}
 	if !ok {
 		s.log.Warn("postgres store: malformed notification ignored; revalidation will catch up")
 		s.askPass()
 		return
+	}
+	read := func(ctx context.Context, kind varplane.EventKind, scopes ...varplane.Scope) error {
+		return s.followActivations(ctx, kind, each, lines, scopes)
 	}
 	current := func(i int, l replica.Line) bool {
 		return s.entries.ConfirmIf(l.Scope, func(sn *snapshot) bool { return sn.version >= versions[i] })

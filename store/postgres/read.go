@@ -189,13 +189,6 @@ func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...
 	return s.refreshAs(ctx, kind, false, scopes...)
 }
 
-// refreshEach is refresh for scopes of independent commits (a merged
-// notification): one read of their heads, and each installed head is
-// delivered as a commit of its own.
-func (s *Store) refreshEach(ctx context.Context, kind varplane.EventKind, scopes ...varplane.Scope) error {
-	return s.refreshAs(ctx, kind, true, scopes...)
-}
-
 // refreshAs reads scopes' heads in one query and installs them, delivering
 // them as one commit or, when each is set, one commit per scope.
 func (s *Store) refreshAs(ctx context.Context, kind varplane.EventKind, each bool, scopes ...varplane.Scope) error {
