@@ -256,6 +256,7 @@ func targets(cfg *config) []*Target {
 		{Name: "publish ≥ 2× etcd CAS (64 writers)", Group: "commit.64", Side: "varplane-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		{Name: "PostgreSQL durable commits ≥ 1× etcd CAS (64 writers)", Group: "postgres.commit.64", Side: "varplane-postgres", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
 		{Name: "PostgreSQL durable publish ≥ 1× etcd CAS (64 writers)", Group: "postgres.commit.64", Side: "varplane-postgres-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
+		{Name: "PostgreSQL durable publish ≥ 1× etcd CAS (64 writers; one replica, no follower)", Group: "postgres.commit.64", Side: "varplane-postgres-publish-1", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
 		{Name: "contended successes ≥ 2× etcd's", Group: "contended", Side: "varplane", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		{Name: "contended publish successes ≥ 2× etcd's", Group: "contended", Side: "varplane-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		{Name: "Redis store publish ≥ etcd CAS (64 writers; acknowledged per appendfsync)", Group: "redis.commit.64", Side: "varplane-redis-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},

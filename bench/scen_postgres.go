@@ -38,6 +38,7 @@ func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
 		for _, g := range groups {
 			g.skip("varplane-postgres", why)
 			g.skip("varplane-postgres-publish", why)
+			g.skip("varplane-postgres-publish-1", why)
 		}
 		gRep.skip("A→B", why)
 	}
@@ -60,7 +61,8 @@ func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
 	for _, g := range groups {
 		g.Notes = append(g.Notes, note,
 			"varplane-postgres: one commit = POST admin/revisions + POST admin/activate with expectedGeneration (two store commits: varplane_create and varplane_activate); one keep-alive connection per writer; pool_max_conns 32 (default)",
-			"varplane-postgres-publish: one commit = POST admin/publish with expectedGeneration, a new document stored and activated in one request (one varplane_publish call; concurrent calls share a transaction and its WAL flush)",
+			"varplane-postgres-publish: one commit = POST admin/publish with expectedGeneration, a new document stored and activated in one request (one varplane_publish call; concurrent calls share a transaction and its WAL flush); replica B follows every commit (its notification, its read of the commit from the log), as a deployment's second replica would",
+			"varplane-postgres-publish-1: the same publishes to a server alone on a database of its own (on the same PostgreSQL cluster): no second replica following, as etcd-cas and varplane-file have none",
 			"varplane-file: the file store (fsync before the answer) and etcd-cas (Txn on ModRevision, fdatasync) in the same run",
 			"pg_cores: CPU of the whole PostgreSQL cluster (the postmaster and all its children, other databases' sessions included) during the side's run; pg_cpu_us_per_op: that CPU per commit; pg_db_cpu_us_per_op: the CPU per commit of the backends connected to this run's database alone; pg_xacts_per_op: transactions that database committed per commit, approximate (the commits, their notifications, the other replica's reads; below 1 when commits share a transaction); server_cpu_us_per_op is the varplane server's alone")
 	}
@@ -82,6 +84,23 @@ func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
 	}
 	defer b.stop()
 
+	// a server alone on a second database: the publishes without a follower
+	soloName := dbName + "_solo"
+	soloAdmin, soloURL, _, soloErr := createBenchDB(ctx, cfg.postgresURL, soloName)
+	var solo *vpServer
+	if soloErr == nil {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := soloAdmin.Exec(dctx, "DROP DATABASE "+soloName+" WITH (FORCE)")
+			logf("postgres: dropped database %s: %v", soloName, err)
+			_ = soloAdmin.Close(dctx)
+		}()
+		if solo, soloErr = e.startVarplane(ctx, "postgres-solo", soloURL); soloErr == nil {
+			defer solo.stop()
+		}
+	}
+
 	fs, fsErr := e.startVarplane(ctx, "postgres-file-peer", "file:"+filepath.Join(cfg.tmp, "postgres-peer.jsonl"))
 	if fsErr == nil {
 		defer fs.stop()
@@ -100,6 +119,11 @@ func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
 		sides := []side{
 			withPGCPU(admin, dbName, vpCommitSide(cfg, "varplane-postgres", a, writers, fmt.Sprintf("bench.pg%d", writers))),
 			withPGCPU(admin, dbName, vpPublishSide(cfg, "varplane-postgres-publish", a, writers, fmt.Sprintf("bench.pgp%d", writers))),
+		}
+		if soloErr != nil {
+			g.skip("varplane-postgres-publish-1", soloErr.Error())
+		} else {
+			sides = append(sides, withPGCPU(soloAdmin, soloName, vpPublishSide(cfg, "varplane-postgres-publish-1", solo, writers, fmt.Sprintf("bench.pgs%d", writers))))
 		}
 		if fsErr != nil {
 			g.skip("varplane-file", fsErr.Error())
