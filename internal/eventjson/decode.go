@@ -568,59 +568,9 @@ func (d *decoder) skipValue(depth int) error {
 	case c == '"':
 		return d.skipString()
 	case c == '{':
-		if depth >= maxLineDepth {
-			return d.fail("nested deeper than %d levels", maxLineDepth)
-		}
-		d.p++
-		d.ws()
-		if d.eat('}') {
-			return nil
-		}
-		for {
-			d.ws()
-			if err := d.skipString(); err != nil {
-				return err
-			}
-			d.ws()
-			if !d.eat(':') {
-				return d.fail("want ':'")
-			}
-			d.ws()
-			if err := d.skipValue(depth + 1); err != nil {
-				return err
-			}
-			d.ws()
-			if d.eat(',') {
-				continue
-			}
-			if d.eat('}') {
-				return nil
-			}
-			return d.fail("want ',' or '}'")
-		}
+		return d.skipContainer(depth, '}')
 	case c == '[':
-		if depth >= maxLineDepth {
-			return d.fail("nested deeper than %d levels", maxLineDepth)
-		}
-		d.p++
-		d.ws()
-		if d.eat(']') {
-			return nil
-		}
-		for {
-			d.ws()
-			if err := d.skipValue(depth + 1); err != nil {
-				return err
-			}
-			d.ws()
-			if d.eat(',') {
-				continue
-			}
-			if d.eat(']') {
-				return nil
-			}
-			return d.fail("want ',' or ']'")
-		}
+		return d.skipContainer(depth, ']')
 	case c == 't':
 		return d.literal("true")
 	case c == 'f':
@@ -631,6 +581,44 @@ func (d *decoder) skipValue(depth int) error {
 		return d.skipNumber()
 	}
 	return d.fail("want a value")
+}
+
+// skipContainer validates and skips the object (end '}') or array (end
+// ']') whose opening byte is at d.p: its members, each a key, ':' and a
+// value in an object, and a value in an array.
+func (d *decoder) skipContainer(depth int, end byte) error {
+	if depth >= maxLineDepth {
+		return d.fail("nested deeper than %d levels", maxLineDepth)
+	}
+	d.p++
+	d.ws()
+	if d.eat(end) {
+		return nil
+	}
+	for {
+		d.ws()
+		if end == '}' {
+			if err := d.skipString(); err != nil {
+				return err
+			}
+			d.ws()
+			if !d.eat(':') {
+				return d.fail("want ':'")
+			}
+			d.ws()
+		}
+		if err := d.skipValue(depth + 1); err != nil {
+			return err
+		}
+		d.ws()
+		if d.eat(',') {
+			continue
+		}
+		if d.eat(end) {
+			return nil
+		}
+		return d.fail("want ',' or '%c'", end)
+	}
 }
 
 func (d *decoder) literal(lit string) error {
