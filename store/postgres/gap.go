@@ -50,9 +50,13 @@ func (s *Store) gapChanges(ctx context.Context, scope varplane.Scope, from, to v
 	defer cancel()
 	// Every generation is one event of the scope (an activation or a
 	// deactivation), allocated in log order: the range of the
-	// (scope, generation) index holds exactly the ones wanted.
-	rows, err := s.pool.Query(cctx, `SELECT e.body, r.record FROM events e
-LEFT JOIN revisions r ON e.kind = 'activated' AND r.scope = e.scope AND r.revision = e.body->>'revision'
+	// (scope, generation) index holds exactly the ones wanted. Each record
+	// is read by a subquery on the whole key of revisions: as a join on
+	// the event's revision, a plan made without statistics can look the
+	// records up by scope alone (see varplane_follow in migration 0005).
+	rows, err := s.pool.Query(cctx, `SELECT e.body, CASE WHEN e.kind = 'activated' THEN
+	(SELECT r.record FROM revisions r WHERE r.scope = e.scope AND r.revision = e.body->>'revision') END
+FROM events e
 WHERE e.scope = $1 AND e.generation > $2 AND e.generation < $3 ORDER BY e.generation DESC LIMIT $4`, string(scope), int64(from), int64(to), int64(to-from-1))
 	if err != nil {
 		return nil, s.readFailure("history", scope, err)
