@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -234,6 +235,13 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	if r, err := s.Revision(ctx, scope, c.Revision); err != nil || r.Revision != c.Revision {
 		t.Fatalf("revision after the upgrade = %+v, %v", r, err)
+	}
+	// the activation written before the upgrade is found by the follow read
+	var found int
+	var record []byte
+	if err := raw.QueryRow(ctx, "SELECT count(*), min(record::text) FROM varplane_follow($1, $2, $3)",
+		[]string{string(scope)}, []int64{1}, []*string{nil}).Scan(&found, &record); err != nil || found != 1 || !bytes.Contains(record, []byte(c.Revision)) {
+		t.Fatalf("varplane_follow of the version-1 activation: %d rows, record %s, %v", found, record, err)
 	}
 	p := storetest.CreatedEvent(scope, storetest.Doc(2))
 	if created, err := s.AppendPublish(ctx, p, storetest.ActivatedEvent(scope, p.Revision, 1), 1); err != nil || !created {
