@@ -50,11 +50,7 @@ func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
 		return
 	}
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, err := admin.Exec(dctx, "DROP DATABASE "+dbName+" WITH (FORCE)")
-		logf("postgres: dropped database %s: %v", dbName, err)
-		_ = admin.Close(dctx)
+		dropBenchDB(admin, dbName)
 		rep.Notes = append(rep.Notes, fmt.Sprintf("postgres: used the database %s (synchronous_commit %s) and dropped it afterwards", dbName, syncCommit))
 	}()
 	note := fmt.Sprintf("varplane serve --store postgres://…/%s (the machine's PostgreSQL on loopback, synchronous_commit %s: a commit is acknowledged after its WAL is flushed); two servers (replicas A and B) share it", dbName, syncCommit)
@@ -89,13 +85,7 @@ func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
 	soloAdmin, soloURL, _, soloErr := createBenchDB(ctx, cfg.postgresURL, soloName)
 	var solo *vpServer
 	if soloErr == nil {
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, err := soloAdmin.Exec(dctx, "DROP DATABASE "+soloName+" WITH (FORCE)")
-			logf("postgres: dropped database %s: %v", soloName, err)
-			_ = soloAdmin.Close(dctx)
-		}()
+		defer dropBenchDB(soloAdmin, soloName)
 		if solo, soloErr = e.startVarplane(ctx, "postgres-solo", soloURL); soloErr == nil {
 			defer solo.stop()
 		}
@@ -157,6 +147,16 @@ func scenarioPostgres(ctx context.Context, cfg *config, e *env, rep *Report) {
 		}}
 	}
 	runRounds(ctx, cfg, gRep, cfg.rounds, []side{repSide("A→B", b), repSide("A→A", a)})
+}
+
+// dropBenchDB drops database name (made by createBenchDB) through its
+// admin connection, and closes that connection.
+func dropBenchDB(admin *pgx.Conn, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
+	logf("postgres: dropped database %s: %v", name, err)
+	_ = admin.Close(ctx)
 }
 
 // createBenchDB creates database name on the server at adminURL with
