@@ -2,11 +2,9 @@ package postgres
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/eventjson"
-	"github.com/varplane/varplane/internal/replica"
 )
 
 // A replica that follows another's activations could read each notified
@@ -47,7 +45,7 @@ type nextProbe struct {
 // is installed at the head right before it is read from the log; the
 // others, and those the log read cannot confirm, are read as heads
 // (refreshAs).
-func (s *Store) followActivations(ctx context.Context, kind varplane.EventKind, each bool, lines map[varplane.Scope]replica.Line, scopes []varplane.Scope) error {
+func (s *Store) followActivations(ctx context.Context, kind varplane.EventKind, each bool, lines map[varplane.Scope]announced, scopes []varplane.Scope) error {
 	if kind != varplane.EventActivated || (!each && len(scopes) > 1) {
 		return s.refreshAs(ctx, kind, each, scopes...)
 	}
@@ -81,21 +79,27 @@ func (s *Store) followActivations(ctx context.Context, kind varplane.EventKind, 
 	return s.refreshAs(ctx, kind, each, rest...)
 }
 
-// nextOf returns the probe of line when its scope is installed with a head
-// row exactly one version and one generation below the line's.
-func (s *Store) nextOf(scope varplane.Scope, l replica.Line) (nextProbe, bool) {
-	v, err1 := strconv.ParseInt(l.Version, 10, 64)
-	g, err2 := strconv.ParseUint(l.Generation, 10, 64)
+// announced is a notification line's row version and generation, parsed
+// (gen 0 when the line's generation is not a number: no head follows it).
+type announced struct {
+	version int64
+	gen     varplane.Generation
+}
+
+// nextOf returns the probe of the line a of scope when the scope is
+// installed with a head row exactly one version and one generation below
+// the line's.
+func (s *Store) nextOf(scope varplane.Scope, a announced) (nextProbe, bool) {
 	e := s.entry(scope)
-	if err1 != nil || err2 != nil || e == nil {
+	if e == nil {
 		return nextProbe{}, false
 	}
 	seq := e.Seq.Load()
 	cur := e.Snap.Load()
-	if cur.version == noRow || cur.version+1 != v || uint64(cur.state.Generation)+1 != g {
+	if cur.version == noRow || cur.version+1 != a.version || cur.state.Generation+1 != a.gen {
 		return nextProbe{}, false
 	}
-	return nextProbe{scope: scope, version: v, gen: varplane.Generation(g), cur: cur, seq: seq}, true
+	return nextProbe{scope: scope, version: a.version, gen: a.gen, cur: cur, seq: seq}, true
 }
 
 // readNext reads the probes' activations in one statement and returns the
@@ -120,7 +124,7 @@ func (s *Store) readNext(ctx context.Context, probes []nextProbe) ([]installReq,
 		return nil, nil, s.readFailure("head", probes[0].scope, err)
 	}
 	defer rows.Close()
-	// snaps[i]: the head probe i's event makes; rows[i]: the rows read for
+	// snaps[i]: the head probe i's event makes; seen[i]: the rows read for
 	// it (more than one: the log is damaged there).
 	snaps := make([]*snapshot, len(probes))
 	seen := make([]int, len(probes))
@@ -163,16 +167,9 @@ func nextSnapshot(p *nextProbe, body, recJS []byte) *snapshot {
 		ev.Generation != p.gen || ev.PreviousGeneration == nil || *ev.PreviousGeneration != p.cur.state.Generation {
 		return nil
 	}
-	rec := p.cur.rec
-	if recJS != nil || rec == nil || rec.Revision != ev.Revision {
-		if recJS == nil {
-			return nil
-		}
-		var r varplane.RevisionRecord
-		if eventjson.DecodeRecord(recJS, &r) != nil || r.Scope != p.scope || r.Revision != ev.Revision {
-			return nil
-		}
-		rec = &r
+	rec, err := headRecord(p.cur.rec, recJS, ev.Revision)
+	if err != nil || rec.Scope != p.scope || rec.Revision != ev.Revision {
+		return nil
 	}
 	st := &varplane.ScopeState{Scope: p.scope, Generation: p.gen, LastRejected: p.cur.state.LastRejected}
 	st.Head = varplane.NewHead(&ev, rec)

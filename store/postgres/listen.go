@@ -133,11 +133,12 @@ func (s *Store) handleNotification(payload string) {
 	}
 	inv, ok := replica.ParseInvalidation(payload)
 	versions := make([]int64, len(inv.Lines))
-	lines := make(map[varplane.Scope]replica.Line, len(inv.Lines))
+	lines := make(map[varplane.Scope]announced, len(inv.Lines))
 	for i, l := range inv.Lines {
 		v, err := strconv.ParseInt(l.Version, 10, 64)
 		versions[i], ok = v, ok && err == nil
-		lines[l.Scope] = l
+		g, _ := strconv.ParseUint(l.Generation, 10, 64)
+		lines[l.Scope] = announced{version: v, gen: varplane.Generation(g)}
 	}
 	if !ok {
 		s.log.Warn("postgres store: malformed notification ignored; revalidation will catch up")

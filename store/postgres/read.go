@@ -144,20 +144,34 @@ func (s *Store) snapshotFrom(scope varplane.Scope, version, generation *int64, r
 	if string(ev.Revision) != *revision || ev.Generation != st.Generation {
 		return nil, s.decodeFailure("head", scope, fmt.Errorf("head row (generation %d, revision %s) disagrees with its event", st.Generation, *revision))
 	}
-	rec := hint
-	if recJS != nil || rec == nil || string(rec.Revision) != *revision {
-		if recJS == nil {
-			return nil, s.decodeFailure("head", scope, fmt.Errorf("head names revision %s, which is not stored", *revision))
-		}
-		var r varplane.RevisionRecord
-		if err := eventjson.DecodeRecord(recJS, &r); err != nil {
-			return nil, s.decodeFailure("revision "+*revision, scope, err)
-		}
-		rec = &r
+	rec, err := headRecord(hint, recJS, varplane.Revision(*revision))
+	if errors.Is(err, errMissingRecord) {
+		return nil, s.decodeFailure("head", scope, fmt.Errorf("head names revision %s, which is not stored", *revision))
+	}
+	if err != nil {
+		return nil, s.decodeFailure("revision "+*revision, scope, err)
 	}
 	snap.rec = rec
 	st.Head = varplane.NewHead(&ev, rec)
 	return snap, nil
+}
+
+// headRecord returns the record of revision rev that a head read carries:
+// the one the server sent (recJS), or hint, the record the reader holds,
+// when the server sent none because the reader holds it. It returns
+// errMissingRecord when neither is there.
+func headRecord(hint *varplane.RevisionRecord, recJS []byte, rev varplane.Revision) (*varplane.RevisionRecord, error) {
+	if recJS == nil {
+		if hint != nil && hint.Revision == rev {
+			return hint, nil
+		}
+		return nil, errMissingRecord
+	}
+	var r varplane.RevisionRecord
+	if err := eventjson.DecodeRecord(recJS, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // probeOf returns the probe of scope that reads it whatever is installed.
