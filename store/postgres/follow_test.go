@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -162,5 +163,63 @@ func TestNextSnapshot(t *testing.T) {
 				t.Errorf("last rejection %+v, want the installed one carried", st.LastRejected)
 			}
 		})
+	}
+}
+
+// TestForgedNotifications: notifications sent on the store's channel by
+// someone else (any role that may NOTIFY) announcing activations that were
+// never committed (the next version and generation of an installed scope,
+// a generation that is not a number, one far ahead, a scope never written)
+// change nothing: the follower finds no such commit in the log, reads the
+// rows, and installs and delivers nothing; a flood of them leaves the heap
+// bounded; the real commit after them is the first thing delivered, and
+// the follower ends with what the heads row holds.
+func TestForgedNotifications(t *testing.T) {
+	const sc = "forged.k"
+	u, a, b, _, r2 := follower(t, sc)
+	bw := watchChan(t, b)
+	before := state(t, b, sc)
+	ctx := context.Background()
+	c := rawConn(t, u)
+	payloads := []string{
+		"activated\n2 2 " + sc,
+		"activated each\n2 2 " + sc + "\n1 1 forged.never",
+		"activated\n2 x " + sc,
+		"activated\n2 18446744073709551615 " + sc,
+		"activated\n9223372036854775807 2 " + sc,
+	}
+	var ms0, ms1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms0)
+	for i := 0; i < 400; i++ {
+		if _, err := c.Exec(ctx, "SELECT pg_notify($1, $2)", b.channel, payloads[i%len(payloads)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	activate(t, a, sc, r2, 1) // the real commit, announced after the forged ones
+	ch := nextCommit(t, bw, 10*time.Second).Changes[0]
+	if ch.Generation != 2 || ch.Head == nil || ch.Head.Revision != r2 {
+		t.Fatalf("B delivered %+v first, want the real generation 2 (%s)", ch, r2)
+	}
+	if got := state(t, b, "forged.never"); got.Generation != 0 || got.Head != nil {
+		t.Errorf("a scope never written is installed as %+v", got)
+	}
+	if before.Generation != 1 {
+		t.Fatalf("B held generation %d before, want 1", before.Generation)
+	}
+	eventually(t, 5*time.Second, "B on the real generation 2", func() bool { return state(t, b, sc).Generation == 2 })
+	if !reflect.DeepEqual(state(t, b, sc), coldState(t, u, sc)) {
+		t.Errorf("B holds %+v, the heads row gives %+v", state(t, b, sc), coldState(t, u, sc))
+	}
+	// (A forged line handled after the real commit may be the one that
+	// installs it, from the log or the row: either way, what the database
+	// holds.)
+	if st := b.Stats(); st.Regressions != 0 || st.DecodeErrors != 0 {
+		t.Errorf("B counted %d regressions and %d decode errors, want none", st.Regressions, st.DecodeErrors)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms1)
+	if grew := int64(ms1.HeapAlloc) - int64(ms0.HeapAlloc); grew > 32<<20 {
+		t.Errorf("the heap grew by %d MiB over 400 forged notifications", grew>>20)
 	}
 }
