@@ -139,7 +139,8 @@ func holderToken() string {
 }
 
 // retentionExtension runs reclamation passes in serve on the stores that
-// reclaim (memory, file; see retention.Reclaimer).
+// reclaim (all four: memory, file, Redis and PostgreSQL; see
+// retention.Reclaimer).
 type retentionExtension struct {
 	interval time.Duration
 	policy   policyFlags

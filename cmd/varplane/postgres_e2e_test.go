@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -75,4 +76,44 @@ func TestPostgresReplicas(t *testing.T) {
 		t.Fatalf("message %q does not say the replica is read-only", msg)
 	}
 	c.stop()
+}
+
+// TestPostgresRetention: serve on PostgreSQL runs reclamation passes: with
+// the two newest revisions kept (the head among them), the oldest of three
+// published ones is reclaimed (replay to it answers 410
+// revision-reclaimed, its history event keeps no document) and the kept
+// ones still replay.
+func TestPostgresRetention(t *testing.T) {
+	u := postgresSchemaURL(t)
+	a := startServer(t, "--store", u, "--reclaim-interval", "200ms", "--retain-count", "2", "--retain-min-age", "0")
+	const key = "ret.pg"
+	for i := range 3 {
+		expect(t, call(t, "POST", a.Base+"/admin/publish", map[string]any{"scope": key, "document": map[string]any{"n": i}, "expectedGeneration": i}), 200, "")
+	}
+	replay := func(gen int) answer {
+		return call(t, "GET", fmt.Sprintf("%s/admin/replay?scope=%s&toGeneration=%d", a.Base, q(key), gen), nil)
+	}
+	eventually(t, 10*time.Second, "the oldest revision reclaimed", func() (bool, string) {
+		r := replay(1)
+		return r.status == 410, fmt.Sprintf("replay to 1: %d %s", r.status, r.body)
+	})
+	expect(t, replay(1), 410, "revision-reclaimed")
+	for _, g := range []int{2, 3} {
+		expect(t, replay(g), 200, "")
+	}
+	h := expect(t, call(t, "GET", a.Base+"/admin/history?scope="+q(key), nil), 200, "")
+	events, _ := h["events"].([]any)
+	if len(events) != 6 {
+		t.Fatalf("history has %d events, want 6: %v", len(events), h)
+	}
+	for i, want := range []bool{false, true, true} {
+		ev, _ := events[2*i].(map[string]any)
+		if _, has := ev["document"]; ev["kind"] != "revision-created" || has != want {
+			t.Errorf("history event %d = %v, want a revision-created event with a document: %v", 2*i, ev, want)
+		}
+	}
+	text := string(call(t, "GET", a.URL+"/metrics", nil).body)
+	if v, ok := metricValue(text, "varplane_retention_revisions_reclaimed_total"); !ok || v != 1 {
+		t.Errorf("varplane_retention_revisions_reclaimed_total = %v (present %v), want 1", v, ok)
+	}
 }

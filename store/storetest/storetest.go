@@ -73,6 +73,7 @@ func Run(t *testing.T, h Harness) {
 		{"Leases", testLeases},
 		{"Heartbeats", testBeats},
 		{"Reclaim", testReclaim},
+		{"ReclaimRestored", testReclaimRestored},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })

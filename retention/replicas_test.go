@@ -2,38 +2,26 @@ package retention_test
 
 import (
 	"context"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/varplane/varplane/retention"
+	"github.com/varplane/varplane/store/postgres"
+	"github.com/varplane/varplane/store/postgres/pgtest"
 	"github.com/varplane/varplane/store/redis"
 	"github.com/varplane/varplane/store/redis/redistest"
 )
 
-// redisURL returns the URL of the shared Redis under a prefix of this test
-// alone (its keys are deleted afterwards), skipping when Redis does not
-// answer unless VARPLANE_REQUIRE_SERVICES is set.
-func redisURL(t *testing.T) string {
+// Seed 002 on a shared store: two replicas (two stores on one database,
+// two holders) run their passes at once and the result is the policy's,
+// as if one had run: no body counted twice, none lost beyond it. (That a
+// held lease makes the other replica skip the scope is TestLeases, on
+// every store.)
+func twoReplicas(t *testing.T, open func() retention.Reclaimer) {
 	t.Helper()
-	return redistest.PrefixURL(t, "retention")
-}
-
-// Seed 002 on Redis: two replicas (two stores on one Redis, two holders)
-// run their passes at once and the result is the policy's, as if one had
-// run: no body counted twice, none lost beyond it. (That a held lease makes
-// the other replica skip the scope is TestLeases, on every store.)
-func TestRedisTwoReplicas(t *testing.T) {
-	u := redisURL(t)
 	ctx := context.Background()
-	open := func() *redis.Store {
-		s, err := redis.Open(ctx, u, redis.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
 	a, b := open(), open()
 	revs := publish(t, a, "app.k", 0, 60, t0)
 	now := t0.Add(8 * 24 * time.Hour)
@@ -64,4 +52,30 @@ func TestRedisTwoReplicas(t *testing.T) {
 	if hist, err := b.History(ctx, "app.k"); err != nil || len(hist) != 120 {
 		t.Errorf("history: %d events, %v; want 120", len(hist), err)
 	}
+}
+
+func TestRedisTwoReplicas(t *testing.T) {
+	// A prefix of this test alone; its keys are deleted afterwards.
+	u := redistest.PrefixURL(t, "retention")
+	twoReplicas(t, func() retention.Reclaimer {
+		s, err := redis.Open(context.Background(), u, redis.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}
+
+func TestPostgresTwoReplicas(t *testing.T) {
+	// A schema of this test alone, dropped afterwards.
+	u := pgtest.SchemaURL(t, "retention", url.Values{})
+	twoReplicas(t, func() retention.Reclaimer {
+		s, err := postgres.Open(context.Background(), u, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
 }
