@@ -17,7 +17,7 @@ func TestPercent(t *testing.T) {
 		{10 * mib, 64 * mib, 640},
 		{64 * mib, 64 * mib, 100},
 		{640 * mib, 64 * mib, 100}, // never below the default
-		{1 * mib, 64 * mib, 1600}, // capped: the smallest goal is then 64 MiB
+		{1 * mib, 64 * mib, 1600},  // capped: the smallest goal is then 64 MiB
 		{0, 64 * mib, 1600},
 		{10 * mib, 0, 100}, // no headroom: the default
 		{3 * mib, 64 * mib, 1600},
