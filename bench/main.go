@@ -254,9 +254,12 @@ func targets(cfg *config) []*Target {
 		{Name: "publish ≥ 0.8× raw fdatasync (1 writer)", Group: "commit.1", Side: "varplane-publish", Peer: "raw-fdatasync", Metric: "throughput", Op: ">=", Want: 0.8},
 		{Name: "publish ≥ 2× etcd CAS (1 writer)", Group: "commit.1", Side: "varplane-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		{Name: "publish ≥ 2× etcd CAS (64 writers)", Group: "commit.64", Side: "varplane-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
-		{Name: "PostgreSQL durable commits ≥ 1× etcd CAS (64 writers)", Group: "postgres.commit.64", Side: "varplane-postgres", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
-		{Name: "PostgreSQL durable publish ≥ 1× etcd CAS (64 writers)", Group: "postgres.commit.64", Side: "varplane-postgres-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
-		{Name: "PostgreSQL durable publish ≥ 1× etcd CAS (64 writers; one replica, no follower)", Group: "postgres.commit.64", Side: "varplane-postgres-publish-1", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
+		// Issue 18's target compares one replica with etcd and the file
+		// store, neither of which has a follower; the two rows after it are
+		// stricter ones of our own (bench/notes.md).
+		{Name: "PostgreSQL durable publish ≥ 1× etcd CAS (64 writers; one replica, as etcd and the file store)", Group: "postgres.commit.64", Side: "varplane-postgres-publish-1", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
+		{Name: "PostgreSQL durable publish ≥ 1× etcd CAS (64 writers; replica B following)", Group: "postgres.commit.64", Side: "varplane-postgres-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
+		{Name: "PostgreSQL create + activate (two requests) ≥ 1× etcd CAS (64 writers)", Group: "postgres.commit.64", Side: "varplane-postgres", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
 		{Name: "contended successes ≥ 2× etcd's", Group: "contended", Side: "varplane", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		{Name: "contended publish successes ≥ 2× etcd's", Group: "contended", Side: "varplane-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		{Name: "Redis store publish ≥ etcd CAS (64 writers; acknowledged per appendfsync)", Group: "redis.commit.64", Side: "varplane-redis-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 1},
