@@ -183,7 +183,7 @@ func TestCorruptRowFailsClosed(t *testing.T) {
 // TestUpgradeFromVersion1: a schema written by a version-1 binary (here,
 // its migration and commit functions called by hand) is brought to this
 // binary's version on open, keeps its head, history and idempotency
-// records, and takes publishes and leases afterwards.
+// records, and takes publishes, leases and reclamation afterwards.
 func TestUpgradeFromVersion1(t *testing.T) {
 	u := freshSchema(t, sharedURL(t))
 	ms, err := loadMigrations()
@@ -253,6 +253,22 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	h, err := s.History(ctx, scope)
 	if err != nil || kinds(h) != "revision-created,activated,revision-created,activated" {
 		t.Fatalf("history after the upgrade = %s, %v", kinds(h), err)
+	}
+	// The version-1 revision, encoded by encoding/json then, is reclaimed:
+	// its event, re-encoded by this binary without the document, passes
+	// the trigger's comparison, and nothing else of it changes.
+	if n, err := s.ReclaimRevisions(ctx, scope, []varplane.Revision{c.Revision}); err != nil || n != 1 {
+		t.Fatalf("reclaim of the version-1 revision = %d, %v", n, err)
+	}
+	after, err := s.History(ctx, scope)
+	if err != nil || len(after) != 4 || after[0].Document != nil {
+		t.Fatalf("history after reclaiming the version-1 revision = %+v, %v", after, err)
+	}
+	if a, b := after[0], h[0]; a.Revision != b.Revision || a.Actor != b.Actor || a.IdempotencyKey != b.IdempotencyKey || !a.Timestamp.Equal(b.Timestamp) {
+		t.Errorf("the reclaimed event changed beyond its document: %+v, was %+v", a, b)
+	}
+	if _, err := s.Revision(ctx, scope, c.Revision); !errors.Is(err, varplane.ErrReclaimed) {
+		t.Errorf("Revision of the reclaimed version-1 revision = %v, want revision-reclaimed", err)
 	}
 }
 

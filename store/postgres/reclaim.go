@@ -1,9 +1,11 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -89,8 +91,8 @@ WHERE scope = $1 AND revision = ANY ($2) AND reclaimed_at IS NULL ORDER BY revis
 		string(scope), locked); err != nil {
 		return 0, err
 	}
-	// The revision-created events lose their documents: re-encoded here,
-	// so that the log keeps varplane's own encoding of every event.
+	// The revision-created events lose their documents, cut out of the
+	// stored bytes (withoutDocument).
 	rows, err = tx.Query(ctx, `SELECT seq, body FROM events
 WHERE scope = $1 AND kind = 'revision-created' AND body->>'revision' = ANY ($2) ORDER BY seq`, string(scope), locked)
 	if err != nil {
@@ -109,16 +111,14 @@ WHERE scope = $1 AND kind = 'revision-created' AND body->>'revision' = ANY ($2) 
 		if err := rows.Scan(&seq, &body); err != nil {
 			return 0, err
 		}
-		var ev varplane.Event
-		if err := eventjson.DecodeEvent(body, &ev); err != nil {
+		bare, ok, err := withoutDocument(body)
+		if err != nil {
 			rows.Close()
 			return 0, s.decodeFailure(fmt.Sprintf("history entry %d", seq), scope, err)
 		}
-		if len(ev.Document) == 0 {
-			continue
+		if ok {
+			edits = append(edits, edit{seq, bare})
 		}
-		ev.Document = nil
-		edits = append(edits, edit{seq, eventjson.Event(&ev)})
 	}
 	if err := rows.Err(); err != nil {
 		return 0, err
@@ -133,4 +133,74 @@ WHERE scope = $1 AND kind = 'revision-created' AND body->>'revision' = ANY ($2) 
 		}
 	}
 	return len(locked), nil
+}
+
+// withoutDocument returns the event JSON body without its document member
+// (ok false when it has none). The member is cut out of body, so every
+// other byte stays as stored, members this binary does not know included;
+// when the cut does not decode to the same event, the event is encoded
+// anew without its document instead. The events trigger checks the result
+// either way (migration 0006).
+func withoutDocument(body []byte) (bare []byte, ok bool, err error) {
+	var ev varplane.Event
+	docAt, docLen, err := eventjson.DecodeEventLazy(body, &ev, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	if docLen == 0 {
+		return nil, false, nil
+	}
+	if cut := cutMember(body, docAt, docAt+docLen); cut != nil {
+		var got varplane.Event
+		if _, n, err := eventjson.DecodeEventLazy(cut, &got, nil); err == nil && n == 0 && reflect.DeepEqual(got, ev) {
+			return cut, true, nil
+		}
+	}
+	return eventjson.Event(&ev), true, nil
+}
+
+// cutMember returns a copy of the JSON object b without the member whose
+// value spans b[from:to], or nil when the bytes around it are not a plain
+// `"key":value` member.
+func cutMember(b []byte, from, to int) []byte {
+	i := skipSpaceBack(b, from-1)
+	if i < 0 || b[i] != ':' {
+		return nil
+	}
+	i = skipSpaceBack(b, i-1)
+	if i < 1 || b[i] != '"' {
+		return nil
+	}
+	k := bytes.LastIndexByte(b[:i], '"')
+	if k < 0 || bytes.IndexByte(b[k:i], '\\') >= 0 {
+		return nil
+	}
+	j := skipSpaceBack(b, k-1)
+	switch {
+	case j >= 0 && b[j] == ',': // not the first member: cut from its comma
+		return append(append([]byte(nil), b[:j]...), b[to:]...)
+	case j >= 0 && b[j] == '{': // the first member: cut up to the next one
+		e := skipSpace(b, to)
+		if e < len(b) && b[e] == ',' {
+			return append(append([]byte(nil), b[:k]...), b[skipSpace(b, e+1):]...)
+		}
+		if e < len(b) && b[e] == '}' {
+			return append(append([]byte(nil), b[:k]...), b[e:]...)
+		}
+	}
+	return nil
+}
+
+func skipSpaceBack(b []byte, i int) int {
+	for i >= 0 && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i--
+	}
+	return i
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
 }
