@@ -161,6 +161,12 @@ func (e *retentionExtension) Start(ctx context.Context, rt *serveRuntime) (func(
 	if e.interval == 0 {
 		return nil, nil
 	}
+	if ro, ok := rt.Store.(interface{ ReadOnly() bool }); ok && ro.ReadOnly() {
+		// It could take no lease and reclaim nothing: the writers run the
+		// passes.
+		rt.Logger.Info("retention: a read-only replica runs no reclamation passes", "store", rt.Store.Name())
+		return nil, nil
+	}
 	st, ok := rt.Store.(retention.Reclaimer)
 	if !ok {
 		rt.Logger.Warn("retention: this store does not reclaim revisions yet; --reclaim-interval has no effect", "store", rt.Store.Name())

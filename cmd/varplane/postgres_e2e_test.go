@@ -71,6 +71,10 @@ func TestPostgresReplicas(t *testing.T) {
 	if pg, _ := expect(t, call(t, "GET", c.URL+"/readyz", nil), 200, "")["postgres"].(map[string]any); pg["readOnly"] != true {
 		t.Errorf("the read-only replica's /readyz postgres details = %v", pg)
 	}
+	// It could take no lease: the writers run the reclamation passes.
+	if logged := c.logs(); !strings.Contains(logged, "a read-only replica runs no reclamation passes") {
+		t.Errorf("the read-only replica did not say it runs no reclamation passes: %s", logged)
+	}
 	m := expect(t, call(t, "POST", c.Base+"/admin/revisions", map[string]any{"scope": key, "document": map[string]any{"n": -1}}), 400, "store-unsupported")
 	if msg := str(t, m, "error"); !strings.Contains(msg, "read-only") {
 		t.Fatalf("message %q does not say the replica is read-only", msg)

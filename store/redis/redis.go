@@ -273,6 +273,10 @@ func parseURL(rawURL string) (prefix string, opt rueidis.ClientOption, addr stri
 // Name returns "redis".
 func (s *Store) Name() string { return "redis" }
 
+// ReadOnly reports whether the store is a data-plane replica that never
+// writes (Options.ReadOnly).
+func (s *Store) ReadOnly() bool { return s.opts.ReadOnly }
+
 // Close stops the store's goroutines and closes its connections. Later
 // calls of any method return varplane.ErrClosed.
 func (s *Store) Close() error {
