@@ -40,23 +40,32 @@ func reclaim(t testing.TB, s varplane.Store, scope varplane.Scope, revs ...varpl
 	return n
 }
 
+// reclaimFixture opens a store that reclaims (skipping otherwise) and
+// makes Doc(base), Doc(base+1) and Doc(base+2) the head of scope in turn,
+// at generations 1 to 3.
+func reclaimFixture(t *testing.T, h Harness, scope varplane.Scope, base int) (varplane.Store, []varplane.Revision) {
+	t.Helper()
+	s := open(t, h)
+	if _, ok := s.(reclaimer); !ok {
+		t.Skipf("the %s store does not reclaim revisions yet", s.Name())
+	}
+	var revs []varplane.Revision
+	for i := range 3 {
+		revs = append(revs, mustCreate(t, s, scope, Doc(base+i)))
+		mustActivate(t, s, scope, revs[i], varplane.Generation(i))
+	}
+	return s, revs
+}
+
 // testReclaim: a reclaimed body answers revision-reclaimed, before and
 // after a restart, and a revision never created not-found; the head is
 // never reclaimed; every event stays, the reclaimed revision's without its
 // document; replaying to a generation whose head was reclaimed answers
 // revision-reclaimed; the reclaimed revision cannot be activated.
 func testReclaim(t *testing.T, h Harness) {
-	s := open(t, h)
-	if _, ok := s.(reclaimer); !ok {
-		t.Skipf("the %s store does not reclaim revisions yet", s.Name())
-	}
+	s, revs := reclaimFixture(t, h, "reclaim.k", 100)
 	ctx := context.Background()
 	const scope = "reclaim.k"
-	var revs []varplane.Revision
-	for i := range 3 {
-		revs = append(revs, mustCreate(t, s, scope, Doc(100+i)))
-		mustActivate(t, s, scope, revs[i], varplane.Generation(i))
-	}
 	orphan := mustCreate(t, s, scope, Doc(200))
 	before := mustHistory(t, s, scope)
 	if n := reclaim(t, s, scope, revs[0], revs[2], orphan); n != 2 {
@@ -122,17 +131,9 @@ func testReclaim(t *testing.T, h Harness) {
 // revision-created event carries it, it reads back, and it can be made the
 // head; also after a restart.
 func testReclaimRestored(t *testing.T, h Harness) {
-	s := open(t, h)
-	if _, ok := s.(reclaimer); !ok {
-		t.Skipf("the %s store does not reclaim revisions yet", s.Name())
-	}
+	s, revs := reclaimFixture(t, h, "reclaim.again", 300)
 	ctx := context.Background()
 	const scope = "reclaim.again"
-	var revs []varplane.Revision
-	for i := range 3 {
-		revs = append(revs, mustCreate(t, s, scope, Doc(300+i)))
-		mustActivate(t, s, scope, revs[i], varplane.Generation(i))
-	}
 	if n := reclaim(t, s, scope, revs[0], revs[1]); n != 2 {
 		t.Fatalf("reclaimed %d bodies, want 2", n)
 	}
