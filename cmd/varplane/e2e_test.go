@@ -906,6 +906,7 @@ func TestCLI(t *testing.T) {
 			{"serve", "--store", "postgres://localhost/db?bogus=1"},
 			{"serve", "--store", "bogus:x"},
 			{"serve", "--log-format", "xml"},
+			{"serve", "--gc-headroom-bytes", "-1"},
 		}
 		for _, args := range cases {
 			run(t, 2, "", args...)

@@ -30,7 +30,7 @@ const (
 	shutdownTimeout = 15 * time.Second
 	// defaultGCHeadroom: 64 MiB of garbage at most beyond the collector's
 	// default, for about a fifth of the server's CPU on the publish path
-	// (docs/configuration.md, "Garbage collection").
+	// (internal/gctune; bench/notes.md, item 8 of the PostgreSQL row).
 	defaultGCHeadroom = 64 << 20
 )
 
