@@ -25,19 +25,27 @@ func BenchmarkCreateActivate(b *testing.B) {
 }
 
 // BenchmarkActivate measures fsync'ed activations from 1 and 64 goroutines
-// and reports commits/s and events per fsync (group commit).
+// and reports commits/s and events per fsync (group commit), with the log
+// preallocated and growing by appends (see BenchmarkPublish).
 func BenchmarkActivate(b *testing.B) {
 	for _, p := range []int{1, 64} {
-		b.Run(fmt.Sprintf("P%d", p), func(b *testing.B) {
-			s := mustOpen(b, filepath.Join(b.TempDir(), "log.jsonl"), file.Options{})
-			before := s.Stats()
-			storetest.ActivateLoad(b, s, p)
-			st := s.Stats()
-			commits, fsyncs := st.Commits-before.Commits, st.Fsyncs-before.Fsyncs
-			if fsyncs > 0 {
-				b.ReportMetric(float64(commits)/float64(fsyncs), "events/fsync")
-			}
-		})
+		for _, pre := range preallocModes {
+			b.Run(fmt.Sprintf("P%d/prealloc=%s", p, pre.name), func(b *testing.B) {
+				durableLoad(b, pre.bytes, func(s *file.Store) { storetest.ActivateLoad(b, s, p) })
+			})
+		}
+	}
+}
+
+// durableLoad runs load on a new fsync'ed log that preallocates pre bytes
+// (file.Options.Preallocate) and reports the events per fsync.
+func durableLoad(b *testing.B, pre int64, load func(*file.Store)) {
+	s := mustOpen(b, filepath.Join(b.TempDir(), "log.jsonl"), file.Options{Preallocate: pre})
+	before := s.Stats()
+	load(s)
+	st := s.Stats()
+	if fsyncs := st.Fsyncs - before.Fsyncs; fsyncs > 0 {
+		b.ReportMetric(float64(st.Commits-before.Commits)/float64(fsyncs), "events/fsync")
 	}
 }
 

@@ -116,6 +116,9 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 	if err != nil {
 		return res, err
 	}
+	if _, err := nf.WriteAt(frameStart, tail); err != nil {
+		return res, fmt.Errorf("file store: write %s: %w", tmp, err)
+	}
 	if err := s.syncNew(nf, tmp); err != nil {
 		return res, err
 	}
@@ -139,9 +142,10 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 		if err := activatedSince(s, scopes, reclaim); err != nil {
 			return err
 		}
-		// The commits made since the snapshot, whole lines all.
+		// The commits made since the snapshot, whole batches all, after the
+		// frame start of the new log's tail (frame.go).
 		if n := s.off - at; n > 0 {
-			if _, err := io.Copy(io.NewOffsetWriter(nf, tail), io.NewSectionReader(s.f, at, n)); err != nil {
+			if _, err := io.Copy(io.NewOffsetWriter(nf, tail+int64(len(frameStart))), io.NewSectionReader(s.f, at, n)); err != nil {
 				return fmt.Errorf("file store: copy the log's tail into %s: %w", tmp, err)
 			}
 			if err := s.syncNew(nf, tmp); err != nil {
@@ -155,7 +159,9 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 		keep = true
 		hook("renamed")
 		old := s.f
-		s.off = tail + (s.off - at)
+		s.off = tail + int64(len(frameStart)) + (s.off - at)
+		s.size = s.off
+		s.used.Store(s.off)
 		s.base = tail
 		s.f = nf
 		fd := int(nf.Fd())
@@ -413,13 +419,10 @@ func (s *Store) runStep(r *request) {
 	close(r.done)
 }
 
-// LogSize returns the size of the log in bytes, for the log-size metric.
+// LogSize returns the size of the log in bytes up to its last line (the
+// space allocated ahead of it not counted), for the log-size metric.
 func (s *Store) LogSize() (int64, error) {
-	fi, err := os.Stat(s.path)
-	if err != nil {
-		return 0, fmt.Errorf("file store: stat %s: %w", s.path, err)
-	}
-	return fi.Size(), nil
+	return s.used.Load(), nil
 }
 
 // activatedSince refuses a compaction when a commit made since its snapshot

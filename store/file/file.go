@@ -2,12 +2,15 @@
 // one JSON object per line (the JSON form of varplane.Event), folded in memory
 // for reads. A commit is written and fdatasync'ed before it is acknowledged
 // and before any reader can see it. Concurrent commits share one write and
-// one fsync (group commit); a publish's two lines are in one batch. On Open
-// the log is replayed; a torn tail left by a crash (a final fragment without
-// its newline, or the first line of a publish whose second line the crash
-// lost) is cut off with a warning, while a complete line that does not
-// decode, wherever it is, stops Open with an error naming the line and its
-// byte offset (see Open).
+// one fsync (group commit), which ends with a sync line carrying the batch's
+// length and CRC-32C; a publish's two lines are in one batch. The log grows
+// into space allocated ahead of it, so that an fdatasync does not also grow
+// the file (frame.go). On Open the log is replayed; a batch that a crash
+// tore (its sync line missing or not matching, and a hole or a prefix of the
+// write where it was) is cut off with a warning, while damage that may hold
+// an acknowledged commit, wherever it is, stops Open with an error naming
+// the line and its byte offset (see Open). Logs written before the sync
+// lines (format 1) open too, under their own rule.
 // Compact rewrites the log as a checkpoint plus the events after it, and
 // Open then reads the checkpoint's state and those events only
 // (checkpoint.go). The fold holds in memory the documents of heads and of
@@ -45,6 +48,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"
@@ -79,6 +83,12 @@ type Options struct {
 	// power failure or OS crash. For benchmarks that measure everything but
 	// the disk.
 	NoSync bool
+	// Preallocate is how many bytes the log allocates at a time ahead of
+	// its last line (fallocate), so that a commit's fdatasync overwrites
+	// allocated space instead of growing the file (see frame.go): 0 means
+	// 16 MiB, a negative value turns it off. A log at rest (after Close)
+	// holds no allocated space past its last line.
+	Preallocate int64
 }
 
 // maxBatch bounds the commits that share one write and fsync.
@@ -98,6 +108,13 @@ type Store struct {
 	lock  *os.File
 	off   int64 // under commitMu once Open returns: end of the last durable line
 	syncf func() error
+	// size is the file's allocated end (off to size: zeros), prealloc how
+	// far ahead it allocates (0: off); framed, whether the log's tail has
+	// its frame start (frame.go). Committer-owned like off.
+	size     int64
+	prealloc int64
+	framed   bool
+	used     atomic.Int64 // off, for LogSize
 
 	mu     sync.RWMutex // guards closing reqs against concurrent sends
 	closed bool
@@ -165,8 +182,16 @@ const publishMark = `,"publish":true}`
 // (wrapped, naming the path) when the log is already open for writing.
 //
 // The torn-tail rule: only bytes that were never acknowledged may be cut.
-// Every acknowledged event is a whole line, newline included, that was
-// written and fdatasync'ed before its answer; the log keeps no separate
+// In a framed log (format 2, frame.go) an acknowledged commit is in a batch
+// whose sync line checks; Open cuts, with a warning, the batch where the
+// checks stop when it can only be a write that a crash cut short (no later
+// batch checks, and it holds a hole or is a prefix of whole lines), and
+// fails naming the line and its byte offset, changing nothing in the file,
+// when it may be damage to an acknowledged batch (see classifyTail).
+//
+// In the lines of format 1 before the frame start, every acknowledged
+// event is a whole line, newline included, that was written and
+// fdatasync'ed before its answer; the log keeps no separate
 // record of the synced offset, so Open tells a torn write from damage by the
 // newline alone. A crash during a write leaves a prefix of that write, so
 // the only torn thing it can leave after the last complete line is a
@@ -181,7 +206,8 @@ const publishMark = `,"publish":true}`
 // exposes after a crash (the writer never writes a zero byte) are cut like
 // any fragment when no newline follows them; zero bytes followed by a
 // newline stop Open like any damage, because they cannot be told from an
-// acknowledged line whose block was zeroed: the operator decides.
+// acknowledged line whose block was zeroed: the operator decides. Open then
+// writes the frame start after the last line.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	logger := opts.Logger
 	if logger == nil {
@@ -251,7 +277,11 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		_ = f.Close()
 		return nil, err
 	}
-	if err := s.replay(ctx); err != nil {
+	err = s.replay(ctx)
+	if err == nil {
+		err = s.startFraming(opts)
+	}
+	if err != nil {
 		if s.cold != nil {
 			_ = s.cold.from.Close()
 		}
@@ -265,6 +295,28 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 	s.tx = s.st.Begin()
 	go s.committer()
 	return s, nil
+}
+
+// startFraming writes the frame start after the last line of a log whose
+// tail has none (a new log, or one of format 1), and sets up preallocation.
+func (s *Store) startFraming(opts Options) error {
+	s.size = s.off
+	switch {
+	case opts.Preallocate == 0:
+		s.prealloc = preallocDefault
+	case opts.Preallocate > 0:
+		s.prealloc = opts.Preallocate
+	}
+	if !s.framed {
+		if err := s.write(frameStart); err != nil {
+			return err
+		}
+		s.off += int64(len(frameStart))
+		s.size = max(s.size, s.off)
+		s.framed = true
+	}
+	s.used.Store(s.off)
+	return nil
 }
 
 func syncDir(dir string) error {
@@ -294,10 +346,11 @@ type decodedBatch struct {
 	firstLine     int   // line number of evs[0]
 	end           int64 // offset just past the last line of evs
 
-	torn    bool // a final fragment without newline starts at end
-	tornLen int
-	tornWhy string
-	err     error
+	torn     bool // a final fragment without newline starts at end
+	tornLen  int
+	tornLine int // the torn line's number (0: the line after evs)
+	tornWhy  string
+	err      error
 }
 
 // replay folds the log into s.st and sets s.off to the end of its last
@@ -328,9 +381,7 @@ func (s *Store) replay(ctx context.Context) error {
 				return fmt.Errorf("file store: %s line %d (byte offset %d) does not follow from the lines before it: %w", s.path, b.firstLine+i, b.starts[i], err)
 			}
 		}
-		if len(b.evs) > 0 {
-			off = b.end
-		}
+		off = b.end
 		if b.err != nil {
 			stop()
 			return b.err
@@ -338,7 +389,11 @@ func (s *Store) replay(ctx context.Context) error {
 		if b.torn {
 			for range out {
 			}
-			if err := s.cutTail(off, b.firstLine+len(b.evs), b.tornLen, b.tornWhy); err != nil {
+			line := b.tornLine
+			if line == 0 {
+				line = b.firstLine + len(b.evs)
+			}
+			if err := s.cutTail(off, line, b.tornLen, b.tornWhy); err != nil {
 				return err
 			}
 			break
@@ -356,11 +411,18 @@ func (s *Store) replay(ctx context.Context) error {
 }
 
 // decodeLog reads and decodes the log into batches on out, closing out when
-// the log ends, fails, or quit is closed.
+// the log ends, fails, or quit is closed. It sets s.framed when the tail has
+// its frame start; from there on it hands on a batch's events only once the
+// batch's sync line checks them (frame.go).
 func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-chan *decodedBatch, quit <-chan struct{}) {
 	defer close(out)
 	if _, err := s.f.Seek(s.base, io.SeekStart); err != nil {
 		out <- &decodedBatch{err: fmt.Errorf("file store: seek %s: %w", s.path, err)}
+		return
+	}
+	fi, err := s.f.Stat()
+	if err != nil {
+		out <- &decodedBatch{err: fmt.Errorf("file store: stat %s: %w", s.path, err)}
 		return
 	}
 	r := bufio.NewReaderSize(s.f, 1<<20)
@@ -372,8 +434,14 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 		docs   []byte // the current chunk of document copies
 		// pub is the offset of the last line when it is the first line of
 		// a publish (publishMark), -1 otherwise: a log that ends there is
-		// cut back to it, like a torn line.
+		// cut back to it, like a torn line (format 1 only).
 		pub int64 = -1
+		// Framing: where the current batch starts, its first line, its
+		// checksum so far, and how many of b's events checked batches hold.
+		batchAt   int64
+		batchLine int
+		crc       uint32
+		checked   int
 	)
 	next := func() *decodedBatch {
 		select {
@@ -394,7 +462,38 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 			return false
 		}
 	}
+	// unchecked ends the log at the batch that starts at batchAt, which
+	// does not check: a torn write to cut, or damage (classifyTail).
+	unchecked := func(b *decodedBatch) {
+		b.evs = b.evs[:checked]
+		b.starts, b.docAt, b.docLen = b.starts[:checked], b.docAt[:checked], b.docLen[:checked]
+		b.end = batchAt
+		v, err := classifyTail(s.f, batchAt, fi.Size())
+		switch {
+		case err != nil:
+			b.err = fmt.Errorf("file store: read %s: %w", s.path, err)
+		case v.damage != "":
+			b.err = fmt.Errorf("file store: %s line %d (byte offset %d) is damaged: %s", s.path, batchLine+v.line, v.at, v.damage)
+		default:
+			b.torn, b.tornLen, b.tornLine, b.tornWhy = true, int(v.torn), batchLine, "a batch whose write a crash cut before its sync"
+		}
+		send(b)
+	}
 	b := next()
+	// handOn sends b, full, to the folder and starts the next batch; false:
+	// stop (cancelled, or the folder quit).
+	handOn := func() bool {
+		if err := ctx.Err(); err != nil {
+			b.err = err
+			send(b)
+			return false
+		}
+		if !send(b) {
+			return false
+		}
+		b = next()
+		return true
+	}
 	for {
 		chunk, err := r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -407,6 +506,14 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 			line = long
 		}
 		if errors.Is(err, io.EOF) {
+			if s.framed {
+				if len(line) > 0 || off > batchAt {
+					unchecked(b)
+					return
+				}
+				send(b)
+				return
+			}
 			if len(line) > 0 {
 				// A fragment without its newline was never acknowledged.
 				b.torn, b.tornLen, b.tornWhy = true, len(line), "no trailing newline"
@@ -421,6 +528,31 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 			return
 		}
 		lineNo++
+		if n, sum, shaped, ok := parseSyncLine(line); shaped {
+			switch {
+			case s.framed && ok && n == off-batchAt && sum == crc:
+			case !s.framed && ok && n == 0 && pub < 0:
+				s.framed = true
+			case s.framed:
+				unchecked(b)
+				return
+			default:
+				b.err = fmt.Errorf("file store: %s line %d (byte offset %d) is damaged: a sync line that starts no framing", s.path, lineNo, off)
+				send(b)
+				return
+			}
+			off += int64(len(line))
+			b.end = off
+			long = long[:0]
+			batchAt, batchLine, crc, checked = off, lineNo+1, 0, len(b.evs)
+			if len(b.evs) >= batchLines {
+				if !handOn() {
+					return
+				}
+				checked = 0
+			}
+			continue
+		}
 		b.evs = append(b.evs, varplane.Event{})
 		at, n, derr := eventjson.DecodeEventLazy(line[:len(line)-1], &b.evs[len(b.evs)-1], in)
 		if derr == nil && n > 0 {
@@ -438,34 +570,35 @@ func (s *Store) decodeLog(ctx context.Context, out chan<- *decodedBatch, free <-
 			b.evs[len(b.evs)-1].Document = docs[k:len(docs):len(docs)]
 		}
 		if derr != nil {
+			b.evs = b.evs[:len(b.evs)-1]
+			if s.framed {
+				unchecked(b)
+				return
+			}
 			// A complete line may be an acknowledged event, even the last
 			// one: never cut it (see Open).
-			b.evs = b.evs[:len(b.evs)-1]
 			b.err = fmt.Errorf("file store: %s line %d (byte offset %d) is damaged: %w", s.path, lineNo, off, derr)
 			send(b)
 			return
 		}
 		b.starts = append(b.starts, off)
 		b.docAt, b.docLen = append(b.docAt, int32(at)), append(b.docLen, int32(n))
-		pub = -1
-		if bytes.HasSuffix(line, publishLine) {
-			pub = off
+		if s.framed {
+			crc = crc32.Update(crc, castagnoli, line)
+		} else {
+			pub = -1
+			if bytes.HasSuffix(line, publishLine) {
+				pub = off
+			}
 		}
 		off += int64(len(line))
 		b.end = off
 		long = long[:0]
 		// A publish's first line stays in the batch until the line after
-		// it is read, so that cutPublish can still take it out.
-		if len(b.evs) >= batchLines && pub < 0 {
-			if err := ctx.Err(); err != nil {
-				b.err = err
-				send(b)
-				return
-			}
-			if !send(b) {
-				return
-			}
-			b = next()
+		// it is read, so that cutPublish can still take it out; in a
+		// framed log every line stays until its batch checks.
+		if len(b.evs) >= batchLines && pub < 0 && !s.framed && !handOn() {
+			return
 		}
 	}
 }
@@ -499,9 +632,14 @@ func cutPublish(b *decodedBatch, pub, off int64) {
 // cutTail truncates the log at off, dropping a final fragment without
 // newline (or a publish cut between its two lines): the only bytes of a log
 // that cannot hold an acknowledged event.
+//
+// n is 0 when all there is to cut is preallocated space after a crash (zeros
+// that hold nothing written): that is cut without a warning.
 func (s *Store) cutTail(off int64, lineNo, n int, why string) error {
-	s.log.Warn("file store: cutting torn final line of the log",
-		"path", s.path, "line", lineNo, "offset", off, "bytes", n, "reason", why)
+	if n > 0 {
+		s.log.Warn("file store: cutting torn final line of the log",
+			"path", s.path, "line", lineNo, "offset", off, "bytes", n, "reason", why)
+	}
 	if err := s.f.Truncate(off); err != nil {
 		return fmt.Errorf("file store: cut torn line %d of %s: %w", lineNo, s.path, err)
 	}
@@ -601,6 +739,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		tx.Discard()
 		return buf
 	}
+	buf = appendSyncLine(buf, len(buf), crc32.Checksum(buf, castagnoli))
 	if err := s.write(buf); err != nil {
 		tx.Discard()
 		s.failed.Store(&err)
@@ -613,15 +752,18 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		return buf
 	}
 	s.off += int64(len(buf))
+	s.used.Store(s.off)
 	s.commits.Add(uint64(events))
 	s.batches.Add(1)
 	s.watchers.Notify(tx.Commit())
 	return buf
 }
 
-// write appends buf at s.off and syncs it. On failure it tries to cut the
-// log back to s.off so that a later Open does not see a half-written batch.
+// write appends buf at s.off, in allocated space when it can, and syncs it.
+// On failure it tries to cut the log back to s.off so that a later Open does
+// not see a half-written batch.
 func (s *Store) write(buf []byte) error {
+	s.reserve(len(buf))
 	_, err := s.f.WriteAt(buf, s.off)
 	if err == nil {
 		err = s.syncf()
@@ -635,6 +777,7 @@ func (s *Store) write(buf []byte) error {
 		if terr := s.f.Truncate(s.off); terr != nil {
 			s.log.Error("file store: cannot cut a failed batch off the log", "path", s.path, "err", terr)
 		}
+		s.size = s.off
 	}
 	return err
 }
@@ -842,6 +985,9 @@ func (s *Store) Close() error {
 	s.bodies.retire()
 	var errs []error
 	if s.failed.Load() == nil {
+		if err := s.trimPrealloc(); err != nil {
+			errs = append(errs, err)
+		}
 		if err := s.f.Sync(); err != nil {
 			errs = append(errs, fmt.Errorf("file store: sync %s: %w", s.path, err))
 		}
