@@ -20,9 +20,11 @@ import (
 
 // writeLog writes a file-store log of events lines over scopes scopes: each
 // scope in turn gets a revision-created event (a distinct 1 KiB document)
-// followed by its activation at the next generation. Each line is the JSON
-// form of one varplane.Event (written with the store's own encoder, which
-// produces what encoding/json would, only faster).
+// followed by its activation at the next generation, the two in one batch,
+// as a publish writes them (log format 2: the frame start, then each batch
+// closed by its sync line, file.CloseBatch). Each line is the JSON form of
+// one varplane.Event (written with the store's own encoder, which produces
+// what encoding/json would, only faster).
 func writeLog(path string, events, scopes, docSize int) (varplane.Scope, error) {
 	f, err := os.Create(path)
 	if err != nil {
@@ -30,6 +32,9 @@ func writeLog(path string, events, scopes, docSize int) (varplane.Scope, error) 
 	}
 	defer f.Close()
 	w := bufio.NewWriterSize(f, 1<<20)
+	if _, err := w.WriteString(file.FrameStart); err != nil {
+		return "", err
+	}
 	gens := make([]varplane.Generation, scopes)
 	ts := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var first varplane.Scope
@@ -44,17 +49,19 @@ func writeLog(path string, events, scopes, docSize int) (varplane.Scope, error) 
 		ts = ts.Add(time.Millisecond)
 		created := varplane.Event{Kind: varplane.EventRevisionCreated, Scope: scope, Revision: varplane.Revision(digest),
 			Document: doc, Actor: "bench", Timestamp: ts}
-		if err := writeEvent(w, &created); err != nil {
-			return "", err
-		}
+		lineBuf = appendLine(lineBuf[:0], &created)
 		if i+1 >= events {
+			if err := writeBatch(w); err != nil {
+				return "", err
+			}
 			break
 		}
 		prev := gens[k]
 		gens[k]++
 		act := varplane.Event{Kind: varplane.EventActivated, Scope: scope, Revision: created.Revision,
 			Generation: gens[k], PreviousGeneration: varplane.GenerationPtr(prev), Actor: "bench", Timestamp: ts}
-		if err := writeEvent(w, &act); err != nil {
+		lineBuf = appendLine(lineBuf, &act)
+		if err := writeBatch(w); err != nil {
 			return "", err
 		}
 	}
@@ -66,9 +73,13 @@ func writeLog(path string, events, scopes, docSize int) (varplane.Scope, error) 
 
 var lineBuf []byte
 
-func writeEvent(w *bufio.Writer, ev *varplane.Event) error {
-	lineBuf = eventjson.AppendEvent(lineBuf[:0], ev)
-	lineBuf = append(lineBuf, '\n')
+func appendLine(b []byte, ev *varplane.Event) []byte {
+	return append(eventjson.AppendEvent(b, ev), '\n')
+}
+
+// writeBatch writes the lines in lineBuf as one batch.
+func writeBatch(w *bufio.Writer) error {
+	lineBuf = file.CloseBatch(lineBuf, 0)
 	_, err := w.Write(lineBuf)
 	return err
 }

@@ -51,7 +51,8 @@ func durableLoad(b *testing.B, pre int64, load func(*file.Store)) {
 
 // writeBenchLog writes a log of n events straight to path: scopes of 100
 // events each (two revisions, then activations with a deactivation every
-// tenth generation).
+// tenth generation), each event a batch of its own, as one writer at a time
+// commits them (log format 2, the most sync lines per event).
 func writeBenchLog(tb testing.TB, path string, n int) {
 	tb.Helper()
 	f, err := os.Create(path)
@@ -59,6 +60,9 @@ func writeBenchLog(tb testing.TB, path string, n int) {
 		tb.Fatal(err)
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
+	if _, err := w.WriteString(file.FrameStart); err != nil {
+		tb.Fatal(err)
+	}
 	var buf []byte
 	base := time.Date(2026, 7, 20, 0, 0, 0, 0, time.UTC)
 	written := 0
@@ -81,7 +85,7 @@ func writeBenchLog(tb testing.TB, path string, n int) {
 				gen++
 			}
 			ev.Timestamp = ts
-			buf = append(eventjson.AppendEvent(buf[:0], &ev), '\n')
+			buf = file.CloseBatch(append(eventjson.AppendEvent(buf[:0], &ev), '\n'), 0)
 			if _, err := w.Write(buf); err != nil {
 				tb.Fatal(err)
 			}
@@ -172,7 +176,8 @@ func BenchmarkRestartDocuments(b *testing.B) {
 
 // writeDocumentLog writes a log of n events at path: revision-created +
 // activated pairs over 1,000 scopes with 1 KiB documents (the shape of
-// bench/'s restart scenario), timestamped a microsecond apart from base.
+// bench/'s restart scenario), each pair one batch as a publish writes it
+// (log format 2), timestamped a microsecond apart from base.
 func writeDocumentLog(b *testing.B, path string, n int, base time.Time) {
 	b.Helper()
 	f, err := os.Create(path)
@@ -180,6 +185,9 @@ func writeDocumentLog(b *testing.B, path string, n int, base time.Time) {
 		b.Fatal(err)
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
+	if _, err := w.WriteString(file.FrameStart); err != nil {
+		b.Fatal(err)
+	}
 	doc := []byte(`{"enabled":true,"note":"` + strings.Repeat("x", 980) + `","n":`)
 	gens := map[varplane.Scope]varplane.Generation{}
 	var buf []byte
@@ -190,11 +198,10 @@ func writeDocumentLog(b *testing.B, path string, n int, base time.Time) {
 		act := storetest.ActivatedEvent(scope, created.Revision, gens[scope])
 		act.Timestamp = created.Timestamp
 		gens[scope]++
-		for _, ev := range []*varplane.Event{created, act} {
-			buf = append(eventjson.AppendEvent(buf[:0], ev), '\n')
-			if _, err := w.Write(buf); err != nil {
-				b.Fatal(err)
-			}
+		buf = append(eventjson.AppendEvent(buf[:0], created), '\n')
+		buf = file.CloseBatch(append(eventjson.AppendEvent(buf, act), '\n'), 0)
+		if _, err := w.Write(buf); err != nil {
+			b.Fatal(err)
 		}
 	}
 	if err := w.Flush(); err != nil {

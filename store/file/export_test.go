@@ -4,6 +4,3 @@ package file
 // and to hold a commit between its write and its acknowledgement. Call it
 // before the first commit.
 func SetSyncFunc(s *Store, f func() error) { s.syncf = f }
-
-// FrameStart is the sync line that begins a framed log's tail (frame.go).
-var FrameStart = string(frameStart)

@@ -739,7 +739,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		tx.Discard()
 		return buf
 	}
-	buf = appendSyncLine(buf, len(buf), crc32.Checksum(buf, castagnoli))
+	buf = CloseBatch(buf, 0)
 	if err := s.write(buf); err != nil {
 		tx.Discard()
 		s.failed.Store(&err)

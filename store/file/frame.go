@@ -43,8 +43,20 @@ const syncPrefix = `{"synced":`
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// frameStart is the sync line of an empty batch that begins framing.
-var frameStart = appendSyncLine(nil, 0, 0)
+// FrameStart is the line that begins the framed tail of a log (format 2):
+// the sync line of an empty batch.
+const FrameStart = syncPrefix + `0,"crc32c":0}` + "\n"
+
+var frameStart = []byte(FrameStart)
+
+// CloseBatch appends to b, whose bytes from start on are whole event lines
+// (each the JSON of a varplane.Event and a newline), the sync line that
+// makes them one batch of log format 2, and returns the extended slice. The
+// committer closes every batch with it; a tool that writes a log for Open
+// to read (a benchmark's, say) writes FrameStart, then batches closed by it.
+func CloseBatch(b []byte, start int) []byte {
+	return appendSyncLine(b, len(b)-start, crc32.Checksum(b[start:], castagnoli))
+}
 
 // appendSyncLine appends the sync line of a batch of n bytes with
 // checksum crc, newline included.
