@@ -222,17 +222,21 @@ const preallocDefault = 16 << 20
 // allocated end, it allocates prealloc bytes more (fallocate, which the
 // next fdatasync makes durable with the batch). A filesystem that cannot
 // allocate ahead turns preallocation off: the log then grows by appends.
+// A full disk only skips this allocation (the write that follows reports
+// it when it matters); the next batch tries again.
 func (s *Store) reserve(n int) {
 	if s.prealloc <= 0 || s.off+int64(n) <= s.size {
 		return
 	}
 	end := s.off + int64(n) + s.prealloc
-	if err := unix.Fallocate(int(s.f.Fd()), 0, s.size, end-s.size); err != nil {
+	switch err := unix.Fallocate(int(s.f.Fd()), 0, s.size, end-s.size); {
+	case err == nil:
+		s.size = end
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EINTR):
+	default:
 		s.log.Warn("file store: cannot allocate log space ahead; growing by appends", "path", s.path, "err", err)
 		s.prealloc = 0
-		return
 	}
-	s.size = end
 }
 
 // trimPrealloc cuts the allocated space after the last line, so that a log

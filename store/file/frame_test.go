@@ -186,6 +186,9 @@ func TestFramedDamageStopsOpen(t *testing.T) {
 		// checksum catches it.
 		{"middle batch, checksum", flip(ends[3], `"generation":2`, `"generation":7`), ends[3]},
 		{"middle batch, garbage", flip(ends[2], `"kind"`, `"ki\x01d`), ends[2]},
+		// Zeros where a crash leaves a hole, but later batches check: this
+		// one was synced before them, so it is damage, not a torn write.
+		{"middle batch, zeroed", flip(ends[2], `"kind":"`, "\x00\x00\x00\x00\x00\x00\x00\x00"), ends[2]},
 		{"last batch, checksum", flip(ends[5], `"generation":3`, `"generation":7`), ends[5]},
 		{"last batch, sync line", flip(ends[5], `"crc32c":`, `"crc32c":1`), ends[5]},
 	}
