@@ -174,11 +174,13 @@ func classifyTail(f io.ReaderAt, p, size int64) (tailVerdict, error) {
 		if !dirty {
 			if n, crc, shaped, ok := parseSyncLine(line); shaped {
 				if ok && n <= lineStart-p && (lineStart-n == p || isLineStart(f, lineStart-n)) {
-					buf := make([]byte, n)
-					if _, err := f.ReadAt(buf, lineStart-n); err != nil {
+					// Streamed: n is the file's word, as large as the
+					// damaged region, and must not size a buffer.
+					h := crc32.New(castagnoli)
+					if _, err := io.Copy(h, io.NewSectionReader(f, lineStart-n, n)); err != nil {
 						return tailVerdict{}, err
 					}
-					if crc32.Checksum(buf, castagnoli) == crc {
+					if h.Sum32() == crc {
 						return tailVerdict{damage: fmt.Sprintf("its batch does not check, and a later one does (the sync line at byte offset %d)", lineStart), at: p}, nil
 					}
 				}

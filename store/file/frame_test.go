@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -223,6 +224,34 @@ func TestFramedDamageStopsOpen(t *testing.T) {
 				t.Error("Open changed a damaged log")
 			}
 		})
+	}
+}
+
+// TestForgedSyncLineMemory puts 32 MiB of lines that do not decode after a
+// good framed log, then a sync line that claims them all as its batch with
+// a wrong checksum: Open stops naming the first bad line, changes nothing,
+// and checks the claim without holding the claimed bytes in memory.
+func TestForgedSyncLineMemory(t *testing.T) {
+	path := logPath(t)
+	good := writeSample(t, path)
+	junk := bytes.Repeat([]byte(strings.Repeat("x", 1023)+"\n"), 32<<10)
+	in := append(append(append([]byte{}, good...), junk...), fmt.Sprintf(`{"synced":%d,"crc32c":1}`+"\n", len(junk))...)
+	if err := os.WriteFile(path, in, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	_, err := file.Open(context.Background(), path, file.Options{Logger: quiet})
+	runtime.ReadMemStats(&m1)
+	if want := fmt.Sprintf("line %d (byte offset %d)", bytes.Count(good, []byte("\n"))+1, len(good)); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open: %v, want an error naming %s", err, want)
+	}
+	if got := m1.TotalAlloc - m0.TotalAlloc; got > 16<<20 {
+		t.Errorf("Open allocated %d MiB checking a 32 MiB claim", got>>20)
+	}
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, in) {
+		t.Error("Open changed the log")
 	}
 }
 
