@@ -160,7 +160,7 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 		hook("renamed")
 		old := s.f
 		s.off = tail + int64(len(frameStart)) + (s.off - at)
-		s.size = s.off
+		s.size, s.zeroed = s.off, s.off // the new file allocates and zeroes afresh
 		s.used.Store(s.off)
 		s.base = tail
 		s.f = nf

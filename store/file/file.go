@@ -4,8 +4,9 @@
 // and before any reader can see it. Concurrent commits share one write and
 // one fsync (group commit), which ends with a sync line carrying the batch's
 // length and CRC-32C; a publish's two lines are in one batch. The log grows
-// into space allocated ahead of it, so that an fdatasync does not also grow
-// the file (frame.go). On Open the log is replayed; a batch that a crash
+// into space allocated ahead of it and zeroed a little ahead of the
+// commits, so that an fdatasync neither grows the file nor converts the
+// blocks it writes (frame.go, zero.go). On Open the log is replayed; a batch that a crash
 // tore (its sync line missing or not matching, and a hole or a prefix of the
 // write where it was) is cut off with a warning, while damage that may hold
 // an acknowledged commit, wherever it is, stops Open with an error naming
@@ -85,9 +86,10 @@ type Options struct {
 	NoSync bool
 	// Preallocate is how many bytes the log allocates at a time ahead of
 	// its last line (fallocate), so that a commit's fdatasync overwrites
-	// allocated space instead of growing the file (see frame.go): 0 means
-	// 16 MiB, a negative value turns it off. A log at rest (after Close)
-	// holds no allocated space past its last line.
+	// allocated space instead of growing the file (see frame.go), and the
+	// store writes zeros over the first MiB of it ahead of the commits
+	// (zero.go): 0 means 16 MiB, a negative value turns both off. A log
+	// at rest (after Close) holds no allocated space past its last line.
 	Preallocate int64
 }
 
@@ -115,6 +117,15 @@ type Store struct {
 	prealloc int64
 	framed   bool
 	used     atomic.Int64 // off, for LogSize
+	// zeroed is where the zeros written ahead of off end (zero.go; before
+	// off: none), zeroPiece and zeroAhead how much the zeroer writes at a
+	// time and how far ahead, zeroOff whether an error turned it off.
+	// Committer-owned like off. zkick wakes the zeroer, zquit stops it,
+	// zdone is closed when it has stopped (all nil when the log does not
+	// allocate ahead).
+	zeroed, zeroPiece, zeroAhead int64
+	zeroOff                      bool
+	zkick, zquit, zdone          chan struct{}
 
 	mu     sync.RWMutex // guards closing reqs against concurrent sends
 	closed bool
@@ -293,6 +304,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		go s.loadCold()
 	}
 	s.tx = s.st.Begin()
+	s.startZeroer()
 	go s.committer()
 	return s, nil
 }
@@ -755,6 +767,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 	s.used.Store(s.off)
 	s.commits.Add(uint64(events))
 	s.batches.Add(1)
+	s.kickZeroer()
 	s.watchers.Notify(tx.Commit())
 	return buf
 }
@@ -980,6 +993,7 @@ func (s *Store) Close() error {
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.done
+	s.stopZeroer()
 	s.stopCold()
 	s.Shut()
 	s.bodies.retire()

@@ -234,7 +234,7 @@ func (s *Store) reserve(n int) {
 	switch err := unix.Fallocate(int(s.f.Fd()), 0, s.size, end-s.size); {
 	case err == nil:
 		s.size = end
-	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EINTR):
+	case spaceShort(err):
 	default:
 		s.log.Warn("file store: cannot allocate log space ahead; growing by appends", "path", s.path, "err", err)
 		s.prealloc = 0
