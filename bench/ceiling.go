@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ceilingMain is the child process "bench ceiling ADDR BODYFILE ETAG
@@ -60,12 +62,19 @@ func startCeiling(ctx context.Context, cfg *config, body []byte, etag, ctype str
 // directory, and waits until it accepts connections; it returns its
 // address.
 func startChild(ctx context.Context, cfg *config, name string, args ...string) (*proc, string, error) {
+	return startChildAs(ctx, cfg, name, name, args...)
+}
+
+// startChildAs is startChild for a child whose label (its process name and
+// output file in the run's temporary directory) differs from its command,
+// so that two children of one command can run side by side.
+func startChildAs(ctx context.Context, cfg *config, label, name string, args ...string) (*proc, string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w", name, err)
+		return nil, "", fmt.Errorf("%s: %w", label, err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", mustFreePort())
-	p, err := startProc(name, filepath.Join(cfg.tmp, name+".log"), self, append([]string{name, addr}, args...)...)
+	p, err := startProc(label, filepath.Join(cfg.tmp, label+".log"), self, append([]string{name, addr}, args...)...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -77,15 +86,17 @@ func startChild(ctx context.Context, cfg *config, name string, args ...string) (
 }
 
 // durableCeilingMain is the child process "bench durable-ceiling ADDR
-// LOGFILE": a plain net/http handler that appends each POST body to LOGFILE
-// and fdatasyncs it before it answers a fixed 180-byte JSON object, one
-// request at a time. It is the floor of a durable commit over HTTP on this
-// machine (a request, one write, one fdatasync, an answer, in a Go server
-// of its own process) with none of varplane's work: what raw-fdatasync
-// lacks to be reachable by any server a client talks to.
+// LOGFILE [prealloc]": a plain net/http handler that appends each POST body
+// to LOGFILE and fdatasyncs it before it answers a fixed 180-byte JSON
+// object, one request at a time. It is the floor of a durable commit over
+// HTTP on this machine (a request, one write, one fdatasync, an answer, in
+// a Go server of its own process) with none of varplane's work: what
+// raw-fdatasync lacks to be reachable by any server a client talks to. With
+// prealloc it writes into space allocated and zeroed ahead (zeroedFile), as
+// the file store's log does, so that it is the floor of that way of writing.
 func durableCeilingMain(args []string) int {
-	if len(args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: bench durable-ceiling ADDR LOGFILE")
+	if len(args) != 2 && (len(args) != 3 || args[2] != "prealloc") {
+		fmt.Fprintln(os.Stderr, "usage: bench durable-ceiling ADDR LOGFILE [prealloc]")
 		return 2
 	}
 	f, err := os.OpenFile(args[1], os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -94,6 +105,14 @@ func durableCeilingMain(args []string) int {
 		return 1
 	}
 	defer f.Close()
+	var zf *zeroedFile
+	if len(args) == 3 {
+		zf = &zeroedFile{f: f}
+		if err := zf.ensure(0); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	answer := []byte(`{"scope":"bench.ceiling","generation":1,"revision":"sha256:0000000000000000000000000000000000000000000000000000000000000000","effectiveAt":"2026-01-01T00:00:00.000000001Z","created":true}` + "\n")
 	var (
 		mu  sync.Mutex
@@ -106,7 +125,12 @@ func durableCeilingMain(args []string) int {
 			return
 		}
 		mu.Lock()
-		_, err = f.WriteAt(body, off)
+		if zf != nil {
+			err = zf.ensure(off + int64(len(body)))
+		}
+		if err == nil {
+			_, err = f.WriteAt(body, off)
+		}
 		if err == nil {
 			err = syscall.Fdatasync(int(f.Fd()))
 			off += int64(len(body))
@@ -147,7 +171,42 @@ func serveChild(addr string, h http.Handler) int {
 
 // startDurableCeiling runs the durable ceiling as a child process of this
 // binary, its log in the run's temporary directory (the disk of the other
-// commit sides); it returns its address.
-func startDurableCeiling(ctx context.Context, cfg *config) (*proc, string, error) {
+// commit sides), writing into zeroed space with prealloc; it returns its
+// address.
+func startDurableCeiling(ctx context.Context, cfg *config, prealloc bool) (*proc, string, error) {
+	if prealloc {
+		return startChildAs(ctx, cfg, "durable-ceiling-prealloc", "durable-ceiling", filepath.Join(cfg.tmp, "durable-ceiling-prealloc.jsonl"), "prealloc")
+	}
 	return startChild(ctx, cfg, "durable-ceiling", filepath.Join(cfg.tmp, "durable-ceiling.jsonl"))
+}
+
+// zeroedFile is a log file written into space allocated ahead (fallocate)
+// and then written with zeros, as the file store's log is (its zeroer), so
+// that a record's fdatasync neither grows the file nor converts unwritten
+// blocks. ensure zeroes 64 MiB at first, then 16 MiB at a time, each with
+// an fdatasync, outside any timed write when the first 64 MiB suffice.
+type zeroedFile struct {
+	f    *os.File
+	size int64
+}
+
+// ensure makes the space up to end allocated and zeroed.
+func (z *zeroedFile) ensure(end int64) error {
+	for end > z.size || z.size == 0 {
+		n := int64(16 << 20)
+		if z.size == 0 {
+			n = 64 << 20
+		}
+		if err := unix.Fallocate(int(z.f.Fd()), 0, z.size, n); err != nil {
+			return err
+		}
+		if _, err := z.f.WriteAt(make([]byte, n), z.size); err != nil {
+			return err
+		}
+		if err := unix.Fdatasync(int(z.f.Fd())); err != nil {
+			return err
+		}
+		z.size += n
+	}
+	return nil
 }
