@@ -51,3 +51,21 @@ ok  	github.com/varplane/varplane/client	1.2s
 		}
 	}
 }
+
+// TestCommandOf: the command a report records leaves out the flags that
+// name files of the machine, in both of flag's spellings, and keeps the rest.
+func TestCommandOf(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "cd bench && go run ."},
+		{[]string{"-profile"}, "cd bench && go run . -profile"},
+		{[]string{"-only", "commit", "-json", "/x/r.json", "-md=/x/r.md"}, "cd bench && go run . -only commit"},
+		{[]string{"--repo", "/x", "-rounds", "5", "--json=/x/a"}, "cd bench && go run . -rounds 5"},
+	} {
+		if got := commandOf(tc.args); got != tc.want {
+			t.Errorf("commandOf(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}

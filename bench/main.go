@@ -270,10 +270,24 @@ func targets(cfg *config) []*Target {
 	}
 }
 
-func commandLine() string {
-	args := []string{"cd bench && go run ."}
-	args = append(args, os.Args[1:]...)
-	return strings.Join(args, " ")
+func commandLine() string { return commandOf(os.Args[1:]) }
+
+// commandOf is the command that reproduces a run with args: the flags that
+// only say where the files are (-json, -md, -repo) are left out, so that
+// the report names no path of the machine it ran on.
+func commandOf(args []string) string {
+	out := []string{"cd bench && go run ."}
+	for i := 0; i < len(args); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if strings.HasPrefix(args[i], "-") && (name == "json" || name == "md" || name == "repo") {
+			if !hasValue {
+				i++ // the value is the next argument
+			}
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return strings.Join(out, " ")
 }
 
 func machineInfo(cfg *config) map[string]string {
