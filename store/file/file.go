@@ -6,12 +6,12 @@
 // length and CRC-32C; a publish's two lines are in one batch. The log grows
 // into space allocated ahead of it and zeroed a little ahead of the
 // commits, so that an fdatasync neither grows the file nor converts the
-// blocks it writes (frame.go, zero.go). On Open the log is replayed; a batch that a crash
-// tore (its sync line missing or not matching, and a hole or a prefix of the
-// write where it was) is cut off with a warning, while damage that may hold
-// an acknowledged commit, wherever it is, stops Open with an error naming
-// the line and its byte offset (see Open). Logs written before the sync
-// lines (format 1) open too, under their own rule.
+// blocks it writes (frame.go, zero.go). On Open the log is replayed; a
+// batch that a crash tore (its sync line missing or not matching, and a
+// hole or a prefix of the write where it was) is cut off with a warning,
+// while damage that may hold an acknowledged commit, wherever it is, stops
+// Open with an error naming the line and its byte offset (see Open). Logs
+// written before the sync lines (format 1) open too, under their own rule.
 // Compact rewrites the log as a checkpoint plus the events after it, and
 // Open then reads the checkpoint's state and those events only
 // (checkpoint.go). The fold holds in memory the documents of heads and of
