@@ -9,23 +9,31 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/varplane/varplane/internal/procstat"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 const readConns = 64
 
 // withCPU runs f and adds the CPU the process pid used meanwhile, as cores
-// busy and microseconds per successful operation.
+// busy and microseconds per successful operation, and the context switches
+// of its threads per successful operation (each a thread that waited and
+// was woken: on a virtual machine a cost that CPU time does not show).
 func withCPU(pid int, f func() Stats) Stats {
-	c0, t0 := cpuTimes(pid), time.Now()
+	c0, t0, sw0 := cpuTimes(pid), time.Now(), procstat.ContextSwitches(pid)
 	s := f()
-	cores := (cpuTimes(pid) - c0) / time.Since(t0).Seconds()
+	elapsed := time.Since(t0).Seconds()
+	cores := (cpuTimes(pid) - c0) / elapsed
+	sw1 := procstat.ContextSwitches(pid)
 	if s.Extra == nil {
 		s.Extra = map[string]float64{}
 	}
 	s.Extra["server_cores"] = cores
 	if s.Throughput > 0 {
 		s.Extra["server_cpu_us_per_op"] = cores / s.Throughput * 1e6
+		if sw0 >= 0 && sw1 >= sw0 {
+			s.Extra["server_ctxsw_per_op"] = float64(sw1-sw0) / (s.Throughput * elapsed)
+		}
 	}
 	return s
 }
@@ -37,7 +45,7 @@ func scenarioRead(ctx context.Context, cfg *config, e *env, rep *Report) {
 	g200.Notes = append(g200.Notes,
 		fmt.Sprintf("load generator: one goroutine per connection, a minimal HTTP/1.1 keep-alive client (same code for varplane and the ceiling); etcd through clientv3, %d goroutines sharing %d clients (one gRPC connection each)", readConns, cfg.etcdReadClients),
 		"ceiling: a plain net/http handler in its own process answering the exact bytes, Content-Type and ETag varplane answered",
-		"server_cores: CPU of the server process during the run (of 2 cores); server_cpu_us_per_op: that CPU per request")
+		"server_cores: CPU of the server process during the run (of 2 cores); server_cpu_us_per_op: that CPU per request; server_ctxsw_per_op: context switches of the server's threads per request (each a thread that waited and was woken)")
 	doc := makeDoc(cfg.docSize, "read", 0)
 
 	// varplane

@@ -41,3 +41,27 @@ func TestUnreadable(t *testing.T) {
 		t.Fatalf("an absent process: CPU %v Parent %v TreeCPU %v", CPU(none), Parent(none), TreeCPU(none))
 	}
 }
+
+// TestContextSwitches checks that the count grows by at least the number
+// of times a thread of this process slept and was woken, and that a
+// process that does not exist reads as -1.
+func TestContextSwitches(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc is Linux's")
+	}
+	self := os.Getpid()
+	c0 := ContextSwitches(self)
+	if c0 < 0 {
+		t.Fatalf("ContextSwitches(self) = %d", c0)
+	}
+	const sleeps = 20
+	for range sleeps {
+		time.Sleep(time.Millisecond) // each parks a thread in the kernel at least once
+	}
+	if c1 := ContextSwitches(self); c1-c0 < sleeps {
+		t.Fatalf("after %d sleeps the count grew by %d", sleeps, c1-c0)
+	}
+	if got := ContextSwitches(1 << 30); got != -1 {
+		t.Fatalf("ContextSwitches of no process = %d, want -1", got)
+	}
+}
