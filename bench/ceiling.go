@@ -99,44 +99,20 @@ func durableCeilingMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: bench durable-ceiling ADDR LOGFILE [prealloc]")
 		return 2
 	}
-	f, err := os.OpenFile(args[1], os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	dl, err := openDurableLog(args[1], len(args) == 3)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer f.Close()
-	var zf *zeroedFile
-	if len(args) == 3 {
-		zf = &zeroedFile{f: f}
-		if err := zf.ensure(0); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	answer := []byte(`{"scope":"bench.ceiling","generation":1,"revision":"sha256:0000000000000000000000000000000000000000000000000000000000000000","effectiveAt":"2026-01-01T00:00:00.000000001Z","created":true}` + "\n")
-	var (
-		mu  sync.Mutex
-		off int64
-	)
+	defer dl.close()
+	answer := []byte(durableAnswer)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		mu.Lock()
-		if zf != nil {
-			err = zf.ensure(off + int64(len(body)))
-		}
-		if err == nil {
-			_, err = f.WriteAt(body, off)
-		}
-		if err == nil {
-			err = syscall.Fdatasync(int(f.Fd()))
-			off += int64(len(body))
-		}
-		mu.Unlock()
-		if err != nil {
+		if err := dl.append(body); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -145,6 +121,60 @@ func durableCeilingMain(args []string) int {
 	})
 	return serveChild(args[0], h)
 }
+
+// durableAnswer is the body the durable floors answer every commit with.
+const durableAnswer = `{"scope":"bench.ceiling","generation":1,"revision":"sha256:0000000000000000000000000000000000000000000000000000000000000000","effectiveAt":"2026-01-01T00:00:00.000000001Z","created":true}` + "\n"
+
+// durableLog is the log of the durable floors (the net/http one and the
+// hand-written one write through the same code, so that they differ by
+// their HTTP servers alone): each append writes a body after the last one
+// and fdatasyncs it before it returns, one at a time.
+type durableLog struct {
+	mu  sync.Mutex
+	f   *os.File
+	zf  *zeroedFile // nil: the file grows by appends
+	off int64
+}
+
+// openDurableLog creates (or truncates) the log at path; with prealloc it
+// writes into space allocated and zeroed ahead (zeroedFile), as the file
+// store's log does.
+func openDurableLog(path string, prealloc bool) (*durableLog, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	dl := &durableLog{f: f}
+	if prealloc {
+		dl.zf = &zeroedFile{f: f}
+		if err := dl.zf.ensure(0); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return dl, nil
+}
+
+// append makes body durable after the bodies before it.
+func (dl *durableLog) append(body []byte) error {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	if dl.zf != nil {
+		if err := dl.zf.ensure(dl.off + int64(len(body))); err != nil {
+			return err
+		}
+	}
+	if _, err := dl.f.WriteAt(body, dl.off); err != nil {
+		return err
+	}
+	if err := unix.Fdatasync(int(dl.f.Fd())); err != nil {
+		return err
+	}
+	dl.off += int64(len(body))
+	return nil
+}
+
+func (dl *durableLog) close() { dl.f.Close() }
 
 // serveChild serves h on addr until SIGTERM or an interrupt.
 func serveChild(addr string, h http.Handler) int {

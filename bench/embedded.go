@@ -36,15 +36,12 @@ func embeddedMain(args []string) int {
 	addr, pprofAddr, rpcAddr, logPath := args[0], args[1], args[2], args[3]
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, err := file.Open(ctx, logPath, file.Options{Logger: log})
+	engine, log, closeEngine, err := openEngine(ctx, logPath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer store.Close()
-	engine := varplane.NewEngine(store, varplane.Options{Logger: log})
-	defer engine.Close()
+	defer closeEngine()
 	hub := push.New(engine, push.Options{Logger: log})
 	defer hub.Close()
 	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Logger: log, Authorizer: varplane.AllowAll,
@@ -80,6 +77,19 @@ func embeddedMain(args []string) int {
 	defer cancel()
 	srv.Close(shut)
 	return 0
+}
+
+// openEngine opens the file store at logPath and an engine over it, as
+// cmd/varplane wires them, with a logger of warnings on stderr; closeEngine
+// closes the engine, then the store.
+func openEngine(ctx context.Context, logPath string) (engine *varplane.Engine, log *slog.Logger, closeEngine func(), err error) {
+	log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	store, err := file.Open(ctx, logPath, file.Options{Logger: log})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	engine = varplane.NewEngine(store, varplane.Options{Logger: log})
+	return engine, log, func() { engine.Close(); store.Close() }, nil
 }
 
 // startEmbedded runs the embedded child on free ports over a fresh log.

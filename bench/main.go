@@ -80,6 +80,12 @@ func run() int {
 	if len(os.Args) > 1 && os.Args[1] == "durable-ceiling" {
 		return durableCeilingMain(os.Args[2:])
 	}
+	if len(os.Args) > 1 && os.Args[1] == "durable-floor-tcp" {
+		return tcpFloorMain(os.Args[2:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == "varplane-tcp" {
+		return tcpVarplaneMain(os.Args[2:])
+	}
 	if len(os.Args) > 1 && os.Args[1] == "embedded" {
 		return embeddedMain(os.Args[2:])
 	}

@@ -76,10 +76,18 @@ func scenarioCommit(ctx context.Context, cfg *config, e *env, rep *Report) {
 	if dzErr == nil {
 		defer dz.stop()
 	}
+	dt, dtAddr, dtErr := startTCPFloor(ctx, cfg)
+	if dtErr == nil {
+		defer dt.stop()
+	}
+	vt, vtErr := startTCPVarplane(ctx, cfg)
+	if vtErr == nil {
+		defer vt.p.stop()
+	}
 	for _, writers := range []int{1, 64} {
 		peers := []string{"etcd-cas", "raw-fdatasync", "raw-fdatasync-prealloc"}
 		if writers == 1 {
-			peers = append(peers, "http-fdatasync", "http-fdatasync-prealloc")
+			peers = append(peers, "http-fdatasync", "http-fdatasync-prealloc", "tcp-fdatasync-prealloc")
 		}
 		g := newGroup(fmt.Sprintf("commit.%d", writers), "commit",
 			fmt.Sprintf("durable commit, %d concurrent writer(s) on distinct scopes/keys, 1 KiB documents", writers),
@@ -95,7 +103,10 @@ func scenarioCommit(ctx context.Context, cfg *config, e *env, rep *Report) {
 		if writers == 1 {
 			g.Notes = append(g.Notes,
 				"http-fdatasync (one writer only): the publish request, on the same client, to a plain net/http handler in its own process that appends the body and fdatasyncs it before a fixed answer: the floor of a durable commit over HTTP on this machine, none of varplane's work in it",
-				"http-fdatasync-prealloc (one writer only): the same handler writing into space allocated and zeroed ahead, as the file store does: the floor of varplane's way of writing over HTTP; varplane-publish against it is what varplane's own work costs a lone writer")
+				"http-fdatasync-prealloc (one writer only): the same handler writing into space allocated and zeroed ahead, as the file store does: the floor of varplane's way of writing over HTTP; varplane-publish against it is what varplane's own work costs a lone writer",
+				"tcp-fdatasync-prealloc (one writer only): the same writes and answer behind a hand-written HTTP/1.1 responder instead of net/http (a measuring instrument: Content-Length bodies only), where the goroutine that reads a request answers it and no other takes part; http-fdatasync-prealloc against it is what net/http's way of serving a request costs a lone writer on this machine",
+				"varplane-publish-tcp (one writer only): the same publish, answered by varplane's library (file store, engine, httpapi handler) behind that hand-written loop, requests parsed by net/http's parser but no net/http server: what a lone writer's publish would reach behind a server that wakes no other thread per request (a measurement, not a way varplane is served)",
+				"server_cores, server_cpu_us_per_op: CPU of the server process during the side's run, and per commit; server_ctxsw_per_op: context switches of its threads per commit (a thread that waited and was woken; waking one on this virtual machine costs tens of microseconds)")
 		}
 		var sides []side
 		if vpErr != nil {
@@ -122,6 +133,16 @@ func scenarioCommit(ctx context.Context, cfg *config, e *env, rep *Report) {
 				g.skip("http-fdatasync-prealloc", dzErr.Error())
 			} else {
 				sides = append(sides, durableCeilingSide(cfg, "http-fdatasync-prealloc", dz, dzAddr))
+			}
+			if dtErr != nil {
+				g.skip("tcp-fdatasync-prealloc", dtErr.Error())
+			} else {
+				sides = append(sides, durableCeilingSide(cfg, "tcp-fdatasync-prealloc", dt, dtAddr))
+			}
+			if vtErr != nil {
+				g.skip("varplane-publish-tcp", vtErr.Error())
+			} else {
+				sides = append(sides, vpPublishSide(cfg, "varplane-publish-tcp", vt, writers, "bench.t1"))
 			}
 		}
 		runRounds(ctx, cfg, g, cfg.rounds, sides)
