@@ -198,7 +198,11 @@ func startTCPFloor(ctx context.Context, cfg *config) (*proc, string, error) {
 // buffer, from the goroutine that read them; only net/http's server, and
 // the goroutines it starts per request, are left out. Against
 // varplane-publish in the same run it shows what a lone writer's publish
-// would reach behind a server that wakes no other thread per request.
+// would reach behind a server that wakes no other thread per request. Like
+// the floor it is an instrument the harness starts on a loopback port for
+// the length of a scenario: it bounds a request only as varplane's handler
+// and net/http's parser do, and has none of varplane serve's timeouts,
+// connection limits or Host checks.
 func tcpVarplaneMain(args []string) int {
 	if len(args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: bench varplane-tcp ADDR LOG")
