@@ -97,6 +97,18 @@ type Event struct {
 	RejectionReason    string          `json:"rejectionReason,omitempty"`
 	Cascade            []CascadeEntry  `json:"cascade,omitempty"`
 	Timestamp          time.Time       `json:"timestamp"`
+	// Unauthenticated marks an Actor that the client claimed and nobody
+	// authenticated (a server without tokens records the request's actor,
+	// as the reference var server does).
+	Unauthenticated bool `json:"unauthenticated,omitempty"`
+	// Seq and Hash place the event in its scope's chain (chain.go): Seq
+	// counts the scope's chained events from 1, Hash links the event to
+	// the one before it. Both are set by the store in the step that
+	// commits the event; zero on events written before chains existed and
+	// on the cascade entries a subtree deactivation synthesises in a
+	// descendant's history (the parent's event covers those).
+	Seq  uint64 `json:"seq,omitempty"`
+	Hash string `json:"hash,omitempty"`
 }
 
 // GenerationPtr returns a pointer to g, for Event.PreviousGeneration.
@@ -225,6 +237,9 @@ type ScopeState struct {
 	Head *Head
 	// LastRejected is the most recent rejected event, nil when none.
 	LastRejected *Event
+	// Chain is the head of the scope's event chain (chain.go): the link
+	// the scope's next event will follow.
+	Chain ChainHead
 }
 
 // Issue is one validation finding: a stable code, the JSON Pointer of the
