@@ -231,6 +231,14 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 		ev.Cascade, err = d.cascade()
 	case "timestamp":
 		err = d.timeField(&ev.Timestamp)
+	case "unauthenticated":
+		ev.Unauthenticated, err = d.boolOrNull()
+	case "seq":
+		if !d.null() {
+			ev.Seq, err = d.uint()
+		}
+	case "hash":
+		err = d.strPlain(&ev.Hash)
 	default:
 		err = d.skipValue(1)
 	}
@@ -778,4 +786,17 @@ func daysIn(month, year int) int {
 		return 30
 	}
 	return 31
+}
+
+// boolOrNull reads true, false or null (false, as encoding/json leaves a
+// bool it is given null for).
+func (d *decoder) boolOrNull() (bool, error) {
+	switch {
+	case d.null():
+		return false, nil
+	case len(d.b)-d.p >= 4 && string(d.b[d.p:d.p+4]) == "true":
+		d.p += 4
+		return true, nil
+	}
+	return false, d.literal("false")
 }

@@ -24,6 +24,8 @@ var codecEvents = []varplane.Event{
 	{Kind: varplane.EventDeactivated, Scope: "a", Generation: 18446744073709551615, PreviousGeneration: varplane.GenerationPtr(18446744073709551614),
 		Cascade: []varplane.CascadeEntry{{Scope: "a.b", Generation: 2}, {Scope: "a.c", Generation: 7}}, Timestamp: ts},
 	{Kind: varplane.EventRejected, Scope: "tenant:acme", RejectionReason: "document.unknown-field: /budgets2", Timestamp: time.Time{}},
+	{Kind: varplane.EventActivated, Scope: "a.b", Revision: varplane.Revision("sha256:" + strings.Repeat("0f", 32)), Generation: 2,
+		Actor: "claimed", Unauthenticated: true, Timestamp: ts, Seq: 18446744073709551615, Hash: strings.Repeat("9e", 32)},
 }
 
 func TestCodecRoundTrip(t *testing.T) {
@@ -73,6 +75,7 @@ func TestDecodeRefuses(t *testing.T) {
 		`{"generation":01}`, `{"generation":18446744073709551616}`, `{"document":{"a":}}`, `{"document":[1,]}`,
 		`{"scope":"\x00"}`, `{"scope":"\q"}`, `{"timestamp":"yesterday"}`, `{"kind":"x"} trailing`, "{\"scope\":\"\xff\"}",
 		`{"cascade":[{"scope":"a.b","generation":"2"}]}`, `{"document":01}`, `{"document":tru}`,
+		`{"unauthenticated":1}`, `{"unauthenticated":"true"}`, `{"unauthenticated":fals}`, `{"seq":-1}`, `{"seq":"1"}`, `{"hash":1}`,
 	} {
 		var ev varplane.Event
 		if err := eventjson.DecodeEvent([]byte(line), &ev); err == nil {

@@ -54,7 +54,7 @@ func Compacted(doc []byte) ([]byte, error) {
 func eventSize(ev *varplane.Event) int {
 	n := len(ev.Document) + len(ev.Scope) + len(ev.Revision) + len(ev.SchemaID) + len(ev.SchemaVersion) +
 		len(ev.Actor) + len(ev.OnBehalfOf) + len(ev.Reason) + len(ev.IdempotencyKey) + len(ev.RequestHash) +
-		len(ev.RejectionReason) + 320
+		len(ev.RejectionReason) + len(ev.Hash) + 360
 	for _, c := range ev.Cascade {
 		n += len(c.Scope) + 48
 	}
@@ -105,6 +105,14 @@ func AppendEvent(b []byte, ev *varplane.Event) []byte {
 	}
 	b = append(b, `,"timestamp":`...)
 	b = appendTime(b, ev.Timestamp)
+	if ev.Unauthenticated {
+		b = append(b, `,"unauthenticated":true`...)
+	}
+	if ev.Seq != 0 {
+		b = append(b, `,"seq":`...)
+		b = strconv.AppendUint(b, ev.Seq, 10)
+	}
+	b = appendField(b, "hash", ev.Hash)
 	return append(b, '}')
 }
 

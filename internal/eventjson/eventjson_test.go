@@ -36,6 +36,7 @@ func TestEventMatchesEncodingJSON(t *testing.T) {
 		{"escapes", varplane.Event{Kind: varplane.EventRejected, Scope: "a", Reason: "<&> \"q\" \\ \n\t\u2028 é \x01", RejectionReason: "bad \xff byte", Timestamp: ts}},
 		{"cascade", varplane.Event{Kind: varplane.EventDeactivated, Scope: "a", Generation: 3, Cascade: []varplane.CascadeEntry{{Scope: "a.b", Generation: 2}, {Scope: "a.c", Generation: 9}}, Timestamp: ts}},
 		{"keys", varplane.Event{Kind: varplane.EventActivated, Scope: "a", OnBehalfOf: "u", IdempotencyKey: "k", RequestHash: "h", Timestamp: ts}},
+		{"chained", varplane.Event{Kind: varplane.EventActivated, Scope: "a", Actor: "claimed", Unauthenticated: true, Timestamp: ts, Seq: 12, Hash: "ab01"}},
 		{"zero time", varplane.Event{Kind: varplane.EventActivated, Scope: "a"}},
 		{"offset time", varplane.Event{Kind: varplane.EventActivated, Scope: "a", Timestamp: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))}},
 	} {
@@ -84,6 +85,9 @@ func TestEncodingProperty(t *testing.T) {
 			RequestHash:     str.Draw(t, "hash"),
 			RejectionReason: str.Draw(t, "rejection"),
 			Timestamp:       time.Unix(rapid.Int64Range(0, 1<<34).Draw(t, "sec"), rapid.Int64Range(0, 999999999).Draw(t, "nsec")).UTC(),
+			Unauthenticated: rapid.Bool().Draw(t, "unauthenticated"),
+			Seq:             rapid.Uint64().Draw(t, "seq"),
+			Hash:            str.Draw(t, "chainHash"),
 		}
 		if rapid.Bool().Draw(t, "hasDoc") {
 			ev.Document = json.RawMessage(rapid.SampledFrom(docs).Draw(t, "doc"))
