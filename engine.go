@@ -174,7 +174,8 @@ type CreateRevisionResult struct {
 // records the issue codes and paths, and the error is revision-invalid with
 // the issues. Creating a revision does not activate it.
 func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) (CreateRevisionResult, error) {
-	doc, rev, err := e.admit(ctx, req.Scope, req.Document, CheckedDocument{}, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
+	by := authorOf(req.Actor, req.OnBehalfOf)
+	doc, rev, err := e.admit(ctx, req.Scope, req.Document, CheckedDocument{}, req.SchemaID, req.SchemaVersion, by, req.Owner)
 	if err != nil {
 		return CreateRevisionResult{}, err
 	}
@@ -182,20 +183,8 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return createResult(rec), err
 	}
-	ev := &Event{
-		Kind:           EventRevisionCreated,
-		Scope:          req.Scope,
-		Revision:       rev,
-		Document:       doc,
-		SchemaID:       req.SchemaID,
-		SchemaVersion:  req.SchemaVersion,
-		Actor:          req.Actor,
-		OnBehalfOf:     req.OnBehalfOf,
-		Reason:         req.Reason,
-		IdempotencyKey: req.IdempotencyKey,
-		RequestHash:    hashIf(req.IdempotencyKey, hash),
-		Timestamp:      e.timestamp(),
-	}
+	ev := createdEvent(req.Scope, rev, doc, req.SchemaID, req.SchemaVersion, by, req.Reason, e.timestamp())
+	ev.IdempotencyKey, ev.RequestHash = req.IdempotencyKey, hashIf(req.IdempotencyKey, hash)
 	created := true
 	switch err := e.store.Append(ctx, ev, 0); {
 	case errors.Is(err, ErrRevisionExists):
@@ -238,6 +227,7 @@ func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessag
 			SchemaVersion:   schemaVersion,
 			Actor:           by.actor,
 			OnBehalfOf:      by.onBehalfOf,
+			Unauthenticated: by.unauthenticated,
 			RejectionReason: RejectionReason(issues),
 			Timestamp:       e.timestamp(),
 		}
@@ -247,6 +237,24 @@ func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessag
 		return nil, "", InvalidError(issues)
 	}
 	return doc, Revision(canonical.DigestCanonical(canon)), nil
+}
+
+// createdEvent is the revision-created event that stores doc as revision
+// rev of scope.
+func createdEvent(scope Scope, rev Revision, doc json.RawMessage, schemaID, schemaVersion string, by author, reason string, at time.Time) *Event {
+	return &Event{
+		Kind:            EventRevisionCreated,
+		Scope:           scope,
+		Revision:        rev,
+		Document:        doc,
+		SchemaID:        schemaID,
+		SchemaVersion:   schemaVersion,
+		Actor:           by.actor,
+		OnBehalfOf:      by.onBehalfOf,
+		Unauthenticated: by.unauthenticated,
+		Reason:          reason,
+		Timestamp:       at,
+	}
 }
 
 func createResult(rec *IdempotencyRecord) CreateRevisionResult {
@@ -433,7 +441,7 @@ func (e *Engine) activate(ctx context.Context, req ActivateRequest, hash string)
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return activationResult(rec), err
 	}
-	ev := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, author{req.Actor, req.OnBehalfOf}, req.Reason, req.IdempotencyKey, hash)
+	ev := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, authorOf(req.Actor, req.OnBehalfOf), req.Reason, req.IdempotencyKey, hash)
 	ev.Revision = req.Revision
 	switch err := e.store.Append(ctx, ev, req.ExpectedGeneration); {
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
@@ -491,7 +499,7 @@ func (e *Engine) Deactivate(ctx context.Context, req DeactivateRequest) (Deactiv
 	if err := e.cascadeWritable(ctx, req.Scope, req.Owner); err != nil {
 		return DeactivationResult{}, err
 	}
-	ev := e.guardedEvent(EventDeactivated, req.Scope, req.ExpectedGeneration, author{req.Actor, req.OnBehalfOf}, req.Reason, req.IdempotencyKey, hash)
+	ev := e.guardedEvent(EventDeactivated, req.Scope, req.ExpectedGeneration, authorOf(req.Actor, req.OnBehalfOf), req.Reason, req.IdempotencyKey, hash)
 	switch err := e.store.AppendSubtreeDeactivation(ctx, ev, req.ExpectedGeneration); {
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
 		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
@@ -701,8 +709,26 @@ func (e *Engine) Replay(ctx context.Context, scope Scope, gen Generation) (Scope
 func (e *Engine) timestamp() time.Time { return e.now().UTC() }
 
 // author is who a mutation records: the authenticated actor and, apart, whom
-// the client said it acts for.
-type author struct{ actor, onBehalfOf string }
+// the client said it acts for; or, when nobody authenticated the request,
+// the client's claim as the actor, marked unauthenticated.
+type author struct {
+	actor, onBehalfOf string
+	unauthenticated   bool
+}
+
+// authorOf is the author of a request made as actor (the caller's
+// identity) for onBehalfOf (the client's claim). A request without
+// authentication (actor AnonymousID, every caller of a server without
+// tokens) that claims an actor records that claim as the event's Actor,
+// as the reference var server does, marked Unauthenticated so that the
+// audit log never passes it off as a verified identity; an authenticated
+// request keeps its identity as the Actor and the claim beside it.
+func authorOf(actor, onBehalfOf string) author {
+	if actor == AnonymousID && onBehalfOf != "" {
+		return author{actor: onBehalfOf, unauthenticated: true}
+	}
+	return author{actor: actor, onBehalfOf: onBehalfOf}
+}
 
 // Owner reserves the scopes Owns matches to the subsystem Name. Its writes
 // name it in their request's Owner field; transports never set that field
@@ -785,6 +811,7 @@ func (e *Engine) guardedEvent(kind EventKind, scope Scope, expected Generation, 
 		PreviousGeneration: GenerationPtr(expected),
 		Actor:              by.actor,
 		OnBehalfOf:         by.onBehalfOf,
+		Unauthenticated:    by.unauthenticated,
 		Reason:             reason,
 		IdempotencyKey:     key,
 		RequestHash:        hashIf(key, hash),

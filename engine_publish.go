@@ -63,7 +63,8 @@ func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult
 			return PublishResult{}, ConflictError(req.Scope, req.ExpectedGeneration, st.Generation)
 		}
 	}
-	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.Checked, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
+	by := authorOf(req.Actor, req.OnBehalfOf)
+	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.Checked, req.SchemaID, req.SchemaVersion, by, req.Owner)
 	if err != nil {
 		return PublishResult{}, err
 	}
@@ -74,20 +75,9 @@ func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return publishResult(rec), err
 	}
-	act := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, author{req.Actor, req.OnBehalfOf}, req.Reason, req.IdempotencyKey, hash)
+	act := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, by, req.Reason, req.IdempotencyKey, hash)
 	act.Revision = rev
-	created := &Event{
-		Kind:          EventRevisionCreated,
-		Scope:         req.Scope,
-		Revision:      rev,
-		Document:      doc,
-		SchemaID:      req.SchemaID,
-		SchemaVersion: req.SchemaVersion,
-		Actor:         req.Actor,
-		OnBehalfOf:    req.OnBehalfOf,
-		Reason:        req.Reason,
-		Timestamp:     act.Timestamp,
-	}
+	created := createdEvent(req.Scope, rev, doc, req.SchemaID, req.SchemaVersion, by, req.Reason, act.Timestamp)
 	var isNew bool
 	if cp, ok := e.store.(CheckedPublisher); ok && req.Checked.Holds(doc) {
 		isNew, err = cp.AppendPublishChecked(ctx, created, act, req.ExpectedGeneration, req.Checked)
