@@ -172,25 +172,26 @@ type CreateRevisionResult struct {
 // CreateRevision validates req.Document and stores it as an immutable
 // revision of req.Scope. An invalid document is not stored: a rejected event
 // records the issue codes and paths, and the error is revision-invalid with
-// the issues. Creating a revision does not activate it.
+// the issues. Creating a revision does not activate it. A request repeated
+// with the same idempotency key answers what the first one did, a rejection
+// included, and appends nothing.
 func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) (CreateRevisionResult, error) {
 	by := authorOf(req.Actor, req.OnBehalfOf)
-	doc, rev, err := e.admit(ctx, req.Scope, req.Document, CheckedDocument{}, req.SchemaID, req.SchemaVersion, by, req.Owner)
-	if err != nil {
-		return CreateRevisionResult{}, err
+	a, err := e.admit(ctx, req.Scope, req.Document, CheckedDocument{}, req.SchemaID, req.SchemaVersion, by, req.Owner, req.IdempotencyKey,
+		func(content string) string {
+			return requestHash("create", req.Scope, content, req.SchemaID, req.SchemaVersion)
+		})
+	if err != nil || a.replay != nil {
+		return createResult(a.replay), err
 	}
-	hash := requestHash("create", req.Scope, string(rev), req.SchemaID, req.SchemaVersion)
-	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
-		return createResult(rec), err
-	}
-	ev := createdEvent(req.Scope, rev, doc, req.SchemaID, req.SchemaVersion, by, req.Reason, e.timestamp())
-	ev.IdempotencyKey, ev.RequestHash = req.IdempotencyKey, hashIf(req.IdempotencyKey, hash)
+	ev := createdEvent(req.Scope, a.rev, a.doc, req.SchemaID, req.SchemaVersion, by, req.Reason, e.timestamp())
+	ev.IdempotencyKey, ev.RequestHash = req.IdempotencyKey, a.hash
 	created := true
 	switch err := e.store.Append(ctx, ev, 0); {
 	case errors.Is(err, ErrRevisionExists):
 		created = false
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
-		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
+		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, a.hash)
 		return createResult(rec), err
 	case err != nil:
 		return CreateRevisionResult{}, err
@@ -199,7 +200,18 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 	if err != nil {
 		return CreateRevisionResult{}, err
 	}
-	return CreateRevisionResult{Scope: req.Scope, Revision: rev, Generation: st.Generation, Created: created}, nil
+	return CreateRevisionResult{Scope: req.Scope, Revision: a.rev, Generation: st.Generation, Created: created}, nil
+}
+
+// admitted is what admit found of a document: the compacted document and
+// its revision, the fingerprint of the request (with a key only), or the
+// record of an earlier request with the same key that the caller answers
+// from instead (replay).
+type admitted struct {
+	doc    json.RawMessage
+	rev    Revision
+	hash   string
+	replay *IdempotencyRecord
 }
 
 // admit checks a document offered as a revision of scope: a valid scope, a
@@ -207,36 +219,100 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 // compacted document and its revision (the digest of its canonical form).
 // An invalid document is recorded as a rejected event of scope, by codes and
 // paths only, and answered revision-invalid with the issues.
-func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessage, checked CheckedDocument, schemaID, schemaVersion string, by author, owner string) (json.RawMessage, Revision, error) {
+//
+// With an idempotency key, the request is fingerprinted by fingerprint of
+// its content (the revision, or the digest of the document's bytes when it
+// has no canonical form), so that a repeated request is recognised whether
+// its document was accepted or not and whatever the validator says now:
+// an earlier rejection under the key answers its revision-invalid again and
+// appends nothing; an earlier acceptance is returned as replay; a key that
+// served another request is idempotency-key-reused. A rejection is
+// recorded with the key, which binds it to the request.
+func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessage, checked CheckedDocument, schemaID, schemaVersion string, by author, owner, key string, fingerprint func(content string) string) (admitted, error) {
 	if err := e.writable(scope, owner); err != nil {
-		return nil, "", err
+		return admitted{}, err
 	}
 	doc, shortNumbers, err := e.compactChecked(document, checked)
 	if err != nil {
-		return nil, "", err
+		return admitted{}, err
 	}
 	issues, canon, err := e.check(scope, true, doc, shortNumbers, schemaID)
 	if err != nil {
-		return nil, "", err
+		return admitted{}, err
 	}
-	if len(issues) > 0 {
-		rej := &Event{
-			Kind:            EventRejected,
-			Scope:           scope,
-			SchemaID:        schemaID,
-			SchemaVersion:   schemaVersion,
-			Actor:           by.actor,
-			OnBehalfOf:      by.onBehalfOf,
-			Unauthenticated: by.unauthenticated,
-			RejectionReason: RejectionReason(issues),
-			Timestamp:       e.timestamp(),
-		}
-		if err := e.store.Append(ctx, rej, 0); err != nil {
-			return nil, "", fmt.Errorf("record rejection of %s: %w", scope, err)
-		}
-		return nil, "", InvalidError(issues)
+	a := admitted{doc: doc}
+	content := ""
+	if canon != nil {
+		a.rev = Revision(canonical.DigestCanonical(canon))
+		content = string(a.rev)
+	} else {
+		sum := sha256.Sum256(doc)
+		content = "bytes:" + hex.EncodeToString(sum[:])
 	}
-	return doc, Revision(canonical.DigestCanonical(canon)), nil
+	if key != "" {
+		a.hash = fingerprint(content)
+		rec, err := e.replayed(ctx, key, a.hash)
+		if err != nil || rec != nil {
+			return replayAdmission(rec, issues, err)
+		}
+	}
+	if len(issues) == 0 {
+		return a, nil
+	}
+	rej := &Event{
+		Kind:            EventRejected,
+		Scope:           scope,
+		SchemaID:        schemaID,
+		SchemaVersion:   schemaVersion,
+		Actor:           by.actor,
+		OnBehalfOf:      by.onBehalfOf,
+		Unauthenticated: by.unauthenticated,
+		RejectionReason: RejectionReason(issues),
+		IdempotencyKey:  key,
+		RequestHash:     a.hash,
+		Timestamp:       e.timestamp(),
+	}
+	switch err := e.store.Append(ctx, rej, 0); {
+	case errors.Is(err, ErrDuplicateIdempotencyKey):
+		rec, err := e.replayedAfterRace(ctx, key, a.hash)
+		return replayAdmission(rec, issues, err)
+	case err != nil:
+		return admitted{}, fmt.Errorf("record rejection of %s: %w", scope, err)
+	}
+	return admitted{}, InvalidError(issues)
+}
+
+// replayAdmission answers a request whose idempotency key is recorded as
+// rec (or whose lookup failed with err): a recorded rejection is answered
+// revision-invalid again, with the issues found now when they are the ones
+// recorded (the same document checked by the same schema) and the
+// recorded codes and paths otherwise; anything else is the replay.
+func replayAdmission(rec *IdempotencyRecord, now []Issue, err error) (admitted, error) {
+	switch {
+	case err != nil:
+		return admitted{}, err
+	case rec.Event.Kind == EventRejected:
+		return admitted{}, InvalidError(recordedIssues(rec.Event.RejectionReason, now))
+	}
+	return admitted{replay: rec}, nil
+}
+
+// recordedIssues returns the issues of a recorded rejection reason
+// (RejectionReason's form): now when it renders as that reason, otherwise
+// the codes and paths the reason names, each with a message saying so.
+func recordedIssues(reason string, now []Issue) []Issue {
+	if RejectionReason(now) == reason {
+		return now
+	}
+	var out []Issue
+	for _, part := range strings.Split(reason, "; ") {
+		code, path, _ := strings.Cut(part, " at ")
+		if path == "(document)" {
+			path = ""
+		}
+		out = append(out, Issue{Code: code, Path: path, Message: "recorded when this request was first refused"})
+	}
+	return out
 }
 
 // createdEvent is the revision-created event that stores doc as revision
@@ -301,10 +377,11 @@ func (e *Engine) Validate(ctx context.Context, req ValidateRequest) (ValidateRes
 	return ValidateResult{Valid: len(issues) == 0, Issues: issues}, nil
 }
 
-// check returns the issues of doc and, when it has none, its canonical
-// form (computed once: canonicalisation is the costliest step of a create;
-// doc itself when it is canonical already, so the result is only read);
-// an error only for an internal failure. shortNumbers says that
+// check returns the issues of doc and its canonical form, nil when it has
+// none (syntax or numbers canonical JSON would change); computed once:
+// canonicalisation is the costliest step of a create; doc itself when it
+// is canonical already, so the result is only read. The error is only for
+// an internal failure. shortNumbers says that
 // compactDocument saw only integer literals of at most
 // canonical.ShortIntegerDigits digits, for which the number check has
 // nothing to report.
@@ -346,9 +423,6 @@ func (e *Engine) check(scope Scope, hasScope bool, doc json.RawMessage, shortNum
 				issues = append(issues, found...)
 			}
 		}
-	}
-	if len(issues) > 0 {
-		canon = nil
 	}
 	return issues, canon, nil
 }

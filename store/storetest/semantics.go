@@ -1,7 +1,12 @@
 package storetest
 
 import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/varplane/varplane"
 )
@@ -31,6 +36,127 @@ func testUnauthenticatedCascade(t *testing.T, h Harness) {
 		}
 	}
 	check(s, "after the deactivation")
+	if h.Reopen != nil {
+		check(h.Reopen(t, s), "after a restart")
+	}
+}
+
+// testIdempotentRejection: a rejected event carrying an idempotency key
+// records the key (its request hash, the event, the scope's generation); a
+// second event under the key, rejected or created, is refused with
+// ErrDuplicateIdempotencyKey and appends nothing, before and after a
+// restart.
+func testIdempotentRejection(t *testing.T, h Harness) {
+	s := open(t, h)
+	ctx := t.Context()
+	const scope = varplane.Scope("idem.rejected")
+	rej := &varplane.Event{Kind: varplane.EventRejected, Scope: scope, SchemaID: "test/v1", Actor: "ops",
+		RejectionReason: "document.unknown-field at /x", IdempotencyKey: "k-rejected", RequestHash: "h-rejected", Timestamp: time.Now().UTC()}
+	if err := s.Append(ctx, rej, 0); err != nil {
+		t.Fatal(err)
+	}
+	check := func(s varplane.Store, when string) {
+		t.Helper()
+		rec, err := s.Idempotency(ctx, "k-rejected")
+		if err != nil {
+			t.Fatalf("%s: Idempotency: %v", when, err)
+		}
+		if rec.RequestHash != "h-rejected" || rec.Event.Kind != varplane.EventRejected || rec.Event.RejectionReason != rej.RejectionReason || rec.Generation != 0 {
+			t.Errorf("%s: record = hash %q %s %q generation %d, want the rejection", when, rec.RequestHash, rec.Event.Kind, rec.Event.RejectionReason, rec.Generation)
+		}
+		again := *rej
+		again.Seq, again.Hash = 0, ""
+		again.RejectionReason = "document.type at /y"
+		if err := s.Append(ctx, &again, 0); !errors.Is(err, varplane.ErrDuplicateIdempotencyKey) {
+			t.Errorf("%s: a second rejection under the key: %v, want ErrDuplicateIdempotencyKey", when, err)
+		}
+		cr := CreatedEvent(scope, Doc(1))
+		cr.IdempotencyKey, cr.RequestHash = "k-rejected", "h-other"
+		if err := s.Append(ctx, cr, 0); !errors.Is(err, varplane.ErrDuplicateIdempotencyKey) {
+			t.Errorf("%s: a creation under the key: %v, want ErrDuplicateIdempotencyKey", when, err)
+		}
+		if got := kinds(mustHistory(t, s, scope)); got != "rejected" {
+			t.Errorf("%s: history = %s, want the one rejection", when, got)
+		}
+		if st := mustState(t, s, scope); st.LastRejected == nil || st.LastRejected.RejectionReason != rej.RejectionReason {
+			t.Errorf("%s: last rejection = %+v, want the first", when, st.LastRejected)
+		}
+	}
+	check(s, "after the rejection")
+	if h.Reopen != nil {
+		check(h.Reopen(t, s), "after a restart")
+	}
+}
+
+// refusing is a validator that refuses every member of a document but
+// "enabled".
+type refusing struct{}
+
+func (refusing) Validate(_ string, doc json.RawMessage) ([]varplane.Issue, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &m); err != nil {
+		return nil, err
+	}
+	var out []varplane.Issue
+	for k := range m {
+		if k != "enabled" {
+			out = append(out, varplane.Issue{Code: "document.unknown-field", Path: "/" + k, Message: "unknown field"})
+		}
+	}
+	slices.SortFunc(out, func(a, b varplane.Issue) int { return strings.Compare(a.Path, b.Path) })
+	return out, nil
+}
+
+// testEngineReplaysRejection: through an Engine on the store, a create and
+// a publish of an invalid document repeated with the same idempotency key
+// answer the first revision-invalid with its issues and append nothing,
+// and another request under the key is idempotency-key-reused, before and
+// after a restart.
+func testEngineReplaysRejection(t *testing.T, h Harness) {
+	s := open(t, h)
+	ctx := t.Context()
+	const scope = varplane.Scope("idem.engine")
+	bad := json.RawMessage(`{"enabled":true,"budget":1}`)
+	requests := func(e *varplane.Engine) map[string]func(key string, doc json.RawMessage) error {
+		return map[string]func(key string, doc json.RawMessage) error{
+			"create": func(key string, doc json.RawMessage) error {
+				_, err := e.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: scope, Document: doc, SchemaID: "strict", IdempotencyKey: key})
+				return err
+			},
+			"publish": func(key string, doc json.RawMessage) error {
+				_, err := e.Publish(ctx, varplane.PublishRequest{Scope: scope, Document: doc, SchemaID: "strict", IdempotencyKey: key})
+				return err
+			},
+		}
+	}
+	wantInvalid := func(what string, err error) {
+		t.Helper()
+		var e *varplane.Error
+		if !errors.As(err, &e) || e.Code != varplane.CodeRevisionInvalid || len(e.Issues) != 1 || e.Issues[0].Path != "/budget" {
+			t.Errorf("%s: %v, want revision-invalid naming /budget", what, err)
+		}
+	}
+	e := varplane.NewEngine(s, varplane.Options{Validator: refusing{}})
+	for name, do := range requests(e) {
+		wantInvalid(name, do("k-"+name, bad))
+	}
+	e.Close()
+	n := len(mustHistory(t, s, scope))
+	check := func(s varplane.Store, when string) {
+		t.Helper()
+		e := varplane.NewEngine(s, varplane.Options{Validator: refusing{}})
+		defer e.Close()
+		for name, do := range requests(e) {
+			wantInvalid(when+": "+name+" replayed", do("k-"+name, bad))
+			if err := do("k-"+name, json.RawMessage(`{"enabled":false}`)); !errors.Is(err, varplane.ErrIdempotencyReuse) {
+				t.Errorf("%s: %s of another document under the key: %v, want idempotency-key-reused", when, name, err)
+			}
+		}
+		if got := len(mustHistory(t, s, scope)); got != n {
+			t.Errorf("%s: history has %d events, want %d", when, got, n)
+		}
+	}
+	check(s, "replayed")
 	if h.Reopen != nil {
 		check(h.Reopen(t, s), "after a restart")
 	}

@@ -75,6 +75,8 @@ func Run(t *testing.T, h Harness) {
 		{"Reclaim", testReclaim},
 		{"ReclaimRestored", testReclaimRestored},
 		{"UnauthenticatedCascade", testUnauthenticatedCascade},
+		{"IdempotentRejection", testIdempotentRejection},
+		{"EngineReplaysRejection", testEngineReplaysRejection},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
