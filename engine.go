@@ -592,8 +592,9 @@ func deactivationResult(rec *IdempotencyRecord) DeactivationResult {
 }
 
 // RollbackRequest asks to re-activate an earlier revision as a new
-// generation. At most one of ToRevision and ToGeneration is set; with neither,
-// the target is the revision that was active before the current one.
+// generation. At most one of ToRevision and ToGeneration is set; with
+// neither, the target is the revision that was active before the head as of
+// ExpectedGeneration (the latest earlier activation of another revision).
 type RollbackRequest struct {
 	Scope              Scope
 	ExpectedGeneration Generation
@@ -661,37 +662,12 @@ func (e *Engine) rollbackTarget(ctx context.Context, req RollbackRequest) (Revis
 		}
 		return req.ToRevision, nil
 	}
-	events, err := e.store.History(ctx, req.Scope)
-	if err != nil {
-		return "", err
-	}
-	if req.ToGeneration != nil {
-		for _, ev := range events {
-			if ev.Kind == EventActivated && ev.Generation == *req.ToGeneration {
-				return ev.Revision, nil
-			}
-		}
-		return "", Errorf(CodeNotFound, "generation %d of scope %q is not an activation", *req.ToGeneration, req.Scope)
-	}
-	st, err := e.store.State(ctx, req.Scope)
-	if err != nil {
-		return "", err
-	}
-	var current Revision
-	var since Generation
-	if st.Head != nil {
-		current, since = st.Head.Revision, st.Head.Generation
-	}
-	for i := len(events) - 1; i >= 0; i-- {
-		ev := events[i]
-		if ev.Kind != EventActivated || (since != 0 && ev.Generation >= since) {
-			continue
-		}
-		if ev.Revision != current {
-			return ev.Revision, nil
-		}
-	}
-	return "", Errorf(CodeNotFound, "scope %q has no earlier revision to roll back to", req.Scope)
+	// The target is resolved by the store of record as of the expected
+	// generation: a snapshot of this process may be behind it (a replica
+	// that has not yet seen another's commit), and a target taken from
+	// it would be re-activated under an expectedGeneration it was never
+	// resolved against.
+	return e.store.RollbackTarget(ctx, req.Scope, req.ExpectedGeneration, req.ToGeneration)
 }
 
 // Status describes a scope for operators.

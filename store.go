@@ -78,6 +78,26 @@ type Store interface {
 	// Idempotency(key) tells a replay whether the revision was created.
 	AppendPublish(ctx context.Context, created, activated *Event, expected Generation) (bool, error)
 
+	// RollbackTarget returns the revision a rollback of scope guarded by
+	// expected re-activates, read from the store of record, never from a
+	// snapshot this process holds (which may be behind expected): with to
+	// set, the revision of the activation at generation *to; without, the
+	// revision of the latest activation before the head as of generation
+	// expected (the activation or deactivation of the highest generation
+	// not above expected) whose revision differs from that head's. When
+	// there is none it returns a conflict if the scope is not at expected
+	// (RollbackNotFound) and a not-found error otherwise; a target found is
+	// returned without that check: the rollback's own compare-and-set
+	// refuses it with a conflict if need be. It reads the history from its end
+	// and stops at the answer (an indexed query, bounded pages, or a walk
+	// of the history held in memory; RollbackSearch), never the whole
+	// history of a scope with a recent target.
+	//
+	// It is part of the contract, not a capability, because the rollback
+	// of every store needs it: a target taken from a replica's snapshot
+	// re-activated the wrong revision (issue 33).
+	RollbackTarget(ctx context.Context, scope Scope, expected Generation, to *Generation) (Revision, error)
+
 	// Watch registers fn to receive every commit that changes a head, after
 	// the store's snapshot is updated, in commit order per scope. It includes
 	// commits made through this store value and, for shared stores, those

@@ -161,3 +161,83 @@ func testEngineReplaysRejection(t *testing.T, h Harness) {
 		check(h.Reopen(t, s), "after a restart")
 	}
 }
+
+// testRollbackTarget: RollbackTarget resolves a rollback's target from the
+// store of record as of the expected generation, whatever the store's
+// snapshot says: the latest earlier activation of another revision than
+// the head as of that generation (any activation when it was a
+// deactivation, a cascade entry included), the activation at a given
+// generation, not-found when there is none and the scope is at the
+// expected generation, a conflict when it is not; also far back in a long
+// history (past a page of a store that reads it in pages).
+func testRollbackTarget(t *testing.T, h Harness) {
+	s := open(t, h)
+	ctx := t.Context()
+	const scope = varplane.Scope("rb.k")
+	a, b, c := mustCreate(t, s, scope, Doc(1)), mustCreate(t, s, scope, Doc(2)), mustCreate(t, s, scope, Doc(3))
+	mustActivate(t, s, scope, a, 0)
+	mustActivate(t, s, scope, b, 1)
+	mustActivate(t, s, scope, b, 2) // the same revision again
+	mustActivate(t, s, scope, c, 3)
+	mustDeactivate(t, s, scope, 4)
+	mustActivate(t, s, scope, a, 5)
+	gen := func(g varplane.Generation) *varplane.Generation { return &g }
+	for _, tc := range []struct {
+		name     string
+		scope    varplane.Scope
+		expected varplane.Generation
+		to       *varplane.Generation
+		want     varplane.Revision
+		err      *varplane.Error // its code, and for a conflict the current generation
+	}{
+		{"head c: the revision before it", scope, 4, nil, b, nil},
+		{"head b activated twice: the one before both", scope, 3, nil, a, nil},
+		{"head b once", scope, 2, nil, a, nil},
+		{"as of a deactivation: the last activation", scope, 5, nil, c, nil},
+		{"head a again: the latest other revision", scope, 6, nil, c, nil},
+		{"the first head has nothing before it, and the scope moved on", scope, 1, nil, "", varplane.ConflictError(scope, 1, 6)},
+		{"to a generation", scope, 6, gen(2), b, nil},
+		{"to a generation, expected behind", scope, 3, gen(4), c, nil},
+		{"to a deactivation", scope, 6, gen(5), "", &varplane.Error{Code: varplane.CodeNotFound}},
+		{"to a generation never reached", scope, 6, gen(9), "", &varplane.Error{Code: varplane.CodeNotFound}},
+		{"to a generation never reached, expected ahead", scope, 7, gen(9), "", varplane.ConflictError(scope, 7, 6)},
+		{"a scope never written", "rb.never", 0, nil, "", &varplane.Error{Code: varplane.CodeNotFound}},
+		{"a scope never written, expected ahead", "rb.never", 3, nil, "", varplane.ConflictError("rb.never", 3, 0)},
+	} {
+		got, err := s.RollbackTarget(ctx, tc.scope, tc.expected, tc.to)
+		switch {
+		case tc.err == nil && (err != nil || got != tc.want):
+			t.Errorf("%s: %s, %v; want %s", tc.name, got, err, tc.want)
+		case tc.err != nil && varplane.ErrorCode(err) != tc.err.Code:
+			t.Errorf("%s: %s, %v; want %s", tc.name, got, err, tc.err.Code)
+		case tc.err != nil && tc.err.Current != nil:
+			var e *varplane.Error
+			if !errors.As(err, &e) || e.Current == nil || *e.Current != *tc.err.Current {
+				t.Errorf("%s: %v, want a conflict at generation %d", tc.name, err, *tc.err.Current)
+			}
+		}
+	}
+
+	// A descendant cleared by its parent's deactivation: the cascade entry
+	// is the head as of its generation.
+	d1, d2 := mustCreate(t, s, "rb.p.d", Doc(4)), mustCreate(t, s, "rb.p.d", Doc(5))
+	mustActivate(t, s, "rb.p.d", d1, 0)
+	mustActivate(t, s, "rb.p.d", d2, 1)
+	mustDeactivate(t, s, "rb.p", 0)
+	if got, err := s.RollbackTarget(ctx, "rb.p.d", 3, nil); err != nil || got != d2 {
+		t.Errorf("after a cascade: %s, %v; want %s", got, err, d2)
+	}
+
+	// Far back: one revision, then a hundred activations of another.
+	x, y := mustCreate(t, s, "rb.long", Doc(6)), mustCreate(t, s, "rb.long", Doc(7))
+	mustActivate(t, s, "rb.long", x, 0)
+	for g := varplane.Generation(1); g <= 100; g++ {
+		mustActivate(t, s, "rb.long", y, g)
+	}
+	if got, err := s.RollbackTarget(ctx, "rb.long", 101, nil); err != nil || got != x {
+		t.Errorf("a hundred activations back: %s, %v; want %s", got, err, x)
+	}
+	if got, err := s.RollbackTarget(ctx, "rb.long", 101, gen(1)); err != nil || got != x {
+		t.Errorf("to generation 1 of 101: %s, %v; want %s", got, err, x)
+	}
+}

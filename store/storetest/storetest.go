@@ -77,6 +77,7 @@ func Run(t *testing.T, h Harness) {
 		{"UnauthenticatedCascade", testUnauthenticatedCascade},
 		{"IdempotentRejection", testIdempotentRejection},
 		{"EngineReplaysRejection", testEngineReplaysRejection},
+		{"RollbackTarget", testRollbackTarget},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
