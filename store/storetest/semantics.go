@@ -241,3 +241,23 @@ func testRollbackTarget(t *testing.T, h Harness) {
 		t.Errorf("to generation 1 of 101: %s, %v; want %s", got, err, x)
 	}
 }
+
+// testWriteReady: every store tells whether it accepts writes
+// (varplane.WriteReadiness): an open store does, a closed one does not.
+// (What makes a store refuse writes is each store's own: its tests.)
+func testWriteReady(t *testing.T, h Harness) {
+	s := open(t, h)
+	r, ok := s.(varplane.WriteReadiness)
+	if !ok {
+		t.Fatalf("the %s store does not implement varplane.WriteReadiness", s.Name())
+	}
+	if err := r.WriteReady(t.Context()); err != nil {
+		t.Errorf("an open store: WriteReady = %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteReady(t.Context()); err == nil {
+		t.Error("a closed store is ready for writes")
+	}
+}

@@ -78,6 +78,7 @@ func Run(t *testing.T, h Harness) {
 		{"IdempotentRejection", testIdempotentRejection},
 		{"EngineReplaysRejection", testEngineReplaysRejection},
 		{"RollbackTarget", testRollbackTarget},
+		{"WriteReady", testWriteReady},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
