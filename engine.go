@@ -172,36 +172,26 @@ type CreateRevisionResult struct {
 // CreateRevision validates req.Document and stores it as an immutable
 // revision of req.Scope. An invalid document is not stored: a rejected event
 // records the issue codes and paths, and the error is revision-invalid with
-// the issues. Creating a revision does not activate it.
+// the issues. Creating a revision does not activate it. A request repeated
+// with the same idempotency key answers what the first one did, a rejection
+// included, and appends nothing.
 func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) (CreateRevisionResult, error) {
-	doc, rev, err := e.admit(ctx, req.Scope, req.Document, CheckedDocument{}, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
-	if err != nil {
-		return CreateRevisionResult{}, err
+	by := authorOf(req.Actor, req.OnBehalfOf)
+	a, err := e.admit(ctx, req.Scope, req.Document, CheckedDocument{}, req.SchemaID, req.SchemaVersion, by, req.Owner, req.IdempotencyKey,
+		func(content string) string {
+			return requestHash("create", req.Scope, content, req.SchemaID, req.SchemaVersion)
+		})
+	if err != nil || a.replay != nil {
+		return createResult(a.replay), err
 	}
-	hash := requestHash("create", req.Scope, string(rev), req.SchemaID, req.SchemaVersion)
-	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
-		return createResult(rec), err
-	}
-	ev := &Event{
-		Kind:           EventRevisionCreated,
-		Scope:          req.Scope,
-		Revision:       rev,
-		Document:       doc,
-		SchemaID:       req.SchemaID,
-		SchemaVersion:  req.SchemaVersion,
-		Actor:          req.Actor,
-		OnBehalfOf:     req.OnBehalfOf,
-		Reason:         req.Reason,
-		IdempotencyKey: req.IdempotencyKey,
-		RequestHash:    hashIf(req.IdempotencyKey, hash),
-		Timestamp:      e.timestamp(),
-	}
+	ev := createdEvent(req.Scope, a.rev, a.doc, req.SchemaID, req.SchemaVersion, by, req.Reason, e.timestamp())
+	ev.IdempotencyKey, ev.RequestHash = req.IdempotencyKey, a.hash
 	created := true
 	switch err := e.store.Append(ctx, ev, 0); {
 	case errors.Is(err, ErrRevisionExists):
 		created = false
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
-		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
+		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, a.hash)
 		return createResult(rec), err
 	case err != nil:
 		return CreateRevisionResult{}, err
@@ -210,7 +200,18 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 	if err != nil {
 		return CreateRevisionResult{}, err
 	}
-	return CreateRevisionResult{Scope: req.Scope, Revision: rev, Generation: st.Generation, Created: created}, nil
+	return CreateRevisionResult{Scope: req.Scope, Revision: a.rev, Generation: st.Generation, Created: created}, nil
+}
+
+// admitted is what admit found of a document: the compacted document and
+// its revision, the fingerprint of the request (with a key only), or the
+// record of an earlier request with the same key that the caller answers
+// from instead (replay).
+type admitted struct {
+	doc    json.RawMessage
+	rev    Revision
+	hash   string
+	replay *IdempotencyRecord
 }
 
 // admit checks a document offered as a revision of scope: a valid scope, a
@@ -218,35 +219,118 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 // compacted document and its revision (the digest of its canonical form).
 // An invalid document is recorded as a rejected event of scope, by codes and
 // paths only, and answered revision-invalid with the issues.
-func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessage, checked CheckedDocument, schemaID, schemaVersion string, by author, owner string) (json.RawMessage, Revision, error) {
+//
+// With an idempotency key, the request is fingerprinted by fingerprint of
+// its content (the revision, or the digest of the document's bytes when it
+// has no canonical form), so that a repeated request is recognised whether
+// its document was accepted or not and whatever the validator says now:
+// an earlier rejection under the key answers its revision-invalid again and
+// appends nothing; an earlier acceptance is returned as replay; a key that
+// served another request is idempotency-key-reused. A rejection is
+// recorded with the key, which binds it to the request.
+func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessage, checked CheckedDocument, schemaID, schemaVersion string, by author, owner, key string, fingerprint func(content string) string) (admitted, error) {
 	if err := e.writable(scope, owner); err != nil {
-		return nil, "", err
+		return admitted{}, err
 	}
 	doc, shortNumbers, err := e.compactChecked(document, checked)
 	if err != nil {
-		return nil, "", err
+		return admitted{}, err
 	}
 	issues, canon, err := e.check(scope, true, doc, shortNumbers, schemaID)
 	if err != nil {
-		return nil, "", err
+		return admitted{}, err
 	}
-	if len(issues) > 0 {
-		rej := &Event{
-			Kind:            EventRejected,
-			Scope:           scope,
-			SchemaID:        schemaID,
-			SchemaVersion:   schemaVersion,
-			Actor:           by.actor,
-			OnBehalfOf:      by.onBehalfOf,
-			RejectionReason: RejectionReason(issues),
-			Timestamp:       e.timestamp(),
-		}
-		if err := e.store.Append(ctx, rej, 0); err != nil {
-			return nil, "", fmt.Errorf("record rejection of %s: %w", scope, err)
-		}
-		return nil, "", InvalidError(issues)
+	a := admitted{doc: doc}
+	content := ""
+	if canon != nil {
+		a.rev = Revision(canonical.DigestCanonical(canon))
+		content = string(a.rev)
+	} else {
+		sum := sha256.Sum256(doc)
+		content = "bytes:" + hex.EncodeToString(sum[:])
 	}
-	return doc, Revision(canonical.DigestCanonical(canon)), nil
+	if key != "" {
+		a.hash = fingerprint(content)
+		rec, err := e.replayed(ctx, key, a.hash)
+		if err != nil || rec != nil {
+			return replayAdmission(rec, issues, err)
+		}
+	}
+	if len(issues) == 0 {
+		return a, nil
+	}
+	rej := &Event{
+		Kind:            EventRejected,
+		Scope:           scope,
+		SchemaID:        schemaID,
+		SchemaVersion:   schemaVersion,
+		Actor:           by.actor,
+		OnBehalfOf:      by.onBehalfOf,
+		Unauthenticated: by.unauthenticated,
+		RejectionReason: RejectionReason(issues),
+		IdempotencyKey:  key,
+		RequestHash:     a.hash,
+		Timestamp:       e.timestamp(),
+	}
+	switch err := e.store.Append(ctx, rej, 0); {
+	case errors.Is(err, ErrDuplicateIdempotencyKey):
+		rec, err := e.replayedAfterRace(ctx, key, a.hash)
+		return replayAdmission(rec, issues, err)
+	case err != nil:
+		return admitted{}, fmt.Errorf("record rejection of %s: %w", scope, err)
+	}
+	return admitted{}, InvalidError(issues)
+}
+
+// replayAdmission answers a request whose idempotency key is recorded as
+// rec (or whose lookup failed with err): a recorded rejection is answered
+// revision-invalid again, with the issues found now when they are the ones
+// recorded (the same document checked by the same schema) and the
+// recorded codes and paths otherwise; anything else is the replay.
+func replayAdmission(rec *IdempotencyRecord, now []Issue, err error) (admitted, error) {
+	switch {
+	case err != nil:
+		return admitted{}, err
+	case rec.Event.Kind == EventRejected:
+		return admitted{}, InvalidError(recordedIssues(rec.Event.RejectionReason, now))
+	}
+	return admitted{replay: rec}, nil
+}
+
+// recordedIssues returns the issues of a recorded rejection reason
+// (RejectionReason's form): now when it renders as that reason, otherwise
+// the codes and paths the reason names, each with a message saying so.
+func recordedIssues(reason string, now []Issue) []Issue {
+	if RejectionReason(now) == reason {
+		return now
+	}
+	var out []Issue
+	for _, part := range strings.Split(reason, "; ") {
+		code, path, _ := strings.Cut(part, " at ")
+		if path == "(document)" {
+			path = ""
+		}
+		out = append(out, Issue{Code: code, Path: path, Message: "recorded when this request was first refused"})
+	}
+	return out
+}
+
+// createdEvent is the revision-created event that stores doc as revision
+// rev of scope.
+func createdEvent(scope Scope, rev Revision, doc json.RawMessage, schemaID, schemaVersion string, by author, reason string, at time.Time) *Event {
+	return &Event{
+		Kind:            EventRevisionCreated,
+		Scope:           scope,
+		Revision:        rev,
+		Document:        doc,
+		SchemaID:        schemaID,
+		SchemaVersion:   schemaVersion,
+		Actor:           by.actor,
+		OnBehalfOf:      by.onBehalfOf,
+		Unauthenticated: by.unauthenticated,
+		Reason:          reason,
+		Timestamp:       at,
+	}
 }
 
 func createResult(rec *IdempotencyRecord) CreateRevisionResult {
@@ -293,10 +377,11 @@ func (e *Engine) Validate(ctx context.Context, req ValidateRequest) (ValidateRes
 	return ValidateResult{Valid: len(issues) == 0, Issues: issues}, nil
 }
 
-// check returns the issues of doc and, when it has none, its canonical
-// form (computed once: canonicalisation is the costliest step of a create;
-// doc itself when it is canonical already, so the result is only read);
-// an error only for an internal failure. shortNumbers says that
+// check returns the issues of doc and its canonical form, nil when it has
+// none (syntax or numbers canonical JSON would change); computed once:
+// canonicalisation is the costliest step of a create; doc itself when it
+// is canonical already, so the result is only read. The error is only for
+// an internal failure. shortNumbers says that
 // compactDocument saw only integer literals of at most
 // canonical.ShortIntegerDigits digits, for which the number check has
 // nothing to report.
@@ -338,9 +423,6 @@ func (e *Engine) check(scope Scope, hasScope bool, doc json.RawMessage, shortNum
 				issues = append(issues, found...)
 			}
 		}
-	}
-	if len(issues) > 0 {
-		canon = nil
 	}
 	return issues, canon, nil
 }
@@ -433,7 +515,7 @@ func (e *Engine) activate(ctx context.Context, req ActivateRequest, hash string)
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return activationResult(rec), err
 	}
-	ev := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, author{req.Actor, req.OnBehalfOf}, req.Reason, req.IdempotencyKey, hash)
+	ev := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, authorOf(req.Actor, req.OnBehalfOf), req.Reason, req.IdempotencyKey, hash)
 	ev.Revision = req.Revision
 	switch err := e.store.Append(ctx, ev, req.ExpectedGeneration); {
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
@@ -491,7 +573,7 @@ func (e *Engine) Deactivate(ctx context.Context, req DeactivateRequest) (Deactiv
 	if err := e.cascadeWritable(ctx, req.Scope, req.Owner); err != nil {
 		return DeactivationResult{}, err
 	}
-	ev := e.guardedEvent(EventDeactivated, req.Scope, req.ExpectedGeneration, author{req.Actor, req.OnBehalfOf}, req.Reason, req.IdempotencyKey, hash)
+	ev := e.guardedEvent(EventDeactivated, req.Scope, req.ExpectedGeneration, authorOf(req.Actor, req.OnBehalfOf), req.Reason, req.IdempotencyKey, hash)
 	switch err := e.store.AppendSubtreeDeactivation(ctx, ev, req.ExpectedGeneration); {
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
 		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
@@ -510,8 +592,9 @@ func deactivationResult(rec *IdempotencyRecord) DeactivationResult {
 }
 
 // RollbackRequest asks to re-activate an earlier revision as a new
-// generation. At most one of ToRevision and ToGeneration is set; with neither,
-// the target is the revision that was active before the current one.
+// generation. At most one of ToRevision and ToGeneration is set; with
+// neither, the target is the revision that was active before the head as of
+// ExpectedGeneration (the latest earlier activation of another revision).
 type RollbackRequest struct {
 	Scope              Scope
 	ExpectedGeneration Generation
@@ -579,37 +662,12 @@ func (e *Engine) rollbackTarget(ctx context.Context, req RollbackRequest) (Revis
 		}
 		return req.ToRevision, nil
 	}
-	events, err := e.store.History(ctx, req.Scope)
-	if err != nil {
-		return "", err
-	}
-	if req.ToGeneration != nil {
-		for _, ev := range events {
-			if ev.Kind == EventActivated && ev.Generation == *req.ToGeneration {
-				return ev.Revision, nil
-			}
-		}
-		return "", Errorf(CodeNotFound, "generation %d of scope %q is not an activation", *req.ToGeneration, req.Scope)
-	}
-	st, err := e.store.State(ctx, req.Scope)
-	if err != nil {
-		return "", err
-	}
-	var current Revision
-	var since Generation
-	if st.Head != nil {
-		current, since = st.Head.Revision, st.Head.Generation
-	}
-	for i := len(events) - 1; i >= 0; i-- {
-		ev := events[i]
-		if ev.Kind != EventActivated || (since != 0 && ev.Generation >= since) {
-			continue
-		}
-		if ev.Revision != current {
-			return ev.Revision, nil
-		}
-	}
-	return "", Errorf(CodeNotFound, "scope %q has no earlier revision to roll back to", req.Scope)
+	// The target is resolved by the store of record as of the expected
+	// generation: a snapshot of this process may be behind it (a replica
+	// that has not yet seen another's commit), and a target taken from
+	// it would be re-activated under an expectedGeneration it was never
+	// resolved against.
+	return e.store.RollbackTarget(ctx, req.Scope, req.ExpectedGeneration, req.ToGeneration)
 }
 
 // Status describes a scope for operators.
@@ -701,8 +759,26 @@ func (e *Engine) Replay(ctx context.Context, scope Scope, gen Generation) (Scope
 func (e *Engine) timestamp() time.Time { return e.now().UTC() }
 
 // author is who a mutation records: the authenticated actor and, apart, whom
-// the client said it acts for.
-type author struct{ actor, onBehalfOf string }
+// the client said it acts for; or, when nobody authenticated the request,
+// the client's claim as the actor, marked unauthenticated.
+type author struct {
+	actor, onBehalfOf string
+	unauthenticated   bool
+}
+
+// authorOf is the author of a request made as actor (the caller's
+// identity) for onBehalfOf (the client's claim). A request without
+// authentication (actor AnonymousID, every caller of a server without
+// tokens) that claims an actor records that claim as the event's Actor,
+// as the reference var server does, marked Unauthenticated so that the
+// audit log never passes it off as a verified identity; an authenticated
+// request keeps its identity as the Actor and the claim beside it.
+func authorOf(actor, onBehalfOf string) author {
+	if actor == AnonymousID && onBehalfOf != "" {
+		return author{actor: onBehalfOf, unauthenticated: true}
+	}
+	return author{actor: actor, onBehalfOf: onBehalfOf}
+}
 
 // Owner reserves the scopes Owns matches to the subsystem Name. Its writes
 // name it in their request's Owner field; transports never set that field
@@ -785,6 +861,7 @@ func (e *Engine) guardedEvent(kind EventKind, scope Scope, expected Generation, 
 		PreviousGeneration: GenerationPtr(expected),
 		Actor:              by.actor,
 		OnBehalfOf:         by.onBehalfOf,
+		Unauthenticated:    by.unauthenticated,
 		Reason:             reason,
 		IdempotencyKey:     key,
 		RequestHash:        hashIf(key, hash),

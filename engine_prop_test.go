@@ -144,13 +144,15 @@ func TestEngineMatchesModel(t *testing.T) {
 						break
 					}
 				}
+				// A stale expectedGeneration is a conflict whether or not
+				// the history as of that generation has a target.
 				switch {
+				case !fresh:
+					checkConflict(rt, err, scope)
 				case target == "":
 					if !errors.Is(err, varplane.ErrNotFound) {
 						rt.Fatalf("rollback with no target: %v", err)
 					}
-				case !fresh:
-					checkConflict(rt, err, scope)
 				case err != nil:
 					rt.Fatal(err)
 				default:

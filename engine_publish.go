@@ -41,12 +41,14 @@ type PublishResult struct {
 // store operation (Store.AppendPublish: one fsync, script or transaction),
 // stores it unless the content-addressed revision exists and activates it at
 // req.ExpectedGeneration+1. Its refusals are those of CreateRevision and
-// Activate: revision-invalid with the issues (a rejected event is recorded
-// and nothing else), revision-conflict carrying the current generation (and
-// no revision is left behind), idempotency-key-reused. Without an
-// idempotency key, a scope already past req.ExpectedGeneration is a conflict
-// before the document is even validated. A repeated request
-// with the same idempotency key answers the first result, Created included.
+// Activate: revision-invalid with the issues (a rejected event is recorded,
+// with the idempotency key if any, and nothing else), revision-conflict
+// carrying the current generation (and no revision is left behind),
+// idempotency-key-reused. Without an idempotency key, a scope already past
+// req.ExpectedGeneration is a conflict before the document is even
+// validated. A repeated request with the same idempotency key answers the
+// first result, Created included, or the first refusal of an invalid
+// document, and appends nothing.
 func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult, error) {
 	if err := e.writable(req.Scope, req.Owner); err != nil {
 		return PublishResult{}, err
@@ -63,31 +65,18 @@ func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult
 			return PublishResult{}, ConflictError(req.Scope, req.ExpectedGeneration, st.Generation)
 		}
 	}
-	doc, rev, err := e.admit(ctx, req.Scope, req.Document, req.Checked, req.SchemaID, req.SchemaVersion, author{req.Actor, req.OnBehalfOf}, req.Owner)
-	if err != nil {
-		return PublishResult{}, err
+	by := authorOf(req.Actor, req.OnBehalfOf)
+	a, err := e.admit(ctx, req.Scope, req.Document, req.Checked, req.SchemaID, req.SchemaVersion, by, req.Owner, req.IdempotencyKey,
+		func(content string) string {
+			return requestHash("publish", req.Scope, content, req.SchemaID, req.SchemaVersion, fmt.Sprint(req.ExpectedGeneration))
+		})
+	if err != nil || a.replay != nil {
+		return publishResult(a.replay), err
 	}
-	var hash string // only a request with a key is recorded with its hash
-	if req.IdempotencyKey != "" {
-		hash = requestHash("publish", req.Scope, string(rev), req.SchemaID, req.SchemaVersion, fmt.Sprint(req.ExpectedGeneration))
-	}
-	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
-		return publishResult(rec), err
-	}
-	act := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, author{req.Actor, req.OnBehalfOf}, req.Reason, req.IdempotencyKey, hash)
+	doc, rev, hash := a.doc, a.rev, a.hash // hash: only a request with a key is recorded with one
+	act := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, by, req.Reason, req.IdempotencyKey, hash)
 	act.Revision = rev
-	created := &Event{
-		Kind:          EventRevisionCreated,
-		Scope:         req.Scope,
-		Revision:      rev,
-		Document:      doc,
-		SchemaID:      req.SchemaID,
-		SchemaVersion: req.SchemaVersion,
-		Actor:         req.Actor,
-		OnBehalfOf:    req.OnBehalfOf,
-		Reason:        req.Reason,
-		Timestamp:     act.Timestamp,
-	}
+	created := createdEvent(req.Scope, rev, doc, req.SchemaID, req.SchemaVersion, by, req.Reason, act.Timestamp)
 	var isNew bool
 	if cp, ok := e.store.(CheckedPublisher); ok && req.Checked.Holds(doc) {
 		isNew, err = cp.AppendPublishChecked(ctx, created, act, req.ExpectedGeneration, req.Checked)

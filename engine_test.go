@@ -23,6 +23,19 @@ func (f fakeValidator) Validate(id string, doc json.RawMessage) ([]varplane.Issu
 	return fn(doc), nil
 }
 
+// strictIssues refuses every member of doc but "enabled".
+func strictIssues(doc json.RawMessage) []varplane.Issue {
+	var m map[string]any
+	_ = json.Unmarshal(doc, &m)
+	var out []varplane.Issue
+	for k := range m {
+		if k != "enabled" {
+			out = append(out, varplane.Issue{Code: "document.unknown-field", Path: "/" + k, Message: "unknown field '" + k + "'"})
+		}
+	}
+	return out
+}
+
 func newEngine(t *testing.T) *varplane.Engine {
 	t.Helper()
 	s := memory.New()
@@ -31,17 +44,7 @@ func newEngine(t *testing.T) *varplane.Engine {
 	var mu sync.Mutex
 	e := varplane.NewEngine(s, varplane.Options{
 		Validator: fakeValidator{
-			"strict/v1": func(doc json.RawMessage) []varplane.Issue {
-				var m map[string]any
-				_ = json.Unmarshal(doc, &m)
-				var out []varplane.Issue
-				for k := range m {
-					if k != "enabled" {
-						out = append(out, varplane.Issue{Code: "document.unknown-field", Path: "/" + k, Message: "unknown field '" + k + "'"})
-					}
-				}
-				return out
-			},
+			"strict/v1": strictIssues,
 		},
 		Now: func() time.Time {
 			mu.Lock()

@@ -63,6 +63,15 @@ const (
 	// CodeNotReady: the instance has not installed its root document yet, so
 	// it answers nothing rather than an empty document.
 	CodeNotReady Code = "not-ready"
+	// CodeOutcomeUnknown: the store was sent the commit and its answer was
+	// lost (a timeout or a connection lost after a Redis script or a
+	// PostgreSQL statement was sent, an fdatasync that failed after the
+	// write), so the write may or may not have happened. Unlike
+	// store-unavailable, which promises that nothing changed, it tells the
+	// client to find out: re-read the head (or history), or send the same
+	// request again with the same idempotency key, which answers the first
+	// result if it did commit.
+	CodeOutcomeUnknown Code = "outcome-unknown"
 )
 
 // Error is the one error type of the domain. Its Code decides the HTTP status
@@ -130,6 +139,9 @@ var (
 	// ErrChangeRequired matches the refusal of a direct write to a scope
 	// under a review policy.
 	ErrChangeRequired = &Error{Code: CodeChangeRequired}
+	// ErrOutcomeUnknown matches a write whose outcome the store could not
+	// learn (CodeOutcomeUnknown).
+	ErrOutcomeUnknown = &Error{Code: CodeOutcomeUnknown}
 )
 
 // Store-level sentinels: conditions a Store reports to the Engine, which turns
@@ -173,6 +185,14 @@ func ConflictError(scope Scope, expected, current Generation) *Error {
 // could not be reached, and nothing was changed.
 func Unavailable(err error) *Error {
 	return &Error{Code: CodeStoreUnavailable, Message: "the store is unavailable", Err: err}
+}
+
+// OutcomeUnknown wraps err as an outcome-unknown error: the commit was sent
+// to the store of record, or written, and its outcome was not learnt, so it
+// may have happened. A store returns it only then; an error that certainly
+// changed nothing is Unavailable.
+func OutcomeUnknown(err error) *Error {
+	return &Error{Code: CodeOutcomeUnknown, Message: "the store may or may not have committed the write: re-read, or repeat it with the same idempotency key", Err: err}
 }
 
 // ErrorCode returns the code of err: the Code of the first *Error in its

@@ -78,6 +78,26 @@ type Store interface {
 	// Idempotency(key) tells a replay whether the revision was created.
 	AppendPublish(ctx context.Context, created, activated *Event, expected Generation) (bool, error)
 
+	// RollbackTarget returns the revision a rollback of scope guarded by
+	// expected re-activates, read from the store of record, never from a
+	// snapshot this process holds (which may be behind expected): with to
+	// set, the revision of the activation at generation *to; without, the
+	// revision of the latest activation before the head as of generation
+	// expected (the activation or deactivation of the highest generation
+	// not above expected) whose revision differs from that head's. When
+	// there is none it returns a conflict if the scope is not at expected
+	// (RollbackNotFound) and a not-found error otherwise; a target found is
+	// returned without that check: the rollback's own compare-and-set
+	// refuses it with a conflict if need be. It reads the history from its end
+	// and stops at the answer (an indexed query, bounded pages, or a walk
+	// of the history held in memory; RollbackSearch), never the whole
+	// history of a scope with a recent target.
+	//
+	// It is part of the contract, not a capability, because the rollback
+	// of every store needs it: a target taken from a replica's snapshot
+	// re-activated the wrong revision (issue 33).
+	RollbackTarget(ctx context.Context, scope Scope, expected Generation, to *Generation) (Revision, error)
+
 	// Watch registers fn to receive every commit that changes a head, after
 	// the store's snapshot is updated, in commit order per scope. It includes
 	// commits made through this store value and, for shared stores, those
@@ -122,6 +142,30 @@ type Store interface {
 // store has it; AppendPublish keeps every check for every other caller.
 type CheckedPublisher interface {
 	AppendPublishChecked(ctx context.Context, created, activated *Event, expected Generation, doc CheckedDocument) (bool, error)
+}
+
+// WriteReadiness is a Store that can tell whether it accepts writes right
+// now, for a server's readiness check: every store of this module has it.
+// WriteReady returns nil when a write sent now can commit, and otherwise an
+// error that says why not: store-unavailable when the store refuses writes
+// for now (the file store after a failed write or a full disk, until it is
+// reopened; Redis or PostgreSQL unreachable, read-only (a replica, a
+// standby, default_transaction_read_only) or refusing writes (Redis out of
+// memory or unable to persist)), store-unsupported for a store opened
+// read-only, which never will, and ErrClosed after Close. It changes
+// nothing, and costs at most one short request to a shared store's server,
+// bounded by the store's command timeout and ctx.
+type WriteReadiness interface {
+	WriteReady(ctx context.Context) error
+}
+
+// WriteReady reports whether s accepts writes now (WriteReadiness); a
+// store without the capability is taken to accept them.
+func WriteReady(ctx context.Context, s Store) error {
+	if r, ok := s.(WriteReadiness); ok {
+		return r.WriteReady(ctx)
+	}
+	return nil
 }
 
 // MaxLeaseName bounds a lease name and a holder token in bytes.

@@ -6,8 +6,13 @@
 //
 // Per scope a pass keeps the head, the RetainCount most recently created
 // revisions and every revision younger than RetainMinAge, and reclaims the
-// others; a revision that never became the head (an orphan) is reclaimed
-// once older than OrphanAge whatever its rank. It never reclaims a revision
+// others, whether or not they were ever activated: a revision created and
+// waiting for its activation (the two-step flow, create now and activate
+// after review) is a revision like any other. An orphan is something else:
+// a revision record whose commit did not complete, so that no
+// revision-created event names it (a store whose records can be written
+// apart from their commit lists them: RecordLister); it is reclaimed once
+// older than OrphanAge whatever its rank. A pass never reclaims a revision
 // an open change rests on (InUse), and when the open changes cannot be read
 // it reclaims nothing that pass. Reclamation removes bodies only: the events
 // stay, so the audit history is whole, and a reclaimed revision answers
@@ -37,8 +42,10 @@ type Policy struct {
 	RetainCount int
 	// RetainMinAge: a revision younger than this is kept (orphans aside).
 	RetainMinAge time.Duration
-	// OrphanAge: a revision that never became the head is reclaimed once
-	// older than this.
+	// OrphanAge: an orphan, a record whose commit did not complete (no
+	// revision-created event names it), is reclaimed once older than
+	// this. A revision that was created and never activated is not an
+	// orphan.
 	OrphanAge time.Duration
 }
 
@@ -86,6 +93,17 @@ type Reclaimer interface {
 	// error then has a Failed() int method counting them. A store that deletes later (the file store,
 	// at its compaction) reports its deletions from FinishReclaim.
 	ReclaimRevisions(ctx context.Context, scope varplane.Scope, revs []varplane.Revision) (int, error)
+}
+
+// RecordLister is a Reclaimer whose revision records can exist without the
+// revision-created event of their commit (Redis writes a record in the
+// script that commits it, and a script that stops part-way keeps what it
+// wrote): RevisionRecords lists, by scope, the revisions whose records it
+// holds, and a pass reclaims those no event names once older than
+// OrphanAge. The memory, file and PostgreSQL stores write a record and its
+// event in one atomic step, have no orphans and do not implement it.
+type RecordLister interface {
+	RevisionRecords(ctx context.Context) (map[varplane.Scope][]varplane.Revision, error)
 }
 
 // Finisher is a Reclaimer that completes the deletions of a pass at its end
@@ -209,9 +227,24 @@ func (r *Runner) RunOnce(ctx context.Context) (Report, error) {
 			return rep, fmt.Errorf("retention: open changes cannot be read, nothing reclaimed this pass: %w", err)
 		}
 	}
+	// The records are listed before any history is read, so that a
+	// record whose commit completes meanwhile has its event in the history
+	// read after it.
+	var records map[varplane.Scope][]varplane.Revision
+	if rl, ok := r.store.(RecordLister); ok {
+		var err error
+		if records, err = rl.RevisionRecords(ctx); err != nil {
+			return rep, fmt.Errorf("retention: list revision records: %w", err)
+		}
+	}
 	scopes, err := r.store.Scopes(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("retention: list scopes: %w", err)
+	}
+	for sc := range records {
+		if _, found := slices.BinarySearch(scopes, sc); !found {
+			scopes = append(scopes, sc) // a scope whose only commit did not complete
+		}
 	}
 	var errs []error
 	for _, scope := range scopes {
@@ -219,7 +252,7 @@ func (r *Runner) RunOnce(ctx context.Context) (Report, error) {
 			return rep, err
 		}
 		rep.Scopes++
-		n, held, err := r.scope(ctx, scope, start, inUse[scope])
+		n, held, err := r.scope(ctx, scope, start, inUse[scope], records[scope])
 		switch {
 		case held:
 			rep.Skipped++
@@ -260,8 +293,9 @@ type eventHistorian interface {
 }
 
 // scope reclaims in one scope under its lease; held reports that another
-// replica holds the lease.
-func (r *Runner) scope(ctx context.Context, scope varplane.Scope, now time.Time, inUse []varplane.Revision) (n int, held bool, err error) {
+// replica holds the lease. records are the revisions whose records the
+// store listed for the scope (RecordLister), nil when it lists none.
+func (r *Runner) scope(ctx context.Context, scope varplane.Scope, now time.Time, inUse, records []varplane.Revision) (n int, held bool, err error) {
 	name := "reclaim:" + string(scope)
 	if len(name) > varplane.MaxLeaseName {
 		name = name[:varplane.MaxLeaseName]
@@ -297,6 +331,11 @@ func (r *Runner) scope(ctx context.Context, scope varplane.Scope, now time.Time,
 		head = st.Head.Revision
 	}
 	revs := Select(r.opts.Policy, now, hist, head, inUse)
+	orphans, err := r.orphans(ctx, scope, hist, records)
+	if err != nil {
+		return 0, false, err
+	}
+	revs = append(revs, SelectOrphans(r.opts.Policy, now, orphans, head, inUse)...)
 	if len(revs) == 0 {
 		return 0, false, nil
 	}
@@ -304,48 +343,92 @@ func (r *Runner) scope(ctx context.Context, scope varplane.Scope, now time.Time,
 	return n, false, err
 }
 
+// Orphan is a revision record whose commit did not complete: no
+// revision-created event of its scope names it.
+type Orphan struct {
+	Revision  varplane.Revision
+	CreatedAt time.Time // the record's
+}
+
+// orphans returns the records of scope that no revision-created event of
+// hist names, with their creation times read from the records; a record
+// that is gone meanwhile (reclaimed, or never there) is left out.
+func (r *Runner) orphans(ctx context.Context, scope varplane.Scope, hist []varplane.Event, records []varplane.Revision) ([]Orphan, error) {
+	if len(records) == 0 {
+		return nil, nil
+	}
+	created := map[varplane.Revision]bool{}
+	for i := range hist {
+		if hist[i].Kind == varplane.EventRevisionCreated {
+			created[hist[i].Revision] = true
+		}
+	}
+	var out []Orphan
+	for _, rev := range records {
+		if created[rev] {
+			continue
+		}
+		rec, err := r.store.Revision(ctx, scope, rev)
+		switch {
+		case errors.Is(err, varplane.ErrNotFound), errors.Is(err, varplane.ErrReclaimed):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("read revision record %s: %w", rev, err)
+		}
+		out = append(out, Orphan{Revision: rev, CreatedAt: rec.CreatedAt})
+	}
+	return out, nil
+}
+
+// SelectOrphans returns the orphans of a scope that policy reclaims at now:
+// those older than OrphanAge, never the head nor a revision an open change
+// rests on.
+func SelectOrphans(policy Policy, now time.Time, orphans []Orphan, head varplane.Revision, inUse []varplane.Revision) []varplane.Revision {
+	var out []varplane.Revision
+	for _, o := range orphans {
+		if o.Revision != head && !slices.Contains(inUse, o.Revision) && now.Sub(o.CreatedAt) > policy.OrphanAge {
+			out = append(out, o.Revision)
+		}
+	}
+	return out
+}
+
 // Select returns the revisions of a scope that policy reclaims at now,
 // from its whole history hist, its head and the revisions open changes rest
-// on, oldest first. Revisions already reclaimed are among them (a store
-// ignores what it no longer holds).
+// on, oldest first: those beyond the RetainCount most recently created and
+// older than RetainMinAge, activated or not (a revision with a
+// revision-created event is never an orphan; SelectOrphans). Revisions
+// already reclaimed are among them (a store ignores what it no longer
+// holds).
 func Select(policy Policy, now time.Time, hist []varplane.Event, head varplane.Revision, inUse []varplane.Revision) []varplane.Revision {
 	type info struct {
 		rev     varplane.Revision
 		created time.Time
-		headed  bool
 	}
 	byRev := map[varplane.Revision]*info{}
 	var order []*info // by latest creation, oldest first
 	for i := range hist {
 		ev := &hist[i]
-		switch ev.Kind {
-		case varplane.EventRevisionCreated:
-			in := byRev[ev.Revision]
-			if in == nil {
-				in = &info{rev: ev.Revision}
-				byRev[ev.Revision] = in
-			} else {
-				order = slices.DeleteFunc(order, func(x *info) bool { return x == in })
-			}
-			in.created = ev.Timestamp
-			order = append(order, in)
-		case varplane.EventActivated:
-			if in := byRev[ev.Revision]; in != nil {
-				in.headed = true
-			}
+		if ev.Kind != varplane.EventRevisionCreated {
+			continue
 		}
+		in := byRev[ev.Revision]
+		if in == nil {
+			in = &info{rev: ev.Revision}
+			byRev[ev.Revision] = in
+		} else {
+			order = slices.DeleteFunc(order, func(x *info) bool { return x == in })
+		}
+		in.created = ev.Timestamp
+		order = append(order, in)
 	}
 	var out []varplane.Revision
 	for i, in := range order {
 		if in.rev == head || slices.Contains(inUse, in.rev) {
 			continue
 		}
-		age := now.Sub(in.created)
 		newest := len(order) - i // 1 for the newest
-		switch {
-		case !in.headed && age > policy.OrphanAge:
-			out = append(out, in.rev)
-		case in.headed && newest > policy.RetainCount && age > policy.RetainMinAge:
+		if newest > policy.RetainCount && now.Sub(in.created) > policy.RetainMinAge {
 			out = append(out, in.rev)
 		}
 	}

@@ -153,40 +153,6 @@ func TestOpenChanges(t *testing.T) {
 	})
 }
 
-// Seed 002: an orphan (never the head) is reclaimed once older than the
-// orphan age, never served in between; reclaimed answers 410, never
-// created 404, and the history of a reclaimed revision stays.
-func TestOrphan(t *testing.T) {
-	each(t, func(t *testing.T, s retention.Reclaimer) {
-		ctx := context.Background()
-		publish(t, s, "app.k", 0, 1, t0)
-		c := storetest.CreatedEvent("app.k", storetest.Doc(500))
-		c.Timestamp = t0
-		if err := s.Append(ctx, c, 0); err != nil {
-			t.Fatal(err)
-		}
-		if rep, _ := runner(t, s, t0.Add(59*time.Minute), nil).RunOnce(ctx); rep.Reclaimed != 0 {
-			t.Errorf("an orphan younger than the orphan age was reclaimed")
-		}
-		if _, err := runner(t, s, t0.Add(61*time.Minute), nil).RunOnce(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Revision(ctx, "app.k", c.Revision); !errors.Is(err, varplane.ErrReclaimed) {
-			t.Errorf("orphan after its age: %v, want revision-reclaimed", err)
-		}
-		if _, err := s.Revision(ctx, "app.k", storetest.RevisionOf(storetest.Doc(501))); !errors.Is(err, varplane.ErrNotFound) {
-			t.Errorf("never created: %v, want not-found", err)
-		}
-		hist, err := s.History(ctx, "app.k")
-		if err != nil || len(hist) != 3 || hist[2].Revision != c.Revision || hist[2].Kind != varplane.EventRevisionCreated {
-			t.Errorf("history of the reclaimed orphan: %+v %v", hist, err)
-		}
-		if st, _ := s.State(ctx, "app.k"); st.Head == nil || st.Head.Revision == c.Revision {
-			t.Errorf("the orphan was served: %+v", st.Head)
-		}
-	})
-}
-
 // Seed 002: two replicas, one lease per scope: while B holds
 // reclaim:<scope>, A's pass leaves the scope alone; and A's release never
 // deletes a lease B took from it after it expired.
@@ -307,14 +273,41 @@ func TestSelect(t *testing.T) {
 			ev("revision-created", "a", 9*day), ev("activated", "a", 9*day),
 			ev("revision-created", "b", 9*day), ev("activated", "b", 9*day),
 			ev("revision-created", "c", 9*day), ev("activated", "c", 9*day)}, "c", []varplane.Revision{"a"}, "[]"},
-		{"an orphan after its age", []varplane.Event{ev("revision-created", "o", 2*time.Hour)}, "", nil, "[o]"},
-		{"an orphan before its age", []varplane.Event{ev("revision-created", "o", 30*time.Minute)}, "", nil, "[]"},
+		// Issue 33: a revision created and never activated is not an
+		// orphan; only the count and the age reclaim it.
+		{"a staged revision past the orphan age", []varplane.Event{ev("revision-created", "s", 2*time.Hour)}, "", nil, "[]"},
+		{"a staged revision within the count", []varplane.Event{
+			ev("revision-created", "a", 9*day), ev("activated", "a", 9*day),
+			ev("revision-created", "s", 9*day),
+			ev("revision-created", "b", 9*day), ev("activated", "b", 9*day)}, "b", nil, "[a]"},
+		{"a staged revision beyond the count and old", []varplane.Event{
+			ev("revision-created", "s", 9*day),
+			ev("revision-created", "a", 9*day), ev("activated", "a", 9*day),
+			ev("revision-created", "b", 9*day), ev("activated", "b", 9*day)}, "b", nil, "[s]"},
+		{"a staged revision beyond the count but young", []varplane.Event{
+			ev("revision-created", "s", 6*day),
+			ev("revision-created", "a", 6*day), ev("activated", "a", 6*day),
+			ev("revision-created", "b", 6*day), ev("activated", "b", 6*day)}, "b", nil, "[]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := fmt.Sprint(retention.Select(p, now, tc.hist, varplane.Revision(tc.head), tc.inUse)); got != tc.want {
 				t.Errorf("Select = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestSelectOrphans(t *testing.T) {
+	now := t0
+	p := retention.Policy{RetainCount: 2, RetainMinAge: 7 * 24 * time.Hour, OrphanAge: time.Hour}
+	orphans := []retention.Orphan{
+		{Revision: "old", CreatedAt: now.Add(-2 * time.Hour)},
+		{Revision: "young", CreatedAt: now.Add(-30 * time.Minute)},
+		{Revision: "head", CreatedAt: now.Add(-2 * time.Hour)},
+		{Revision: "used", CreatedAt: now.Add(-2 * time.Hour)},
+	}
+	if got := fmt.Sprint(retention.SelectOrphans(p, now, orphans, "head", []varplane.Revision{"used"})); got != "[old]" {
+		t.Errorf("SelectOrphans = %s, want [old]", got)
 	}
 }
 

@@ -620,6 +620,7 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 				OnBehalfOf:         e.OnBehalfOf,
 				Reason:             reason,
 				Timestamp:          e.Timestamp,
+				Unauthenticated:    e.Unauthenticated,
 			})
 			cw := tc.w()
 			cw.gen, cw.headIdx, cw.head = c.Generation, 0, nil

@@ -53,6 +53,9 @@ type cascadeTail struct {
 	OnBehalfOf string    `json:"onBehalfOf,omitempty"`
 	Reason     string    `json:"reason"`
 	Timestamp  time.Time `json:"timestamp"`
+	// Unauthenticated follows the parent's mark (after the timestamp, in
+	// varplane.Event's order).
+	Unauthenticated bool `json:"unauthenticated,omitempty"`
 }
 
 // Deactivation checks the event of a subtree deactivation (its kind, and
@@ -84,7 +87,7 @@ func Deactivation(ev *varplane.Event, expected varplane.Generation, check func(*
 		return nil, nil, varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}
 	head = bytes.TrimSuffix(head, []byte("}"))
-	tail, err = jsontext.Marshal(cascadeTail{Actor: ev.Actor, OnBehalfOf: ev.OnBehalfOf, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp})
+	tail, err = jsontext.Marshal(cascadeTail{Actor: ev.Actor, OnBehalfOf: ev.OnBehalfOf, Reason: varplane.CascadeReason(ev.Scope), Timestamp: ev.Timestamp, Unauthenticated: ev.Unauthenticated})
 	if err != nil {
 		return nil, nil, varplane.Errorf(varplane.CodeBadRequest, "event cannot be encoded: %v", err)
 	}

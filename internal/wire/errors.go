@@ -19,6 +19,12 @@ import (
 // idempotency-key-reused is 422: the request is well formed but its key
 // already names another request (the IETF Idempotency-Key draft's choice);
 // 409 stays for generation conflicts, which a client resolves by re-reading.
+//
+// outcome-unknown is 504, not 503: a 503 promises that nothing changed, and
+// a write whose answer the store lost may have committed. 504 is what a
+// gateway answers when its upstream (here the store of record) did not
+// answer in time, and gRPC's equivalent, DEADLINE_EXCEEDED, is the code
+// that says a state change may have completed.
 func Status(code varplane.Code) int {
 	switch code {
 	case varplane.CodeBadRequest, varplane.CodeStoreUnsupported, varplane.CodeLimitExceeded:
@@ -45,6 +51,8 @@ func Status(code varplane.Code) int {
 	case varplane.CodeStoreUnavailable, varplane.CodeTooManyRequests,
 		varplane.CodeDocumentFailed, varplane.CodeDocumentStale, varplane.CodeNotReady:
 		return http.StatusServiceUnavailable
+	case varplane.CodeOutcomeUnknown:
+		return http.StatusGatewayTimeout
 	default:
 		return http.StatusInternalServerError
 	}

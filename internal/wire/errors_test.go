@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -104,6 +106,7 @@ func TestStatusTable(t *testing.T) {
 		varplane.CodeDocumentFailed: 503, varplane.CodeDocumentStale: 503, varplane.CodeNotReady: 503,
 		varplane.CodeInternal: 500, "no-such-code": 500,
 		varplane.CodeChangeRequired: 403, varplane.CodeChangeState: 409, varplane.CodeRevisionReclaimed: 410,
+		varplane.CodeOutcomeUnknown: 504,
 	}
 	for code, status := range want {
 		if got := Status(code); got != status {
@@ -117,6 +120,23 @@ func TestStatusTable(t *testing.T) {
 	}
 	if Status(codeOfStatus(http.StatusTeapot)) != 500 {
 		t.Error("an unknown status must read back as internal")
+	}
+}
+
+// An outcome-unknown answer crosses the wire as itself, never as a 503
+// (which says that nothing changed), and its cause stays on the server.
+func TestOutcomeUnknownRoundTrip(t *testing.T) {
+	body := BodyOf(varplane.OutcomeUnknown(errors.New("i/o timeout after EVALSHA")))
+	status := Status(body.Code)
+	if status != http.StatusGatewayTimeout {
+		t.Fatalf("status %d, want 504", status)
+	}
+	b, _ := json.Marshal(body)
+	if bytes.Contains(b, []byte("EVALSHA")) {
+		t.Errorf("the cause reached the body: %s", b)
+	}
+	if err := ParseError(status, b); !errors.Is(err, varplane.ErrOutcomeUnknown) || errors.Is(err, varplane.ErrUnavailable) {
+		t.Errorf("read back as %v, want outcome-unknown", err)
 	}
 }
 

@@ -758,7 +758,9 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		s.log.Error("file store: commit failed; refusing further writes", "path", s.path, "err", err)
 		for _, r := range batch {
 			if r.err == nil {
-				r.stored, r.err = nil, varplane.Unavailable(err)
+				// The batch was handed to the kernel: after a failed write or
+				// fdatasync its bytes may still reach the disk.
+				r.stored, r.err = nil, varplane.OutcomeUnknown(err)
 			}
 		}
 		return buf

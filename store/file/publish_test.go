@@ -119,8 +119,9 @@ func TestPublishCutAtReplayBatchEnd(t *testing.T) {
 	}
 }
 
-// TestPublishFailedSync checks a publish whose fdatasync fails: refused as
-// store-unavailable, invisible, cut from the log, and absent after reopen.
+// TestPublishFailedSync checks a publish whose fdatasync fails: answered
+// outcome-unknown (its bytes may reach the disk), invisible, cut from the
+// log, and absent after reopen.
 func TestPublishFailedSync(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log.jsonl")
 	s := mustOpen(t, path, file.Options{})
@@ -132,8 +133,8 @@ func TestPublishFailedSync(t *testing.T) {
 	file.SetSyncFunc(s, func() error { return errors.New("injected EIO") })
 	c := storetest.CreatedEvent("pub.fail", publishDoc)
 	created, err := s.AppendPublish(ctx, c, storetest.ActivatedEvent("pub.fail", c.Revision, 0), 0)
-	if !errors.Is(err, varplane.ErrUnavailable) || created {
-		t.Fatalf("publish with a failing sync: created %v, err %v; want store-unavailable", created, err)
+	if !errors.Is(err, varplane.ErrOutcomeUnknown) || created {
+		t.Fatalf("publish with a failing sync: created %v, err %v; want outcome-unknown", created, err)
 	}
 	if _, err := s.Revision(ctx, "pub.fail", c.Revision); err == nil {
 		t.Error("the revision of an undurable publish is visible")

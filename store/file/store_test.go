@@ -315,8 +315,8 @@ func TestFailedSyncIsFailStop(t *testing.T) {
 		return nil
 	})
 	err := s.Append(ctx, storetest.ActivatedEvent("k.a", ev.Revision, 0), 0)
-	if !errors.Is(err, varplane.ErrUnavailable) {
-		t.Fatalf("Append with failing sync: err = %v, want store-unavailable", err)
+	if !errors.Is(err, varplane.ErrOutcomeUnknown) {
+		t.Fatalf("Append with failing sync: err = %v, want outcome-unknown", err)
 	}
 	if st, _ := s.State(ctx, "k.a"); st.Generation != 0 || st.Head != nil {
 		t.Errorf("an undurable commit became visible: gen %d", st.Generation)

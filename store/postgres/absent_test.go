@@ -85,8 +85,8 @@ func TestAbsentForgottenOnLostReply(t *testing.T) {
 		t.Fatalf("absent scope not remembered: absent %d", s.Stats().Absent)
 	}
 	err := s.writeFailure(scope, errors.New("reply lost"))
-	if !errors.Is(err, varplane.ErrUnavailable) {
-		t.Fatalf("writeFailure = %v, want unavailable", err)
+	if !errors.Is(err, varplane.ErrOutcomeUnknown) {
+		t.Fatalf("writeFailure = %v, want outcome-unknown", err)
 	}
 	if s.entry(scope) != nil || s.Stats().Absent != 0 {
 		t.Fatalf("absent entry kept after an unacknowledged commit: absent %d", s.Stats().Absent)

@@ -67,7 +67,7 @@ func (s *Store) enqueue(c *commitCall) error {
 	select {
 	case s.calls <- c:
 	case <-ctx.Done():
-		return ctx.Err()
+		return notSent{ctx.Err()}
 	}
 	for {
 		select {
@@ -104,7 +104,7 @@ fill:
 	live := batch[:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			c.done <- err
+			c.done <- notSent{err}
 			continue
 		}
 		live = append(live, c)
@@ -125,7 +125,12 @@ fill:
 func (s *Store) single(c *commitCall) error {
 	var err error
 	for range 3 {
-		err = s.pool.QueryRow(c.ctx, c.sql, c.args...).Scan(c.dst...)
+		conn, aerr := s.pool.Acquire(c.ctx)
+		if aerr != nil {
+			return notSent{aerr} // no connection: the statement was not sent
+		}
+		err = conn.QueryRow(c.ctx, c.sql, c.args...).Scan(c.dst...)
+		conn.Release()
 		if !retryable(err) {
 			return err
 		}
@@ -198,7 +203,12 @@ func (s *Store) tryBatch(ctx context.Context, calls []*commitCall) (err error, s
 		runs = append(runs, run)
 		i = j
 	}
-	br := s.pool.SendBatch(ctx, b)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return notSent{err}, false // no connection: nothing was sent
+	}
+	defer conn.Release()
+	br := conn.SendBatch(ctx, b)
 	var first error
 	for _, run := range runs {
 		var err error

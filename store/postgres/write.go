@@ -24,9 +24,10 @@ func (s *Store) checkWritable() error {
 
 // writeFailure maps a failed commit function call. A concurrent commit
 // that recorded the same idempotency key first trips the primary key of
-// idempotency: that is a duplicate, and the transaction rolled back. Any
-// other failure means the database did not commit (or, for a reply lost
-// after COMMIT, may have: the one ambiguous case, docs/postgres.md).
+// idempotency: that is a duplicate, and the transaction rolled back. A
+// failure after which the database certainly did not commit
+// (statementNotRun, outcome.go) is store-unavailable; any other, such as a
+// reply lost after the statement was sent, is outcome-unknown.
 func (s *Store) writeFailure(scope varplane.Scope, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "idempotency_pkey" {
@@ -38,6 +39,9 @@ func (s *Store) writeFailure(scope varplane.Scope, err error) error {
 	s.mu.Lock()
 	s.entries.ForgetAbsent(scope)
 	s.mu.Unlock()
+	if !statementNotRun(err) {
+		return varplane.OutcomeUnknown(fmt.Errorf("postgres store: commit to %q: %w", scope, err))
+	}
 	return varplane.Unavailable(fmt.Errorf("postgres store: commit to %q: %w", scope, err))
 }
 

@@ -96,7 +96,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	}
 	st, rest, err := reply(publishScript.Exec(ctx, s.client, keys, args))
 	if err != nil {
-		return false, s.writeFailure(activated.Scope, err)
+		return false, s.commitFailure(activated.Scope, err)
 	}
 	if err := s.status(activated, expected, st, rest); err != nil {
 		return false, err

@@ -20,7 +20,8 @@ func (s *Store) checkWritable() error {
 
 // writeFailure reports a mutation that Redis did not acknowledge. The
 // scripts are atomic, so nothing of it is visible; a reply lost after Redis
-// ran the script is the one ambiguous case (docs/redis.md).
+// ran the script is the one ambiguous case, which commitFailure (outcome.go)
+// answers outcome-unknown (docs/redis.md).
 func (s *Store) writeFailure(scope varplane.Scope, err error) error {
 	s.stats.commitErrors.Add(1)
 	s.forgetAbsent(scope) // the script may have run: read the scope again
@@ -209,7 +210,7 @@ func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
 	keys := append(s.commonKeys(ev), s.keys.revision(ev.Scope, ev.Revision))
 	st, rest, err := reply(createScript.Exec(ctx, s.client, keys, []string{hasIdem(ev), string(recJSON), string(evJSON), string(ev.Scope)}))
 	if err != nil {
-		return s.writeFailure(ev.Scope, err)
+		return s.commitFailure(ev.Scope, err)
 	}
 	return s.status(ev, 0, st, rest)
 }
@@ -239,7 +240,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 	args := []string{hasIdem(ev), strconv.FormatUint(uint64(expected), 10), string(evJSON), string(ev.Scope), g, string(ev.Revision), s.keys.channel()}
 	st, rest, err := reply(activateScript.Exec(ctx, s.client, keys, args))
 	if err != nil {
-		return s.writeFailure(ev.Scope, err)
+		return s.commitFailure(ev.Scope, err)
 	}
 	if err := s.status(ev, expected, st, rest); err != nil {
 		return err
@@ -302,7 +303,7 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 	}
 	st, rest, err := reply(rejectScript.Exec(ctx, s.client, append(s.commonKeys(ev), s.keys.floor(ev.Scope)), []string{hasIdem(ev), string(evJSON), string(ev.Scope), s.keys.channel()}))
 	if err != nil {
-		return s.writeFailure(ev.Scope, err)
+		return s.commitFailure(ev.Scope, err)
 	}
 	if err := s.status(ev, 0, st, rest); err != nil {
 		return err
@@ -338,7 +339,7 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	}
 	st, rest, err := reply(deactivateScript.Exec(ctx, s.client, append(s.commonKeys(ev), s.keys.floor(ev.Scope)), args))
 	if err != nil {
-		return s.writeFailure(ev.Scope, err)
+		return s.commitFailure(ev.Scope, err)
 	}
 	if err := s.status(ev, expected, st, rest); err != nil {
 		return err

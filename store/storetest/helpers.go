@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -124,5 +125,49 @@ func TwoReplicas(tb testing.TB, a, b varplane.Store, lagOfB func() map[varplane.
 	}
 	if c.Kind != varplane.EventDeactivated || strings.Join(got, ",") != "two.k,two.k.sub" {
 		tb.Fatalf("B got %s %v, want deactivated two.k,two.k.sub", c.Kind, got)
+	}
+}
+
+// StaleReplicaRollback is issue 33's reproduction on two replicas a and b
+// of one shared store, b opened so that it does not follow a (no
+// invalidations, a long revalidation interval): documents A then B are
+// published through b, C through a; a rollback through b guarded by
+// generation 3 re-activates B (the revision before the head as of
+// generation 3, which is C), not A (the one before b's own snapshot, which
+// never saw C).
+func StaleReplicaRollback(tb testing.TB, a, b varplane.Store) {
+	tb.Helper()
+	ctx := context.Background()
+	ea, eb := varplane.NewEngine(a, varplane.Options{}), varplane.NewEngine(b, varplane.Options{})
+	defer ea.Close()
+	defer eb.Close()
+	const scope = varplane.Scope("stale.k")
+	pub := func(e *varplane.Engine, doc string, expected varplane.Generation) varplane.Revision {
+		tb.Helper()
+		res, err := e.Publish(ctx, varplane.PublishRequest{Scope: scope, Document: json.RawMessage(doc), ExpectedGeneration: expected})
+		if err != nil {
+			tb.Fatalf("publish %s at %d: %v", doc, expected, err)
+		}
+		return res.Revision
+	}
+	pub(eb, `{"doc":"A"}`, 0)
+	revB := pub(eb, `{"doc":"B"}`, 1)
+	pub(ea, `{"doc":"C"}`, 2)
+	if st := MustState(tb, b, scope); st.Generation != 2 {
+		tb.Fatalf("replica b's snapshot is at generation %d: it followed a, so this test shows nothing", st.Generation)
+	}
+	res, err := eb.Rollback(ctx, varplane.RollbackRequest{Scope: scope, ExpectedGeneration: 3})
+	if err != nil {
+		tb.Fatalf("rollback through b at generation 3: %v", err)
+	}
+	if res.Revision != revB || res.Generation != 4 {
+		tb.Fatalf("rollback through b re-activated %s at generation %d, want B (%s) at 4", res.Revision, res.Generation, revB)
+	}
+	hist, err := a.History(ctx, scope)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if last := hist[len(hist)-1]; last.Kind != varplane.EventActivated || last.Generation != 4 || last.Revision != revB {
+		tb.Fatalf("the store of record's last event = %s at %d of %s, want the activation of B at 4", last.Kind, last.Generation, last.Revision)
 	}
 }

@@ -66,15 +66,15 @@ func testReclaim(t *testing.T, h Harness) {
 	s, revs := reclaimFixture(t, h, "reclaim.k", 100)
 	ctx := context.Background()
 	const scope = "reclaim.k"
-	orphan := mustCreate(t, s, scope, Doc(200))
+	staged := mustCreate(t, s, scope, Doc(200))
 	before := mustHistory(t, s, scope)
-	if n := reclaim(t, s, scope, revs[0], revs[2], orphan); n != 2 {
+	if n := reclaim(t, s, scope, revs[0], revs[2], staged); n != 2 {
 		t.Errorf("reclaimed %d bodies, want 2 (the head is kept)", n)
 	}
 	never := RevisionOf(Doc(999))
 	check := func(s varplane.Store, when string) {
 		t.Helper()
-		for _, r := range []varplane.Revision{revs[0], orphan} {
+		for _, r := range []varplane.Revision{revs[0], staged} {
 			if _, err := s.Revision(ctx, scope, r); !errors.Is(err, varplane.ErrReclaimed) {
 				t.Errorf("%s: Revision of a reclaimed revision: %v, want revision-reclaimed", when, err)
 			}
@@ -94,7 +94,7 @@ func testReclaim(t *testing.T, h Harness) {
 		}
 		for i := range hist {
 			got, want := hist[i], before[i]
-			if want.Revision == revs[0] || want.Revision == orphan {
+			if want.Revision == revs[0] || want.Revision == staged {
 				if got.Kind == varplane.EventRevisionCreated && got.Document != nil {
 					t.Errorf("%s: the reclaimed revision's event still carries its document", when)
 				}

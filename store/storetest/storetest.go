@@ -74,6 +74,11 @@ func Run(t *testing.T, h Harness) {
 		{"Heartbeats", testBeats},
 		{"Reclaim", testReclaim},
 		{"ReclaimRestored", testReclaimRestored},
+		{"UnauthenticatedCascade", testUnauthenticatedCascade},
+		{"IdempotentRejection", testIdempotentRejection},
+		{"EngineReplaysRejection", testEngineReplaysRejection},
+		{"RollbackTarget", testRollbackTarget},
+		{"WriteReady", testWriteReady},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
