@@ -105,7 +105,7 @@ func TestAdmin(t *testing.T) {
 		t.Fatalf("Deactivate = %+v, %v", d, err)
 	}
 	h, err := a.History(ctx, key)
-	if err != nil || len(h) != 7 || h[0].Kind != varplane.EventRevisionCreated || h[0].OnBehalfOf != "ops" || h[0].Reason != "first" {
+	if err != nil || len(h) != 7 || h[0].Kind != varplane.EventRevisionCreated || h[0].Actor != "ops" || !h[0].Unauthenticated || h[0].Reason != "first" {
 		t.Fatalf("History = %d events %+v, %v", len(h), h, err)
 	}
 	page, err := a.Scopes(ctx, client.ScopesQuery{Limit: 1})

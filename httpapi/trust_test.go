@@ -93,7 +93,10 @@ func TestActorIsTheAuthenticatedIdentity(t *testing.T) {
 	}{
 		{"named token, forged actor", "ops-secret", "root", "ops", auth},
 		{"token without id", "bare-secret", "", "token-2", auth},
-		{"no tokens configured", "", "mallory", varplane.AnonymousID, httpapi.AllowAll},
+		// Without authentication the claim is the only actor there is: it is
+		// recorded as the actor, marked unauthenticated (as the reference
+		// records it), not replaced by "anonymous".
+		{"no tokens configured", "", "mallory", "", httpapi.AllowAll},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,9 +122,18 @@ func TestActorIsTheAuthenticatedIdentity(t *testing.T) {
 			if len(h.Events) != 2 {
 				t.Fatalf("history %s", hist.Body)
 			}
+			if tt.wantActor == "" {
+				for i, want := range []string{tt.claimed, "someone-else"} {
+					ev := h.Events[i]
+					if ev.Actor != want || ev.OnBehalfOf != "" || !ev.Unauthenticated {
+						t.Errorf("event %d: actor %q onBehalfOf %q unauthenticated %v, want the claim %q, no onBehalfOf, unauthenticated", i, ev.Actor, ev.OnBehalfOf, ev.Unauthenticated, want)
+					}
+				}
+				return
+			}
 			for i, ev := range h.Events {
-				if ev.Actor != tt.wantActor {
-					t.Errorf("event %d actor %q, want %q", i, ev.Actor, tt.wantActor)
+				if ev.Actor != tt.wantActor || ev.Unauthenticated {
+					t.Errorf("event %d actor %q (unauthenticated %v), want %q", i, ev.Actor, ev.Unauthenticated, tt.wantActor)
 				}
 			}
 			if got := h.Events[0].OnBehalfOf; got != tt.claimed {

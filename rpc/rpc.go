@@ -300,6 +300,10 @@ func CodeOf(code varplane.Code) connect.Code {
 	case varplane.CodeTooManyRequests, varplane.CodeStoreUnavailable,
 		varplane.CodeDocumentFailed, varplane.CodeDocumentStale, varplane.CodeNotReady:
 		return connect.CodeUnavailable
+	case varplane.CodeOutcomeUnknown:
+		// gRPC's own word for "may have completed": a client must not read
+		// it as Unavailable, which promises that nothing changed.
+		return connect.CodeDeadlineExceeded
 	}
 	return connect.CodeInternal
 }

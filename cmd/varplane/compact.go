@@ -38,7 +38,7 @@ type policyFlags struct {
 func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.RetainCount, "retain-count", retention.DefaultRetainCount, "revisions kept per scope, the most recently created (the head counts among them when it is one; an older head, and revisions younger than --retain-min-age, are kept besides)")
 	fs.DurationVar(&p.RetainMinAge, "retain-min-age", retention.DefaultRetainMinAge, "revisions younger than this are kept")
-	fs.DurationVar(&p.OrphanAge, "orphan-age", retention.DefaultOrphanAge, "revisions that never became the head are reclaimed once older than this")
+	fs.DurationVar(&p.OrphanAge, "orphan-age", retention.DefaultOrphanAge, "revision records whose commit never completed (no revision-created event: a commit cut short between its two writes, on Redis) are reclaimed once older than this; a revision created and not yet activated is not one")
 }
 
 func (p *policyFlags) check() error {
