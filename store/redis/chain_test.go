@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/store/storetest"
 )
 
@@ -91,5 +94,56 @@ func TestChainHeadUnreadable(t *testing.T) {
 	hist, err := a.History(ctx, scope)
 	if err != nil || len(hist) != 1 {
 		t.Fatalf("history %s, %v; want the create alone", storetest.Kinds(hist), err)
+	}
+}
+
+// TestChainAfterLegacyData: a scope written before the store kept chains
+// (its head hash without a chain head, its history without links; made
+// here by stripping them) keeps working: its next event starts the chain
+// at seq 1, and a verifier counts the earlier events as unchained.
+func TestChainAfterLegacyData(t *testing.T) {
+	u := sharedURL(t)
+	u = withPrefix(t, u, testPrefix(t, u))
+	a := openStore(t, u, Options{})
+	raw := rawClient(t, u)
+	ctx := context.Background()
+	const scope = varplane.Scope("legacy.k")
+	rev := create(t, a, scope, 1)
+	activate(t, a, scope, rev, 0)
+	hist, err := a.History(ctx, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := []rueidis.Completed{
+		raw.B().Hdel().Key(a.keys.head(scope)).Field("k").Build(),
+		raw.B().Del().Key(a.keys.history(scope)).Build(),
+	}
+	for _, ev := range hist {
+		ev.Seq, ev.Hash, ev.Document = 0, "", nil
+		cmds = append(cmds, raw.B().Rpush().Key(a.keys.history(scope)).Element(string(eventjson.Event(&ev))).Build())
+	}
+	for _, r := range raw.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := openStore(t, u, Options{})
+	if st := state(t, b, scope); st.Chain != (varplane.ChainHead{}) || st.Generation != 1 {
+		t.Fatalf("legacy state = %+v, want generation 1 and no chain", st)
+	}
+	c := storetest.CreatedEvent(scope, storetest.Doc(2))
+	if _, err := b.AppendPublish(ctx, c, storetest.ActivatedEvent(scope, c.Revision, 1), 1); err != nil {
+		t.Fatal(err)
+	}
+	hist, err = b.History(ctx, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := varplane.VerifyChain(scope, hist)
+	if err != nil || v.Unchained != 2 || v.Head.Seq != 2 || c.Seq != 1 {
+		t.Fatalf("after the legacy events: %+v, %v (created at seq %d); want 2 unchained, then seq 1 and 2", v, err, c.Seq)
+	}
+	if st := state(t, b, scope); st.Chain != v.Head {
+		t.Errorf("State().Chain = %+v, the history ends at %+v", st.Chain, v.Head)
 	}
 }
