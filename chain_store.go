@@ -55,7 +55,8 @@ type StoreReport struct {
 // listing against the descendant's history (CheckCascade), and every
 // revision body, the revision-created events' documents and the stored
 // records, against its digest. It reads one scope's history at a time, in
-// scope order.
+// scope order, its kept chain head first: it may run while the store takes
+// commits.
 //
 // It returns the report and nil for a sound store; otherwise the report
 // of what it checked so far and the first problem, a *ChainError naming
@@ -105,6 +106,12 @@ type listing struct {
 
 // verifyScope checks one scope and adds it to rep.
 func verifyScope(ctx context.Context, r HistoryReader, scope Scope, rep *StoreReport, listed map[CascadeEntry]listing) error {
+	// The kept head is read first: on a store that takes commits
+	// meanwhile, the history read after it holds at least that link.
+	st, err := r.State(ctx, scope)
+	if err != nil {
+		return fmt.Errorf("verify: read the state of %q: %w", scope, err)
+	}
 	hist, err := r.History(ctx, scope)
 	if err != nil {
 		return fmt.Errorf("verify: read the history of %q: %w", scope, err)
@@ -115,10 +122,6 @@ func verifyScope(ctx context.Context, r HistoryReader, scope Scope, rep *StoreRe
 	}
 	rep.Events += len(hist)
 	rep.Unchained += v.Unchained
-	st, err := r.State(ctx, scope)
-	if err != nil {
-		return fmt.Errorf("verify: read the state of %q: %w", scope, err)
-	}
 	if err := checkKeptHead(scope, hist, v.Head, st.Chain); err != nil {
 		return err
 	}
