@@ -25,6 +25,10 @@ func unlinked(ev *varplane.Event) *varplane.Event {
 	return &cp
 }
 
+// unclosed is an event's JSON without its closing brace, as the commit
+// functions take it (varplane_linked closes it after the link).
+func unclosed(js []byte) string { return string(js[:len(js)-1]) }
+
 // content returns the bytes ev's chain hash covers.
 func content(ev *varplane.Event) []byte {
 	return varplane.AppendChainContent(make([]byte, 0, 384+len(ev.Actor)+len(ev.Reason)+len(ev.RejectionReason)), ev)

@@ -58,7 +58,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	// publishes in one batch is sent as one varplane_publish_batch.
 	err = s.enqueue(&commitCall{ctx: ctx, scope: string(a.Scope), publish: true, done: make(chan error, 1),
 		sql: "SELECT " + publishColumns + " FROM varplane_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-		args: []any{string(a.Scope), int64(expected), int64(a.Generation), string(a.Revision), js[0], string(js[1]), string(js[2]), string(js[3]),
+		args: []any{string(a.Scope), int64(expected), int64(a.Generation), string(a.Revision), js[0], unclosed(js[1]), unclosed(js[2]), unclosed(js[3]),
 			nullable(a.IdempotencyKey), a.RequestHash, cs[0], cs[1], cs[2]},
 		dst: []any{&st, &cur, &version, &rejected, &recJSN, &isNew, &seq, &hash, &createdHash}})
 	if err != nil {

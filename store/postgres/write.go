@@ -133,7 +133,7 @@ func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
 		hash              *string
 	)
 	err = s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version, link_seq, link_hash FROM varplane_create($1, $2, $3, $4, $5, $6, $7)",
-		[]any{string(ev.Scope), string(ev.Revision), recJSON, string(evJSON), content(ev), nullable(ev.IdempotencyKey), ev.RequestHash},
+		[]any{string(ev.Scope), string(ev.Revision), recJSON, unclosed(evJSON), content(ev), nullable(ev.IdempotencyKey), ev.RequestHash},
 		&st, &cur, &version, &seq, &hash)
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
@@ -191,7 +191,7 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 		rejected, recJSN  []byte
 	)
 	err := s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version, last_rejected, rev_record, link_seq, link_hash FROM varplane_activate($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-		[]any{string(ev.Scope), int64(expected), int64(ev.Generation), string(ev.Revision), string(evJSON), content(ev),
+		[]any{string(ev.Scope), int64(expected), int64(ev.Generation), string(ev.Revision), unclosed(evJSON), content(ev),
 			nullable(ev.IdempotencyKey), ev.RequestHash, rec == nil},
 		&st, &cur, &version, &rejected, &recJSN, &seq, &hash)
 	if err != nil {
@@ -271,7 +271,7 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 		hash              *string
 	)
 	err := s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version, link_seq, link_hash FROM varplane_reject($1, $2, $3, $4, $5)",
-		[]any{string(ev.Scope), string(evJSON), content(ev), nullable(ev.IdempotencyKey), ev.RequestHash}, &st, &cur, &version, &seq, &hash)
+		[]any{string(ev.Scope), unclosed(evJSON), content(ev), nullable(ev.IdempotencyKey), ev.RequestHash}, &st, &cur, &version, &seq, &hash)
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
 	}

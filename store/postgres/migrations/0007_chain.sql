@@ -18,8 +18,9 @@
 -- holds a row version holds its chain head too.
 --
 -- A body reaches the database without its seq and hash (the Go side encodes
--- it before the link exists) and as text; varplane_linked appends the two
--- members before its closing brace and parses it as json once.
+-- it before the link exists) and without its closing brace, as text;
+-- varplane_linked appends the two members and the brace and parses it as
+-- json once.
 --
 -- Events appended before this version have no link. A scope's chain starts
 -- with its first event appended after it, at seq 1 (chain_seq 0 and a NULL
@@ -44,11 +45,14 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 		|| int8send(p_seq) || p_content), 'hex')
 $$;
 
--- varplane_linked returns the event JSON p_body (an object without seq and
--- hash) with its link appended: the members eventjson writes last.
-CREATE FUNCTION varplane_linked(p_body text, p_seq bigint, p_hash text) RETURNS json
+-- varplane_linked returns the event JSON whose members but its link are
+-- p_open (an object without its closing brace) with its link appended: the
+-- members eventjson writes last. Every function in it is immutable, so the
+-- planner inlines it (a text || bigint, or left() on the whole body, made
+-- a call cost about 7 µs against 1.7).
+CREATE FUNCTION varplane_linked(p_open text, p_seq bigint, p_hash text) RETURNS json
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-	SELECT (left(p_body, -1) || ',"seq":' || p_seq || ',"hash":"' || p_hash || '"}')::json
+	SELECT (p_open || ',"seq":' || p_seq::text || ',"hash":"' || p_hash || '"}')::json
 $$;
 
 -- varplane_lock_head locks p_scope's heads row, adding it if new, and
@@ -66,7 +70,9 @@ BEGIN
 END
 $$;
 
--- varplane_create as in version 6, linking the event. The heads row is
+-- varplane_create as in version 6, linking the event (p_event is its JSON
+-- without link and closing brace, p_content its content; so for every
+-- body and content argument below). The heads row is
 -- locked before the record is inserted, as a publish does (heads, then
 -- revisions: the one order every commit takes them in).
 CREATE FUNCTION varplane_create(p_scope text, p_revision text, p_record json, p_event text, p_content bytea,
@@ -264,7 +270,7 @@ BEGIN
 	UPDATE heads SET generation = p_generation, revision = NULL, event = NULL, version = version + 1, updated_at = now(),
 		chain_seq = link_seq, chain_hash = link_hash
 		WHERE scope = p_scope RETURNING version INTO new_version;
-	INSERT INTO events (scope, kind, generation, body) VALUES (p_scope, 'deactivated', p_generation, varplane_linked(ev || '}', link_seq, link_hash))
+	INSERT INTO events (scope, kind, generation, body) VALUES (p_scope, 'deactivated', p_generation, varplane_linked(ev, link_seq, link_hash))
 		RETURNING seq INTO s;
 	IF p_key IS NOT NULL THEN
 		INSERT INTO idempotency (key, request_hash, scope, generation, event_seq) VALUES (p_key, p_hash, p_scope, p_generation, s);
