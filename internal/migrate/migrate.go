@@ -6,12 +6,16 @@
 //
 //	root.json                 the root document, published as the root scope
 //	scopes/<scope>.json|.yaml one document per scope
+//	history.jsonl             an export's every event (optional; Publish ignores it)
 //	report.json               {"files": {"<relative path>": "sha256:<64 hex>"},
-//	                           "schemas": {"<relative path>": {"schemaId": …, "schemaVersion": …}}}
+//	                           "schemas": {"<relative path>": {"schemaId": …, "schemaVersion": …}},
+//	                           "chain": {…}}
 //
 // report.json records the SHA-256 of each file's bytes; "schemas" is
 // optional and names the schema a document is validated against and
-// published with. The varplane migrate commands are thin wrappers.
+// published with; "chain", written by Export, describes history.jsonl
+// (ExportChain) so that VerifyExport can check an export without its
+// store. The varplane migrate commands are thin wrappers.
 //
 // Concurrency: the functions may run while servers use the store; every
 // publish is guarded by the generation the checks read, so a document
@@ -28,9 +32,10 @@ import (
 
 // The fixed names of a migration directory.
 const (
-	RootFile   = "root.json"
-	ReportFile = "report.json"
-	ScopesDir  = "scopes"
+	RootFile    = "root.json"
+	ReportFile  = "report.json"
+	ScopesDir   = "scopes"
+	HistoryFile = "history.jsonl"
 )
 
 // DefaultRoot is the scope root.json is published as when none is named.
@@ -40,6 +45,7 @@ const DefaultRoot varplane.Scope = "root"
 type Manifest struct {
 	Files   map[string]string      `json:"files"`
 	Schemas map[string]SchemaNames `json:"schemas,omitempty"`
+	Chain   *ExportChain           `json:"chain,omitempty"`
 }
 
 // SchemaNames are the schema a document is validated against and published
@@ -71,6 +77,9 @@ type Report struct {
 	Published int        `json:"published"`
 	Skipped   int        `json:"skipped"`
 	Exported  int        `json:"exported"`
+	// Chain is what an export wrote of the store's history: its chain
+	// heads and their digest, the value to anchor it by.
+	Chain *ExportChain `json:"chain,omitempty"`
 }
 
 func (r *Report) add(d Document) {

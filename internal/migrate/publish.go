@@ -255,6 +255,7 @@ func listDocuments(dir string, bad *problems) (map[string]varplane.Scope, error)
 	for _, en := range entries {
 		switch name := en.Name(); {
 		case name == ReportFile:
+		case name == HistoryFile && en.Type().IsRegular(): // an export's history: not a document
 		case name == RootFile && en.Type().IsRegular():
 			files[RootFile] = "" // the caller names the root scope
 		case name == ScopesDir && en.IsDir():
@@ -275,7 +276,7 @@ func listDocuments(dir string, bad *problems) (map[string]varplane.Scope, error)
 				}
 			}
 		default:
-			bad.addf("%s: unexpected (a migration directory holds %s, %s and %s/)", name, RootFile, ReportFile, ScopesDir)
+			bad.addf("%s: unexpected (a migration directory holds %s, %s, %s and %s/)", name, RootFile, ReportFile, HistoryFile, ScopesDir)
 		}
 	}
 	return files, nil

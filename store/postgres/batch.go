@@ -233,18 +233,23 @@ func (s *Store) tryBatch(ctx context.Context, calls []*commitCall) (err error, s
 	return nil, false
 }
 
+// publishColumns are the columns of varplane_publish's answer, and of
+// each row of varplane_publish_batch's.
+const publishColumns = "status, cur_generation, new_version, last_rejected, rev_record, created, link_seq, link_hash, created_hash"
+
 // publishBatchSQL runs a run of publishes in one statement.
-const publishBatchSQL = "SELECT status, cur_generation, new_version, last_rejected, rev_record, created FROM varplane_publish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+const publishBatchSQL = "SELECT " + publishColumns + " FROM varplane_publish_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
 
 // publishArrays turns the arguments of a run of varplane_publish calls
-// into the ten arrays of varplane_publish_batch: element i of each is an
-// argument of call i.
+// into the thirteen arrays of varplane_publish_batch: element i of each is
+// an argument of call i.
 func publishArrays(run []*commitCall) []any {
 	var (
-		scopes, revs, hashes                []string
-		expected, gens                      []int64
-		records, created, activated, keyedA [][]byte
-		keys                                []*string
+		scopes, revs, hashes       []string
+		created, activated, keyedA []string
+		expected, gens             []int64
+		records, cc, ca, cka       [][]byte
+		keys                       []*string
 	)
 	for _, c := range run {
 		a := c.args
@@ -253,17 +258,20 @@ func publishArrays(run []*commitCall) []any {
 		gens = append(gens, a[2].(int64))
 		revs = append(revs, a[3].(string))
 		records = append(records, a[4].([]byte))
-		created = append(created, a[5].([]byte))
-		activated = append(activated, a[6].([]byte))
-		keyedA = append(keyedA, a[7].([]byte))
+		created = append(created, a[5].(string))
+		activated = append(activated, a[6].(string))
+		keyedA = append(keyedA, a[7].(string))
 		var key *string // nullable(""): no key
 		if k, ok := a[8].(string); ok {
 			key = &k
 		}
 		keys = append(keys, key)
 		hashes = append(hashes, a[9].(string))
+		cc = append(cc, a[10].([]byte))
+		ca = append(ca, a[11].([]byte))
+		cka = append(cka, a[12].([]byte))
 	}
-	return []any{scopes, expected, gens, revs, records, created, activated, keyedA, keys, hashes}
+	return []any{scopes, expected, gens, revs, records, created, activated, keyedA, keys, hashes, cc, ca, cka}
 }
 
 // scanRun scans the rows of a varplane_publish_batch statement, one per

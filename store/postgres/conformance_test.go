@@ -7,9 +7,9 @@ import (
 	"github.com/varplane/varplane/store/storetest"
 )
 
-func TestConformance(t *testing.T) {
+func conformanceHarness(t *testing.T) storetest.Harness {
 	u := sharedURL(t)
-	storetest.Run(t, storetest.Harness{
+	return storetest.Harness{
 		Open: func(tb testing.TB) varplane.Store {
 			return openStore(tb, freshSchema(tb, u), Options{})
 		},
@@ -18,5 +18,15 @@ func TestConformance(t *testing.T) {
 			_ = s.Close()
 			return openStore(tb, withParam(tb, u, "schema", schema), Options{})
 		},
-	})
+	}
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, conformanceHarness(t))
+}
+
+// TestChainConformance runs the chain's conformance suite, which
+// storetest.Run does not include yet.
+func TestChainConformance(t *testing.T) {
+	storetest.RunChain(t, conformanceHarness(t))
 }

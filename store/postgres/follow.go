@@ -171,7 +171,11 @@ func nextSnapshot(p *nextProbe, body, recJS []byte) *snapshot {
 	if err != nil || rec.Scope != p.scope || rec.Revision != ev.Revision {
 		return nil
 	}
-	st := &varplane.ScopeState{Scope: p.scope, Generation: p.gen, LastRejected: p.cur.state.LastRejected}
+	// The activation is the last event the row's version counts, so its
+	// link is the chain head (an activation written before the chain
+	// existed has none, and neither had the row then).
+	st := &varplane.ScopeState{Scope: p.scope, Generation: p.gen, LastRejected: p.cur.state.LastRejected,
+		Chain: varplane.ChainHead{Seq: ev.Seq, Hash: ev.Hash}}
 	st.Head = varplane.NewHead(&ev, rec)
 	return &snapshot{state: st, version: p.version, rec: rec}
 }

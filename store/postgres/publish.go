@@ -26,7 +26,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	if err := checkScope(activated.Scope); err != nil {
 		return false, err
 	}
-	c, a, err := logstate.PreparePublish(created, activated, expected)
+	c, a, err := logstate.PreparePublish(unlinked(created), unlinked(activated), expected)
 	if err != nil {
 		return false, err
 	}
@@ -44,21 +44,23 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	noKey := *a
 	noKey.IdempotencyKey, noKey.RequestHash = "", ""
 	js := [4][]byte{eventjson.Record(rec), eventjson.Event(&withKey), eventjson.Event(&noKey), eventjson.Event(a)}
+	cs := [3][]byte{content(&withKey), content(&noKey), content(a)}
 	ctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
 	var (
-		st               string
-		cur, version     *int64
-		rejected, recJSN []byte
-		isNew            *bool
+		st                string
+		cur, version, seq *int64
+		hash, createdHash *string
+		rejected, recJSN  []byte
+		isNew             *bool
 	)
 	// The arguments' types are the ones publishArrays expects: a run of
 	// publishes in one batch is sent as one varplane_publish_batch.
 	err = s.enqueue(&commitCall{ctx: ctx, scope: string(a.Scope), publish: true, done: make(chan error, 1),
-		sql: "SELECT status, cur_generation, new_version, last_rejected, rev_record, created FROM varplane_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-		args: []any{string(a.Scope), int64(expected), int64(a.Generation), string(a.Revision), js[0], js[1], js[2], js[3],
-			nullable(a.IdempotencyKey), a.RequestHash},
-		dst: []any{&st, &cur, &version, &rejected, &recJSN, &isNew}})
+		sql: "SELECT " + publishColumns + " FROM varplane_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+		args: []any{string(a.Scope), int64(expected), int64(a.Generation), string(a.Revision), js[0], unclosed(js[1]), unclosed(js[2]), unclosed(js[3]),
+			nullable(a.IdempotencyKey), a.RequestHash, cs[0], cs[1], cs[2]},
+		dst: []any{&st, &cur, &version, &rejected, &recJSN, &isNew, &seq, &hash, &createdHash}})
 	if err != nil {
 		return false, s.writeFailure(a.Scope, err)
 	}
@@ -66,6 +68,12 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 		return false, err
 	}
 	wasNew := isNew != nil && *isNew
+	l := link(seq, hash)
+	activated.Seq, activated.Hash = l.Seq, l.Hash
+	created.Seq, created.Hash = 0, "" // not appended: the revision was found
+	if wasNew && createdHash != nil {
+		created.Seq, created.Hash = l.Seq-1, *createdHash
+	}
 	if version != nil {
 		// Sent once this replica has installed the commit (deferred), so
 		// that its own echo finds the head installed and is skipped.
@@ -75,7 +83,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	if wasNew {
 		ev = &noKey
 	}
-	snap, err := s.ownSnapshot(a.Scope, a.Generation, version, rejected)
+	snap, err := s.ownSnapshot(a.Scope, a.Generation, version, rejected, l)
 	if err == nil && !wasNew {
 		var found varplane.RevisionRecord
 		if err = eventjson.DecodeRecord(recJSN, &found); err == nil {

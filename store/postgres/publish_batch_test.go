@@ -25,8 +25,10 @@ func (p pubItem) revision() string {
 	return "sha256:" + hex.EncodeToString(d[:])
 }
 
-// args are varplane_publish's ten arguments for the item; the JSON bodies
-// name the item so that the tables show which event went where.
+// args are varplane_publish's thirteen arguments for the item; the JSON
+// bodies name the item so that the tables show which event went where, and
+// each event's chain content is its body (any bytes do, for comparing two
+// ways of linking them).
 func (p pubItem) args() []any {
 	gen := p.expected + 1
 	body := func(kind string, g int64, key bool) string {
@@ -40,8 +42,10 @@ func (p pubItem) args() []any {
 	if p.key != "" {
 		key = p.key
 	}
+	created, activated, keyed := body("revision-created", p.expected, true), body("activated", gen, false), body("activated", gen, true)
+	open := func(b string) string { return strings.TrimSuffix(b, "}") } // as the store sends bodies
 	return []any{p.scope, p.expected, gen, p.revision(), fmt.Sprintf(`{"document":%q}`, p.doc),
-		body("revision-created", p.expected, true), body("activated", gen, false), body("activated", gen, true), key, p.hash}
+		open(created), open(activated), open(keyed), key, p.hash, []byte(created), []byte(activated), []byte(keyed)}
 }
 
 // scanAnswers prints each row of rows (its values separated by spaces).
@@ -74,7 +78,7 @@ func tablesOf(t *testing.T, conn *pgx.Conn) string {
 	for _, q := range []string{
 		"SELECT scope, kind, coalesce(generation, 0), body::text FROM events ORDER BY seq",
 		"SELECT scope, revision, record::text FROM revisions ORDER BY scope, revision",
-		"SELECT scope, generation, coalesce(revision, ''), coalesce(event::text, ''), coalesce(last_rejected::text, ''), version FROM heads ORDER BY scope",
+		"SELECT scope, generation, coalesce(revision, ''), coalesce(event::text, ''), coalesce(last_rejected::text, ''), version, chain_seq, coalesce(chain_hash, '') FROM heads ORDER BY scope",
 		"SELECT i.key, i.request_hash, i.scope, i.generation, e.body::text FROM idempotency i JOIN events e ON e.seq = i.event_seq ORDER BY i.key",
 	} {
 		rows, err := conn.Query(context.Background(), q)
@@ -135,23 +139,23 @@ func TestPublishBatchMatchesCalls(t *testing.T) {
 				openStore(t, u, Options{}) // migrates
 				conns[i] = rawConn(t, u)
 				for _, p := range seed {
-					if _, err := conns[i].Exec(ctx, "SELECT varplane_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)", p.args()...); err != nil {
+					if _, err := conns[i].Exec(ctx, "SELECT varplane_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)", p.args()...); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
 			// conns[0]: one varplane_publish_batch; conns[1]: the calls.
-			cols := make([][]any, 10)
+			cols := make([][]any, 13)
 			for _, p := range c.items {
 				for k, a := range p.args() {
 					cols[k] = append(cols[k], a)
 				}
 			}
-			arrays := make([]any, 10)
+			arrays := make([]any, 13)
 			for k, col := range cols {
 				arrays[k] = col
 			}
-			rows, err := conns[0].Query(ctx, "SELECT * FROM varplane_publish_batch($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::json[], $6::json[], $7::json[], $8::json[], $9::text[], $10::text[])", arrays...)
+			rows, err := conns[0].Query(ctx, "SELECT * FROM varplane_publish_batch($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::json[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[], $12::bytea[], $13::bytea[])", arrays...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +166,7 @@ func TestPublishBatchMatchesCalls(t *testing.T) {
 			}
 			var want []string
 			for _, p := range c.items {
-				rows, err := tx.Query(ctx, "SELECT * FROM varplane_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)", p.args()...)
+				rows, err := tx.Query(ctx, "SELECT * FROM varplane_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)", p.args()...)
 				if err != nil {
 					t.Fatal(err)
 				}

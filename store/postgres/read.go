@@ -54,7 +54,7 @@ type probe struct {
 // was probed with noRow. Records never change, so an unchanged head costs
 // one comparison on the server and transfers nothing.
 const headsQuery = `
-SELECT c.scope, h.version, h.generation, h.revision, h.event, h.last_rejected,
+SELECT c.scope, h.version, h.generation, h.revision, h.event, h.last_rejected, h.chain_seq, h.chain_hash,
 	CASE WHEN h.revision IS NOT DISTINCT FROM c.rev THEN NULL ELSE r.record END
 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS c(scope, version, generation, rev)
 LEFT JOIN heads h ON h.scope = c.scope
@@ -91,16 +91,19 @@ func (s *Store) fetchHeads(ctx context.Context, probes []probe) (map[varplane.Sc
 	var bad map[varplane.Scope]error
 	for rows.Next() {
 		var (
-			scope                  string
-			version, generation    *int64
-			revision               *string
-			event, rejected, recJS []byte
+			scope                         string
+			version, generation, chainSeq *int64
+			revision, chainHash           *string
+			event, rejected, recJS        []byte
 		)
-		if err := rows.Scan(&scope, &version, &generation, &revision, &event, &rejected, &recJS); err != nil {
+		if err := rows.Scan(&scope, &version, &generation, &revision, &event, &rejected, &chainSeq, &chainHash, &recJS); err != nil {
 			return nil, nil, s.readFailure("head", varplane.Scope(scope), err)
 		}
 		sc := varplane.Scope(scope)
 		snap, err := s.snapshotFrom(sc, version, generation, revision, event, rejected, recJS, byScope[sc].hint)
+		if err == nil {
+			snap.state.Chain = link(chainSeq, chainHash)
+		}
 		if err != nil {
 			if bad == nil {
 				bad = map[varplane.Scope]error{}

@@ -100,7 +100,7 @@ func TestReadReplicaRole(t *testing.T) {
 	if _, err := rc.Exec(ctx, "SET search_path = cfg"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = rc.Exec(ctx, "SELECT varplane_reject('role.k', '{}', NULL, NULL)")
+	_, err = rc.Exec(ctx, "SELECT varplane_reject('role.k', '{', '{}'::bytea, NULL, NULL)")
 	if err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("a commit function called by the reader = %v, want permission denied", err)
 	}

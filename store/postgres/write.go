@@ -115,6 +115,8 @@ func (s *Store) Append(ctx context.Context, ev *varplane.Event, expected varplan
 }
 
 func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
+	orig := ev
+	ev = unlinked(ev)
 	doc, err := eventjson.Compacted(ev.Document)
 	if err != nil {
 		return varplane.Errorf(varplane.CodeBadRequest, "a revision-created event needs a JSON document")
@@ -129,13 +131,48 @@ func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
 		SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp,
 	}
 	recJSON, evJSON := eventjson.Record(&rec), eventjson.Event(ev)
-	var st string
-	err = s.call(ctx, string(ev.Scope), "SELECT status FROM varplane_create($1, $2, $3, $4, $5, $6)",
-		[]any{string(ev.Scope), string(ev.Revision), recJSON, evJSON, nullable(ev.IdempotencyKey), ev.RequestHash}, &st)
+	var (
+		st                string
+		cur, version, seq *int64
+		hash              *string
+	)
+	err = s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version, link_seq, link_hash FROM varplane_create($1, $2, $3, $4, $5, $6, $7)",
+		[]any{string(ev.Scope), string(ev.Revision), recJSON, unclosed(evJSON), content(ev), nullable(ev.IdempotencyKey), ev.RequestHash},
+		&st, &cur, &version, &seq, &hash)
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
 	}
-	return s.status(ev, 0, st, 0)
+	if err := s.status(ev, 0, st, 0); err != nil {
+		return err
+	}
+	l := link(seq, hash)
+	orig.Seq, orig.Hash = l.Seq, l.Hash
+	s.installCreated(ctx, ev.Scope, version, l)
+	return nil
+}
+
+// installCreated installs the chain head that an own create left on
+// scope's row at version. The create changed nothing else a read sees, so
+// when the installed snapshot is the row's previous version (or the scope
+// had no row, which the create added at version 1) the new one is that
+// snapshot with the new head; otherwise the row is read back. A scope not
+// installed is left to its first read. No notification is sent: a create
+// changes no head, and other replicas take its chain head with their next
+// read of the row (the scope's next notified commit, or a revalidation
+// pass).
+func (s *Store) installCreated(ctx context.Context, scope varplane.Scope, version *int64, l varplane.ChainHead) {
+	e := s.entry(scope)
+	if e == nil {
+		return
+	}
+	cur := e.Snap.Load()
+	if version == nil || (cur.version+1 != *version && (cur.version != noRow || *version != 1)) {
+		s.refreshAfterCommit(ctx, varplane.EventRevisionCreated, scope)
+		return
+	}
+	st := *cur.state
+	st.Chain = l
+	s.installAndDeliver(varplane.EventRevisionCreated, []installReq{{scope: scope, snap: &snapshot{state: &st, version: *version, rec: cur.rec}, seq: ownSeq}})
 }
 
 func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
@@ -148,28 +185,33 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 			rec = r
 		}
 	}
+	orig := ev
+	ev = unlinked(ev)
 	evJSON := eventjson.Event(ev)
 	var (
-		st               string
-		cur, version     *int64
-		rejected, recJSN []byte
+		st                string
+		cur, version, seq *int64
+		hash              *string
+		rejected, recJSN  []byte
 	)
-	err := s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version, last_rejected, rev_record FROM varplane_activate($1, $2, $3, $4, $5, $6, $7, $8)",
-		[]any{string(ev.Scope), int64(expected), int64(ev.Generation), string(ev.Revision), evJSON,
+	err := s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version, last_rejected, rev_record, link_seq, link_hash FROM varplane_activate($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		[]any{string(ev.Scope), int64(expected), int64(ev.Generation), string(ev.Revision), unclosed(evJSON), content(ev),
 			nullable(ev.IdempotencyKey), ev.RequestHash, rec == nil},
-		&st, &cur, &version, &rejected, &recJSN)
+		&st, &cur, &version, &rejected, &recJSN, &seq, &hash)
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
 	}
 	if err := s.status(ev, expected, st, deref(cur)); err != nil {
 		return err
 	}
+	l := link(seq, hash)
+	orig.Seq, orig.Hash = l.Seq, l.Hash
 	if version != nil {
 		// Sent once this replica has installed the commit (deferred), so
 		// that its own echo finds the head installed and is skipped.
 		defer s.notify(fmt.Sprintf("%s\n%d %d %s", varplane.EventActivated, *version, ev.Generation, ev.Scope))
 	}
-	snap, err := s.ownSnapshot(ev.Scope, ev.Generation, version, rejected)
+	snap, err := s.ownSnapshot(ev.Scope, ev.Generation, version, rejected, l)
 	if err == nil && rec == nil {
 		var r varplane.RevisionRecord
 		if err = eventjson.DecodeRecord(recJSN, &r); err == nil {
@@ -196,12 +238,13 @@ func deref(p *int64) int64 {
 	return *p
 }
 
-// ownSnapshot is the snapshot of an own commit, from the function's reply.
-func (s *Store) ownSnapshot(scope varplane.Scope, gen varplane.Generation, version *int64, rejected []byte) (*snapshot, error) {
+// ownSnapshot is the snapshot of an own commit, from the function's reply:
+// the row's version, generation, last rejection and chain head.
+func (s *Store) ownSnapshot(scope varplane.Scope, gen varplane.Generation, version *int64, rejected []byte, chain varplane.ChainHead) (*snapshot, error) {
 	if version == nil {
 		return nil, errors.New("the reply has no version")
 	}
-	snap := &snapshot{state: &varplane.ScopeState{Scope: scope, Generation: gen}, version: *version}
+	snap := &snapshot{state: &varplane.ScopeState{Scope: scope, Generation: gen, Chain: chain}, version: *version}
 	if rejected != nil {
 		var rej varplane.Event
 		if err := eventjson.DecodeEvent(rejected, &rej); err != nil {
@@ -223,19 +266,24 @@ func (s *Store) refreshAfterCommit(ctx context.Context, kind varplane.EventKind,
 }
 
 func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
+	orig := ev
+	ev = unlinked(ev)
 	evJSON := eventjson.Event(ev)
 	var (
-		st           string
-		cur, version *int64
+		st                string
+		cur, version, seq *int64
+		hash              *string
 	)
-	err := s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version FROM varplane_reject($1, $2, $3, $4)",
-		[]any{string(ev.Scope), evJSON, nullable(ev.IdempotencyKey), ev.RequestHash}, &st, &cur, &version)
+	err := s.call(ctx, string(ev.Scope), "SELECT status, cur_generation, new_version, link_seq, link_hash FROM varplane_reject($1, $2, $3, $4, $5)",
+		[]any{string(ev.Scope), unclosed(evJSON), content(ev), nullable(ev.IdempotencyKey), ev.RequestHash}, &st, &cur, &version, &seq, &hash)
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
 	}
 	if err := s.status(ev, 0, st, 0); err != nil {
 		return err
 	}
+	l := link(seq, hash)
+	orig.Seq, orig.Hash = l.Seq, l.Hash
 	if version != nil {
 		defer s.notify(fmt.Sprintf("%s\n%d %d %s", varplane.EventRejected, *version, deref(cur), ev.Scope)) // after the install, as above
 	}
@@ -251,6 +299,9 @@ type descendantReply struct {
 	Generation   varplane.Generation `json:"generation"`
 	Version      int64               `json:"version"`
 	LastRejected json.RawMessage     `json:"lastRejected"`
+	// The descendant's chain head, which the cascade leaves as it was.
+	ChainSeq  uint64 `json:"chainSeq"`
+	ChainHash string `json:"chainHash"`
 }
 
 // AppendSubtreeDeactivation deactivates ev.Scope at generation expected+1
@@ -264,32 +315,42 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	if err := checkScope(ev.Scope); err != nil {
 		return err
 	}
-	evJSON, tail, err := replica.Deactivation(ev, expected, logstate.WellFormed)
+	// The event is encoded without the caller's links, if any: the
+	// database appends the one it computes.
+	un := *ev
+	un.Seq, un.Hash = 0, ""
+	evJSON, tail, err := replica.Deactivation(&un, expected, logstate.WellFormed)
 	if err != nil {
 		return err
 	}
+	ev.Generation = un.Generation
+	un.Cascade = nil
+	pre, post := splitContent(&un)
 	tail = append(tail, '}')
 	ctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
 	var (
 		st                string
-		cur, version      *int64
+		cur, version, seq *int64
+		hash              *string
 		rejected, descJSN []byte
 	)
 	// A deactivation runs in a transaction of its own, never in a batch:
 	// it locks a whole subtree.
-	err = s.single(&commitCall{ctx: ctx, sql: "SELECT status, cur_generation, new_version, last_rejected, descendants FROM varplane_deactivate($1, $2, $3, $4, $5, $6, $7)",
-		args: []any{string(ev.Scope), int64(expected), int64(ev.Generation), string(evJSON), string(tail),
+	err = s.single(&commitCall{ctx: ctx, sql: "SELECT status, cur_generation, new_version, last_rejected, descendants, link_seq, link_hash FROM varplane_deactivate($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		args: []any{string(ev.Scope), int64(expected), int64(ev.Generation), string(evJSON), string(tail), pre, post,
 			nullable(ev.IdempotencyKey), ev.RequestHash},
-		dst: []any{&st, &cur, &version, &rejected, &descJSN}})
+		dst: []any{&st, &cur, &version, &rejected, &descJSN, &seq, &hash}})
 	if err != nil {
 		return s.writeFailure(ev.Scope, err)
 	}
 	if err := s.status(ev, expected, st, deref(cur)); err != nil {
 		return err
 	}
+	l := link(seq, hash)
+	ev.Seq, ev.Hash = l.Seq, l.Hash
 	var descs []descendantReply
-	snap, err := s.ownSnapshot(ev.Scope, ev.Generation, version, rejected)
+	snap, err := s.ownSnapshot(ev.Scope, ev.Generation, version, rejected, l)
 	if err == nil {
 		err = json.Unmarshal(descJSN, &descs)
 	}
@@ -304,7 +365,7 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		if len(d.LastRejected) > 0 && string(d.LastRejected) != "null" {
 			rj = d.LastRejected
 		}
-		ds, err = s.ownSnapshot(d.Scope, d.Generation, &d.Version, rj)
+		ds, err = s.ownSnapshot(d.Scope, d.Generation, &d.Version, rj, varplane.ChainHead{Seq: d.ChainSeq, Hash: d.ChainHash})
 		reqs = append(reqs, installReq{scope: d.Scope, snap: ds, seq: ownSeq})
 		cascade = append(cascade, varplane.CascadeEntry{Scope: d.Scope, Generation: d.Generation})
 	}

@@ -157,6 +157,7 @@ type counters struct {
 	coldLoads, readErrors, decodeErrors            atomic.Uint64
 	watchCommits                                   atomic.Uint64
 	subscriptions, evictionChecks                  atomic.Uint64
+	chainRetries                                   atomic.Uint64
 	lastPassNanos                                  atomic.Int64
 }
 
@@ -181,6 +182,7 @@ type Stats struct {
 	WatchCommits        uint64 // commits delivered to Watch listeners
 	Subscriptions       uint64 // successful (re)subscriptions to the channel
 	EvictionChecks      uint64
+	ChainRetries        uint64        // commit scripts run again because the scope's chain head had moved (chain.go)
 	Installed           int           // heads held in memory (scopes remembered as absent are not counted)
 	Absent              int           // scopes remembered as having nothing in Redis (at most maxAbsent)
 	MaxLag              time.Duration // largest lag over installed scopes
@@ -196,7 +198,7 @@ func (s *Store) Stats() Stats {
 		RevalidationPasses: c.passes.Load(), Confirmations: c.confirms.Load(), ConfirmChanged: c.confirmChanged.Load(), ConfirmErrors: c.confirmErrs.Load(),
 		ColdLoads: c.coldLoads.Load(), ReadErrors: c.readErrors.Load(), DecodeErrors: c.decodeErrors.Load(),
 		Regressions: s.entries.Regressions(), Installs: s.entries.Installs(), WatchCommits: c.watchCommits.Load(),
-		Subscriptions: c.subscriptions.Load(), EvictionChecks: c.evictionChecks.Load(),
+		Subscriptions: c.subscriptions.Load(), EvictionChecks: c.evictionChecks.Load(), ChainRetries: c.chainRetries.Load(),
 		LastPassDuration: time.Duration(c.lastPassNanos.Load()),
 	}
 	st.Installed, st.MaxLag = s.entries.Summary()

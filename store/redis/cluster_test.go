@@ -21,11 +21,12 @@ func clusterPrefix() string {
 }
 
 // TestClusterConformance runs the store conformance suite unchanged on a
-// real three-master Redis Cluster, and checks that scripts touching a
+// real three-master Redis Cluster, with the chain's and the two-replica
+// race, and checks that scripts touching a
 // subtree, the generation floor and the status heartbeat work across slots.
 func TestClusterConformance(t *testing.T) {
 	c := redistest.StartCluster(t)
-	storetest.Run(t, storetest.Harness{
+	h := storetest.Harness{
 		Open: func(tb testing.TB) varplane.Store {
 			return openStore(tb, c.URL(clusterPrefix()), Options{})
 		},
@@ -34,6 +35,12 @@ func TestClusterConformance(t *testing.T) {
 			_ = s.Close()
 			return openStore(tb, c.URL(prefix), Options{})
 		},
+	}
+	storetest.Run(t, h)
+	t.Run("Chain", func(t *testing.T) { storetest.RunChain(t, h) })
+	t.Run("ChainTwoReplicas", func(t *testing.T) {
+		prefix := clusterPrefix()
+		storetest.ChainReplicas(t, openStore(t, c.URL(prefix), Options{}), openStore(t, c.URL(prefix), Options{}))
 	})
 
 	t.Run("VanishedHead", func(t *testing.T) {

@@ -7,9 +7,9 @@ import (
 	"github.com/varplane/varplane/store/storetest"
 )
 
-func TestConformance(t *testing.T) {
+func conformanceHarness(t *testing.T) storetest.Harness {
 	u := sharedURL(t)
-	storetest.Run(t, storetest.Harness{
+	return storetest.Harness{
 		Open: func(tb testing.TB) varplane.Store {
 			return openStore(tb, withPrefix(tb, u, testPrefix(tb, u)), Options{})
 		},
@@ -19,5 +19,25 @@ func TestConformance(t *testing.T) {
 			_ = s.Close()
 			return openStore(tb, withPrefix(tb, u, prefix), Options{})
 		},
-	})
+	}
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, conformanceHarness(t))
+}
+
+// TestChainConformance runs the chain's conformance suite, which
+// storetest.Run does not include yet.
+func TestChainConformance(t *testing.T) {
+	storetest.RunChain(t, conformanceHarness(t))
+}
+
+// TestChainTwoReplicas races commits of every kind on one scope and its
+// subtree through two store values on one Redis prefix: every chain comes
+// out gapless and sound, whatever retries the compare-and-set of the chain
+// head took.
+func TestChainTwoReplicas(t *testing.T) {
+	u := sharedURL(t)
+	u = withPrefix(t, u, testPrefix(t, u))
+	storetest.ChainReplicas(t, openStore(t, u, Options{}), openStore(t, u, Options{}))
 }

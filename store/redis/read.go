@@ -81,14 +81,15 @@ type headFields struct {
 	v, g, r    string
 	e, j       string
 	hasE, hasJ bool
+	k          string // the chain head; "" before the first chained event
 	floor      string // the generation floor; "" when none was allocated
 }
 
-// parseHead reads the {v, g, r, e, j, f} reply of confirmScript.
+// parseHead reads the {v, g, r, e, j, k, f} reply of confirmScript.
 func parseHead(arr []rueidis.RedisMessage) (headFields, error) {
 	var h headFields
-	if len(arr) != 6 {
-		return h, fmt.Errorf("head reply has %d fields, want 6", len(arr))
+	if len(arr) != 7 {
+		return h, fmt.Errorf("head reply has %d fields, want 7", len(arr))
 	}
 	get := func(i int) (string, bool, error) {
 		if arr[i].IsNil() {
@@ -113,7 +114,10 @@ func parseHead(arr []rueidis.RedisMessage) (headFields, error) {
 	if h.j, h.hasJ, err = get(4); err != nil {
 		return h, err
 	}
-	if h.floor, _, err = get(5); err != nil {
+	if h.k, _, err = get(5); err != nil {
+		return h, err
+	}
+	if h.floor, _, err = get(6); err != nil {
 		return h, err
 	}
 	return h, nil
@@ -163,6 +167,9 @@ func (s *Store) snapshotFrom(ctx context.Context, scope varplane.Scope, h headFi
 		return nil, s.vanished(scope, h.floor)
 	}
 	st.Generation = varplane.Generation(gen)
+	if st.Chain, err = parseChain(h.k); err != nil {
+		return nil, s.decodeFailure("chain head", scope, err)
+	}
 	if h.hasJ {
 		var rej varplane.Event
 		if err := eventjson.DecodeEvent([]byte(h.j), &rej); err != nil {

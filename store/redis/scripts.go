@@ -19,6 +19,21 @@ if ARGV[1] == '1' and redis.call('EXISTS', KEYS[4]) == 1 then
 end
 `
 
+// luaChain compares the scope's chain head (the head hash's field k; the
+// empty string when the scope has no chained event yet) with the one the
+// caller linked the commit's events from, ARGV[n]. A script calls chainStale(n) after its
+// other checks, so that a commit refused for another reason answers that
+// reason, and answers {'CHAIN', k} when it returns true: nothing written.
+const luaChain = `
+local function chainStale(n)
+  local k = redis.call('HGET', KEYS[1], 'k') or ''
+  if k ~= ARGV[n] then
+    return {'CHAIN', k}
+  end
+  return nil
+end
+`
+
 // luaGen finds a scope's current generation for a commit script that
 // allocates the next one. The head's g is the generation, but a head can be
 // deleted or rewritten by hand, and "no head" would hand generation 1 out
@@ -44,22 +59,38 @@ local function curgen(head, floorkey)
 end
 `
 
-// createScript stores a revision record (SET NX) and its revision-created
-// event.
+// createScript stores a revision record and its revision-created event,
+// and moves the scope's chain head to the event's link (a write of the
+// head hash: its version goes up, and a head that vanished is refused as
+// by rejectScript, since the chain head went with it).
 //
-// KEYS: 1 head, 2 history, 3 index, 4 idem, 5 revision record.
-// ARGV: 1 has-idem, 2 record JSON, 3 event JSON, 4 scope.
-var createScript = rueidis.NewLuaScript(luaIdemCheck + `
-if not redis.call('SET', KEYS[5], ARGV[2], 'NX') then
+// KEYS: 1 head, 2 history, 3 index, 4 idem, 5 revision record, 6 floor.
+// ARGV: 1 has-idem, 2 record JSON, 3 event JSON (linked), 4 scope,
+// 5 the chain head the event was linked from, 6 the event's link.
+// Reply: {'OK', v, g}: the new version and the generation.
+var createScript = rueidis.NewLuaScript(luaIdemCheck + luaGen + luaChain + `
+local g, floor = curgen(KEYS[1], KEYS[6])
+if not g then
+  return {'VANISHED', floor}
+end
+if redis.call('EXISTS', KEYS[5]) == 1 then
   return {'EXISTS'}
 end
+local stale = chainStale(5)
+if stale then
+  return stale
+end
+redis.call('SET', KEYS[5], ARGV[2])
 redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
+local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
+redis.call('HSETNX', KEYS[1], 'g', '0')
+redis.call('HSETNX', KEYS[1], 'r', '')
+redis.call('HSET', KEYS[1], 'k', ARGV[6], 'c', v .. ' ' .. g .. ' ' .. redis.call('HGET', KEYS[1], 'r'))
 if ARGV[1] == '1' then
-  local g = redis.call('HGET', KEYS[1], 'g') or '0'
   redis.call('SET', KEYS[4], '{"g":' .. g .. ',"e":' .. ARGV[3] .. '}')
 end
-return {'OK'}
+return {'OK', v, g}
 `)
 
 // activateScript compares the head's generation with the expected one,
@@ -67,10 +98,11 @@ return {'OK'}
 // and publishes the invalidation.
 //
 // KEYS: 1 head, 2 history, 3 index, 4 idem, 5 revision record, 6 floor.
-// ARGV: 1 has-idem, 2 expected generation, 3 event JSON, 4 scope,
-// 5 new generation, 6 revision, 7 channel.
+// ARGV: 1 has-idem, 2 expected generation, 3 event JSON (linked), 4 scope,
+// 5 new generation, 6 revision, 7 channel, 8 the chain head the event was
+// linked from, 9 the event's link.
 // Reply: {'OK', v, j}: the new version and the last rejection.
-var activateScript = rueidis.NewLuaScript(luaIdemCheck + luaGen + `
+var activateScript = rueidis.NewLuaScript(luaIdemCheck + luaGen + luaChain + `
 local cur, floor = curgen(KEYS[1], KEYS[6])
 if not cur then
   if floor ~= ARGV[2] then
@@ -84,8 +116,12 @@ end
 if redis.call('EXISTS', KEYS[5]) == 0 then
   return {'NOREV'}
 end
+local stale = chainStale(8)
+if stale then
+  return stale
+end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
-redis.call('HSET', KEYS[1], 'g', ARGV[5], 'r', ARGV[6], 'e', ARGV[3], 'c', v .. ' ' .. ARGV[5] .. ' ' .. ARGV[6])
+redis.call('HSET', KEYS[1], 'g', ARGV[5], 'r', ARGV[6], 'e', ARGV[3], 'k', ARGV[9], 'c', v .. ' ' .. ARGV[5] .. ' ' .. ARGV[6])
 redis.call('SET', KEYS[6], ARGV[5])
 redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
@@ -99,19 +135,24 @@ return {'OK', v, redis.call('HGET', KEYS[1], 'j')}
 // rejectScript records a rejected event as the scope's last rejection.
 //
 // KEYS: 1 head, 2 history, 3 index, 4 idem, 5 floor.
-// ARGV: 1 has-idem, 2 event JSON, 3 scope, 4 channel.
+// ARGV: 1 has-idem, 2 event JSON (linked), 3 scope, 4 channel, 5 the chain
+// head the event was linked from, 6 the event's link.
 // A vanished head is refused: writing the rejection would create a head at
 // generation 0 over one that had a higher generation.
-var rejectScript = rueidis.NewLuaScript(luaIdemCheck + luaGen + `
+var rejectScript = rueidis.NewLuaScript(luaIdemCheck + luaGen + luaChain + `
 local cur, floor = curgen(KEYS[1], KEYS[5])
 if not cur then
   return {'VANISHED', floor}
+end
+local stale = chainStale(5)
+if stale then
+  return stale
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSETNX', KEYS[1], 'g', '0')
 redis.call('HSETNX', KEYS[1], 'r', '')
 local g = redis.call('HGET', KEYS[1], 'g')
-redis.call('HSET', KEYS[1], 'j', ARGV[2], 'c', v .. ' ' .. g .. ' ' .. redis.call('HGET', KEYS[1], 'r'))
+redis.call('HSET', KEYS[1], 'j', ARGV[2], 'k', ARGV[6], 'c', v .. ' ' .. g .. ' ' .. redis.call('HGET', KEYS[1], 'r'))
 redis.call('RPUSH', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[3], 0, ARGV[3])
 if ARGV[1] == '1' then
@@ -126,13 +167,23 @@ return {'OK', v}
 // order, so the cascade is sorted), so no concurrent activation can slip
 // between choosing them and clearing them.
 //
+// The event's link covers its cascade, which the script chooses: the
+// caller links the event with the cascade it expects (ARGV[12], "<d1> <g1>
+// <d2> <g2> …", the descendants and their new generations; scopes hold no
+// space), and the script compares that too before writing anything,
+// answering {'CHAIN', k, cascade} with the cascade it found when either
+// differs.
+//
 // KEYS: 1 head, 2 history, 3 index, 4 idem, 5 floor.
 // ARGV: 1 has-idem, 2 expected generation, 3 event JSON without its closing
 // brace, 4 scope, 5 new generation, 6 head key base, 7 history key base,
 // 8 channel, 9 the JSON tail of a descendant's event (",actor,reason,
-// timestamp" fields), 10 floor key base.
-// Reply: {'OK', v, j, d1, g1, v1, j1, d2, ...}: the version and last
-// rejection of the scope, then those of each descendant cleared. A
+// timestamp" fields), 10 floor key base, 11 the chain head the event was
+// linked from, 12 the expected cascade, 13 the event's link, 14 the end of
+// the event's JSON after its cascade (its seq, hash and closing brace).
+// Reply: {'OK', v, j, k, d1, g1, v1, j1, k1, d2, ...}: the version, last
+// rejection and chain head of the scope, then those of each descendant
+// cleared (its chain head unchanged: the cascade entry takes no link). A
 // descendant's next generation is above its floor too; a descendant whose
 // head vanished is not active as far as the script can tell and is left as
 // it is (its reads fail closed).
@@ -149,12 +200,11 @@ if cur ~= ARGV[2] then
 end
 local scope = ARGV[4]
 local descs = redis.call('ZRANGEBYLEX', KEYS[3], '[' .. scope .. '.', '(' .. scope .. '/')
-local out = {'OK', 0, redis.call('HGET', KEYS[1], 'j')}
-local casc = {}
-local msg = {}
+local out = {'OK', 0, redis.call('HGET', KEYS[1], 'j'), ARGV[13]}
+local active = {}
+local want = {}
 for _, d in ipairs(descs) do
-  local hk = ARGV[6] .. d
-  local h = redis.call('HMGET', hk, 'g', 'r', 'j')
+  local h = redis.call('HMGET', ARGV[6] .. d, 'g', 'r', 'j', 'k')
   if h[2] and h[2] ~= '' then
     local og = h[1] or '0'
     local df = redis.call('GET', ARGV[10] .. d)
@@ -162,30 +212,44 @@ for _, d in ipairs(descs) do
       og = df
     end
     local ng = string.format('%d', tonumber(og) + 1)
-    local dv = redis.call('HINCRBY', hk, 'v', 1)
-    redis.call('HSET', hk, 'g', ng, 'r', '', 'c', dv .. ' ' .. ng .. ' ')
-    redis.call('SET', ARGV[10] .. d, ng)
-    redis.call('HDEL', hk, 'e')
-    local q = '"' .. (string.gsub(d, '[\\"]', '\\%0')) .. '"'
-    redis.call('RPUSH', ARGV[7] .. d, '{"kind":"deactivated","scope":' .. q ..
-      ',"generation":' .. ng .. ',"previousGeneration":' .. og .. ARGV[9] .. '}')
-    casc[#casc + 1] = '{"scope":' .. q .. ',"generation":' .. ng .. '}'
-    msg[#msg + 1] = dv .. ' ' .. ng .. ' ' .. d
-    out[#out + 1] = d
-    out[#out + 1] = ng
-    out[#out + 1] = dv
-    out[#out + 1] = h[3]
+    active[#active + 1] = {d, og, ng, h[3], h[4]}
+    want[#want + 1] = d .. ' ' .. ng
   end
 end
+local k = redis.call('HGET', KEYS[1], 'k') or ''
+local cascade = table.concat(want, ' ')
+if k ~= ARGV[11] or cascade ~= ARGV[12] then
+  return {'CHAIN', k, cascade}
+end
+local casc = {}
+local msg = {}
+for _, a in ipairs(active) do
+  local d, og, ng = a[1], a[2], a[3]
+  local hk = ARGV[6] .. d
+  local dv = redis.call('HINCRBY', hk, 'v', 1)
+  redis.call('HSET', hk, 'g', ng, 'r', '', 'c', dv .. ' ' .. ng .. ' ')
+  redis.call('SET', ARGV[10] .. d, ng)
+  redis.call('HDEL', hk, 'e')
+  local q = '"' .. (string.gsub(d, '[\\"]', '\\%0')) .. '"'
+  redis.call('RPUSH', ARGV[7] .. d, '{"kind":"deactivated","scope":' .. q ..
+    ',"generation":' .. ng .. ',"previousGeneration":' .. og .. ARGV[9] .. '}')
+  casc[#casc + 1] = '{"scope":' .. q .. ',"generation":' .. ng .. '}'
+  msg[#msg + 1] = dv .. ' ' .. ng .. ' ' .. d
+  out[#out + 1] = d
+  out[#out + 1] = ng
+  out[#out + 1] = dv
+  out[#out + 1] = a[4]
+  out[#out + 1] = a[5]
+end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
-redis.call('HSET', KEYS[1], 'g', ARGV[5], 'r', '', 'c', v .. ' ' .. ARGV[5] .. ' ')
+redis.call('HSET', KEYS[1], 'g', ARGV[5], 'r', '', 'k', ARGV[13], 'c', v .. ' ' .. ARGV[5] .. ' ')
 redis.call('SET', KEYS[5], ARGV[5])
 redis.call('HDEL', KEYS[1], 'e')
 local ev = ARGV[3]
 if #casc > 0 then
   ev = ev .. ',"cascade":[' .. table.concat(casc, ',') .. ']'
 end
-ev = ev .. '}'
+ev = ev .. ARGV[14]
 redis.call('RPUSH', KEYS[2], ev)
 redis.call('ZADD', KEYS[3], 0, scope)
 if ARGV[1] == '1' then
@@ -210,14 +274,15 @@ return out
 // "<v> <g> <r>", so the unchanged case is one HGET and one string compare.
 //
 // KEYS: 1 head, 2 floor. ARGV: 1 "<version> <generation> <revision>".
-// Reply: 0, or {v, g, r, e, j, f} (nil fields when the head does not exist;
+// Reply: 0, or {v, g, r, e, j, k, f} (nil fields when the head does not
+// exist; k is the chain head, nil before the scope's first chained event;
 // f is the generation floor, nil when no generation was ever allocated).
 var confirmScript = rueidis.NewLuaScriptReadOnly(`
 if redis.call('HGET', KEYS[1], 'c') == ARGV[1] then
   return 0
 end
-local h = redis.call('HMGET', KEYS[1], 'v', 'g', 'r', 'e', 'j')
-h[6] = redis.call('GET', KEYS[2])
+local h = redis.call('HMGET', KEYS[1], 'v', 'g', 'r', 'e', 'j', 'k')
+h[7] = redis.call('GET', KEYS[2])
 return h
 `)
 

@@ -78,7 +78,7 @@ func TestScriptKeysShareOneSlot(t *testing.T) {
 			ev := &varplane.Event{Scope: sc, IdempotencyKey: "k{1}"}
 			rev := varplane.Revision("sha256:" + strings.Repeat("ab", 32))
 			scripts := map[string][]string{
-				"create":     append(s.commonKeys(ev), s.keys.revision(sc, rev)),
+				"create":     append(s.commonKeys(ev), s.keys.revision(sc, rev), s.keys.floor(sc)),
 				"activate":   append(s.commonKeys(ev), s.keys.revision(sc, rev), s.keys.floor(sc)),
 				"publish":    append(s.commonKeys(ev), s.keys.revision(sc, rev), s.keys.floor(sc)),
 				"reject":     append(s.commonKeys(ev), s.keys.floor(sc)),

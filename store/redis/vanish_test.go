@@ -28,8 +28,9 @@ func wantFailed(t *testing.T, what string, st *varplane.ScopeState, err error) {
 
 // TestVanishedHead: after a DEL of a head, reads of the scope fail closed
 // (cold and installed), no activation, publish, rejection or deactivation
-// reuses generation 1, nothing is written by the refused commits, and an
-// activation that expects the floor resumes at floor+1.
+// reuses generation 1, no create writes the head again, nothing is written
+// by the refused commits, and an activation that expects the floor resumes
+// at floor+1.
 func TestVanishedHead(t *testing.T) {
 	u := sharedURL(t)
 	u = withPrefix(t, u, testPrefix(t, u))
@@ -58,6 +59,9 @@ func TestVanishedHead(t *testing.T) {
 
 	for name, commit := range map[string]func(s *Store) error{
 		"activate": func(s *Store) error { return s.Append(ctx, storetest.ActivatedEvent(sc, rev, 0), 0) },
+		// a create writes the head hash too (the chain head): it would
+		// recreate it without its generation
+		"create": func(s *Store) error { return s.Append(ctx, storetest.CreatedEvent(sc, storetest.Doc(8)), 0) },
 		"publish": func(s *Store) error {
 			_, err := s.AppendPublish(ctx, storetest.CreatedEvent(sc, storetest.Doc(7)), storetest.ActivatedEvent(sc, storetest.RevisionOf(storetest.Doc(7)), 0), 0)
 			return err

@@ -186,6 +186,7 @@ func (s *Store) status(ev *varplane.Event, expected varplane.Generation, st stri
 }
 
 func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
+	orig := ev
 	if _, err := varplane.ParseRevision(string(ev.Revision)); err != nil {
 		return err
 	}
@@ -203,16 +204,58 @@ func (s *Store) appendCreate(ctx context.Context, ev *varplane.Event) error {
 		SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp,
 	}
 	recJSON := eventjson.Record(&rec)
-	evJSON := eventjson.Event(historyEvent(ev)) // the document is in the record (history.go)
+	hev := historyEvent(ev) // the document is in the record (history.go)
 	if err := s.prepare(ctx, ev); err != nil {
 		return err
 	}
-	keys := append(s.commonKeys(ev), s.keys.revision(ev.Scope, ev.Revision))
-	st, rest, err := reply(createScript.Exec(ctx, s.client, keys, []string{hasIdem(ev), string(recJSON), string(evJSON), string(ev.Scope)}))
+	keys := append(s.commonKeys(ev), s.keys.revision(ev.Scope, ev.Revision), s.keys.floor(ev.Scope))
+	var link varplane.ChainHead
+	st, rest, err := s.chained(ev.Scope, func(head varplane.ChainHead, _ []rueidis.RedisMessage) (string, []rueidis.RedisMessage, error) {
+		var evJSON []byte
+		evJSON, link = linked(hev, head)
+		return reply(createScript.Exec(ctx, s.client, keys, []string{hasIdem(ev), string(recJSON), string(evJSON), string(ev.Scope), chainArg(head), chainArg(link)}))
+	})
 	if err != nil {
-		return s.commitFailure(ev.Scope, err)
+		return s.scriptFailure(ev.Scope, err)
 	}
-	return s.status(ev, 0, st, rest)
+	if err := s.status(ev, 0, st, rest); err != nil {
+		return err
+	}
+	orig.Seq, orig.Hash = link.Seq, link.Hash
+	s.installCreated(ctx, ev.Scope, rest, link)
+	return nil
+}
+
+// installCreated installs the chain head that an own create left on scope
+// ({v, g}: the head hash's new version and its generation). The create
+// changed nothing else a read sees, so when the installed snapshot is the
+// hash's previous version (or the scope had none, and the create made it
+// at version 1) the new one is that snapshot with the new head; otherwise
+// the head is read back. A scope not installed is left to its first read.
+// No invalidation is published: a create changes no head, and other
+// replicas take its chain head with their next read of the hash (the
+// scope's next invalidation, or a revalidation pass).
+func (s *Store) installCreated(ctx context.Context, scope varplane.Scope, rest []rueidis.RedisMessage, l varplane.ChainHead) {
+	e := s.entry(scope)
+	if e == nil {
+		return
+	}
+	cur := e.Snap.Load()
+	var v, g string
+	if len(rest) >= 2 {
+		v, _ = decimal(rest[0])
+		g, _ = decimal(rest[1])
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	prev := strconv.FormatUint(n-1, 10)
+	if err != nil || cur.err != nil || (cur.v != prev || cur.g != g) && (!cur.absent() || v != "1" || g != "0") {
+		s.refreshAfterCommit(ctx, varplane.EventRevisionCreated, scope)
+		return
+	}
+	st := *cur.state
+	st.Chain = l
+	snap := &snapshot{state: &st, v: v, g: g, r: cur.r, rec: cur.rec}
+	s.installAndDeliver(varplane.EventRevisionCreated, []installReq{{scope: scope, snap: snap, seq: ownSeq}})
 }
 
 func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
@@ -231,21 +274,27 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 			return err
 		}
 	}
-	evJSON := eventjson.Event(ev)
 	if err := s.prepare(ctx, ev); err != nil {
 		return err
 	}
 	g := strconv.FormatUint(uint64(ev.Generation), 10)
 	keys := append(s.commonKeys(ev), s.keys.revision(ev.Scope, ev.Revision), s.keys.floor(ev.Scope))
-	args := []string{hasIdem(ev), strconv.FormatUint(uint64(expected), 10), string(evJSON), string(ev.Scope), g, string(ev.Revision), s.keys.channel()}
-	st, rest, err := reply(activateScript.Exec(ctx, s.client, keys, args))
+	var link varplane.ChainHead
+	st, rest, err := s.chained(ev.Scope, func(head varplane.ChainHead, _ []rueidis.RedisMessage) (string, []rueidis.RedisMessage, error) {
+		var evJSON []byte
+		evJSON, link = linked(ev, head)
+		args := []string{hasIdem(ev), strconv.FormatUint(uint64(expected), 10), string(evJSON), string(ev.Scope), g, string(ev.Revision), s.keys.channel(),
+			chainArg(head), chainArg(link)}
+		return reply(activateScript.Exec(ctx, s.client, keys, args))
+	})
 	if err != nil {
-		return s.commitFailure(ev.Scope, err)
+		return s.scriptFailure(ev.Scope, err)
 	}
 	if err := s.status(ev, expected, st, rest); err != nil {
 		return err
 	}
-	snap := &snapshot{state: &varplane.ScopeState{Scope: ev.Scope, Generation: ev.Generation, Head: varplane.NewHead(ev, rec)}, g: g, r: string(ev.Revision), rec: rec}
+	ev.Seq, ev.Hash = link.Seq, link.Hash
+	snap := &snapshot{state: &varplane.ScopeState{Scope: ev.Scope, Generation: ev.Generation, Head: varplane.NewHead(ev, rec), Chain: link}, g: g, r: string(ev.Revision), rec: rec}
 	if err := s.fillOwn(snap, rest); err != nil {
 		s.log.Warn("redis store: committed, but the script reply cannot be read; reloading", "scope", string(ev.Scope), "err", err)
 		s.refreshAfterCommit(ctx, varplane.EventActivated, ev.Scope)
@@ -297,17 +346,23 @@ func (s *Store) refreshAfterCommit(ctx context.Context, kind varplane.EventKind,
 }
 
 func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
-	evJSON := eventjson.Event(ev)
 	if err := s.prepare(ctx, ev); err != nil {
 		return err
 	}
-	st, rest, err := reply(rejectScript.Exec(ctx, s.client, append(s.commonKeys(ev), s.keys.floor(ev.Scope)), []string{hasIdem(ev), string(evJSON), string(ev.Scope), s.keys.channel()}))
+	keys := append(s.commonKeys(ev), s.keys.floor(ev.Scope))
+	var link varplane.ChainHead
+	st, rest, err := s.chained(ev.Scope, func(head varplane.ChainHead, _ []rueidis.RedisMessage) (string, []rueidis.RedisMessage, error) {
+		var evJSON []byte
+		evJSON, link = linked(ev, head)
+		return reply(rejectScript.Exec(ctx, s.client, keys, []string{hasIdem(ev), string(evJSON), string(ev.Scope), s.keys.channel(), chainArg(head), chainArg(link)}))
+	})
 	if err != nil {
-		return s.commitFailure(ev.Scope, err)
+		return s.scriptFailure(ev.Scope, err)
 	}
 	if err := s.status(ev, 0, st, rest); err != nil {
 		return err
 	}
+	ev.Seq, ev.Hash = link.Seq, link.Hash
 	s.refreshAfterCommit(ctx, varplane.EventRejected, ev.Scope)
 	return nil
 }
@@ -323,28 +378,52 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	if err := checkScope(ev.Scope); err != nil {
 		return err
 	}
-	evJSON, tail, err := replica.Deactivation(ev, expected, nil)
+	// The event is encoded without the caller's links, if any; the link
+	// goes after the cascade the script writes.
+	un := *ev
+	un.Seq, un.Hash, un.Cascade = 0, "", nil
+	evJSON, tail, err := replica.Deactivation(&un, expected, nil)
 	if err != nil {
 		return err
 	}
+	ev.Generation = un.Generation
 	ctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
 	if err := s.prepare(ctx, ev); err != nil {
 		return err
 	}
 	g := strconv.FormatUint(uint64(ev.Generation), 10)
-	args := []string{
-		hasIdem(ev), strconv.FormatUint(uint64(expected), 10), string(evJSON), string(ev.Scope), g,
-		s.keys.headBase(ev.Scope), s.keys.historyBase(ev.Scope), s.keys.channel(), string(tail), s.keys.floorBase(ev.Scope),
-	}
-	st, rest, err := reply(deactivateScript.Exec(ctx, s.client, append(s.commonKeys(ev), s.keys.floor(ev.Scope)), args))
+	keys := append(s.commonKeys(ev), s.keys.floor(ev.Scope))
+	cascade := s.cascadeGuess(ev.Scope)
+	var link varplane.ChainHead
+	st, rest, err := s.chained(ev.Scope, func(head varplane.ChainHead, hint []rueidis.RedisMessage) (string, []rueidis.RedisMessage, error) {
+		if len(hint) > 0 {
+			c, err := hint[0].ToString()
+			if err != nil {
+				return "", nil, err
+			}
+			if cascade, err = parseCascade(c); err != nil {
+				return "", nil, s.decodeFailure("cascade", ev.Scope, err)
+			}
+		}
+		linkedEv := un
+		linkedEv.Cascade = cascade
+		link = head.Next(&linkedEv)
+		args := []string{
+			hasIdem(ev), strconv.FormatUint(uint64(expected), 10), string(evJSON), string(ev.Scope), g,
+			s.keys.headBase(ev.Scope), s.keys.historyBase(ev.Scope), s.keys.channel(), string(tail), s.keys.floorBase(ev.Scope),
+			chainArg(head), cascadeArg(cascade), chainArg(link), linkSuffix(link),
+		}
+		return reply(deactivateScript.Exec(ctx, s.client, keys, args))
+	})
 	if err != nil {
-		return s.commitFailure(ev.Scope, err)
+		return s.scriptFailure(ev.Scope, err)
 	}
 	if err := s.status(ev, expected, st, rest); err != nil {
 		return err
 	}
-	reqs, cascade, err := s.parseDeactivation(ev, g, rest)
+	ev.Seq, ev.Hash = link.Seq, link.Hash
+	reqs, cascade, err := s.parseDeactivation(ev, g, link, rest)
 	if err != nil {
 		s.log.Warn("redis store: committed, but the script reply cannot be read; reloading", "scope", string(ev.Scope), "err", err)
 		s.refreshAfterCommit(ctx, varplane.EventDeactivated, ev.Scope)
@@ -355,20 +434,21 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	return nil
 }
 
-// parseDeactivation reads {v, j, d1, g1, v1, j1, ...} into the snapshots of
-// the deactivated scopes and the cascade.
-func (s *Store) parseDeactivation(ev *varplane.Event, g string, rest []rueidis.RedisMessage) ([]installReq, []varplane.CascadeEntry, error) {
-	main := &snapshot{state: &varplane.ScopeState{Scope: ev.Scope, Generation: ev.Generation}, g: g}
+// parseDeactivation reads {v, j, k, d1, g1, v1, j1, k1, ...} into the
+// snapshots of the deactivated scopes and the cascade; link is the scope's
+// new chain head (k).
+func (s *Store) parseDeactivation(ev *varplane.Event, g string, link varplane.ChainHead, rest []rueidis.RedisMessage) ([]installReq, []varplane.CascadeEntry, error) {
+	main := &snapshot{state: &varplane.ScopeState{Scope: ev.Scope, Generation: ev.Generation, Chain: link}, g: g}
 	if err := s.fillOwn(main, rest); err != nil {
 		return nil, nil, err
 	}
 	reqs := []installReq{{scope: ev.Scope, snap: main, seq: ownSeq}}
 	var cascade []varplane.CascadeEntry
-	rest = rest[2:]
-	if len(rest)%4 != 0 {
-		return nil, nil, fmt.Errorf("cascade reply has %d fields", len(rest))
+	if len(rest) < 3 || (len(rest)-3)%5 != 0 {
+		return nil, nil, fmt.Errorf("deactivation reply has %d fields", len(rest))
 	}
-	for i := 0; i < len(rest); i += 4 {
+	rest = rest[3:]
+	for i := 0; i < len(rest); i += 5 {
 		d, err := rest[i].ToString()
 		if err != nil {
 			return nil, nil, err
@@ -384,6 +464,13 @@ func (s *Store) parseDeactivation(ev *varplane.Event, g string, rest []rueidis.R
 		scope := varplane.Scope(d)
 		snap := &snapshot{state: &varplane.ScopeState{Scope: scope, Generation: varplane.Generation(n)}, g: dg}
 		if err := s.fillOwn(snap, rest[i+2:i+4]); err != nil {
+			return nil, nil, err
+		}
+		k, _, err := optString(rest[i+4])
+		if err != nil {
+			return nil, nil, err
+		}
+		if snap.state.Chain, err = parseChain(k); err != nil {
 			return nil, nil, err
 		}
 		reqs = append(reqs, installReq{scope: scope, snap: snap, seq: ownSeq})
