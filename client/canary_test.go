@@ -278,7 +278,7 @@ func TestCanaryWithSDKConsumersOnPostgres(t *testing.T) {
 // New, Beat needs Options.Canary, and an id of another identity is refused
 // by the server (nothing filed, the heartbeat counted as failed).
 func TestCanaryOptions(t *testing.T) {
-	for _, id := range []string{"", "a b", "a/b", "a{b}", strings.Repeat("x", control.MaxInstanceID+1)} {
+	for _, id := range []string{"", "a b", "a/b", "a{b}", strings.Repeat("x", varplane.MaxInstanceID+1)} {
 		if _, err := client.New("http://127.0.0.1:1", client.Options{Canary: &client.CanaryOptions{InstanceID: id}}); err == nil {
 			t.Errorf("New with InstanceID %q: no error", id)
 		}

@@ -46,7 +46,7 @@ func TestChangeReports(t *testing.T) {
 	}
 	now := time.Now()
 	in.SetStatuses(control.InstanceStatus{Instance: "i1", At: now}, control.InstanceStatus{Instance: "i2", At: now})
-	in.SetReports(c.Canary.ID, control.Report{Window: c.Canary.ID, Instance: "i1", FiledAs: "i1", Decoded: 3, At: now}, control.Report{Window: "elsewhere", Instance: "i3", FiledAs: "i3"})
+	in.SetReports(c.Canary.ID, varplane.CanaryReport{Window: c.Canary.ID, Instance: "i1", FiledAs: "i1", Decoded: 3, At: now}, varplane.CanaryReport{Window: "elsewhere", Instance: "i3", FiledAs: "i3"})
 	got, err := a.ChangeReports(ctx, c.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/instance"
 	"github.com/varplane/varplane/internal/wire"
 )
 
@@ -18,10 +17,10 @@ import (
 // instance cache does through the store (docs/control.md, "Instances over
 // HTTP"):
 //
-//	PUT /instances/{id}/status               instance.Status → 204
-//	GET /windows                             {windows: [instance.StagedWindow]}
+//	PUT /instances/{id}/status               varplane.InstanceStatus → 204
+//	GET /windows                             {windows: [varplane.StagedWindow]}
 //	GET /windows/{window}/candidate          the window and its candidate document
-//	PUT /windows/{window}/reports/{id}       instance.Report → 204
+//	PUT /windows/{window}/reports/{id}       varplane.CanaryReport → 204
 //
 // {id} is never taken on trust: it must be the caller's authenticated
 // identity, or that identity followed by ':' and a name of the process
@@ -30,39 +29,15 @@ import (
 // naming another instance or window than where it was filed is doubtful
 // (Evaluate keeps the window open).
 
-// MaxStatusDocuments bounds the documents one filed status lists: each is
-// authorized, so the count bounds the authorizer calls of one request.
-const MaxStatusDocuments = 1024
-
-// MaxInstanceID bounds the length of an instance id filed over HTTP.
-const MaxInstanceID = 256
-
 // beatStores finds what the store of record writes statuses and reports
 // with, unwrapping wrappers as StoreInstances does.
-func (h *handler) beatStores() (instance.StatusStore, instance.ReportStore, error) {
-	hs, ok1 := storeAs[instance.StatusStore](h.svc.store)
-	rs, ok2 := storeAs[instance.ReportStore](h.svc.store)
+func (h *handler) beatStores() (varplane.StatusWriter, varplane.ReportWriter, error) {
+	hs, ok1 := varplane.StoreAs[varplane.StatusWriter](h.svc.store)
+	rs, ok2 := varplane.StoreAs[varplane.ReportWriter](h.svc.store)
 	if !ok1 || !ok2 {
 		return nil, nil, ErrNoHeartbeats
 	}
 	return hs, rs, nil
-}
-
-// storeAs returns the first of s and the stores it wraps (Unwrap) that is
-// a T.
-func storeAs[T any](s varplane.Store) (T, bool) {
-	for s != nil {
-		if t, ok := s.(T); ok {
-			return t, true
-		}
-		u, ok := s.(interface{ Unwrap() varplane.Store })
-		if !ok {
-			break
-		}
-		s = u.Unwrap()
-	}
-	var zero T
-	return zero, false
 }
 
 // ownInstance authenticates the caller and checks that it may file under
@@ -72,8 +47,8 @@ func (h *handler) ownInstance(r *http.Request, id string) (varplane.Identity, er
 	if err != nil {
 		return who, err
 	}
-	if len(id) > MaxInstanceID || strings.ContainsFunc(id, func(c rune) bool { return c <= ' ' || c == 0x7f || c == '{' || c == '}' }) {
-		return who, wire.BadRequest("an instance id is 1 to %d printable characters without braces or spaces", MaxInstanceID)
+	if len(id) > varplane.MaxInstanceID || strings.ContainsFunc(id, func(c rune) bool { return c <= ' ' || c == 0x7f || c == '{' || c == '}' }) {
+		return who, wire.BadRequest("an instance id is 1 to %d printable characters without braces or spaces", varplane.MaxInstanceID)
 	}
 	if name, ok := strings.CutPrefix(id, who.ID); !ok || (name != "" && (len(name) < 2 || name[0] != ':')) {
 		return who, varplane.Errorf(varplane.CodeForbidden, "this identity files only under its own id: %q or %q", who.ID, who.ID+":<name>")
@@ -92,12 +67,12 @@ func (h *handler) handleFileStatus(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	var st instance.Status
+	var st varplane.InstanceStatus
 	if !h.body(w, r, &st) {
 		return
 	}
-	if len(st.Documents) > MaxStatusDocuments {
-		h.fail(w, r, varplane.Errorf(varplane.CodeLimitExceeded, "a status lists at most %d documents", MaxStatusDocuments))
+	if len(st.Documents) > varplane.MaxStatusDocuments {
+		h.fail(w, r, varplane.Errorf(varplane.CodeLimitExceeded, "a status lists at most %d documents", varplane.MaxStatusDocuments))
 		return
 	}
 	// Each installed scope is one the caller may read: no token claims a
@@ -113,7 +88,7 @@ func (h *handler) handleFileStatus(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if st.Documents == nil {
-		st.Documents = []instance.StatusDocument{}
+		st.Documents = []varplane.InstanceDocument{}
 	}
 	// Freshness is judged by the server's clock: a consumer whose clock is
 	// off would otherwise count as no instance, or as one long gone.
@@ -136,7 +111,7 @@ func (h *handler) handleFileStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 // listed remembers when each handler last listed each instance that files
-// over HTTP, so that a heartbeat lists it once every instance.ListInterval
+// over HTTP, so that a heartbeat lists it once every varplane.ListInterval
 // as an instance cache does (on Redis a listing is a script over the whole
 // list). It is bounded: past maxListed entries it is cleared, which only
 // lists instances again.
@@ -158,7 +133,7 @@ func (h *handler) shouldList(id string, now time.Time) bool {
 	listed.Lock()
 	defer listed.Unlock()
 	k := listedKey{h, id}
-	if t, ok := listed.at[k]; ok && now.Sub(t) < instance.ListInterval && !now.Before(t) {
+	if t, ok := listed.at[k]; ok && now.Sub(t) < varplane.ListInterval && !now.Before(t) {
 		return false
 	}
 	if len(listed.at) >= maxListed {
@@ -176,9 +151,9 @@ func (h *handler) forgetListed(id string) {
 }
 
 // stagedWindows reads the open windows from the staged record.
-func (h *handler) stagedWindows(ctx context.Context) ([]instance.StagedWindow, error) {
-	var st instance.Staged
-	if _, _, err := readRecord(ctx, h.svc.store, canaryScope, &st); err != nil {
+func (h *handler) stagedWindows(ctx context.Context) ([]varplane.StagedWindow, error) {
+	var st varplane.StagedWindows
+	if _, _, err := readRecord(ctx, h.svc.store, varplane.StagedScope, &st); err != nil {
 		return nil, err
 	}
 	return st.Windows, nil
@@ -211,7 +186,7 @@ func (h *handler) handleWindows(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	out := make([]instance.StagedWindow, 0, len(list))
+	out := make([]varplane.StagedWindow, 0, len(list))
 	for _, sw := range list {
 		ok, err := h.mayRead(r, sw.Scope)
 		if err != nil {
@@ -219,7 +194,7 @@ func (h *handler) handleWindows(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if !ok {
-			sw = instance.StagedWindow{Window: sw.Window, ClosesAt: sw.ClosesAt}
+			sw = varplane.StagedWindow{Window: sw.Window, ClosesAt: sw.ClosesAt}
 		}
 		out = append(out, sw)
 	}
@@ -229,28 +204,21 @@ func (h *handler) handleWindows(w http.ResponseWriter, r *http.Request) {
 
 // findWindow authenticates the caller and finds the open window of the
 // {window} path value; not-found once it closed (or never opened).
-func (h *handler) findWindow(r *http.Request) (instance.StagedWindow, error) {
+func (h *handler) findWindow(r *http.Request) (varplane.StagedWindow, error) {
 	if _, err := h.authorize(r, varplane.KindIdentify, "", false); err != nil {
-		return instance.StagedWindow{}, err
+		return varplane.StagedWindow{}, err
 	}
 	id := r.PathValue("window")
 	list, err := h.stagedWindows(r.Context())
 	if err != nil {
-		return instance.StagedWindow{}, err
+		return varplane.StagedWindow{}, err
 	}
 	for _, sw := range list {
 		if sw.Window == id {
 			return sw, nil
 		}
 	}
-	return instance.StagedWindow{}, varplane.Errorf(varplane.CodeNotFound, "no open canary window %q", id)
-}
-
-// Candidate is the answer of GET /windows/{window}/candidate: the staged
-// window and its candidate document.
-type Candidate struct {
-	instance.StagedWindow
-	Document json.RawMessage `json:"document"`
+	return varplane.StagedWindow{}, varplane.Errorf(varplane.CodeNotFound, "no open canary window %q", id)
 }
 
 // handleCandidate answers a window's candidate to a caller that may read
@@ -269,7 +237,7 @@ func (h *handler) handleCandidate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	wire.WriteJSON(w, http.StatusOK, Candidate{StagedWindow: sw, Document: rec.Document})
+	wire.WriteJSON(w, http.StatusOK, varplane.CanaryCandidate{StagedWindow: sw, Document: rec.Document})
 }
 
 // handleFileReport files the caller's cumulative report of an open window
@@ -293,7 +261,7 @@ func (h *handler) handleFileReport(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	var rep instance.Report
+	var rep varplane.CanaryReport
 	if !h.body(w, r, &rep) {
 		return
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/varplane/varplane/httpapi"
 )
 
-func scopeNames(items []httpapi.ScopeSummary) string {
+func scopeNames(items []varplane.ScopeSummary) string {
 	names := make([]string, len(items))
 	for i, it := range items {
 		names[i] = string(it.Scope)
@@ -51,13 +51,13 @@ func TestScopesRoute(t *testing.T) {
 		t.Fatalf("deactivate: %d %s", rec.Code, rec.Body)
 	}
 
-	list := func(t *testing.T, token, query string) httpapi.ScopesResponse {
+	list := func(t *testing.T, token, query string) varplane.ScopePage {
 		t.Helper()
 		rec := p.do("GET", "/vars/admin/scopes"+query, "", "Authorization", "Bearer "+token)
 		if rec.Code != http.StatusOK {
 			t.Fatalf("GET scopes%s as %s: %d %s", query, token, rec.Code, rec.Body)
 		}
-		var res httpapi.ScopesResponse
+		var res varplane.ScopePage
 		mustJSON(t, rec.Body.Bytes(), &res)
 		return res
 	}
@@ -86,7 +86,7 @@ func TestScopesRoute(t *testing.T) {
 		})
 	}
 	t.Run("items carry state and last change", func(t *testing.T) {
-		byScope := map[varplane.Scope]httpapi.ScopeSummary{}
+		byScope := map[varplane.Scope]varplane.ScopeSummary{}
 		for _, it := range list(t, "all", "").Items {
 			byScope[it.Scope] = it
 		}

@@ -76,24 +76,12 @@ func (p Policy) Validate() error {
 // read: the pass then reclaims nothing.
 type InUse func(ctx context.Context) (map[varplane.Scope][]varplane.Revision, error)
 
-// Reclaimer is a store whose revision bodies a pass can reclaim.
+// Reclaimer is a store a Runner reclaims in: the Store contract with its
+// optional varplane.Reclaimer capability (and, when the store completes
+// its deletions at the end of a pass, varplane.ReclaimFinisher).
 type Reclaimer interface {
 	varplane.Store
-	// ReclaimRevisions takes revs of scope out of the revision index, then
-	// deletes their bodies, never the head's nor what is not stored, and
-	// returns how many it deleted. What it took out but failed to delete
-	// stays on the store's to-delete list, which the next call retries; its
-	// error then has a Failed() int method counting them. A store that deletes later (the file store,
-	// at its compaction) reports its deletions from FinishReclaim.
-	ReclaimRevisions(ctx context.Context, scope varplane.Scope, revs []varplane.Revision) (int, error)
-}
-
-// Finisher is a Reclaimer that completes the deletions of a pass at its end
-// (the file store compacts its log). It returns how many bodies it deleted;
-// on error they stay on its to-delete list for the next pass, and the error
-// counts them as ReclaimRevisions' does.
-type Finisher interface {
-	FinishReclaim(ctx context.Context) (int, error)
+	varplane.Reclaimer
 }
 
 // Options configure a Runner.
@@ -228,7 +216,7 @@ func (r *Runner) RunOnce(ctx context.Context) (Report, error) {
 		}
 		rep.Reclaimed += n
 	}
-	if f, ok := r.store.(Finisher); ok {
+	if f, ok := r.store.(varplane.ReclaimFinisher); ok {
 		n, err := f.FinishReclaim(ctx)
 		rep.Reclaimed += n
 		if err != nil {
@@ -251,13 +239,6 @@ func (r *Runner) RunOnce(ctx context.Context) (Report, error) {
 // failedDeletions is how a store's error counts the deletions that failed
 // (they stay on its to-delete list).
 type failedDeletions interface{ Failed() int }
-
-// eventHistorian is a store that can list a scope's events without reading
-// their documents (the file store keeps old bodies on disk); Select needs
-// the events' kinds, revisions and times only.
-type eventHistorian interface {
-	EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error)
-}
 
 // scope reclaims in one scope under its lease; held reports that another
 // replica holds the lease.
@@ -284,7 +265,7 @@ func (r *Runner) scope(ctx context.Context, scope varplane.Scope, now time.Time,
 		return 0, false, err
 	}
 	var hist []varplane.Event
-	if eh, ok := r.store.(eventHistorian); ok {
+	if eh, ok := r.store.(varplane.EventHistorian); ok {
 		hist, err = eh.EventHistory(ctx, scope)
 	} else {
 		hist, err = r.store.History(ctx, scope)

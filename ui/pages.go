@@ -18,7 +18,7 @@ import (
 type scopesView struct {
 	Query  string
 	Status string
-	Items  []client.ScopeSummary
+	Items  []varplane.ScopeSummary
 	Total  int
 }
 
@@ -272,7 +272,7 @@ type confirmView struct {
 	Status   varplane.Status
 	To       varplane.Generation
 	Diff     *sideBySide
-	Cascade  []client.ScopeSummary
+	Cascade  []varplane.ScopeSummary
 	CanWrite bool
 	Policy   *control.Policy
 }

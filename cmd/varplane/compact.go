@@ -161,7 +161,7 @@ func (e *retentionExtension) Start(ctx context.Context, rt *serveRuntime) (func(
 	if e.interval == 0 {
 		return nil, nil
 	}
-	if ro, ok := rt.Store.(interface{ ReadOnly() bool }); ok && ro.ReadOnly() {
+	if ro, ok := rt.Store.(varplane.ReadOnlyStore); ok && ro.ReadOnly() {
 		// It could take no lease and reclaim nothing: the writers run the
 		// passes.
 		rt.Logger.Info("retention: a read-only replica runs no reclamation passes", "store", rt.Store.Name())

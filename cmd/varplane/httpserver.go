@@ -1,11 +1,11 @@
 package main
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
@@ -30,7 +30,7 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi
 	if base == "" {
 		opts.Base = "/"
 	}
-	if r, ok := rt.Store.(interface{ Ready(context.Context) error }); ok {
+	if r, ok := rt.Store.(varplane.Readier); ok {
 		opts.Ready = r.Ready
 	}
 	var rw *wireRedis

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
 )
 
@@ -19,7 +20,7 @@ import (
 type Instances struct {
 	mu       sync.Mutex
 	statuses []control.InstanceStatus
-	reports  map[string][]control.Report
+	reports  map[string][]varplane.CanaryReport
 	staged   map[string]bool
 }
 
@@ -31,11 +32,11 @@ func (in *Instances) SetStatuses(st ...control.InstanceStatus) {
 }
 
 // SetReports replaces the reports of window.
-func (in *Instances) SetReports(window string, rs ...control.Report) {
+func (in *Instances) SetReports(window string, rs ...varplane.CanaryReport) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.reports == nil {
-		in.reports = map[string][]control.Report{}
+		in.reports = map[string][]varplane.CanaryReport{}
 	}
 	in.reports[window] = slices.Clone(rs)
 }
@@ -55,7 +56,7 @@ func (in *Instances) Statuses(context.Context) ([]control.InstanceStatus, error)
 }
 
 // Reports returns the reports set last for window.
-func (in *Instances) Reports(_ context.Context, window string) ([]control.Report, error) {
+func (in *Instances) Reports(_ context.Context, window string) ([]varplane.CanaryReport, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return slices.Clone(in.reports[window]), nil

@@ -74,6 +74,7 @@ func Run(t *testing.T, h Harness) {
 		{"Heartbeats", testBeats},
 		{"Reclaim", testReclaim},
 		{"ReclaimRestored", testReclaimRestored},
+		{"Capabilities", testCapabilities},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
