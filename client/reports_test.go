@@ -12,7 +12,7 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
 	"github.com/varplane/varplane/control"
-	"github.com/varplane/varplane/internal/controltest"
+	"github.com/varplane/varplane/control/controltest"
 	"github.com/varplane/varplane/store/memory"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/control"
+	"github.com/varplane/varplane/control/controltest"
 	"github.com/varplane/varplane/httpapi"
-	"github.com/varplane/varplane/internal/controltest"
 	"github.com/varplane/varplane/push"
 	"github.com/varplane/varplane/store/file"
 )
