@@ -83,6 +83,14 @@ func openMigrationStore(ctx context.Context, flagName, spec string, stderr io.Wr
 	return e, func() { e.Close(); _ = store.Close() }, nil
 }
 
+// migrateOwned are the subsystems whose scopes migrate publish writes in
+// their name, each checking its documents first: the access control's
+// principals (the engine above reserves its scope).
+var migrateOwned = []migrate.Owned{{Owner: access.Owner, Check: func(doc []byte) error {
+	_, err := access.ParseDocument(doc)
+	return err
+}}}
+
 // migrationFailure reports err as the tool does: a rejection lists every
 // problem, anything else is one line; both exit 1.
 func migrationFailure(err error) error {
@@ -181,7 +189,7 @@ Exit 0 done, 1 rejected or a publish failed, 2 usage.`)
 		return migrationFailure(err)
 	}
 	defer closeStore()
-	rep, err := migrate.Publish(ctx, e, *in, migrate.PublishOptions{Root: varplane.Scope(*root), Resume: *resume})
+	rep, err := migrate.Publish(ctx, e, *in, migrate.PublishOptions{Root: varplane.Scope(*root), Resume: *resume, Owned: migrateOwned})
 	if perr := printReport(c.m.Stdout, *output == "json", rep); perr != nil && err == nil {
 		err = perr
 	}
