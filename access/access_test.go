@@ -10,7 +10,6 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/access"
-	"github.com/varplane/varplane/httpapi"
 )
 
 func newEngine(t *testing.T, s varplane.Store) *varplane.Engine {
@@ -174,7 +173,7 @@ func TestCombine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file, err := httpapi.Scoped([]httpapi.Grant{{Token: "file-ci", ID: "ci", Kinds: []varplane.Kind{varplane.KindRead}}})
+	file, err := access.Scoped([]access.Grant{{Token: "file-ci", ID: "ci", Kinds: []varplane.Kind{varplane.KindRead}}})
 	if err != nil {
 		t.Fatal(err)
 	}

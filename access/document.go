@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/httpapi"
 )
 
 // Scope is the reserved scope whose document holds the principals.
@@ -37,7 +36,7 @@ type Document struct {
 }
 
 // Principal is one caller: the digest of its token and what it may do. It
-// decides exactly as a tokens-file grant does (httpapi.Grant): empty Kinds
+// decides exactly as a tokens-file grant does (Grant): empty Kinds
 // allow every kind, empty Prefixes every scope. Its Roles are its roles as
 // given, with no implicit "*".
 type Principal struct {
@@ -107,8 +106,8 @@ func (d *Document) HasAdmin() bool {
 	return false
 }
 
-func (p Principal) grant(id string) httpapi.Grant {
-	return httpapi.Grant{ID: id, Kinds: p.Kinds, Prefixes: p.Prefixes, Roles: p.Roles}
+func (p Principal) grant(id string) Grant {
+	return Grant{ID: id, Kinds: p.Kinds, Prefixes: p.Prefixes, Roles: p.Roles}
 }
 
 func (p Principal) identity(id string) varplane.Identity {
@@ -139,7 +138,7 @@ func checkBinding(kinds []varplane.Kind, prefixes, roles []string) error {
 		}
 	}
 	for i, p := range prefixes {
-		if !httpapi.ValidPrefix(p) {
+		if !ValidPrefix(p) {
 			return varplane.Errorf(varplane.CodeBadRequest, `prefix %d is not a scope, a scope followed by ".", or "*"`, i+1)
 		}
 	}

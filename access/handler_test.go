@@ -25,7 +25,7 @@ func apiServer(t *testing.T, s varplane.Store) (*httptest.Server, *access.Servic
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e := varplane.NewEngine(s, varplane.Options{Owners: []varplane.Owner{access.Owner}, Logger: log})
 	t.Cleanup(e.Close)
-	file, err := httpapi.StaticTokens([]string{"file-admin"})
+	file, err := access.StaticTokens([]string{"file-admin"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func startPlane(t testing.TB, o planeOptions) *plane {
 	if !o.noWatch {
 		watch = push.NewSSEHandler(p.hub, o.sse)
 	}
-	p.api = httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, Watch: watch, DisableOps: true, Logger: quiet})
+	p.api = httpapi.NewHandler(e, httpapi.Options{Authorizer: varplane.AllowAll, Watch: watch, DisableOps: true, Logger: quiet})
 	p.grpc = rpc.NewGRPCServer(p.hub, nil, rpc.GRPCOptions{Logger: quiet})
 	p.rpc = rpc.NewServer("127.0.0.1:0", p.hub, nil)
 	if err := p.rpc.Open(); err != nil {

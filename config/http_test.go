@@ -31,7 +31,7 @@ func newServer(t *testing.T, authz varplane.Authorizer) (*Service, *httptest.Ser
 }
 
 // tokens is an authorizer over a fixed map of tokens, shaped as the tokens
-// file's (httpapi.ScopedAuthorizer): 401 without a token, 403 for an unknown
+// file's (access.ScopedAuthorizer): 401 without a token, 403 for an unknown
 // one.
 func tokens(ids map[string]varplane.Identity) varplane.Authorizer {
 	return varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (varplane.Identity, error) {

@@ -193,9 +193,9 @@ func TestMountedUnderAPrefix(t *testing.T) {
 	st := memory.New()
 	t.Cleanup(func() { _ = st.Close() })
 	e := newEngineOn(t, st)
-	inner := httpapi.NewHandler(e, httpapi.Options{Base: "/cnos/vars", Authorizer: httpapi.AllowAll, Logger: quiet})
+	inner := httpapi.NewHandler(e, httpapi.Options{Base: "/cnos/vars", Authorizer: varplane.AllowAll, Logger: quiet})
 	t.Cleanup(inner.Close)
-	plain := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, Logger: quiet})
+	plain := httpapi.NewHandler(e, httpapi.Options{Authorizer: varplane.AllowAll, Logger: quiet})
 	t.Cleanup(plain.Close)
 
 	mux := http.NewServeMux()

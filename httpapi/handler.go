@@ -35,8 +35,8 @@ type Options struct {
 	Base string
 
 	// Authorizer decides every request of the route table. Nil means
-	// AllowAll, with a one-time warning on stderr.
-	Authorizer Authorizer
+	// varplane.AllowAll, with a one-time warning on stderr.
+	Authorizer varplane.Authorizer
 
 	// MaxBodyBytes bounds request bodies (the engine's Limits.MaxBodyBytes
 	// when 0). Larger bodies are answered 413 payload-too-large. The other
@@ -89,7 +89,7 @@ type Options struct {
 type Handler struct {
 	engine *varplane.Engine
 	base   string
-	auth   Authorizer
+	auth   varplane.Authorizer
 	limits varplane.Limits
 	log    *slog.Logger
 	ready  func(ctx context.Context) error
@@ -328,7 +328,7 @@ func (h *Handler) finish(r *http.Request, rt *route, sw *statusWriter, start tim
 // authorize runs the authorizer for one scope through varplane.Authorize,
 // which fails closed: a denial is returned as is, anything else is internal
 // and nothing of the cause reaches the client.
-func (h *Handler) authorize(r *http.Request, kind Kind, scope varplane.Scope, subtree bool) (varplane.Identity, error) {
+func (h *Handler) authorize(r *http.Request, kind varplane.Kind, scope varplane.Scope, subtree bool) (varplane.Identity, error) {
 	return varplane.Authorize(r.Context(), h.auth, varplane.Access{
 		Kind: kind, Scope: scope, Subtree: subtree, Token: wire.RequestBearer(r),
 	})

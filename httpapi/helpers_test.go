@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -57,7 +56,7 @@ func newPlaneOn(t testing.TB, st varplane.Store, opts httpapi.Options) *plane {
 	t.Helper()
 	e := newEngineOn(t, st)
 	if opts.Authorizer == nil {
-		opts.Authorizer = httpapi.AllowAll
+		opts.Authorizer = varplane.AllowAll
 	}
 	if opts.Logger == nil {
 		opts.Logger = quiet
@@ -163,5 +162,3 @@ func (r replayStore) Replay(ctx context.Context, scope varplane.Scope, gen varpl
 }
 
 func jsonf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
-
-func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }

@@ -30,9 +30,9 @@ func TestDefaultAuthorizerWarnsOnce(t *testing.T) {
 		t.Errorf("warnings = %d (%q), want exactly 1", got, buf.String())
 	}
 	buf.Reset()
-	h := NewHandler(e, Options{Authorizer: AllowAll})
+	h := NewHandler(e, Options{Authorizer: varplane.AllowAll})
 	h.Close()
 	if buf.Len() != 0 {
-		t.Errorf("explicit AllowAll warned: %q", buf.String())
+		t.Errorf("explicit varplane.AllowAll warned: %q", buf.String())
 	}
 }

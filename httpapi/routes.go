@@ -21,7 +21,7 @@ func (h *Handler) handleRead(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	if _, err := h.authorize(r, KindRead, scope, false); err != nil {
+	if _, err := h.authorize(r, varplane.KindRead, scope, false); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
@@ -85,7 +85,7 @@ func (h *Handler) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, t := range targets {
-		if _, err := h.authorize(r, KindRead, t.Scope, false); err != nil {
+		if _, err := h.authorize(r, varplane.KindRead, t.Scope, false); err != nil {
 			h.writeError(w, r, err)
 			return
 		}
@@ -153,7 +153,7 @@ func (h *Handler) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, t := range targets {
-		if _, err := h.authorize(r, KindRead, t.Scope, t.Subtree); err != nil {
+		if _, err := h.authorize(r, varplane.KindRead, t.Scope, t.Subtree); err != nil {
 			h.writeError(w, r, err)
 			return
 		}
@@ -186,7 +186,7 @@ func mutation[T any](h *Handler, w http.ResponseWriter, r *http.Request, decode 
 		return zero, false
 	}
 	scope, actor := target(&req)
-	id, err := h.authorize(r, KindMutate, scope, false)
+	id, err := h.authorize(r, varplane.KindMutate, scope, false)
 	if err != nil {
 		h.writeError(w, r, err)
 		return zero, false
@@ -304,7 +304,7 @@ func (h *Handler) auditScope(r *http.Request, extra ...string) (varplane.Scope, 
 			return "", nil, wire.BadRequest("%s is required", name)
 		}
 	}
-	if _, err := h.authorize(r, KindAudit, scope, false); err != nil {
+	if _, err := h.authorize(r, varplane.KindAudit, scope, false); err != nil {
 		return "", nil, err
 	}
 	return scope, params, nil

@@ -82,7 +82,7 @@ func (h *Handler) listScopes(r *http.Request) (*varplane.ScopePage, error) {
 			}
 			continue
 		}
-		if _, err := h.authorize(r, KindAudit, sc, false); err != nil {
+		if _, err := h.authorize(r, varplane.KindAudit, sc, false); err != nil {
 			if varplane.ErrorCode(err) == varplane.CodeForbidden {
 				continue
 			}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/httpapi"
 )
 
@@ -21,10 +22,10 @@ func scopeNames(items []varplane.ScopeSummary) string {
 // TestScopesRoute lists, pages, filters by prefix and by authorization, and
 // refuses bad parameters.
 func TestScopesRoute(t *testing.T) {
-	auth, err := httpapi.Scoped([]httpapi.Grant{
+	auth, err := access.Scoped([]access.Grant{
 		{Token: "all"},
-		{Token: "agentic", Kinds: []httpapi.Kind{httpapi.KindAudit}, Prefixes: []string{"agentic."}},
-		{Token: "reader", Kinds: []httpapi.Kind{httpapi.KindRead}},
+		{Token: "agentic", Kinds: []varplane.Kind{varplane.KindAudit}, Prefixes: []string{"agentic."}},
+		{Token: "reader", Kinds: []varplane.Kind{varplane.KindRead}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -116,10 +117,10 @@ func TestScopesRoute(t *testing.T) {
 // target, authorized as read on the empty scope's subtree: a "*" or
 // unnarrowed grant may, a grant narrowed to prefixes may not.
 func TestWatchEverything(t *testing.T) {
-	auth, err := httpapi.Scoped([]httpapi.Grant{
-		{Token: "star", Kinds: []httpapi.Kind{httpapi.KindRead}, Prefixes: []string{"*"}},
+	auth, err := access.Scoped([]access.Grant{
+		{Token: "star", Kinds: []varplane.Kind{varplane.KindRead}, Prefixes: []string{"*"}},
 		{Token: "bare"},
-		{Token: "agentic", Kinds: []httpapi.Kind{httpapi.KindRead}, Prefixes: []string{"agentic.", "agentic"}},
+		{Token: "agentic", Kinds: []varplane.Kind{varplane.KindRead}, Prefixes: []string{"agentic.", "agentic"}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/httpapi"
 )
 
@@ -78,22 +79,22 @@ func TestTrustedOriginMayWrite(t *testing.T) {
 // kept as onBehalfOf and never replaces who the token says it is; a token
 // without id= is named by its position, never by a digest of its secret.
 func TestActorIsTheAuthenticatedIdentity(t *testing.T) {
-	grants, err := httpapi.ParseTokens(strings.NewReader("ops-secret id=ops\nbare-secret\n"))
+	grants, err := access.ParseTokens(strings.NewReader("ops-secret id=ops\nbare-secret\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := httpapi.Scoped(grants)
+	auth, err := access.Scoped(grants)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		name, token, claimed string
 		wantActor            string
-		auth                 httpapi.Authorizer
+		auth                 varplane.Authorizer
 	}{
 		{"named token, forged actor", "ops-secret", "root", "ops", auth},
 		{"token without id", "bare-secret", "", "token-2", auth},
-		{"no tokens configured", "", "mallory", varplane.AnonymousID, httpapi.AllowAll},
+		{"no tokens configured", "", "mallory", varplane.AnonymousID, varplane.AllowAll},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

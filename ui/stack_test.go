@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/control/controltest"
@@ -62,7 +63,7 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	authz, err := httpapi.Scoped([]httpapi.Grant{
+	authz, err := access.Scoped([]access.Grant{
 		{Token: adminToken, ID: "alice"},
 		{Token: readerToken, ID: "rita", Kinds: []varplane.Kind{varplane.KindRead, varplane.KindAudit}, Roles: []string{config.RoleGet}},
 		{Token: reviewerToken, ID: "bob"},

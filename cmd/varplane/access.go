@@ -6,7 +6,6 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/access"
-	"github.com/varplane/varplane/httpapi"
 )
 
 func init() {
@@ -27,7 +26,7 @@ type accessExtension struct {
 // --tokens) before it builds anything that authorizes, and uses the one it
 // returns at every entrance.
 type authorizing interface {
-	Authorizer(engine *varplane.Engine, file httpapi.Authorizer) httpapi.Authorizer
+	Authorizer(engine *varplane.Engine, file varplane.Authorizer) varplane.Authorizer
 }
 
 var _ authorizing = (*accessExtension)(nil)
@@ -44,11 +43,11 @@ func (e *accessExtension) Owners() []varplane.Owner { return []varplane.Owner{ac
 
 // Authorizer returns file unchanged without --access-control, and the
 // combination of file and the store's principals with it.
-func (e *accessExtension) Authorizer(engine *varplane.Engine, file httpapi.Authorizer) httpapi.Authorizer {
+func (e *accessExtension) Authorizer(engine *varplane.Engine, file varplane.Authorizer) varplane.Authorizer {
 	if !e.enabled {
 		return file
 	}
-	scoped, _ := file.(*httpapi.ScopedAuthorizer)
+	scoped, _ := file.(*access.ScopedAuthorizer)
 	return access.Combine(scoped, access.NewAuthorizer(engine.Store()))
 }
 

@@ -16,7 +16,7 @@ import (
 // newHTTPServer builds the var API handler over rt.Engine, with the live
 // stream, the store's readiness and fsync counters, and rt.Mux for extension
 // routes outside the base.
-func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz httpapi.Authorizer) (*httpapi.Server, *httpapi.Handler) {
+func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz varplane.Authorizer) (*httpapi.Server, *httpapi.Handler) {
 	opts := httpapi.Options{
 		Base:         base,
 		Authorizer:   authz,

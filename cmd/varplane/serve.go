@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/gctune"
 	"github.com/varplane/varplane/internal/wire"
@@ -92,9 +93,9 @@ type serveRuntime struct {
 	Mux    *http.ServeMux
 	// Authorizer is the one --tokens builds, combined with the store's
 	// principals under --access-control (an authorizing extension), and
-	// httpapi.AllowAll without either, so that every transport authorizes
+	// varplane.AllowAll without either, so that every transport authorizes
 	// exactly as the HTTP API does.
-	Authorizer httpapi.Authorizer
+	Authorizer varplane.Authorizer
 	// metrics register an extension's collectors on /metrics once the
 	// HTTP API exists.
 	metrics []func(*prometheus.Registry)
@@ -248,16 +249,16 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		validator = reg
 		log.Info("schemas loaded", "dir", cfg.documents, "schemas", len(reg.IDs()))
 	}
-	var authz httpapi.Authorizer
+	var authz varplane.Authorizer
 	if cfg.tokens != "" {
-		grants, err := httpapi.LoadTokenFile(cfg.tokens)
+		grants, err := access.LoadTokenFile(cfg.tokens)
 		if err != nil {
 			return &usageError{err: fmt.Errorf("--tokens: %w", err)}
 		}
 		if len(grants) == 0 {
 			return usagef("--tokens: %s holds no token", cfg.tokens)
 		}
-		a, err := httpapi.Scoped(grants)
+		a, err := access.Scoped(grants)
 		if err != nil {
 			return &usageError{err: fmt.Errorf("--tokens %s: %w", cfg.tokens, err)}
 		}
@@ -300,7 +301,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 			MaxConnAgeGrace: cfg.maxConnAgeGrace, Logger: log},
 		HTTP2Guard: wire.NewHTTP2Guard(wire.HTTP2GuardOptions{PingMinTime: cfg.pingMinTime, MaxConnAge: cfg.maxConnAge})}
 	if rt.Authorizer == nil {
-		rt.Authorizer = httpapi.AllowAll
+		rt.Authorizer = varplane.AllowAll
 	}
 	var stops []func(context.Context) error
 	defer func() {

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/config/consumer"
 	"github.com/varplane/varplane/config/secret"
-	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/syncbuf"
 	"github.com/varplane/varplane/store/file"
 )
@@ -72,11 +72,11 @@ func start(t *testing.T, storePath, deploymentFile, tokenFile string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grants, err := httpapi.LoadTokenFile(tokenFile)
+	grants, err := access.LoadTokenFile(tokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	authz, err := httpapi.Scoped(grants)
+	authz, err := access.Scoped(grants)
 	if err != nil {
 		t.Fatal(err)
 	}

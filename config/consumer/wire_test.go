@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/config/consumer"
-	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/store/memory"
 )
@@ -36,11 +36,11 @@ func TestHTTPFetchErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grants, err := httpapi.ParseTokens(strings.NewReader("writer id=writer roles=" + config.RoleCreate + "\n"))
+	grants, err := access.ParseTokens(strings.NewReader("writer id=writer roles=" + config.RoleCreate + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := httpapi.Scoped(grants)
+	auth, err := access.Scoped(grants)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
-package httpapi_test
+package access_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,7 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 )
 
 // tokenMark is in every token of these tests: an error that contains it
@@ -43,8 +46,8 @@ func TestParseTokensRefusals(t *testing.T) {
 		{"line too long", head + "Zq9Tok-a id=" + strings.Repeat("x", 70<<10) + "\n", 4, "longer than"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := httpapi.ParseTokens(strings.NewReader(tt.in))
-			var te *httpapi.TokenFileError
+			_, err := access.ParseTokens(strings.NewReader(tt.in))
+			var te *access.TokenFileError
 			if !errors.As(err, &te) {
 				t.Fatalf("error %v (%T), want a *TokenFileError", err, err)
 			}
@@ -68,7 +71,7 @@ func TestParseTokensAccepts(t *testing.T) {
 		"a1 kinds=read,audit,mutate prefixes=*,app.,billing,x.y. # trailing\n" +
 		"a2 id=ops roles=system:configuration # kinds=bogus is a comment\n" +
 		"a3\t\tid=x\r\n"
-	grants, err := httpapi.ParseTokens(strings.NewReader(in))
+	grants, err := access.ParseTokens(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +96,7 @@ func TestLoadTokenFileNamesPathAndLine(t *testing.T) {
 	if err := os.WriteFile(path, []byte("Zq9Tok-a\n\n# c\n\n\n\nZq9Tok-b kind=read\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := httpapi.LoadTokenFile(path)
+	_, err := access.LoadTokenFile(path)
 	want := "tokens file " + path + ` line 7: unknown attribute "kind"`
 	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), tokenMark) {
 		t.Fatalf("error %v, want %q…", err, want)
@@ -131,7 +134,7 @@ func FuzzParseTokens(f *testing.F) {
 				lines[i] = l[:len(l)-len(trimmed)] + tokenMark + trimmed
 			}
 		}
-		grants, err := httpapi.ParseTokens(strings.NewReader(strings.Join(lines, "\n")))
+		grants, err := access.ParseTokens(strings.NewReader(strings.Join(lines, "\n")))
 		if err != nil {
 			if !lineRE.MatchString(err.Error()) {
 				t.Fatalf("error %q names no line", err)
@@ -148,8 +151,133 @@ func FuzzParseTokens(f *testing.F) {
 			}
 			seen[g.Token] = true
 		}
-		if _, err := httpapi.Scoped(grants); err != nil {
+		if _, err := access.Scoped(grants); err != nil {
 			t.Fatalf("ParseTokens accepted grants that Scoped refuses: %v", err)
 		}
 	})
+}
+
+func TestScopedAuthorizer(t *testing.T) {
+	auth, err := access.Scoped([]access.Grant{
+		{Token: "reader", Kinds: []varplane.Kind{varplane.KindRead}},
+		{Token: "agentic-ops", Kinds: []varplane.Kind{varplane.KindRead, varplane.KindMutate}, Prefixes: []string{"agentic.", "billing"}},
+		{Token: "auditor", Kinds: []varplane.Kind{varplane.KindAudit}, Prefixes: []string{"*"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		token string
+		kind  varplane.Kind
+		scope varplane.Scope
+		want  varplane.Code // "" = allowed
+	}{
+		{"reader", varplane.KindRead, "anything.at.all", ""},
+		{"reader", varplane.KindMutate, "a.b", varplane.CodeForbidden},
+		{"reader", varplane.KindAudit, "a.b", varplane.CodeForbidden},
+		{"agentic-ops", varplane.KindMutate, "agentic.lanes.vinci", ""},
+		{"agentic-ops", varplane.KindMutate, "agentic", varplane.CodeForbidden}, // "agentic." covers below only
+		{"agentic-ops", varplane.KindMutate, "agenticx.y", varplane.CodeForbidden},
+		{"agentic-ops", varplane.KindRead, "billing", ""},
+		{"agentic-ops", varplane.KindRead, "billing.eu", ""},
+		{"agentic-ops", varplane.KindRead, "billingx", varplane.CodeForbidden},
+		{"agentic-ops", varplane.KindMutate, "", varplane.CodeForbidden}, // scope-less validate
+		{"agentic-ops", varplane.KindAudit, "agentic.x", varplane.CodeForbidden},
+		{"auditor", varplane.KindAudit, "z", ""},
+		{"auditor", varplane.KindRead, "z", varplane.CodeForbidden},
+		{"", varplane.KindRead, "z", varplane.CodeUnauthorized},
+		{"nobody", varplane.KindRead, "z", varplane.CodeForbidden},
+	}
+	for _, tt := range tests {
+		_, err := auth.Authorize(context.Background(), varplane.Access{Kind: tt.kind, Scope: tt.scope, Token: tt.token})
+		if got := code(err); got != tt.want {
+			t.Errorf("%s %s %q: code %q, want %q (%v)", tt.token, tt.kind, tt.scope, got, tt.want, err)
+		}
+	}
+	if _, err := access.Scoped([]access.Grant{{Token: "x", Kinds: []varplane.Kind{"write"}}}); err == nil {
+		t.Error("Scoped accepted an unknown kind")
+	}
+}
+
+func TestParseTokens(t *testing.T) {
+	in := `# tokens for the staging plane
+
+ci-token
+reader-token kinds=read prefixes=agentic.,billing   # trailing comment
+alice-token id=alice roles=system:configuration:get,system:configuration:list kinds=read,audit
+`
+	grants, err := access.ParseTokens(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(grants) != 3 {
+		t.Fatalf("grants = %+v, want 3", grants)
+	}
+	if g := grants[0]; g.Token != "ci-token" || g.Kinds != nil || g.Prefixes != nil {
+		t.Errorf("grant 0 = %+v", g)
+	}
+	if g := grants[1]; g.Token != "reader-token" || jsonString(g.Kinds) != `["read"]` || jsonString(g.Prefixes) != `["agentic.","billing"]` {
+		t.Errorf("grant 1 = %+v", g)
+	}
+	if g := grants[2]; g.ID != "alice" || jsonString(g.Roles) != `["system:configuration:get","system:configuration:list"]` || len(g.Kinds) != 2 {
+		t.Errorf("grant 2 = %+v", g)
+	}
+
+	bad := []struct{ name, in string }{
+		{"unknown attribute", "zq9 kind=read\n"},
+		{"attribute twice", "zq9 kinds=read kinds=audit\n"},
+		{"unknown kind", "zq9 kinds=write\n"},
+		{"stray word", "zq9 other-secret\n"},
+		{"empty value", "zq9 kinds=\n"},
+		{"duplicate token", "zq9\nzq9\n"},
+		{"attribute first", "kinds=read\n"},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := access.ParseTokens(strings.NewReader(tt.in))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if strings.Contains(err.Error(), "zq9") || strings.Contains(err.Error(), "secret") {
+				t.Errorf("error %q echoes a token", err)
+			}
+		})
+	}
+}
+
+func TestLoadTokenFile(t *testing.T) {
+	path := t.TempDir() + "/tokens"
+	if err := os.WriteFile(path, []byte("# comment\n\nalpha\nbeta kinds=read\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	grants, err := access.LoadTokenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := access.Scoped(grants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auth.Authorize(context.Background(), varplane.Access{Kind: varplane.KindMutate, Scope: "a", Token: "alpha"}); err != nil {
+		t.Errorf("alpha mutate: %v", err)
+	}
+	if _, err := auth.Authorize(context.Background(), varplane.Access{Kind: varplane.KindMutate, Scope: "a", Token: "beta"}); code(err) != varplane.CodeForbidden {
+		t.Errorf("beta mutate: %v, want forbidden", err)
+	}
+	if _, err := access.LoadTokenFile(path + ".missing"); err == nil {
+		t.Error("missing file loaded")
+	}
+}
+
+// code is err's code, or "" for no error.
+func code(err error) varplane.Code {
+	if err == nil {
+		return ""
+	}
+	return varplane.ErrorCode(err)
+}
+
+func jsonString(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
