@@ -54,11 +54,8 @@ func startCanaryServer(t *testing.T, st varplane.Store) *canaryServer {
 	guard := control.NewGuard()
 	e := varplane.NewEngine(st, varplane.Options{Owners: guard.Owners()})
 	svc := control.New(e, guard, control.Options{Logger: quiet, Instances: control.StoreInstances(e)})
-	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: canaryAuthz, DisableOps: true, Logger: quiet})
-	mux := http.NewServeMux()
-	mux.Handle("/vars/control/", http.StripPrefix("/vars/control", control.Handler(svc, control.HandlerOptions{Authorizer: canaryAuthz, Logger: quiet})))
-	mux.Handle("/", api)
-	srv := httptest.NewServer(mux)
+	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: canaryAuthz, DisableOps: true, Logger: quiet, Control: svc})
+	srv := httptest.NewServer(api)
 	t.Cleanup(func() {
 		srv.Close()
 		api.Close()

@@ -3,11 +3,9 @@ package control
 import (
 	"cmp"
 	"context"
-	"net/http"
 	"slices"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/wire"
 )
 
 // WindowReports is what the instances told of one change's canary window:
@@ -67,22 +65,4 @@ func (svc *Service) WindowReports(ctx context.Context, c *Change) (*WindowReport
 	out.Unreported = append(out.Unreported, unreported(freshInstances(svc.now(), statuses), reports)...)
 	slices.Sort(out.Unreported)
 	return out, nil
-}
-
-// handleReports serves GET /changes/{id}/reports: audit on the change's
-// scope, as reading the change.
-func (h *handler) handleReports(w http.ResponseWriter, r *http.Request) {
-	c, err := h.svc.Get(r.Context(), r.PathValue("id"))
-	if err == nil {
-		_, err = h.authorize(r, varplane.KindAudit, c.Scope, false)
-	}
-	var out *WindowReports
-	if err == nil {
-		out, err = h.svc.WindowReports(r.Context(), c)
-	}
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	wire.WriteJSON(w, http.StatusOK, out)
 }

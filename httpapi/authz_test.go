@@ -3,10 +3,10 @@ package httpapi_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/access"
@@ -41,8 +41,7 @@ func (r *recorder) take() []varplane.Access {
 
 func TestAuthorizationKindsAndScopes(t *testing.T) {
 	rec := &recorder{}
-	watch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
-	p := newPlane(t, httpapi.Options{Authorizer: rec, Watch: watch})
+	p, _ := newPlaneHub(t, httpapi.Options{Authorizer: rec})
 	rev := p.create("a.b", `{"x":1}`)
 	p.activate("a.b", rev, 0)
 	rec.take()
@@ -73,7 +72,11 @@ func TestAuthorizationKindsAndScopes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p.do(tt.method, tt.target, tt.body, "Authorization", "Bearer tok-123")
+			if strings.Contains(tt.target, "/watch") {
+				p.watch(tt.target, 50*time.Millisecond, "Authorization", "Bearer tok-123")
+			} else {
+				p.do(tt.method, tt.target, tt.body, "Authorization", "Bearer tok-123")
+			}
 			got := rec.take()
 			if len(got) != len(tt.want) {
 				t.Fatalf("authorize calls = %+v, want %+v", got, tt.want)
@@ -93,9 +96,7 @@ func TestAuthorizationKindsAndScopes(t *testing.T) {
 
 func TestDeniedRequestsChangeNothing(t *testing.T) {
 	rec := &recorder{deny: map[varplane.Scope]bool{"a.b": true, "t.u": true}}
-	called := false
-	watch := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true })
-	p := newPlane(t, httpapi.Options{Authorizer: rec, Watch: watch})
+	p, hub := newPlaneHub(t, httpapi.Options{Authorizer: rec})
 	for _, c := range []struct{ method, target, body string }{
 		{"GET", "/vars?key=a.b", ""},
 		{"GET", "/vars/batch?key=c.d&key=a.b", ""},
@@ -106,8 +107,8 @@ func TestDeniedRequestsChangeNothing(t *testing.T) {
 	} {
 		wantError(t, p.do(c.method, c.target, c.body), 403, varplane.CodeForbidden)
 	}
-	if called {
-		t.Error("watch handler ran for a denied request")
+	if st := hub.Stats(); st.Subscribers != 0 || st.Delivered != 0 {
+		t.Errorf("hub stats %+v: a denied watch subscribed", st)
 	}
 	if scopes, _ := p.store.Scopes(t.Context()); len(scopes) != 0 {
 		t.Errorf("scopes = %v after denied mutations, want none", scopes)

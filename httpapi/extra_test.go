@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
@@ -69,29 +71,28 @@ func TestWatchRoute(t *testing.T) {
 		p := newPlane(t, httpapi.Options{})
 		wantError(t, p.do("GET", "/vars/watch?key=a.b", ""), 404, varplane.CodeNotFound)
 	})
-	t.Run("delegates with the parsed targets", func(t *testing.T) {
-		var got []httpapi.Target
-		watch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got = httpapi.WatchTargets(r.Context())
-			w.Header().Set("Content-Type", "text/event-stream")
-			_, _ = io.WriteString(w, ": hello\n\n")
-			http.NewResponseController(w).Flush()
-		})
-		p := newPlane(t, httpapi.Options{Watch: watch})
-		rec := p.do("GET", "/vars/watch?group=g&prefix=a.b&key=c.d", "")
-		if rec.Code != 200 || rec.Body.String() != ": hello\n\n" || !rec.Flushed {
+	t.Run("streams the parsed targets", func(t *testing.T) {
+		p, _ := newPlaneHub(t, httpapi.Options{})
+		for _, sc := range []string{"g", "a.b.x", "c.d", "e.f"} {
+			p.activate(sc, p.create(sc, `{"`+sc+`.v":1}`), 0)
+		}
+		rec := p.watch("/vars/watch?group=g&prefix=a.b&key=c.d", 200*time.Millisecond)
+		if rec.Code != 200 || !rec.Flushed {
 			t.Fatalf("status %d flushed %v body %q", rec.Code, rec.Flushed, rec.Body)
 		}
-		want := []httpapi.Target{{Scope: "g"}, {Scope: "a.b", Subtree: true}, {Scope: "c.d"}}
-		if jsonString(got) != jsonString(want) {
-			t.Errorf("targets = %+v, want %+v", got, want)
+		var ids []string
+		for _, line := range strings.Split(rec.Body.String(), "\n") {
+			if id, ok := strings.CutPrefix(line, "id: "); ok {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		if want := []string{"a.b.x@1", "c.d@1", "g@1"}; !slices.Equal(ids, want) {
+			t.Errorf("events %v, want %v (a group, a prefix's descendant, a key; not e.f)", ids, want)
 		}
 		wantError(t, p.do("GET", "/vars/watch", ""), 400, varplane.CodeBadRequest)
 		wantError(t, p.do("GET", "/vars/watch?prefix=a..b", ""), 400, varplane.CodeBadRequest)
 	})
-	if httpapi.WatchTargets(context.Background()) != nil {
-		t.Error("WatchTargets on a bare context is not nil")
-	}
 }
 
 func TestHealthAndReadiness(t *testing.T) {

@@ -128,42 +128,6 @@ func (h *Handler) handleBatch(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-type watchKey struct{}
-
-// WatchTargets returns the scopes of a GET {base}/watch request, in request
-// order, as the handler parsed and authorized them (keys and groups with
-// Subtree false, prefixes with Subtree true). Options.Watch calls it on its
-// request's context; it returns nil on any other context.
-func WatchTargets(ctx context.Context) []Target {
-	t, _ := ctx.Value(watchKey{}).([]Target)
-	return t
-}
-
-// handleWatch serves GET {base}/watch?key=…&group=…&prefix=…: it authorizes
-// kind read for every requested scope, lifts the server's read and write
-// deadlines (the stream is long-lived) and delegates to Options.Watch.
-func (h *Handler) handleWatch(w http.ResponseWriter, r *http.Request) {
-	if h.watch == nil {
-		h.writeError(w, r, varplane.Errorf(varplane.CodeNotFound, "the watch stream is not enabled on this server"))
-		return
-	}
-	targets, err := wire.Targets(r.URL.RawQuery, true)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	for _, t := range targets {
-		if _, err := h.authorize(r, varplane.KindRead, t.Scope, t.Subtree); err != nil {
-			h.writeError(w, r, err)
-			return
-		}
-	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // unsupported writers (tests) have no deadline anyway
-	_ = rc.SetReadDeadline(time.Time{})
-	h.watch.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), watchKey{}, targets)))
-}
-
 // mutation checks the media type, reads and decodes a bounded body, then
 // authorizes it as mutate on the scope the body names and records the
 // authenticated identity as the request's actor (target returns the scope

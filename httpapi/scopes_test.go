@@ -1,10 +1,11 @@
 package httpapi_test
 
 import (
-	"io"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/access"
@@ -113,9 +114,9 @@ func TestScopesRoute(t *testing.T) {
 	})
 }
 
-// TestWatchEverything: all=1 reaches the watch handler as the Everything
-// target, authorized as read on the empty scope's subtree: a "*" or
-// unnarrowed grant may, a grant narrowed to prefixes may not.
+// TestWatchEverything: all=1 is the Everything target, every scope,
+// authorized as read on the empty scope's subtree: a "*" or unnarrowed
+// grant may, a grant narrowed to prefixes may not.
 func TestWatchEverything(t *testing.T) {
 	auth, err := access.Scoped([]access.Grant{
 		{Token: "star", Kinds: []varplane.Kind{varplane.KindRead}, Prefixes: []string{"*"}},
@@ -125,28 +126,23 @@ func TestWatchEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []httpapi.Target
-	watch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = httpapi.WatchTargets(r.Context())
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, ": hello\n\n")
-	})
-	p := newPlane(t, httpapi.Options{Watch: watch, Authorizer: auth})
+	p, hub := newPlaneHub(t, httpapi.Options{Authorizer: auth})
+	if _, err := p.engine.Publish(t.Context(), varplane.PublishRequest{Scope: "zeta.k", Document: json.RawMessage(`1`), Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
 	for _, token := range []string{"star", "bare"} {
-		got = nil
-		if rec := p.do("GET", "/vars/watch?all=1", "", "Authorization", "Bearer "+token); rec.Code != 200 {
+		// Everything is the one target: every scope's head is streamed.
+		rec := p.watch("/vars/watch?all=1", 200*time.Millisecond, "Authorization", "Bearer "+token)
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), "id: zeta.k@1") {
 			t.Fatalf("%s: status %d %s", token, rec.Code, rec.Body)
 		}
-		if len(got) != 1 || !got[0].IsEverything() {
-			t.Fatalf("%s: targets = %+v", token, got)
-		}
 	}
-	got = nil
+	delivered := hub.Stats().Delivered
 	wantError(t, p.do("GET", "/vars/watch?all=1", "", "Authorization", "Bearer agentic"), 403, varplane.CodeForbidden)
-	if got != nil {
-		t.Fatal("a refused watch reached the handler")
+	if hub.Stats().Delivered != delivered {
+		t.Fatal("a refused watch was streamed")
 	}
-	if rec := p.do("GET", "/vars/watch?prefix=agentic", "", "Authorization", "Bearer agentic"); rec.Code != 200 {
+	if rec := p.watch("/vars/watch?prefix=agentic", 50*time.Millisecond, "Authorization", "Bearer agentic"); rec.Code != 200 {
 		t.Fatalf("narrow prefix watch: %d", rec.Code)
 	}
 	wantError(t, p.do("GET", "/vars/watch?prefix=", "", "Authorization", "Bearer star"), 400, varplane.CodeBadRequest)

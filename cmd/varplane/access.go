@@ -57,8 +57,7 @@ func (e *accessExtension) Start(ctx context.Context, rt *serveRuntime) (func(con
 		return nil, nil
 	}
 	svc := access.NewService(rt.Engine)
-	h := access.Handler(svc, access.HandlerOptions{Authorizer: rt.Authorizer, Base: rt.Base, Limits: rt.Engine.Limits(), Logger: rt.Logger})
-	rt.Mux.Handle(rt.Base+"/access/", h)
+	rt.Access = svc
 	n := 0
 	if list, err := svc.List(ctx); err == nil {
 		n = len(list)

@@ -12,16 +12,6 @@ import (
 	"github.com/varplane/varplane/ui"
 )
 
-// The routes of the values service, mounted at the server root next to the
-// var API (which stays under --base): the paths every consumer and the
-// config/consumer package expect, whatever the base.
-var componentRoutes = []string{
-	"/configuration/values/",      // list, get and create (a subtree)
-	"/configuration/values:fetch", // fetch
-	"/configuration/values:watch", // created events
-	"/.configuration",             // the page, or a redirect to the console's
-}
-
 // pagePath is the values service's own page. With the console on it is
 // a redirect to the console's Components page, which has its features
 // with sessions, CSRF tokens and post/redirect/get; with --ui=false the
@@ -78,41 +68,23 @@ func (e *componentsExtension) Start(ctx context.Context, rt *serveRuntime) (func
 	if err != nil {
 		return nil, fmt.Errorf("--components %s: %w", e.file, err)
 	}
-	lim := rt.Engine.Limits()
-	maxBody, err := e.maxBodyBytes()
-	if err != nil {
-		return nil, err
+	rt.Values = svc
+	page := ui.ComponentsRedirect(consolePath)
+	if e.flagValue("ui") == "false" {
+		page = ui.ValuesPage(svc, ui.ValuesPageOptions{Authorizer: rt.Authorizer, Limits: e.limits(rt), Logger: rt.Logger})
 	}
-	if maxBody > 0 {
-		lim.MaxBodyBytes = maxBody
-	}
-	// rt.Authorizer is the one --tokens builds: a token's id= is the
-	// originator, its roles= (or every role for a bare token) the roles here.
-	h := config.Handler(svc, config.HandlerOptions{Authorizer: rt.Authorizer, Limits: lim, Logger: rt.Logger})
-	for _, p := range componentRoutes {
-		route := h
-		switch {
-		case p == "/configuration/values:watch":
-			route = endOnShutdown(ctx, h)
-		case p == pagePath && e.flagValue("ui") != "false":
-			route = ui.ComponentsRedirect(consolePath)
-		}
-		rt.Mux.Handle(p, route)
-	}
+	rt.mounts = append(rt.mounts, func(http.Handler) (string, http.Handler) { return pagePath, page })
 	rt.Logger.Info("component configuration served", "file", e.file, "components", len(dep.Components), "environment", dep.Environment, "path", "/configuration/values/")
 	return nil, nil
 }
 
-func (e *componentsExtension) maxBodyBytes() (int64, error) {
-	s := e.flagValue("max-body-bytes")
-	if s == "" {
-		return 0, nil
+// limits are the engine's limits with serve's --max-body-bytes.
+func (e *componentsExtension) limits(rt *serveRuntime) varplane.Limits {
+	lim := rt.Engine.Limits()
+	if n, err := strconv.ParseInt(e.flagValue("max-body-bytes"), 10, 64); err == nil && n > 0 {
+		lim.MaxBodyBytes = n
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, usagef("--max-body-bytes %q: %v", s, err)
-	}
-	return n, nil
+	return lim
 }
 
 func (e *componentsExtension) flagValue(name string) string {
@@ -124,18 +96,4 @@ func (e *componentsExtension) flagValue(name string) string {
 		return ""
 	}
 	return f.Value.String()
-}
-
-// endOnShutdown ends h's requests when ctx (serve's: cancelled by SIGINT or
-// SIGTERM) ends. The HTTP server's drain waits for requests in flight, and a
-// created-events stream never finishes by itself, so without this a single
-// watcher would hold the shutdown until its deadline.
-func endOnShutdown(ctx context.Context, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		stop := context.AfterFunc(ctx, cancel)
-		defer stop()
-		h.ServeHTTP(w, r.WithContext(rctx))
-	})
 }

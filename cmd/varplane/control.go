@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -35,14 +34,10 @@ type controlExtension struct {
 	enabled bool
 	expire  time.Duration
 	guard   *control.Guard
-	// fs is serve's FlagSet, kept to read --trusted-origins after parsing
-	// (serve's flag: one flag, one meaning for every API it serves).
-	fs *flag.FlagSet
 }
 
 // RegisterFlags adds --control and --change-expiry.
 func (e *controlExtension) RegisterFlags(fs *flag.FlagSet) {
-	e.fs = fs
 	fs.BoolVar(&e.enabled, "control", true, "serve the control API under {base}/control (reviewed changes, review policies, paged history, diff)")
 	fs.DurationVar(&e.expire, "change-expiry", control.DefaultExpireAfter, "how long after it was proposed an open change request expires")
 }
@@ -71,10 +66,7 @@ func (e *controlExtension) Start(ctx context.Context, rt *serveRuntime) (func(co
 	// The policies record is written by the first policy, never at start:
 	// a server that nobody configured stores nothing of its own.
 	prefix := rt.Base + "/control"
-	rt.Mux.Handle(prefix+"/", http.StripPrefix(prefix, control.Handler(svc, control.HandlerOptions{
-		Authorizer: rt.Authorizer, Limits: rt.Engine.Limits(), Logger: rt.Logger,
-		TrustedOrigins: e.trustedOrigins(),
-	})))
+	rt.Control = svc
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("control: holder token: %w", err)
@@ -122,14 +114,4 @@ func runControlPasses(ctx context.Context, rt *serveRuntime, svc *control.Servic
 	if err := svc.CanaryPass(ctx, holder); err != nil {
 		rt.Logger.Error("control: canary pass", "err", err)
 	}
-}
-
-func (e *controlExtension) trustedOrigins() []string {
-	if e.fs == nil {
-		return nil
-	}
-	if f := e.fs.Lookup("trusted-origins"); f != nil {
-		return splitList(f.Value.String())
-	}
-	return nil
 }

@@ -22,8 +22,10 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz varplan
 		Authorizer:   authz,
 		MaxBodyBytes: cfg.maxBodyBytes,
 		Logger:       rt.Logger,
-		Watch:        pushWatch(rt),
-		Subscribers:  func() int { return int(rt.Hub.Stats().Subscribers) },
+		Hub:          rt.Hub,
+		Control:      rt.Control,
+		Access:       rt.Access,
+		Values:       rt.Values,
 		// Writes from pages of other origins are refused unless listed.
 		TrustedOrigins: splitList(cfg.origins),
 	}
@@ -46,18 +48,17 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz varplan
 	}
 	api := httpapi.NewHandler(rt.Engine, opts)
 	registerPushMetrics(api.Registry(), rt.Hub)
-	if rw != nil {
-		rw.mount(rt.Mux, api)
+	for _, mount := range rt.mounts {
+		api.Mount(mount(api))
 	}
-	mountPostgres(rt.Mux, api, rt.Store)
-	// Extensions registered their routes on rt.Mux; the var API takes every
-	// other path. The mux's precedence (the most specific pattern wins)
-	// keeps the two apart without an ordering rule.
-	rt.Mux.Handle("/", api)
-	var handler http.Handler = rt.Mux
+	var handler http.Handler = api
+	if rw != nil {
+		handler = rw.mount(handler, api)
+	}
+	handler = mountPostgres(handler, api, rt.Store)
 	if rt.GRPC != nil {
-		// One port: gRPC requests (h2c) go to grpc-go, the rest to the mux.
-		handler = rt.GRPC.Route(rt.Mux)
+		// One port: gRPC requests (h2c) go to grpc-go, the rest to the API.
+		handler = rt.GRPC.Route(handler)
 	}
 	srv := httpapi.NewServer(cfg.addr, handler)
 	srv.Logger = rt.Logger
@@ -74,14 +75,8 @@ func newHTTPServer(cfg serveConfig, base string, rt *serveRuntime, authz varplan
 	// Live streams never become idle: end them when the drain begins so
 	// that in-flight requests, not subscribers, decide how long it takes.
 	srv.RegisterOnShutdown(rt.Hub.Close)
+	srv.RegisterOnShutdown(api.CloseStreams)
 	return srv, api
-}
-
-// pushWatch serves GET {base}/watch from the hub, after httpapi parsed and
-// authorized its targets (which the handler takes instead of parsing the
-// query again).
-func pushWatch(rt *serveRuntime) http.Handler {
-	return push.NewSSEHandler(rt.Hub, push.SSEOptions{Logger: rt.Logger, Targets: httpapi.WatchTargets})
 }
 
 // registerPushMetrics exposes the hub's refusals on /metrics:

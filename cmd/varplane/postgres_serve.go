@@ -46,13 +46,13 @@ var _ postgresFigures = (*postgres.Store)(nil)
 // registry and serves /readyz with its details on mux (the handler's own
 // /readyz decides the status; the wrapper adds a "postgres" object to its
 // body). It does nothing for any other store.
-func mountPostgres(mux *http.ServeMux, api *httpapi.Handler, store varplane.Store) {
+func mountPostgres(next http.Handler, api *httpapi.Handler, store varplane.Store) http.Handler {
 	src, ok := store.(postgresFigures)
 	if !ok {
-		return
+		return next
 	}
 	api.Registry().MustRegister(newPostgresCollector(src, postgres.DefaultLagWarn, postgres.DefaultLagEscalate))
-	mux.Handle("GET /readyz", readyzWith(api, "postgres", func() any {
+	return onReadyz(next, readyzWith(api, "postgres", func() any {
 		st := src.Stats()
 		return postgresReadyDetails{
 			Schema:             src.Schema(),

@@ -94,12 +94,23 @@ func (w wireRedis) ready(context.Context) error {
 // mount registers the store's collectors on the handler's registry and
 // serves /readyz with the store's details on mux (the handler's own /readyz
 // decides the status; the wrapper adds a "redis" object to its body).
-func (w wireRedis) mount(mux *http.ServeMux, api *httpapi.Handler) {
+func (w wireRedis) mount(next http.Handler, api *httpapi.Handler) http.Handler {
 	api.Registry().MustRegister(newRedisCollector(w.src, redis.DefaultLagWarn, redis.DefaultLagEscalate))
 	if w.replica != nil {
 		api.Registry().MustRegister(newInstanceCollector(w.replica.Cache()))
 	}
-	mux.Handle("GET /readyz", readyzWithRedis(api, w))
+	return onReadyz(next, readyzWithRedis(api, w))
+}
+
+// onReadyz sends GET /readyz to readyz and every other request to next.
+func onReadyz(next, readyz http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			readyz.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // redisReadyDetails is the "redis" object of /readyz.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"strconv"
 
 	"github.com/varplane/varplane/rpc"
@@ -48,7 +49,7 @@ func (e *rpcExtension) RegisterFlags(fs *flag.FlagSet) {
 func (e *rpcExtension) Start(_ context.Context, rt *serveRuntime) (func(context.Context) error, error) {
 	authorize := rt.Authorizer
 	path, h := rpc.NewHandler(rt.Hub, authorize)
-	rt.Mux.Handle(path, h)
+	rt.mounts = append(rt.mounts, func(http.Handler) (string, http.Handler) { return path, h })
 	opts := e.opts
 	opts.Logger = rt.Logger
 	e.grpc = rpc.NewGRPCServer(rt.Hub, authorize, opts)

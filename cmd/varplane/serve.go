@@ -16,6 +16,8 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/access"
+	"github.com/varplane/varplane/config"
+	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/gctune"
 	"github.com/varplane/varplane/internal/wire"
@@ -82,15 +84,22 @@ func splitList(s string) []string {
 
 // serveRuntime is what an extension can build on: the one engine every
 // transport shares (so that an HTTP mutation reaches the subscribers of every
-// transport), its store, the push hub, the logger, and a mux for routes
-// outside the var API (mounted at the server root, next to it).
+// transport), its store, the push hub, the logger, and the services and
+// handlers it gives the HTTP API.
 type serveRuntime struct {
 	Engine *varplane.Engine
 	Store  varplane.Store
 	Hub    *push.Hub
 	Logger *slog.Logger
 	Base   string
-	Mux    *http.ServeMux
+	// Control, Access and Values are the services the HTTP API serves
+	// (httpapi.Options), set by their extensions.
+	Control *control.Service
+	Access  *access.Service
+	Values  *config.Service
+	// mounts are handlers of other packages the HTTP API serves behind its
+	// chain (httpapi.Handler.Mount), each built once the API exists.
+	mounts []func(api http.Handler) (pattern string, h http.Handler)
 	// Authorizer is the one --tokens builds, combined with the store's
 	// principals under --access-control (an authorizing extension), and
 	// varplane.AllowAll without either, so that every transport authorizes
@@ -120,8 +129,8 @@ type serveExtension interface {
 	// RegisterFlags adds the extension's flags to serve's FlagSet.
 	RegisterFlags(fs *flag.FlagSet)
 	// Start runs after the engine is built and before the HTTP server
-	// listens. It may mount handlers on rt.Mux and start listeners of its
-	// own; stop is called (with a deadline) during shutdown, before the
+	// listens. It may give services and handlers to the HTTP API (rt) and
+	// start listeners of its own; stop is called (with a deadline) during shutdown, before the
 	// engine and the store are closed. A nil stop is allowed.
 	Start(ctx context.Context, rt *serveRuntime) (stop func(context.Context) error, err error)
 }
@@ -296,7 +305,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		}
 	}
 
-	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz, TLS: cfg.tlsConfig,
+	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Authorizer: authz, TLS: cfg.tlsConfig,
 		Listener: wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, MaxConnAge: cfg.maxConnAge,
 			MaxConnAgeGrace: cfg.maxConnAgeGrace, Logger: log},
 		HTTP2Guard: wire.NewHTTP2Guard(wire.HTTP2GuardOptions{PingMinTime: cfg.pingMinTime, MaxConnAge: cfg.maxConnAge})}

@@ -27,15 +27,17 @@ func (e *uiExtension) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&e.enabled, "ui", true, "serve the operator console at /ui/ (sign in with an API token)")
 }
 
-// Start mounts the console on rt.Mux. Its API is rt.Mux itself: by the
-// time a request arrives the var API and the control API are mounted on it.
+// Start mounts the console on the HTTP API. Its API is the HTTP API
+// itself, the var API and the control API included.
 func (e *uiExtension) Start(ctx context.Context, rt *serveRuntime) (func(context.Context) error, error) {
 	if !e.enabled {
 		return nil, nil
 	}
-	h := ui.New(ui.Options{API: rt.Mux, Base: rt.Base, Prefix: consolePath, Authorizer: rt.Authorizer, Limits: rt.Engine.Limits(), Logger: rt.Logger})
-	rt.Mux.Handle(consolePath+"/", endOnShutdown(ctx, h))
-	rt.Mux.Handle(consolePath, http.RedirectHandler(consolePath+"/", http.StatusMovedPermanently))
+	rt.mounts = append(rt.mounts, func(api http.Handler) (string, http.Handler) {
+		return consolePath + "/", ui.New(ui.Options{API: api, Base: rt.Base, Prefix: consolePath, Authorizer: rt.Authorizer, Limits: rt.Engine.Limits(), Logger: rt.Logger})
+	}, func(http.Handler) (string, http.Handler) {
+		return consolePath, http.RedirectHandler(consolePath+"/", http.StatusMovedPermanently)
+	})
 	rt.Logger.Info("operator console served", "path", consolePath+"/")
 	return nil, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/config/consumer"
+	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/store/memory"
 )
@@ -44,7 +45,7 @@ func TestHTTPFetchErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	real := httptest.NewServer(config.Handler(svc, config.HandlerOptions{Authorizer: auth}))
+	real := httptest.NewServer(httpapi.NewHandler(svc.Engine(), httpapi.Options{Authorizer: auth, Values: svc, Logger: slog.New(slog.DiscardHandler)}))
 	t.Cleanup(real.Close)
 
 	exp, cur := varplane.Generation(2), varplane.Generation(5)

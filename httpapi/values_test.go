@@ -1,7 +1,8 @@
-package config
+package httpapi_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +19,78 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/config"
+	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/store/memory"
+	"github.com/varplane/varplane/ui"
 )
+
+// The values service's routes (values.go), over the deployment of
+// config's test manifests (valuesDeployment).
+
+// valuesOptions are what a test sets of the handler serving the values
+// service: the authorizer, the engine's limits and the logger.
+type valuesOptions struct {
+	Authorizer varplane.Authorizer
+	Limits     varplane.Limits
+	Logger     *slog.Logger
+}
+
+// valuesServer returns a values service over a memory store and the
+// handler serving it under opts, with its page (package ui) mounted as
+// serve mounts it without the console.
+func valuesServer(t testing.TB, opts valuesOptions) (*config.Service, http.Handler) {
+	t.Helper()
+	store := memory.New()
+	eng := varplane.NewEngine(store, varplane.Options{Limits: opts.Limits})
+	t.Cleanup(func() { eng.Close(); _ = store.Close() })
+	svc, err := config.NewService(eng, valuesDeployment(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Authorizer == nil {
+		opts.Authorizer = varplane.AllowAll
+	}
+	h := httpapi.NewHandler(eng, httpapi.Options{Authorizer: opts.Authorizer, Logger: opts.Logger, Values: svc, DisableOps: true,
+		Stream: httpapi.StreamOptions{Heartbeat: 15 * time.Second}})
+	t.Cleanup(h.Close)
+	// The service's page, as serve mounts it with the console off.
+	h.Mount("/.configuration", ui.ValuesPage(svc, ui.ValuesPageOptions{Authorizer: opts.Authorizer, Logger: opts.Logger}))
+	return svc, h
+}
+
+// valuesDeployment is the deployment of config's test manifests:
+// dummies.dummy with defaults (a secret among them), alpha.bare without
+// any.
+func valuesDeployment(t testing.TB) *config.Deployment {
+	t.Helper()
+	ms, err := config.LoadManifests(filepath.Join("..", "config", "testdata", "manifests"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := config.NewDeployment(ms, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func mustCreate(t *testing.T, svc *config.Service, component, conf, originator string) config.Created {
+	t.Helper()
+	res, err := svc.Create(context.Background(), config.CreateRequest{Component: component, Configuration: json.RawMessage(conf), Originator: originator})
+	if err != nil {
+		t.Fatalf("Create(%s, %s): %v", component, conf, err)
+	}
+	return res
+}
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newServer(t *testing.T, authz varplane.Authorizer) (*Service, *httptest.Server) {
+func newServer(t *testing.T, authz varplane.Authorizer) (*config.Service, *httptest.Server) {
 	t.Helper()
-	svc, _ := newService(t)
-	srv := httptest.NewServer(Handler(svc, HandlerOptions{Authorizer: authz, Limits: varplane.Limits{MaxBodyBytes: 4096}, Logger: quietLog()}))
+	svc, h := valuesServer(t, valuesOptions{Authorizer: authz, Limits: varplane.Limits{MaxBodyBytes: 4096}, Logger: quietLog()})
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return svc, srv
 }
@@ -80,7 +145,7 @@ func do(t *testing.T, srv *httptest.Server, r request) (*http.Response, []byte) 
 	return resp, body
 }
 
-func TestHTTPResources(t *testing.T) {
+func TestValuesResources(t *testing.T) {
 	_, srv := newServer(t, nil)
 	const values = "/configuration/values/"
 	tests := []struct {
@@ -165,7 +230,7 @@ func TestHTTPResources(t *testing.T) {
 	}
 }
 
-func TestHTTPIdentityAndRoles(t *testing.T) {
+func TestValuesIdentityAndRoles(t *testing.T) {
 	svc, srv := newServer(t, tokens(map[string]varplane.Identity{
 		"root":   {ID: "root-user", Roles: []string{"system"}},
 		"star":   {ID: "star", Roles: []string{"*"}},
@@ -260,7 +325,7 @@ func TestHTTPIdentityAndRoles(t *testing.T) {
 	}
 }
 
-func TestHTTPFailingAuthorizerFailsClosed(t *testing.T) {
+func TestValuesFailingAuthorizerFailsClosed(t *testing.T) {
 	for name, authz := range map[string]varplane.Authorizer{
 		"error": varplane.AuthorizerFunc(func(context.Context, varplane.Access) (varplane.Identity, error) {
 			return varplane.Identity{}, errors.New("backend down: secret-detail")
@@ -284,7 +349,7 @@ func TestHTTPFailingAuthorizerFailsClosed(t *testing.T) {
 	}
 }
 
-func TestHTTPWatch(t *testing.T) {
+func TestValuesWatch(t *testing.T) {
 	svc, srv := newServer(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -322,7 +387,7 @@ func TestHTTPWatch(t *testing.T) {
 	}
 	res := mustCreate(t, svc, "alpha.bare", `{"n":5}`, "dave")
 	name, data := readEvent()
-	var ev CreatedEvent
+	var ev config.CreatedEvent
 	if err := json.Unmarshal([]byte(data), &ev); err != nil || name != "created" {
 		t.Fatalf("event %s %s: %v", name, data, err)
 	}
@@ -331,57 +396,256 @@ func TestHTTPWatch(t *testing.T) {
 	}
 }
 
-func TestPage(t *testing.T) {
-	svc, srv := newServer(t, nil)
-	mustCreate(t, svc, "alpha.bare", `{"n":4}`, "erin")
-	resp, body := do(t, srv, request{method: "GET", path: "/.configuration"})
-	page := string(body)
-	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
-		t.Fatalf("page = %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+// serve runs one request through h in process and returns the recorder.
+func serve(h http.Handler, method, path, contentType string, body []byte) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, bytes.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
-	epoch := svc.Deployment().Components["alpha.bare"].Epoch
-	for _, want := range []string{"alpha.bare", "dummies.dummy", epoch, ">created<", ">defaults<", `&#34;n&#34;: 4`, `<form method="post" action="/.configuration">`} {
-		if !strings.Contains(page, want) {
-			t.Errorf("page lacks %s", want)
-		}
-	}
-	for _, bad := range []string{"<script", "http://", "https://"} {
-		if strings.Contains(page, bad) {
-			t.Errorf("page carries %s: it must need no external asset", bad)
-		}
-	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
 
-	post := func(component, text string) (int, string) {
-		form := url.Values{"component": {component}, "configuration": {text}}
-		resp, body := do(t, srv, request{method: "POST", path: "/.configuration", contentType: "application/x-www-form-urlencoded", body: form.Encode()})
-		return resp.StatusCode, string(body)
+// nested returns depth levels of open, then leaf, then depth levels of
+// close.
+func nested(open, leaf, closing string, depth int) []byte {
+	return []byte(strings.Repeat(open, depth) + leaf + strings.Repeat(closing, depth))
+}
+
+// TestValuesHostileBodies: the bodies that took the previous decoder past 17 GB
+// (a path string per level) and 480 MB (YAML with long keys) are refused
+// with a limit error, and what the whole request allocates stays within a
+// bound proportional to the body (generous: 64 MiB), under the engine's
+// default limits.
+func TestValuesHostileBodies(t *testing.T) {
+	svc, h := valuesServer(t, valuesOptions{Logger: quietLog()})
+	key := strings.Repeat("k", 100)
+	const fetch, create = "/configuration/values:fetch", "/configuration/values/alpha.bare/"
+	tests := []struct {
+		name, path, contentType string
+		body                    []byte
+		codes                   []varplane.Code
+	}{
+		{"fetch of 200 KB of [[[[", fetch, "application/json", nested("[", "", "]", 100_000), []varplane.Code{varplane.CodeLimitExceeded}},
+		{"create of 200 KB of nested arrays", create, "application/json", append(append([]byte(`{"configuration":{"x":`), nested("[", "1", "]", 100_000)...), "}}"...), []varplane.Code{varplane.CodeLimitExceeded}},
+		{"JSON of 300 KB with long keys", create, "application/json", append(append([]byte(`{"configuration":`), nested(`{"`+key+`":`, "1", "}", 2900)...), '}'), []varplane.Code{varplane.CodeLimitExceeded}},
+		{"YAML of 300 KB with long keys", create, "application/yaml", append([]byte("configuration: "), nested("{"+key+": ", "1", "}", 2900)...), []varplane.Code{varplane.CodeLimitExceeded}},
+		{"YAML fetch of 300 KB with long keys", fetch, "application/yaml", append([]byte("- component: a.b\n  x: "), nested("{"+key+": ", "1", "}", 2900)...), []varplane.Code{varplane.CodeLimitExceeded}},
+		// yaml.v3's own nesting bound may answer first: bad-request.
+		{"YAML of 200 KB of [[[[", fetch, "application/yaml", nested("[", "", "]", 100_000), []varplane.Code{varplane.CodeLimitExceeded, varplane.CodeBadRequest}},
+		{"YAML of long keys at one level", create, "application/yaml", []byte("configuration:\n  ? " + strings.Repeat("k", 300_000) + "\n  : 1\n"), []varplane.Code{varplane.CodeLimitExceeded}},
+		{"YAML alias bomb", create, "application/yaml", []byte("configuration:\n  a: &a [x, x, x, x, x, x, x, x, x]\n  b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n  c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"), []varplane.Code{varplane.CodeBadRequest}},
 	}
-	status, page := post("alpha.bare", "n: 9")
-	if status != 201 || !strings.Contains(page, "Created ") || !strings.Contains(page, `&#34;n&#34;: 9`) {
-		t.Errorf("form create = %d\n%s", status, page)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			rec := serve(h, "POST", tt.path, tt.contentType, tt.body)
+			runtime.ReadMemStats(&after)
+			allocated := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%d-byte body: %d %s; %.1f MiB allocated by the request", len(tt.body), rec.Code, firstLine(rec.Body.String()), float64(allocated)/(1<<20))
+			code := wire.ParseError(rec.Code, rec.Body.Bytes()).Code
+			ok := false
+			for _, c := range tt.codes {
+				ok = ok || c == code
+			}
+			if !ok || rec.Code != wire.Status(code) {
+				t.Fatalf("answer %d %s, want one of %v", rec.Code, rec.Body, tt.codes)
+			}
+			if allocated > 64<<20 {
+				t.Fatalf("the request allocated %d bytes for a %d-byte body", allocated, len(tt.body))
+			}
+		})
 	}
-	status, page = post("alpha.bare", `{"n": "nine"}`)
-	if status != 422 || !strings.Contains(page, `id="issues"`) || !strings.Contains(page, "/n") || !strings.Contains(page, "document.type") {
-		t.Errorf("form invalid = %d\n%s", status, page)
+	// Nothing was stored.
+	if _, ok, _ := svc.Get(context.Background(), "alpha.bare", ""); ok {
+		t.Fatal("a refused body left a configuration")
 	}
-	// The rejected draft stays in the form, escaped.
-	if !strings.Contains(page, `{&#34;n&#34;: &#34;nine&#34;}`) {
-		t.Error("the rejected draft is not kept in the form")
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 160 {
+		s = s[:160] + "…"
 	}
-	status, _ = post("alpha.bare", "n: [")
-	if status != 400 {
-		t.Errorf("undecodable form = %d", status)
+	return s
+}
+
+// TestValuesErrorBodiesHaveOneShape: every error answer of the values service is
+// the project's one body, JSON whatever Accept says, with the status of its
+// code.
+func TestValuesErrorBodiesHaveOneShape(t *testing.T) {
+	_, h := valuesServer(t, valuesOptions{Logger: quietLog(), Limits: varplane.Limits{MaxBodyBytes: 4096}, Authorizer: tokens(map[string]varplane.Identity{
+		"reader": {ID: "reader", Roles: []string{config.RoleGet}},
+		"root":   {ID: "root", Roles: []string{"*"}},
+	})})
+	const values = "/configuration/values/"
+	tests := []struct {
+		name, method, path, token, contentType, accept, body string
+		code                                                 varplane.Code
+	}{
+		{"no token", "GET", values, "", "", "", "", varplane.CodeUnauthorized},
+		{"unknown token", "GET", values, "nope", "", "", "", varplane.CodeForbidden},
+		{"no role", "POST", values + "alpha.bare/", "reader", "application/json", "", `{"configuration":{"n":1}}`, varplane.CodeForbidden},
+		{"none", "GET", values + "alpha.bare/", "root", "", "application/yaml", "", varplane.CodeNotFound},
+		{"bad epoch", "GET", values + "alpha.bare/?epoch=x", "root", "", "", "", varplane.CodeBadRequest},
+		{"media type", "POST", values + "alpha.bare/", "root", "text/plain", "", `{}`, varplane.CodeUnsupportedMediaType},
+		{"too large", "POST", values + "alpha.bare/", "root", "application/json", "", `{"configuration":"` + strings.Repeat("x", 5000) + `"}`, varplane.CodePayloadTooLarge},
+		{"too deep", "POST", "/configuration/values:fetch", "root", "application/json", "", string(nested("[", "", "]", 1000)), varplane.CodeLimitExceeded},
+		{"YAML octal", "POST", values + "alpha.bare/", "root", "application/yaml", "application/yaml", "configuration:\n  mode: 0644\n", varplane.CodeBadRequest},
+		{"not JSON", "POST", values + "alpha.bare/", "root", "application/json", "", `{"configuration":`, varplane.CodeBadRequest},
+		{"unknown field", "POST", values + "alpha.bare/", "root", "application/json", "", `{"config":{}}`, varplane.CodeBadRequest},
+		{"invalid", "POST", values + "alpha.bare/", "root", "application/json", "application/yaml", `{"configuration":{"n":"x"}}`, varplane.CodeInvalidConfiguration},
+		{"unknown component", "POST", values + "no.such/", "root", "application/json", "", `{"configuration":{}}`, varplane.CodeUnknownComponent},
+		{"page form media type", "POST", "/.configuration", "root", "application/json", "", `{}`, varplane.CodeUnsupportedMediaType},
 	}
-	// A cross-site form post is refused.
-	req, _ := http.NewRequest("POST", srv.URL+"/.configuration", strings.NewReader("component=alpha.bare&configuration=n%3A+1"))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Sec-Fetch-Site", "cross-site")
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body))
+			for k, v := range map[string]string{"Content-Type": tt.contentType, "Accept": tt.accept} {
+				if v != "" {
+					req.Header.Set(k, v)
+				}
+			}
+			if tt.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tt.token)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			checkErrorShape(t, rec, tt.code)
+		})
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("cross-site post = %d, want 403", resp.StatusCode)
+}
+
+// checkErrorShape fails unless rec is the one error body with code and its
+// status.
+func checkErrorShape(t *testing.T, rec *httptest.ResponseRecorder, code varplane.Code) {
+	t.Helper()
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type %q: %s", ct, rec.Body)
 	}
+	dec := json.NewDecoder(bytes.NewReader(rec.Body.Bytes()))
+	dec.DisallowUnknownFields()
+	var b wire.ErrorBody
+	if err := dec.Decode(&b); err != nil {
+		t.Fatalf("not the one error shape: %v: %s", err, rec.Body)
+	}
+	if b.Error == "" || (code != "" && b.Code != code) || rec.Code != wire.Status(b.Code) {
+		t.Fatalf("%d %s, want code %s with its status %d", rec.Code, rec.Body, code, wire.Status(code))
+	}
+	if code == varplane.CodeInvalidConfiguration && len(b.Issues) == 0 {
+		t.Fatalf("invalid-configuration without issues: %s", rec.Body)
+	}
+}
+
+// fuzzSeeds are bodies for both decoders: valid and invalid JSON and YAML,
+// the policy's refusals, and bodies past the limits.
+var fuzzSeeds = []string{
+	`{"configuration":{"n":1}}`,
+	`{"configuration":{"n":"x"}}`,
+	`{"configuration":null}`,
+	`{"configuration":{"n":1},"configuration":{"n":2}}`,
+	`{"configuration":{"n":1,"n":2}}`,
+	`[{"component":"alpha.bare"},{"component":"dummies.dummy","epoch":""}]`,
+	`{"pairs":[{"component":"alpha.bare","epoch":"` + strings.Repeat("0", 64) + `"}]}`,
+	`[{"component":""}]`,
+	`[1,"x",null]`,
+	"configuration:\n  n: 2\n",
+	"configuration:\n  mode: 0644\n",
+	"configuration: {n: 010}\n",
+	"configuration: &a {n: 1}\nb: *a\n",
+	"configuration:\n  <<: {n: 1}\n",
+	"- component: dummies.dummy\n- {component: alpha.bare, epoch: ''}\n",
+	"configuration: {n: .inf}\n",
+	"configuration: !!binary aGVsbG8=\n",
+	"a: 1\n---\nb: 2\n",
+	strings.Repeat("[", 70) + strings.Repeat("]", 70),
+	`{"configuration":{"k":"` + strings.Repeat("x", 300) + `"}}`,
+	"\xff\xfe",
+	"",
+}
+
+// fuzzHandler is a values service under small limits, so that the fuzzer
+// reaches them.
+func fuzzHandler(f *testing.F) (*config.Service, http.Handler) {
+	return valuesServer(f, valuesOptions{Logger: quietLog(), Limits: varplane.Limits{MaxBodyBytes: 8192, MaxDepth: 16, MaxStringBytes: 256, MaxMembers: 64}})
+}
+
+func fuzzContentType(yaml bool) string {
+	if yaml {
+		return "application/yaml"
+	}
+	return "application/json"
+}
+
+// FuzzValuesCreate posts arbitrary bodies to create through the real
+// handler: never a 500, every refusal the one error body with its status,
+// and a refused body stores nothing.
+func FuzzValuesCreate(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	svc, h := fuzzHandler(f)
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, body []byte, yaml bool) {
+		before, _, err := svc.Get(ctx, "alpha.bare", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := serve(h, "POST", "/configuration/values/alpha.bare/", fuzzContentType(yaml), body)
+		after, ok, err := svc.Get(ctx, "alpha.bare", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rec.Code {
+		case http.StatusCreated:
+			var res struct{ ID, Epoch string }
+			if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || !ok || after.ID != res.ID || after.Created != before.Created+1 {
+				t.Fatalf("201 %s, but served %+v", rec.Body, after)
+			}
+			// What is stored fits the schema (an integer n).
+			if issues, err := svc.Deployment().Components["alpha.bare"].Validate(after.Configuration); err != nil || len(issues) > 0 {
+				t.Fatalf("stored %s that does not fit: %v %v", after.Configuration, issues, err)
+			}
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+			checkErrorShape(t, rec, "")
+			if after.Created != before.Created || after.ID != before.ID {
+				t.Fatalf("a refused body (%d %s) changed what is served", rec.Code, rec.Body)
+			}
+		default:
+			t.Fatalf("answer %d %s", rec.Code, rec.Body)
+		}
+	})
+}
+
+// FuzzValuesFetch posts arbitrary bodies to fetch through the real handler:
+// never a 500, an answer of one entry per pair, or the one error body.
+func FuzzValuesFetch(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	_, h := fuzzHandler(f)
+	f.Fuzz(func(t *testing.T, body []byte, yaml bool) {
+		rec := serve(h, "POST", "/configuration/values:fetch", fuzzContentType(yaml), body)
+		switch rec.Code {
+		case http.StatusOK:
+			var got []config.Fetched
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+				t.Fatalf("200 %s: %v", rec.Body, err)
+			}
+			for _, g := range got {
+				if g.Component == "" || len(g.Configuration) == 0 {
+					t.Fatalf("entry %+v", g)
+				}
+			}
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+			checkErrorShape(t, rec, "")
+		default:
+			t.Fatalf("answer %d %s", rec.Code, rec.Body)
+		}
+	})
 }

@@ -1,4 +1,4 @@
-package access_test
+package httpapi_test
 
 import (
 	"bytes"
@@ -8,18 +8,24 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/varplane/varplane/store/file"
+	"github.com/varplane/varplane/store/memory"
+	"github.com/varplane/varplane/store/redis"
+	"github.com/varplane/varplane/store/redis/redistest"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/httpapi"
 )
 
-// apiServer serves the access API and the var API over one engine, as serve
+// accessServer serves the access API and the var API over one engine, as serve
 // does, with a tokens file holding one bare token ("file-admin"); logs go
 // to the returned buffer.
-func apiServer(t *testing.T, s varplane.Store) (*httptest.Server, *access.Service, *bytes.Buffer) {
+func accessServer(t *testing.T, s varplane.Store) (*httptest.Server, *access.Service, *bytes.Buffer) {
 	t.Helper()
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -31,17 +37,14 @@ func apiServer(t *testing.T, s varplane.Store) (*httptest.Server, *access.Servic
 	}
 	az := access.Combine(file, access.NewAuthorizer(s))
 	svc := access.NewService(e)
-	mux := http.NewServeMux()
-	mux.Handle("/vars/access/", access.Handler(svc, access.HandlerOptions{Authorizer: az, Base: "/vars", Logger: log}))
-	api := httpapi.NewHandler(e, httpapi.Options{Base: "/vars", Authorizer: az, Logger: log})
+	api := httpapi.NewHandler(e, httpapi.Options{Base: "/vars", Authorizer: az, Logger: log, Access: svc})
 	t.Cleanup(api.Close)
-	mux.Handle("/", api)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	return srv, svc, &logs
 }
 
-func call(t *testing.T, srv *httptest.Server, method, path, token string, body any) (int, []byte) {
+func accessCall(t *testing.T, srv *httptest.Server, method, path, token string, body any) (int, []byte) {
 	t.Helper()
 	var r io.Reader
 	if body != nil {
@@ -64,22 +67,51 @@ func call(t *testing.T, srv *httptest.Server, method, path, token string, body a
 	return resp.StatusCode, out
 }
 
-func TestHandler(t *testing.T) {
-	for _, o := range stores {
+// accessStores open the stores the access routes are tried on: the
+// principals are a document, read back through each store's own path.
+var accessStores = []struct {
+	name string
+	open func(t *testing.T) varplane.Store
+}{
+	{"memory", func(t *testing.T) varplane.Store {
+		s := memory.New()
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
+	{"file", func(t *testing.T) varplane.Store {
+		s, err := file.Open(context.Background(), filepath.Join(t.TempDir(), "log.jsonl"), file.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
+	{"redis", func(t *testing.T) varplane.Store {
+		s, err := redis.Open(context.Background(), redistest.PrefixURL(t, "httpapi-access"), redis.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
+}
+
+func TestAccessRoutes(t *testing.T) {
+	for _, o := range accessStores {
 		t.Run(o.name, func(t *testing.T) {
-			srv, _, logs := apiServer(t, o.open(t)(t))
+			srv, _, logs := accessServer(t, o.open(t))
 			var tokens []string
 
 			// The file's admin creates an administrator in the store, which
 			// creates a reader; the reader may read, not administer.
-			st, body := call(t, srv, "POST", "/vars/access/tokens", "file-admin", map[string]any{"id": "ops", "roles": []string{"admin"}, "prefixes": []string{"ops."}})
+			st, body := accessCall(t, srv, "POST", "/vars/access/tokens", "file-admin", map[string]any{"id": "ops", "roles": []string{"admin"}, "prefixes": []string{"ops."}})
 			if st != 201 {
 				t.Fatalf("create ops: %d %s", st, body)
 			}
 			var ops access.Created
 			_ = json.Unmarshal(body, &ops)
 			tokens = append(tokens, ops.Token)
-			st, body = call(t, srv, "POST", "/vars/access/tokens", ops.Token, map[string]any{"id": "reader", "kinds": []string{"read"}, "prefixes": []string{"app."}})
+			st, body = accessCall(t, srv, "POST", "/vars/access/tokens", ops.Token, map[string]any{"id": "reader", "kinds": []string{"read"}, "prefixes": []string{"app."}})
 			if st != 201 {
 				t.Fatalf("create reader by ops: %d %s", st, body)
 			}
@@ -108,28 +140,28 @@ func TestHandler(t *testing.T) {
 				{"GET", "/vars/access/tokens/reader", ops.Token, nil, 405},
 				{"DELETE", "/vars/access/tokens/a/b", ops.Token, nil, 404},
 			} {
-				st, body := call(t, srv, tc.method, tc.path, tc.token, tc.body)
+				st, body := accessCall(t, srv, tc.method, tc.path, tc.token, tc.body)
 				if st != tc.status {
 					t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, st, body, tc.status)
 				}
 			}
 
-			st, body = call(t, srv, "GET", "/vars/access/tokens", ops.Token, nil)
+			st, body = accessCall(t, srv, "GET", "/vars/access/tokens", ops.Token, nil)
 			if st != 200 || !strings.Contains(string(body), `"id":"reader"`) || strings.Contains(string(body), "sha256:") {
 				t.Fatalf("list: %d %s", st, body)
 			}
-			if st, _ := call(t, srv, "GET", "/vars?key=app.x", reader.Token, nil); st != 404 {
+			if st, _ := accessCall(t, srv, "GET", "/vars?key=app.x", reader.Token, nil); st != 404 {
 				t.Fatalf("reader reads app.x: %d, want 404 (no head, but allowed)", st)
 			}
-			if st, body := call(t, srv, "DELETE", "/vars/access/tokens/reader", ops.Token, nil); st != 200 {
+			if st, body := accessCall(t, srv, "DELETE", "/vars/access/tokens/reader", ops.Token, nil); st != 200 {
 				t.Fatalf("revoke: %d %s", st, body)
 			}
-			if st, _ := call(t, srv, "GET", "/vars?key=app.x", reader.Token, nil); st != 403 {
+			if st, _ := accessCall(t, srv, "GET", "/vars?key=app.x", reader.Token, nil); st != 403 {
 				t.Fatalf("revoked reader: %d, want 403", st)
 			}
 
 			// The history, read through the var API, names ids and never a token.
-			st, body = call(t, srv, "GET", "/vars/admin/history?scope="+string(access.Scope), "file-admin", nil)
+			st, body = accessCall(t, srv, "GET", "/vars/admin/history?scope="+string(access.Scope), "file-admin", nil)
 			if st != 200 || !strings.Contains(string(body), `"actor":"ops"`) {
 				t.Fatalf("history: %d %s", st, body)
 			}
@@ -147,9 +179,9 @@ func TestHandler(t *testing.T) {
 
 // TestScopeOwned: the var admin API cannot write the access scope, nor
 // clear it by deactivating its parent.
-func TestScopeOwned(t *testing.T) {
-	s := stores[0].open(t)(t)
-	srv, svc, _ := apiServer(t, s)
+func TestAccessScopeOwned(t *testing.T) {
+	s := accessStores[0].open(t)
+	srv, svc, _ := accessServer(t, s)
 	if _, err := svc.Bootstrap(context.Background(), "admin", "t", false); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +197,7 @@ func TestScopeOwned(t *testing.T) {
 		{"/vars/admin/deactivate", map[string]any{"scope": access.Scope.Root(), "expectedGeneration": 0}},
 		{"/vars/admin/rollback", map[string]any{"scope": access.Scope, "expectedGeneration": before.Generation}},
 	} {
-		st, body := call(t, srv, "POST", tc.path, "file-admin", tc.body)
+		st, body := accessCall(t, srv, "POST", tc.path, "file-admin", tc.body)
 		if st != 403 || !strings.Contains(string(body), `"scope-owned"`) {
 			t.Errorf("%s: %d %s, want 403 scope-owned", tc.path, st, body)
 		}

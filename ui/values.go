@@ -1,20 +1,20 @@
-package config
+package ui
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"html/template"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/internal/wire"
 )
 
-// The page is server-rendered with no script and no external asset, so it
-// works under a strict Content-Security-Policy and offline.
+// pageTemplate is the values page (ValuesPage).
 var pageTemplate = template.Must(template.New("page").Parse(`<!doctype html>
 <html lang="en">
 <head>
@@ -80,51 +80,114 @@ type pageData struct {
 	Issues     []varplane.Issue
 }
 
-// handlePage serves GET and POST /.configuration: the configured components
-// with their epoch, source and values, and a form per component that creates
-// a configuration and shows the schema's issues. Reading needs
-// system:configuration:get, the form system:configuration:create. A browser
-// carries its token as the password of HTTP Basic authentication: a request
-// without a token, or with one the authorizer does not accept, is 401 with
-// an invitation to authenticate, so that the browser asks (again).
-func (h *handler) handlePage(w http.ResponseWriter, r *http.Request) {
-	id, err := h.identify(r, true)
+// ValuesPageOptions configure ValuesPage.
+type ValuesPageOptions struct {
+	// Authorizer tells who a caller is (kind identify, with the bearer
+	// token or the password of HTTP Basic authentication); the page then
+	// checks config.RoleGet to show and config.RoleCreate to create.
+	// varplane.AllowAll when nil.
+	Authorizer varplane.Authorizer
+	// Limits bound a posted form and the configuration in it (the
+	// service's engine's when zero).
+	Limits varplane.Limits
+	// Logger receives internal errors; slog.Default when nil.
+	Logger *slog.Logger
+}
+
+// ValuesPage is the values service's own page (seed 001's
+// /.configuration): server-rendered with no script and no external asset,
+// so that it works under a strict Content-Security-Policy and offline.
+// serve mounts it when the console is off; with the console on,
+// /.configuration is ComponentsRedirect, the Components page having the
+// same features with sessions and CSRF tokens.
+//
+// GET shows the configured components with their epoch, source and values,
+// and a form per component; POST creates what the form holds and shows the
+// schema's issues. Reading needs config.RoleGet, the form
+// config.RoleCreate. A browser carries its token as the password of HTTP
+// Basic authentication: a request without a token, or with one the
+// authorizer does not accept, is 401 with an invitation to authenticate, so
+// that the browser asks (again). A post from another origin is refused
+// (http.CrossOriginProtection).
+func ValuesPage(svc *config.Service, opts ValuesPageOptions) http.Handler {
+	p := &valuesPage{svc: svc, authz: opts.Authorizer, lim: opts.Limits, log: opts.Logger}
+	if p.authz == nil {
+		p.authz = varplane.AllowAll
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if p.lim == (varplane.Limits{}) {
+		p.lim = svc.Engine().Limits()
+	}
+	p.lim = p.lim.WithDefaults()
+	return http.NewCrossOriginProtection().Handler(p)
+}
+
+type valuesPage struct {
+	svc   *config.Service
+	authz varplane.Authorizer
+	lim   varplane.Limits
+	log   *slog.Logger
+}
+
+func (p *valuesPage) fail(w http.ResponseWriter, r *http.Request, err error) {
+	wire.WriteError(w, r, p.log, err)
+}
+
+// needRole is forbidden unless id holds role.
+func needRole(id varplane.Identity, role string) error {
+	if !id.Has(role) {
+		return varplane.Errorf(varplane.CodeForbidden, "the role %s is required", role)
+	}
+	return nil
+}
+
+func (p *valuesPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodPost {
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		p.fail(w, r, varplane.Errorf(varplane.CodeMethodNotAllowed, "method %s is not allowed on this route", r.Method))
+		return
+	}
+	token := wire.RequestBearer(r)
+	if token == "" {
+		token = wire.BasicPassword(r)
+	}
+	id, err := varplane.Authorize(r.Context(), p.authz, varplane.Access{Kind: varplane.KindIdentify, Token: token})
 	if err != nil {
-		h.failPage(w, r, err)
+		p.failAuth(w, r, err)
 		return
 	}
 	data := pageData{}
 	drafts := map[string]string{}
 	status := http.StatusOK
 	if r.Method == http.MethodPost {
-		if err := needRole(id, RoleCreate); err != nil {
-			h.fail(w, r, err)
+		if err := needRole(id, config.RoleCreate); err != nil {
+			p.fail(w, r, err)
 			return
 		}
-		// The form is what a browser posts; CrossOriginProtection (see
-		// Handler) refuses it from another origin.
 		if err := wire.CheckContentType(r, "application/x-www-form-urlencoded"); err != nil {
-			h.fail(w, r, err)
+			p.fail(w, r, err)
 			return
 		}
-		body, err := wire.ReadBody(w, r, h.lim.MaxBodyBytes)
+		body, err := wire.ReadBody(w, r, p.lim.MaxBodyBytes)
 		if err != nil {
-			h.fail(w, r, err)
+			p.fail(w, r, err)
 			return
 		}
 		form, err := url.ParseQuery(string(body))
 		if err != nil {
-			h.fail(w, r, wire.BadRequest("the form could not be read"))
+			p.fail(w, r, wire.BadRequest("the form could not be read"))
 			return
 		}
 		component, text := form.Get("component"), form.Get("configuration")
 		drafts[component] = text
-		status, data.Message, data.Issues = h.createFromPage(r, component, text, id)
+		status, data.Message, data.Issues = p.create(r, component, text, id)
 	}
-	if err := needRole(id, RoleGet); err == nil {
-		list, err := h.svc.List(r.Context())
+	if err := needRole(id, config.RoleGet); err == nil {
+		list, err := p.svc.List(r.Context())
 		if err != nil {
-			h.fail(w, r, err)
+			p.fail(w, r, err)
 			return
 		}
 		data.Listed = true
@@ -136,13 +199,13 @@ func (h *handler) handlePage(w http.ResponseWriter, r *http.Request) {
 			}
 			data.Components = append(data.Components, pc)
 		}
-	} else if r.Method == http.MethodGet {
-		h.fail(w, r, err)
+	} else if r.Method != http.MethodPost {
+		p.fail(w, r, err)
 		return
 	}
 	var buf bytes.Buffer
 	if err := pageTemplate.Execute(&buf, data); err != nil {
-		h.fail(w, r, err)
+		p.fail(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -152,28 +215,28 @@ func (h *handler) handlePage(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-// failPage answers a failure to identify the page's caller: 401 with an
+// failAuth answers a failure to identify the page's caller: 401 with an
 // invitation to authenticate, also for a token the authorizer refuses (403
 // elsewhere), so that a browser asks for the password again rather than
 // holding on to a mistyped one. A failing authorizer stays 500.
-func (h *handler) failPage(w http.ResponseWriter, r *http.Request, err error) {
+func (p *valuesPage) failAuth(w http.ResponseWriter, r *http.Request, err error) {
 	if c := varplane.ErrorCode(err); c == varplane.CodeForbidden || c == varplane.CodeUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Basic realm="varplane configuration", charset="UTF-8"`)
 		err = varplane.Errorf(varplane.CodeUnauthorized, "authentication required")
 	}
-	h.fail(w, r, err)
+	p.fail(w, r, err)
 }
 
-// createFromPage creates what the form holds and says how it went. The text
-// is read as YAML (which reads JSON too) by the one converter, within the
+// create creates what the form holds and says how it went. The text is
+// read as YAML (which reads JSON too) by the one converter, within the
 // limits.
-func (h *handler) createFromPage(r *http.Request, component, text string, id varplane.Identity) (int, string, []varplane.Issue) {
-	doc, err := ToJSON([]byte(text), true, h.lim, 0)
+func (p *valuesPage) create(r *http.Request, component, text string, id varplane.Identity) (int, string, []varplane.Issue) {
+	doc, err := config.ToJSON([]byte(text), true, p.lim, 0)
 	if err != nil {
 		msg := varplane.ErrorMessage(err)
 		return wire.Status(varplane.ErrorCode(err)), "The configuration does not decode: " + msg, []varplane.Issue{{Code: varplane.IssueSyntax, Message: msg}}
 	}
-	res, err := h.svc.Create(r.Context(), CreateRequest{Component: component, Configuration: doc, Originator: id.ID})
+	res, err := p.svc.Create(r.Context(), config.CreateRequest{Component: component, Configuration: doc, Originator: id.ID})
 	if err != nil {
 		var ve *varplane.Error
 		if errors.As(err, &ve) && ve.Code != varplane.CodeInternal && wire.Status(ve.Code) < 500 {
@@ -183,16 +246,8 @@ func (h *handler) createFromPage(r *http.Request, component, text string, id var
 			}
 			return wire.Status(ve.Code), component + ": " + varplane.ErrorMessage(ve), issues
 		}
-		h.log.Error("create configuration from the page", "component", component, "err", err)
+		p.log.Error("create configuration from the page", "component", component, "err", err)
 		return http.StatusInternalServerError, "The configuration could not be created (internal error).", []varplane.Issue{{Code: string(varplane.CodeInternal), Message: "internal error"}}
 	}
 	return http.StatusCreated, "Created " + res.ID + " for " + component + " (created " + strconv.FormatUint(res.Created, 10) + ").", nil
-}
-
-func pretty(raw json.RawMessage) string {
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return string(raw)
-	}
-	return buf.String()
 }

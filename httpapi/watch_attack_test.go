@@ -1,14 +1,15 @@
-package push_test
+package httpapi_test
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,8 +18,6 @@ import (
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
 )
-
-var quietLog = slog.New(slog.DiscardHandler)
 
 // storeDigest renders everything the store holds that a request could
 // change: each scope's generation and head revision.
@@ -63,42 +62,26 @@ var badWatchQueries = []string{
 	strings.Repeat("prefix=a&", wire.MaxBatchScopes) + "key=a.b",
 }
 
-// The watch query has one set of rules: the SSE handler standalone answers
-// every bad query with the same status, code and message as httpapi's
-// watch route in front of it.
-func TestSSEQueryRulesMatchHTTPAPI(t *testing.T) {
+// The watch query has one set of rules, wire.Targets' and the resume
+// positions': every bad query is 400 bad-request with a message, and none
+// subscribes.
+func TestSSEBadQueries(t *testing.T) {
 	e := newEngine(t)
 	h := newHub(t, e, push.Options{})
-	standalone := httptest.NewServer(push.NewSSEHandler(h, push.SSEOptions{Logger: quietLog}))
-	t.Cleanup(standalone.Close)
-	api := httpapi.NewHandler(e, httpapi.Options{
-		Base: "/", Authorizer: varplane.AllowAll, Logger: quietLog,
-		Watch: push.NewSSEHandler(h, push.SSEOptions{Logger: quietLog, Targets: httpapi.WatchTargets}),
-	})
-	t.Cleanup(api.Close)
-	behind := httptest.NewServer(api)
-	t.Cleanup(behind.Close)
-	get := func(base, q string) (int, *varplane.Error) {
-		resp, err := http.Get(base + "/watch?" + q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		return resp.StatusCode, wire.ResponseError(resp)
-	}
+	srv := newSSEServer(t, e, h, sseOptions{Logger: quiet})
 	for _, q := range badWatchQueries {
 		name := q
 		if len(name) > 40 {
 			name = name[:40] + "…"
 		}
 		t.Run(name, func(t *testing.T) {
-			s1, e1 := get(standalone.URL, q)
-			s2, e2 := get(behind.URL, q)
-			if s1 != http.StatusBadRequest || e1.Code != varplane.CodeBadRequest {
-				t.Errorf("standalone: %d %v, want 400 bad-request", s1, e1)
+			resp, err := http.Get(srv.URL + "/watch?" + q)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if s1 != s2 || e1.Code != e2.Code || e1.Message != e2.Message {
-				t.Errorf("standalone %d %q, behind httpapi %d %q: want the same answer", s1, e1.Message, s2, e2.Message)
+			defer resp.Body.Close()
+			if e := wire.ResponseError(resp); resp.StatusCode != http.StatusBadRequest || e.Code != varplane.CodeBadRequest || e.Message == "" {
+				t.Errorf("%d %v, want 400 bad-request", resp.StatusCode, e)
 			}
 		})
 	}
@@ -107,18 +90,27 @@ func TestSSEQueryRulesMatchHTTPAPI(t *testing.T) {
 	}
 }
 
-// Behind httpapi the handler uses the targets httpapi parsed and authorized
-// instead of parsing the query again.
-func TestSSEUsesRouterTargets(t *testing.T) {
+// A watch is parsed and authorized once: the authorizer is asked once per
+// target, and the stream carries exactly those targets.
+func TestSSEAuthorizesOncePerTarget(t *testing.T) {
 	e := newEngine(t)
 	h := newHub(t, e, push.Options{})
 	activate(t, e, "a.x", `1`)
 	activate(t, e, "b.y", `2`)
-	only := func(context.Context) []wire.Target { return []wire.Target{{Scope: "b.y"}} }
-	srv := newSSEServer(t, h, push.SSEOptions{Targets: only})
-	s := openSSE(t, srv, url.Values{"key": {"a.x"}}, nil)
-	if ev := s.next(); ev.ID != "b.y@1" {
-		t.Errorf("first event %v, want the router's target b.y", ev)
+	var calls atomic.Int64
+	count := varplane.AuthorizerFunc(func(context.Context, varplane.Access) (varplane.Identity, error) {
+		calls.Add(1)
+		return varplane.Anonymous, nil
+	})
+	srv := newSSEServer(t, e, h, sseOptions{Authorizer: count})
+	s := openSSE(t, srv, url.Values{"key": {"b.y"}, "prefix": {"a"}}, nil)
+	got := []string{s.next().ID, s.next().ID}
+	slices.Sort(got)
+	if want := []string{"a.x@1", "b.y@1"}; !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the authorizer was asked %d times for 2 targets, want 2", n)
 	}
 }
 
@@ -130,7 +122,7 @@ func TestSSEHugeQueryFlood(t *testing.T) {
 	h := newHub(t, e, push.Options{})
 	activate(t, e, "a.x", `{"v":1}`)
 	before := storeDigest(t, e)
-	srv := httptest.NewUnstartedServer(push.NewSSEHandler(h, push.SSEOptions{Logger: quietLog}))
+	srv := httptest.NewUnstartedServer(sseHandler(t, e, h, sseOptions{Logger: quiet}))
 	srv.Config.MaxHeaderBytes = wire.ServerMaxHeaderBytes
 	srv.Config.ReadHeaderTimeout = wire.ServerReadHeaderTimeout
 	srv.Start()
@@ -174,7 +166,7 @@ func TestSSEHugeQueryFlood(t *testing.T) {
 func TestSSEStuckClientDoesNotBlockCommits(t *testing.T) {
 	e := newEngine(t)
 	h := newHub(t, e, push.Options{})
-	srv := newSSEServer(t, h, push.SSEOptions{WriteTimeout: 200 * time.Millisecond, Logger: quietLog})
+	srv := newSSEServer(t, e, h, sseOptions{WriteTimeout: 200 * time.Millisecond, Logger: quiet})
 	stuck := dialRawSSE(t, srv, url.Values{"key": {"big.x"}}) // never read again
 	live := openSSE(t, srv, url.Values{"key": {"big.x"}}, nil)
 	waitSubscribers(t, h, 2)
@@ -235,7 +227,8 @@ func FuzzSSEQuery(f *testing.F) {
 	}
 	h := push.New(st, push.Options{})
 	f.Cleanup(h.Close)
-	handler := push.NewSSEHandler(h, push.SSEOptions{Logger: quietLog, Heartbeat: time.Hour})
+	handler := httpapi.NewHandler(st, httpapi.Options{Base: "/", Hub: h, Authorizer: varplane.AllowAll, Logger: quiet, Stream: httpapi.StreamOptions{Heartbeat: time.Hour}})
+	f.Cleanup(handler.Close)
 	before := storeDigest(f, st)
 	f.Fuzz(func(t *testing.T, rawQuery, lastEventID string) {
 		ctx, cancel := context.WithCancel(context.Background())
