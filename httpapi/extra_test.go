@@ -141,9 +141,7 @@ func TestHealthAndReadiness(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	p := newPlane(t, httpapi.Options{
-		StoreStats: func() httpapi.StoreStats { return httpapi.StoreStats{Fsyncs: 4, FsyncedEvents: 10, LastFsyncBatch: 3} },
-	})
+	p := newPlane(t, httpapi.Options{})
 	p.h.SetSubscribers(func() int { return 7 })
 	rev := p.create("a.b", `1`)
 	p.activate("a.b", rev, 0)
@@ -171,9 +169,6 @@ func TestMetrics(t *testing.T) {
 		`varplane_store_commit_duration_seconds_count{op="deactivate"} 1`,
 		`varplane_scopes_with_head 0`,
 		`varplane_subscribers 7`,
-		`varplane_store_fsyncs_total 4`,
-		`varplane_store_fsynced_events_total 10`,
-		`varplane_store_fsync_batch_size 3`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(text, want) {
@@ -256,4 +251,41 @@ func TestRootBase(t *testing.T) {
 		t.Fatalf("create at root: %d %s", rec.Code, rec.Body)
 	}
 	wantError(t, p.do("GET", "/?key=a.b", ""), 404, varplane.CodeNoHead)
+}
+
+// detailedStore is a memory store with a readiness rule and details of its
+// own, as the shared stores and the read replica have.
+type detailedStore struct {
+	*memory.Store
+	notReady error
+}
+
+func (s *detailedStore) Ready(context.Context) error { return s.notReady }
+func (s *detailedStore) ReadyDetails() any {
+	return map[string]any{"installedScopes": 3, "readOnly": true}
+}
+
+// TestReadyzAsksTheStore: /readyz runs the store's own readiness rule
+// (varplane.Readier) and shows its details under its name
+// (varplane.ReadyDetailer), in the handler's one body.
+func TestReadyzAsksTheStore(t *testing.T) {
+	st := &detailedStore{Store: memory.New()}
+	t.Cleanup(func() { _ = st.Close() })
+	p := newPlaneOn(t, st, httpapi.Options{})
+	rec := p.do("GET", "/readyz", "")
+	var body struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+		Memory map[string]any    `json:"memory"`
+	}
+	mustJSON(t, rec.Body.Bytes(), &body)
+	if rec.Code != 200 || body.Status != "ready" || body.Checks["ready"] != "ok" || body.Memory["installedScopes"] != float64(3) {
+		t.Fatalf("readyz = %d %s", rec.Code, rec.Body)
+	}
+	st.notReady = varplane.Errorf(varplane.CodeNotReady, "the root document is not installed yet")
+	rec = p.do("GET", "/readyz", "")
+	mustJSON(t, rec.Body.Bytes(), &body)
+	if rec.Code != 503 || body.Status != "unavailable" || !strings.Contains(body.Checks["ready"], "root document") || body.Memory == nil {
+		t.Fatalf("readyz of a store not ready = %d %s", rec.Code, rec.Body)
+	}
 }

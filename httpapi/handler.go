@@ -85,9 +85,6 @@ type Options struct {
 	// Nil: not served.
 	Values *config.Service
 
-	// StoreStats, when set, feeds the store fsync metrics.
-	StoreStats func() StoreStats
-
 	// ScopesWithHead, when set, feeds varplane_scopes_with_head; by default
 	// the handler lists the store's scopes at each scrape.
 	ScopesWithHead func() int

@@ -351,31 +351,41 @@ func (h *Handler) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 
 // ReadyResponse is the body of GET /readyz. Status is "ready" or
 // "unavailable"; Checks maps each check ("store", "ready") to "ok" or the
-// reason it failed.
+// reason it failed. A store that describes itself (varplane.ReadyDetailer)
+// adds its details to the body under its name ("redis": {…}).
 type ReadyResponse struct {
 	Status string            `json:"status"`
 	Checks map[string]string `json:"checks"`
 }
 
-// handleReadyz serves GET /readyz: 200 when the store answers a read and
-// Options.Ready (if any) passes, 503 otherwise.
+// handleReadyz serves GET /readyz: 200 when the store answers a read, and
+// its own readiness rule (varplane.Readier) and Options.Ready (if any)
+// pass; 503 otherwise.
 func (h *Handler) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	res := ReadyResponse{Status: "ready", Checks: map[string]string{}}
-	if _, err := h.engine.Store().State(ctx, "varplane.readyz"); err != nil {
+	st := h.engine.Store()
+	if _, err := st.State(ctx, "varplane.readyz"); err != nil {
 		res.Checks["store"] = varplane.ErrorMessage(err)
 		h.log.LogAttrs(ctx, slog.LevelWarn, "readiness: store check failed", slog.String("error", err.Error()))
 	} else {
 		res.Checks["store"] = "ok"
 	}
+	var checks []func(context.Context) error
+	if rd, ok := st.(varplane.Readier); ok {
+		checks = append(checks, rd.Ready)
+	}
 	if h.ready != nil {
-		if err := h.ready(ctx); err != nil {
-			// The hook's author chose the message; operators need it.
+		checks = append(checks, h.ready)
+	}
+	for _, check := range checks {
+		if err := check(ctx); err != nil {
+			// The rule's author chose the message; operators need it.
 			res.Checks["ready"] = err.Error()
-		} else {
-			res.Checks["ready"] = "ok"
+			break
 		}
+		res.Checks["ready"] = "ok"
 	}
 	status := http.StatusOK
 	for _, v := range res.Checks {
@@ -383,5 +393,13 @@ func (h *Handler) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			res.Status, status = "unavailable", http.StatusServiceUnavailable
 		}
 	}
-	writeJSON(w, status, res)
+	var details any
+	if d, ok := st.(varplane.ReadyDetailer); ok {
+		details = d.ReadyDetails()
+	}
+	if details == nil {
+		writeJSON(w, status, res)
+		return
+	}
+	writeJSON(w, status, map[string]any{"status": res.Status, "checks": res.Checks, st.Name(): details})
 }

@@ -75,7 +75,7 @@ func openMigrationStore(ctx context.Context, flagName, spec string, stderr io.Wr
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	octx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
-	store, err := openStore(octx, spec, redisFlags{}, log)
+	store, _, err := openStore(octx, spec, redisFlags{}, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -10,4 +10,5 @@ var (
 	_ varplane.Reclaimer      = (*Store)(nil)
 	_ varplane.ReadOnlyStore  = (*Store)(nil)
 	_ varplane.Replayer       = (*Store)(nil)
+	_ varplane.ReadyDetailer  = (*Store)(nil)
 )

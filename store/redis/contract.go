@@ -12,4 +12,5 @@ var (
 	_ varplane.Confirmer      = (*Store)(nil)
 	_ varplane.ReadOnlyStore  = (*Store)(nil)
 	_ varplane.Replayer       = (*Store)(nil)
+	_ varplane.ReadyDetailer  = (*Store)(nil)
 )

@@ -1,4 +1,4 @@
-package main
+package replica
 
 import (
 	"time"
@@ -8,26 +8,27 @@ import (
 	"github.com/varplane/varplane"
 )
 
-// replicaCounter is one counter of a shared store's Stats (type S).
-type replicaCounter[S any] struct {
-	name, help string
-	get        func(S) uint64
+// Counter is one counter of a shared store's Stats (type S): its name
+// under varplane_<store>_, its help, and how to read it.
+type Counter[S any] struct {
+	Name, Help string
+	Get        func(S) uint64
 }
 
-// replicaGauge is a gauge a store adds to the shared ones.
-type replicaGauge struct {
-	name, help string
-	value      func() float64
+// Gauge is a gauge a store adds to the shared ones.
+type Gauge struct {
+	Name, Help string
+	Value      func() float64
 }
 
-// replicaCollector exports the figures of a shared store of record (Redis,
+// Collector exports the figures of a shared store of record (Redis,
 // PostgreSQL) under varplane_<store>_: the installed scopes, the largest lag,
 // the scopes past each lag threshold, the last revalidation pass, the
 // store's own gauges and its counters. It reads Stats and Lag once per
 // scrape, so the figures of one scrape agree, and it never labels by
 // scope, which keeps the series count fixed however many scopes are
 // installed.
-type replicaCollector[S any] struct {
+type Collector[S any] struct {
 	stats          func() S
 	lag            func() map[varplane.Scope]time.Duration
 	lastPass       func(S) time.Duration
@@ -40,14 +41,17 @@ type replicaCollector[S any] struct {
 	counterGets                              []func(S) uint64
 }
 
-// newReplicaCollector returns the collector of store ("redis", "postgres");
-// server names the server in the help texts ("Redis", "PostgreSQL").
-func newReplicaCollector[S any](store, server string, stats func() S, lag func() map[varplane.Scope]time.Duration,
-	lastPass func(S) time.Duration, warn, escalate time.Duration, gauges []replicaGauge, counters []replicaCounter[S]) *replicaCollector[S] {
+// NewCollector returns the collector of store ("redis", "postgres"); server
+// names the server in the help texts ("Redis", "PostgreSQL"). stats and lag
+// are read once per scrape; lastPass picks the duration of the latest
+// revalidation pass out of the stats; warn and escalate are the store's lag
+// thresholds.
+func NewCollector[S any](store, server string, stats func() S, lag func() map[varplane.Scope]time.Duration,
+	lastPass func(S) time.Duration, warn, escalate time.Duration, gauges []Gauge, counters []Counter[S]) *Collector[S] {
 	g := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("varplane_"+store+"_"+name, help, labels, nil)
 	}
-	c := &replicaCollector[S]{
+	c := &Collector[S]{
 		stats: stats, lag: lag, lastPass: lastPass, warn: warn, escalate: escalate,
 		installed:    g("installed_scopes", "Scopes whose head this instance holds in memory."),
 		maxLag:       g("lag_max_seconds", "Largest time since "+server+" last confirmed an installed head."),
@@ -55,18 +59,18 @@ func newReplicaCollector[S any](store, server string, stats func() S, lag func()
 		lastPassDesc: g("revalidation_last_pass_seconds", "Duration of the latest revalidation pass."),
 	}
 	for _, k := range gauges {
-		c.gauges = append(c.gauges, g(k.name, k.help))
-		c.gaugeValues = append(c.gaugeValues, k.value)
+		c.gauges = append(c.gauges, g(k.Name, k.Help))
+		c.gaugeValues = append(c.gaugeValues, k.Value)
 	}
 	for _, k := range counters {
-		c.counters = append(c.counters, g(k.name, k.help))
-		c.counterGets = append(c.counterGets, k.get)
+		c.counters = append(c.counters, g(k.Name, k.Help))
+		c.counterGets = append(c.counterGets, k.Get)
 	}
 	return c
 }
 
 // Describe implements prometheus.Collector.
-func (c *replicaCollector[S]) Describe(ch chan<- *prometheus.Desc) {
+func (c *Collector[S]) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range append(c.gauges, c.installed, c.maxLag, c.lagging, c.lastPassDesc) {
 		ch <- d
 	}
@@ -76,7 +80,7 @@ func (c *replicaCollector[S]) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *replicaCollector[S]) Collect(ch chan<- prometheus.Metric) {
+func (c *Collector[S]) Collect(ch chan<- prometheus.Metric) {
 	st := c.stats()
 	lags := c.lag()
 	var maxLag time.Duration
