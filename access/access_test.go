@@ -261,3 +261,19 @@ func TestTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestParseDocumentIsStrict: the access document is decoded by the strict
+// decoder: a field name in another case or a field given twice is refused
+// (encoding/json alone takes "Principals" for "principals" and keeps the
+// last of two).
+func TestParseDocumentIsStrict(t *testing.T) {
+	for _, doc := range []string{
+		`{"Principals":{}}`,
+		`{"principals":{},"principals":{}}`,
+		`{"principals":{"a":{"TokenDigest":"sha256:` + strings.Repeat("a", 64) + `","createdAt":"2026-01-01T00:00:00Z"}}}`,
+	} {
+		if _, err := access.ParseDocument([]byte(doc)); varplane.ErrorCode(err) != varplane.CodeBadRequest {
+			t.Errorf("ParseDocument(%s) = %v, want bad-request", doc, err)
+		}
+	}
+}

@@ -1,14 +1,12 @@
 package access
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"sort"
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/wire"
 )
 
 // Scope is the reserved scope whose document holds the principals.
@@ -48,19 +46,15 @@ type Principal struct {
 	CreatedBy   string          `json:"createdBy,omitempty"`
 }
 
-// ParseDocument decodes and checks an access document: one JSON object
-// with no unknown field, every principal with a valid
+// ParseDocument decodes and checks an access document with the strict
+// decoder (wire.DecodeStored): one JSON object whose field names match
+// exactly, with no unknown or repeated field, every principal with a valid
 // id, a well-formed digest, known kinds and valid prefixes, and no digest
 // held twice. Its errors are bad-request and never quote a digest.
 func ParseDocument(b []byte) (*Document, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var d Document
-	if err := dec.Decode(&d); err != nil {
-		return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: data after the document")
+	if err := wire.DecodeStored(b, &d); err != nil {
+		return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: %s", varplane.ErrorMessage(err))
 	}
 	if d.Principals == nil {
 		return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: principals is required")

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/backoff"
 	"github.com/varplane/varplane/internal/wire"
 )
 
@@ -650,10 +651,10 @@ func (c *Client) held() (keys, groups []varplane.Scope, gens map[varplane.Scope]
 	return keys, groups, gens
 }
 
-// backoff returns the wait before retry number attempt (wire.Backoff: full
+// backoff returns the wait before retry number attempt (backoff.Duration: full
 // jitter between the configured bounds).
 func (c *Client) backoff(attempt int) time.Duration {
-	return wire.Backoff(attempt, c.opts.MinBackoff, c.opts.MaxBackoff)
+	return backoff.Duration(attempt, c.opts.MinBackoff, c.opts.MaxBackoff)
 }
 
 // newRequest builds a request for path under the base, with the query, a

@@ -10,6 +10,7 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // controlRoutes registers the control API (Options.Control) under prefix
@@ -241,7 +242,7 @@ func (h *Handler) handleControlDiff(w http.ResponseWriter, r *http.Request) erro
 		_, _ = w.Write([]byte(control.DiffText(ops)))
 		return nil
 	}
-	b, err := json.Marshal(ops)
+	b, err := jsontext.Marshal(ops)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"github.com/varplane/varplane/client"
 	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 type scopesView struct {
@@ -533,9 +533,5 @@ func pretty(raw json.RawMessage) string {
 	if len(raw) == 0 || string(raw) == "null" {
 		return ""
 	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return string(raw)
-	}
-	return buf.String()
+	return string(jsontext.Indent(raw))
 }

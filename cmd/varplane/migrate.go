@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -112,12 +111,7 @@ func printReport(w io.Writer, asJSON bool, rep *migrate.Report) error {
 		return nil
 	}
 	if asJSON {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSON(w, rep)
 	}
 	for _, d := range rep.Documents {
 		switch d.Status {
@@ -235,12 +229,7 @@ administrator is lost, and replaces PRINCIPAL's token if it exists.`)
 		return migrationFailure(err)
 	}
 	if *output == "json" {
-		b, err := json.MarshalIndent(created, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(c.m.Stdout, "%s\n", b)
-		return err
+		return writeJSON(c.m.Stdout, created)
 	}
 	fmt.Fprintf(c.m.Stdout, "bootstrapped administrator %s (generation %d %s)\n", created.ID, created.Generation, created.Revision)
 	fmt.Fprintf(c.m.Stdout, "token: %s\n", created.Token)

@@ -1,7 +1,6 @@
 package migrate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -251,10 +250,8 @@ func readManifest(dir string) (*Manifest, error) {
 	if err != nil {
 		return nil, &RejectedError{Problems: []string{fmt.Sprintf("%s: %v", ReportFile, err)}}
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var m Manifest
-	if err := dec.Decode(&m); err != nil || m.Files == nil {
+	if err := wire.DecodeStored(data, &m); err != nil || m.Files == nil {
 		return nil, &RejectedError{Problems: []string{ReportFile + ` is not {"files": {"<relative path>": "sha256:<64 hex>"}}`}}
 	}
 	var bad problems

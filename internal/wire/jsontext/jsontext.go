@@ -77,3 +77,24 @@ func Marshal(v any) ([]byte, error) {
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
+
+// Indent returns the JSON text raw indented by two spaces a level, as
+// every text meant for people is (the CLI, the console, the files it
+// writes); raw itself when it is not JSON. Strings are kept as they are:
+// nothing is escaped again.
+func Indent(raw []byte) []byte {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return raw
+	}
+	return buf.Bytes()
+}
+
+// MarshalIndent encodes v as Marshal does, indented as Indent does.
+func MarshalIndent(v any) ([]byte, error) {
+	b, err := Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return Indent(b), nil
+}
