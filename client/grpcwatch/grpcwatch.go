@@ -1,4 +1,13 @@
-package client
+// Package grpcwatch is the gRPC transport of the Go SDK: a client.Stream
+// that follows the server over PushService.Watch on the server's one port.
+// One stream per client carries a watch per followed scope, and a newly
+// registered scope is one more create request on the open stream, not a
+// reconnect. It is the only part of the SDK that links grpc-go: a program
+// that follows over Server-Sent Events (the default) or polling does not
+// import it.
+//
+//	c, err := client.New(server, client.Options{Stream: grpcwatch.Stream{}})
+package grpcwatch
 
 import (
 	"context"
@@ -13,57 +22,56 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/client"
 	v1 "github.com/varplane/varplane/rpc/gen/varplane/v1"
 )
 
-// TransportGRPC follows the server over gRPC's Watch (on the server's one
-// port): one stream per client carries a watch per followed scope, and a
-// newly registered scope is one more create request on the open stream, not
-// a reconnect.
-const TransportGRPC Transport = "grpc"
+// Stream is the gRPC Watch transport (client.Options.Stream).
+type Stream struct{}
 
-// dialGRPC opens the client's gRPC connection to the server's host: h2c
-// for an http:// server, TLS (Options.TLS, or the system's roots) for
+// dial opens the client's gRPC connection to the server's host: h2c for an
+// http:// server, TLS (the client's TLS, or the system's roots) for
 // https://.
-func (c *Client) dialGRPC() (*grpc.ClientConn, error) {
+func dial(f *client.Follower) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
-	if c.base.Scheme == "https" {
+	server := f.Server()
+	if server.Scheme == "https" {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-		if c.opts.TLS != nil {
-			cfg = c.opts.TLS.Clone()
+		if t := f.TLS(); t != nil {
+			cfg = t.Clone()
 		}
 		creds = credentials.NewTLS(cfg)
 	}
-	return grpc.NewClient(c.base.Host, grpc.WithTransportCredentials(creds))
+	return grpc.NewClient(server.Host, grpc.WithTransportCredentials(creds))
 }
 
-// followGRPC keeps a Watch stream open, reconnecting with backoff, and
-// creates a watch for every followed scope (re-created with the
-// generations held after a reconnect or a drop).
-func (c *Client) followGRPC() {
-	cc, err := c.dialGRPC()
+// Follow keeps a Watch stream open, reconnecting with backoff, and creates
+// a watch for every followed scope (re-created with the generations held
+// after a reconnect or a drop). A server it cannot dial is polled instead.
+func (Stream) Follow(ctx context.Context, f *client.Follower) {
+	cc, err := dial(f)
 	if err != nil {
-		c.log.Error("varplane gRPC transport cannot dial; polling instead", "err", err)
-		c.poll()
+		f.Logger().Error("varplane gRPC transport cannot dial; polling instead", "err", err)
+		f.Poll()
 		return
 	}
 	defer cc.Close()
 	pc := v1.NewPushServiceClient(cc)
 	attempt := 0
-	for c.ctx.Err() == nil {
-		established, err := c.watchOnce(pc)
-		c.connected.Store(false)
-		if c.ctx.Err() != nil {
+	for ctx.Err() == nil {
+		established, err := watchOnce(ctx, f, pc)
+		f.SetConnected(false)
+		if ctx.Err() != nil {
 			return
 		}
 		if established {
 			attempt = 0
 		}
-		d := c.backoff(attempt)
+		d := f.Backoff(attempt)
 		attempt++
-		c.log.Debug("varplane watch stream ended; reconnecting", "err", err, "in", d)
+		f.Logger().Debug("varplane watch stream ended; reconnecting", "err", err, "in", d)
 		select {
-		case <-c.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-time.After(d):
 		}
@@ -75,11 +83,11 @@ func (c *Client) followGRPC() {
 var errWatchIdle = errors.New("client: the watch stream went silent")
 
 // watchOnce runs one Watch stream until it ends.
-func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error) {
-	ctx, cancel := context.WithCancel(c.ctx)
+func watchOnce(parent context.Context, f *client.Follower, pc v1.PushServiceClient) (established bool, err error) {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	if c.opts.Token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.opts.Token)
+	if token := f.Token(); token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	}
 	stream, err := pc.Watch(ctx)
 	if err != nil {
@@ -89,7 +97,7 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 	byID := map[int64]varplane.Scope{}
 	var next int64
 	create := func() error {
-		keys, groups, gens := c.held()
+		keys, groups, gens := f.Held()
 		for _, sc := range append(keys, groups...) {
 			if _, ok := watched[sc]; ok {
 				continue
@@ -139,7 +147,7 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 	if err := create(); err != nil {
 		return false, err
 	}
-	idle := time.NewTimer(c.opts.StreamIdleTimeout)
+	idle := time.NewTimer(f.IdleTimeout())
 	defer idle.Stop()
 	// retry re-creates the watches the server refused for a passing
 	// reason (its store unreachable, its caps full), with backoff.
@@ -147,7 +155,7 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 	retries := 0
 	for {
 		select {
-		case <-c.ctx.Done():
+		case <-parent.Done():
 			return established, nil
 		case <-idle.C:
 			return established, errWatchIdle
@@ -156,7 +164,7 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 			if err := create(); err != nil {
 				return established, err
 			}
-		case <-c.kick:
+		case <-f.Registered():
 			if err := create(); err != nil {
 				return established, err
 			}
@@ -164,11 +172,11 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 			if r.err != nil {
 				return established, r.err
 			}
-			idle.Reset(c.opts.StreamIdleTimeout)
+			idle.Reset(f.IdleTimeout())
 			m := r.m
 			if !established {
 				established = true
-				c.connected.Store(true)
+				f.SetConnected(true)
 			}
 			switch {
 			case m.GetCanceled():
@@ -177,7 +185,7 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 				if ok {
 					delete(watched, sc)
 				}
-				c.log.Warn("varplane watch canceled", "scope", string(sc), "code", m.GetCancelCode(), "reason", m.GetCancelReason())
+				f.Logger().Warn("varplane watch canceled", "scope", string(sc), "code", m.GetCancelCode(), "reason", m.GetCancelReason())
 				switch code := varplane.Code(m.GetCancelCode()); {
 				case code == "slow-subscriber":
 					// Dropped as slow: re-create it at once with the
@@ -187,7 +195,7 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 					}
 				case transientRefusal(code):
 					if retry == nil {
-						retry = time.After(c.backoff(retries))
+						retry = time.After(f.Backoff(retries))
 						retries++
 					}
 				}
@@ -200,7 +208,7 @@ func (c *Client) watchOnce(pc v1.PushServiceClient) (established bool, err error
 				// One batch for every watch it names (watch_ids) or for
 				// watch_id: its scopes are what it carries, so applying it
 				// once serves them all.
-				c.applyBatch(m.GetBatch())
+				applyBatch(f, m.GetBatch())
 			}
 		}
 	}
@@ -218,18 +226,14 @@ func transientRefusal(code varplane.Code) bool {
 }
 
 // applyBatch applies one SnapshotBatch of the Watch stream.
-func (c *Client) applyBatch(b *v1.SnapshotBatch) {
+func applyBatch(f *client.Follower, b *v1.SnapshotBatch) {
 	for _, h := range b.GetHeads() {
 		sc := varplane.Scope(h.GetScope())
-		doc, err := decodeValues(sc, h.GetValues())
-		if err != nil {
-			c.log.Error("varplane watch head is malformed", "scope", string(sc), "err", err)
-			continue
+		if err := f.ApplyHead(sc, varplane.Generation(h.GetGeneration()), varplane.Revision(h.GetRevision()), h.GetValues()); err != nil {
+			f.Logger().Error("varplane watch head is malformed", "scope", string(sc), "err", err)
 		}
-		rev := varplane.Revision(h.GetRevision())
-		c.applyHead(sc, varplane.Generation(h.GetGeneration()), rev, `"`+string(rev)+`"`, doc)
 	}
 	for _, n := range b.GetNoHead() {
-		c.applyNoHead(varplane.Scope(n.GetScope()), varplane.Generation(n.GetGeneration()), false)
+		f.ApplyNoHead(varplane.Scope(n.GetScope()), varplane.Generation(n.GetGeneration()))
 	}
 }
