@@ -39,7 +39,7 @@ type Options struct {
 	Base string
 
 	// Authorizer decides every request of the route table. Nil means
-	// varplane.AllowAll, with a one-time warning on stderr.
+	// varplane.AllowAll, with a warning through Logger (once a process).
 	Authorizer varplane.Authorizer
 
 	// MaxBodyBytes bounds request bodies (the engine's Limits.MaxBodyBytes
@@ -49,9 +49,11 @@ type Options struct {
 	MaxBodyBytes int64
 
 	// Logger receives request logs and internal errors (slog.Default when
-	// nil). Successful reads and probes are logged at Debug; writes,
-	// refusals, errors and the admin reads of the audit log at Info.
-	// Neither bodies nor tokens nor query strings are logged.
+	// nil). Successful reads and probes (the data plane, the values
+	// service's reads, the instances' heartbeats and reports, /healthz,
+	// /readyz, /metrics) are logged at Debug; writes, refusals, errors and
+	// the admin reads of the audit log at Info. Neither bodies nor tokens
+	// nor query strings are logged.
 	Logger *slog.Logger
 
 	// Ready is an extra readiness check for /readyz. A non-nil error makes
@@ -215,12 +217,12 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	}
 	h.handle("GET "+b+"/batch", quiet, h.handleBatch)
 	h.handle("GET "+b+"/watch", stream, h.handleWatch)
-	h.handle("POST "+b+"/admin/revisions", quiet, h.handleCreateRevision)
-	h.handle("POST "+b+"/admin/validate", quiet, h.handleValidate)
-	h.handle("POST "+b+"/admin/activate", quiet, h.handleActivate)
-	h.handle("POST "+b+"/admin/publish", quiet, h.handlePublish)
-	h.handle("POST "+b+"/admin/deactivate", quiet, h.handleDeactivate)
-	h.handle("POST "+b+"/admin/rollback", quiet, h.handleRollback)
+	h.handle("POST "+b+"/admin/revisions", loud, h.handleCreateRevision)
+	h.handle("POST "+b+"/admin/validate", loud, h.handleValidate)
+	h.handle("POST "+b+"/admin/activate", loud, h.handleActivate)
+	h.handle("POST "+b+"/admin/publish", loud, h.handlePublish)
+	h.handle("POST "+b+"/admin/deactivate", loud, h.handleDeactivate)
+	h.handle("POST "+b+"/admin/rollback", loud, h.handleRollback)
 	h.handle("GET "+b+"/admin/status", loud, h.handleStatus)
 	h.handle("GET "+b+"/admin/history", loud, h.handleHistory)
 	h.handle("GET "+b+"/admin/replay", loud, h.handleReplay)

@@ -38,10 +38,10 @@ import (
 // invalid-configuration (with the issues). The service's page
 // (/.configuration) is the console's (package ui).
 func (h *Handler) valuesRoutes() {
-	h.handleErr("GET /configuration/values/{$}", loud, h.handleValuesList)
-	h.handleErr("GET /configuration/values/{component}/{$}", loud, h.handleValuesGet)
+	h.handleErr("GET /configuration/values/{$}", quiet, h.handleValuesList)
+	h.handleErr("GET /configuration/values/{component}/{$}", quiet, h.handleValuesGet)
 	h.handleErr("POST /configuration/values/{component}/{$}", loud, h.handleValuesCreate)
-	h.handleErr("POST /configuration/values:fetch", loud, h.handleValuesFetch)
+	h.handleErr("POST /configuration/values:fetch", quiet, h.handleValuesFetch)
 	h.handleErr("GET /configuration/values:watch", stream, h.handleValuesWatch)
 }
 

@@ -333,23 +333,19 @@ type Server struct {
 	// maximum age (see wire.HTTP2Guard). Set it before Open.
 	HTTP2Guard *wire.HTTP2Guard
 
-	handler http.Handler
-	hub     *push.Hub
-	auth    varplane.Authorizer
-	mu      sync.Mutex
-	ln      *wire.Listener
-	srv     *http.Server
-	grpc    *GRPCServer
-	cancel  context.CancelFunc
-	done    chan struct{}
+	hub    *push.Hub
+	auth   varplane.Authorizer
+	mu     sync.Mutex
+	ln     *wire.Listener
+	srv    *http.Server
+	grpc   *GRPCServer
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // NewServer returns a Server for hub on addr; call Open to listen.
 func NewServer(addr string, hub *push.Hub, authorize varplane.Authorizer) *Server {
-	path, h := NewHandler(hub, authorize)
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	return &Server{Addr: addr, handler: mux, hub: hub, auth: authorize,
+	return &Server{Addr: addr, hub: hub, auth: authorize,
 		Listener: wire.ListenerOptions{MaxConns: wire.DefaultMaxConns, MaxConnsPerAddr: wire.DefaultMaxConnsPerAddr}}
 }
 
@@ -368,6 +364,13 @@ func (s *Server) Open() error {
 	ln := wire.NewListener(raw, s.Listener)
 	ctx, cancel := context.WithCancel(context.Background())
 	g := NewGRPCServer(s.hub, s.auth, s.GRPC)
+	log := s.GRPC.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	path, connect := NewHandlerWith(s.hub, s.auth, HandlerOptions{Logger: log})
+	mux := http.NewServeMux()
+	mux.Handle(path, connect)
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
@@ -376,7 +379,7 @@ func (s *Server) Open() error {
 	// the read and write deadlines itself once its request is read.
 	s.srv = &http.Server{
 		TLSConfig:         s.TLS,
-		Handler:           wire.NewHostPolicy(raw.Addr(), nil).Guard(g.Route(s.handler)),
+		Handler:           wire.NewHostPolicy(raw.Addr(), nil).Guard(g.Route(mux)),
 		Protocols:         &protos,
 		HTTP2:             g.HTTP2Config(),
 		ReadHeaderTimeout: wire.ServerReadHeaderTimeout,
@@ -386,6 +389,9 @@ func (s *Server) Open() error {
 		MaxHeaderBytes:    wire.ServerMaxHeaderBytes,
 		// Streams end with the server: Close cancels this context.
 		BaseContext: func(net.Listener) context.Context { return ctx },
+		// net/http's own lines (a TLS handshake that failed) go through
+		// the logger, in its format.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if s.HTTP2Guard != nil {
 		if err := s.HTTP2Guard.Install(s.srv); err != nil {

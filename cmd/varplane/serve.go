@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -154,6 +155,14 @@ Stores (--store):
 	if err != nil {
 		return err
 	}
+	// Every line of the server's output follows --log-format: the
+	// libraries' fallbacks (slog.Default and the log package) and grpc-go's
+	// own logger write through log too, for as long as serve runs.
+	prev := slog.Default()
+	defer restoreDefaultLog(prev, stdlog.Writer(), stdlog.Flags())
+	slog.SetDefault(log)
+	rpc.LogTo(log)
+	defer rpc.LogTo(prev)
 	base, err := cleanBase(cfg.base)
 	if err != nil {
 		return &usageError{err: err}
@@ -351,7 +360,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	listener := wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, MaxConnAge: cfg.maxConnAge,
 		MaxConnAgeGrace: cfg.maxConnAgeGrace, Logger: log}
 	guard2 := wire.NewHTTP2Guard(wire.HTTP2GuardOptions{PingMinTime: cfg.pingMinTime, MaxConnAge: cfg.maxConnAge})
-	rpcPath, connect := rpc.NewHandler(hub, authz)
+	rpcPath, connect := rpc.NewHandlerWith(hub, authz, rpc.HandlerOptions{Logger: log})
 	api.Mount(rpcPath, connect)
 	grpcOpts := cfg.grpc
 	grpcOpts.Logger = log
@@ -473,6 +482,15 @@ func logPrincipals(ctx context.Context, svc *access.Service, base string, log *s
 	if n == 0 {
 		log.Warn("access control: the store holds no principal yet; name the first administrator with `varplane migrate bootstrap`")
 	}
+}
+
+// restoreDefaultLog puts back the process's default loggers as they were
+// before serve (an in-process serve, in tests, must leave them): slog's,
+// and the log package's output and flags, which slog.SetDefault redirects.
+func restoreDefaultLog(l *slog.Logger, w io.Writer, flags int) {
+	slog.SetDefault(l)
+	stdlog.SetOutput(w)
+	stdlog.SetFlags(flags)
 }
 
 // newLogger returns the slog logger serve writes to w.
