@@ -9,8 +9,8 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // controlRoutes registers the control API (Options.Control) under prefix

@@ -12,8 +12,8 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/config"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // valuesRoutes registers the values service of component configuration

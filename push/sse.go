@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // The Server-Sent Events form of a subscription (docs/push.md), which

@@ -11,8 +11,8 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
 	"github.com/varplane/varplane/control"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 type scopesView struct {

@@ -27,8 +27,8 @@ import (
 	"syscall"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // Exit codes of the varplane command.

@@ -14,8 +14,8 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/backoff"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // Bounds of the watch stream: reconnects wait by backoff.Duration between these.

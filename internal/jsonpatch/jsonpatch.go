@@ -23,7 +23,7 @@ import (
 	"strings"
 
 	"github.com/varplane/varplane/canonical"
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 // The operations of RFC 6902.

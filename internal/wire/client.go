@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 // Client timeouts: every client of the project (SDK, CLI, configuration
