@@ -450,7 +450,7 @@ func groupShapeIssues(group Scope, doc json.RawMessage) []Issue {
 	for _, k := range bad {
 		issues = append(issues, Issue{
 			Code:    IssueGroupShape,
-			Path:    "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(k),
+			Path:    "/" + canonical.EscapeToken(k),
 			Message: fmt.Sprintf("top-level key of group %q must start with %q", group, prefix),
 		})
 	}

@@ -144,30 +144,6 @@ type CheckedPublisher interface {
 	AppendPublishChecked(ctx context.Context, created, activated *Event, expected Generation, doc CheckedDocument) (bool, error)
 }
 
-// WriteReadiness is a Store that can tell whether it accepts writes right
-// now, for a server's readiness check: every store of this module has it.
-// WriteReady returns nil when a write sent now can commit, and otherwise an
-// error that says why not: store-unavailable when the store refuses writes
-// for now (the file store after a failed write or a full disk, until it is
-// reopened; Redis or PostgreSQL unreachable, read-only (a replica, a
-// standby, default_transaction_read_only) or refusing writes (Redis out of
-// memory or unable to persist)), store-unsupported for a store opened
-// read-only, which never will, and ErrClosed after Close. It changes
-// nothing, and costs at most one short request to a shared store's server,
-// bounded by the store's command timeout and ctx.
-type WriteReadiness interface {
-	WriteReady(ctx context.Context) error
-}
-
-// WriteReady reports whether s accepts writes now (WriteReadiness); a
-// store without the capability is taken to accept them.
-func WriteReady(ctx context.Context, s Store) error {
-	if r, ok := s.(WriteReadiness); ok {
-		return r.WriteReady(ctx)
-	}
-	return nil
-}
-
 // MaxLeaseName bounds a lease name and a holder token in bytes.
 const MaxLeaseName = 256
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 // Revision is the content address of a document: "sha256:" followed by 64

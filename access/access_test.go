@@ -10,7 +10,6 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/access"
-	"github.com/varplane/varplane/httpapi"
 )
 
 func newEngine(t *testing.T, s varplane.Store) *varplane.Engine {
@@ -174,7 +173,7 @@ func TestCombine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file, err := httpapi.Scoped([]httpapi.Grant{{Token: "file-ci", ID: "ci", Kinds: []varplane.Kind{varplane.KindRead}}})
+	file, err := access.Scoped([]access.Grant{{Token: "file-ci", ID: "ci", Kinds: []varplane.Kind{varplane.KindRead}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,6 +258,22 @@ func TestTokens(t *testing.T) {
 		seen[tok] = true
 		if d := access.Digest(tok); len(d) != 71 || strings.Contains(d, tok) {
 			t.Fatalf("digest %q", d)
+		}
+	}
+}
+
+// TestParseDocumentIsStrict: the access document is decoded by the strict
+// decoder: a field name in another case or a field given twice is refused
+// (encoding/json alone takes "Principals" for "principals" and keeps the
+// last of two).
+func TestParseDocumentIsStrict(t *testing.T) {
+	for _, doc := range []string{
+		`{"Principals":{}}`,
+		`{"principals":{},"principals":{}}`,
+		`{"principals":{"a":{"TokenDigest":"sha256:` + strings.Repeat("a", 64) + `","createdAt":"2026-01-01T00:00:00Z"}}}`,
+	} {
+		if _, err := access.ParseDocument([]byte(doc)); varplane.ErrorCode(err) != varplane.CodeBadRequest {
+			t.Errorf("ParseDocument(%s) = %v, want bad-request", doc, err)
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/httpapi"
 )
 
 // Authorizer authorizes requests by the principals of the access document
@@ -29,7 +28,7 @@ type table struct {
 }
 
 type entry struct {
-	grant    httpapi.Grant
+	grant    Grant
 	identity varplane.Identity
 }
 
@@ -94,7 +93,7 @@ func (a *Authorizer) current(ctx context.Context) (*table, error) {
 // for every token it holds (its grant, its identity); any other token is
 // looked up in the store's access document. file or store may be nil (that
 // source is off); with both nil every request is refused.
-func Combine(file *httpapi.ScopedAuthorizer, store *Authorizer) varplane.Authorizer {
+func Combine(file *ScopedAuthorizer, store *Authorizer) varplane.Authorizer {
 	return varplane.AuthorizerFunc(func(ctx context.Context, req varplane.Access) (varplane.Identity, error) {
 		if req.Token == "" {
 			return varplane.Identity{}, varplane.Errorf(varplane.CodeUnauthorized, "a bearer token is required")

@@ -7,10 +7,11 @@
 // revalidation paths: a revoked token is refused the moment the store
 // installs the revoking revision.
 //
-// Authorizer implements varplane.Authorizer over that document; Combine
-// puts the static tokens file in front of it. Service creates, lists and
-// revokes principals and bootstraps the first administrator; Handler serves
-// those operations over HTTP.
+// Authorizer implements varplane.Authorizer over that document; the token
+// grant model (Grant, Scoped, the tokens file of serve --tokens) is the
+// static side, and Combine puts it in front of the store. Service creates,
+// lists and revokes principals and bootstraps the first administrator
+// (httpapi serves those operations under {base}/access/tokens).
 //
 // Concurrency: every type here is safe for concurrent use. Writes are
 // read-modify-publish guarded by the scope's generation, retried on a

@@ -1,15 +1,12 @@
 package access
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"sort"
 	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/internal/wire"
 )
 
 // Scope is the reserved scope whose document holds the principals.
@@ -37,7 +34,7 @@ type Document struct {
 }
 
 // Principal is one caller: the digest of its token and what it may do. It
-// decides exactly as a tokens-file grant does (httpapi.Grant): empty Kinds
+// decides exactly as a tokens-file grant does (Grant): empty Kinds
 // allow every kind, empty Prefixes every scope. Its Roles are its roles as
 // given, with no implicit "*".
 type Principal struct {
@@ -49,19 +46,15 @@ type Principal struct {
 	CreatedBy   string          `json:"createdBy,omitempty"`
 }
 
-// ParseDocument decodes and checks an access document: one JSON object
-// with no unknown field, every principal with a valid
+// ParseDocument decodes and checks an access document with the strict
+// decoder (wire.DecodeStored): one JSON object whose field names match
+// exactly, with no unknown or repeated field, every principal with a valid
 // id, a well-formed digest, known kinds and valid prefixes, and no digest
 // held twice. Its errors are bad-request and never quote a digest.
 func ParseDocument(b []byte) (*Document, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var d Document
-	if err := dec.Decode(&d); err != nil {
-		return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: data after the document")
+	if err := wire.DecodeStored(b, &d); err != nil {
+		return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: %s", varplane.ErrorMessage(err))
 	}
 	if d.Principals == nil {
 		return nil, varplane.Errorf(varplane.CodeBadRequest, "access document: principals is required")
@@ -107,8 +100,8 @@ func (d *Document) HasAdmin() bool {
 	return false
 }
 
-func (p Principal) grant(id string) httpapi.Grant {
-	return httpapi.Grant{ID: id, Kinds: p.Kinds, Prefixes: p.Prefixes, Roles: p.Roles}
+func (p Principal) grant(id string) Grant {
+	return Grant{ID: id, Kinds: p.Kinds, Prefixes: p.Prefixes, Roles: p.Roles}
 }
 
 func (p Principal) identity(id string) varplane.Identity {
@@ -139,7 +132,7 @@ func checkBinding(kinds []varplane.Kind, prefixes, roles []string) error {
 		}
 	}
 	for i, p := range prefixes {
-		if !httpapi.ValidPrefix(p) {
+		if !ValidPrefix(p) {
 			return varplane.Errorf(varplane.CodeBadRequest, `prefix %d is not a scope, a scope followed by ".", or "*"`, i+1)
 		}
 	}

@@ -44,8 +44,7 @@ func embeddedMain(args []string) int {
 	defer closeEngine()
 	hub := push.New(engine, push.Options{Logger: log})
 	defer hub.Close()
-	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Logger: log, Authorizer: varplane.AllowAll,
-		Watch: push.NewSSEHandler(hub, push.SSEOptions{Logger: log})})
+	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Logger: log, Authorizer: varplane.AllowAll, Hub: hub})
 	defer api.Close()
 	srv := httpapi.NewServer(addr, api)
 	srv.RegisterOnShutdown(hub.Close)

@@ -38,7 +38,7 @@ type interop struct {
 	cc     *grpc.ClientConn
 }
 
-func startInterop(t *testing.T, auth rpc.Authorizer) *interop {
+func startInterop(t *testing.T, auth varplane.Authorizer) *interop {
 	t.Helper()
 	st := memory.New()
 	e := varplane.NewEngine(st, varplane.Options{})

@@ -153,7 +153,7 @@ func unsafeNumbersTokens(data []byte, limit int) ([]UnsafeNumber, error) {
 		for _, f := range stack {
 			b = append(b, '/')
 			if f.object {
-				b = append(b, escapePointer(f.key)...)
+				b = append(b, EscapeToken(f.key)...)
 			} else {
 				b = strconv.AppendInt(b, int64(f.index), 10)
 			}
@@ -264,21 +264,6 @@ func numberProblem(s string) string {
 		return "would be written as an integer beyond ±2^53; send it as a string"
 	}
 	return ""
-}
-
-func escapePointer(s string) string {
-	var b []byte
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '~':
-			b = append(b, '~', '0')
-		case '/':
-			b = append(b, '~', '1')
-		default:
-			b = append(b, s[i])
-		}
-	}
-	return string(b)
 }
 
 // AppendString appends s to b as RFC 8785 (section 3.2.2.2) serializes a

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/internal/wire"
 )
 
@@ -229,36 +228,10 @@ type ScopesQuery struct {
 	Limit  int
 }
 
-// ScopeSummary is one scope of a listing: where it stands and its last
-// activation or deactivation (nil for a scope never activated).
-type ScopeSummary struct {
-	Scope      varplane.Scope      `json:"scope"`
-	Active     bool                `json:"active"`
-	Generation varplane.Generation `json:"generation"`
-	Revision   varplane.Revision   `json:"revision,omitempty"`
-	LastChange *ScopeChange        `json:"lastChange,omitempty"`
-}
-
-// ScopeChange is a scope's last activation (rollbacks included) or
-// deactivation.
-type ScopeChange struct {
-	Kind       varplane.EventKind  `json:"kind"`
-	Generation varplane.Generation `json:"generation"`
-	Timestamp  time.Time           `json:"timestamp"`
-	Actor      string              `json:"actor,omitempty"`
-}
-
-// ScopePage is one page of a listing, in scope order. Next, when not empty,
-// is the After of the next page.
-type ScopePage struct {
-	Items []ScopeSummary `json:"items"`
-	Next  varplane.Scope `json:"next,omitempty"`
-}
-
 // Scopes returns one page of the scopes the token may audit: GET
 // {base}/admin/scopes.
-func (a *Admin) Scopes(ctx context.Context, q ScopesQuery) (ScopePage, error) {
-	var out ScopePage
+func (a *Admin) Scopes(ctx context.Context, q ScopesQuery) (varplane.ScopePage, error) {
+	var out varplane.ScopePage
 	v := url.Values{}
 	if q.Prefix != "" {
 		v.Set("prefix", string(q.Prefix))
@@ -273,8 +246,8 @@ func (a *Admin) Scopes(ctx context.Context, q ScopesQuery) (ScopePage, error) {
 }
 
 // AllScopes follows the pages of Scopes to the end and returns every item.
-func (a *Admin) AllScopes(ctx context.Context, prefix varplane.Scope) ([]ScopeSummary, error) {
-	var all []ScopeSummary
+func (a *Admin) AllScopes(ctx context.Context, prefix varplane.Scope) ([]varplane.ScopeSummary, error) {
+	var all []varplane.ScopeSummary
 	q := ScopesQuery{Prefix: prefix}
 	for {
 		page, err := a.Scopes(ctx, q)
@@ -483,7 +456,7 @@ type CanaryWindow struct {
 // answers it: the instance it names and the id it was filed under, its
 // counts, the candidate's error, and whether the control plane doubts it
 // (Doubt says why; a doubtful report keeps the window open).
-type CanaryReport = control.ReportEntry
+type CanaryReport = varplane.CanaryReportEntry
 
 // ChangeReports is the answer of ChangeReports: the window, its reports
 // (sorted by the id they were filed under) and the instances with a fresh

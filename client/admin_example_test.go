@@ -21,7 +21,7 @@ func ExampleAdmin() {
 	// A server to talk to (in production: the URL of varplane serve).
 	st := memory.New()
 	e := varplane.NewEngine(st, varplane.Options{})
-	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, DisableOps: true, Logger: slog.New(slog.DiscardHandler)})
+	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: varplane.AllowAll, DisableOps: true, Logger: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(api)
 	defer func() { srv.Close(); api.Close(); e.Close(); _ = st.Close() }()
 

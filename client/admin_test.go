@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/client"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/store/file"
@@ -18,7 +19,7 @@ import (
 
 // adminServer serves the route table over a file store (which replays) and
 // returns an Admin of it.
-func adminServer(t *testing.T, auth httpapi.Authorizer, token string) *client.Admin {
+func adminServer(t *testing.T, auth varplane.Authorizer, token string) *client.Admin {
 	t.Helper()
 	st, err := file.Open(context.Background(), filepath.Join(t.TempDir(), "log"), file.Options{})
 	if err != nil {
@@ -39,7 +40,7 @@ func adminServer(t *testing.T, auth httpapi.Authorizer, token string) *client.Ad
 // the engine's result types and the errors' details.
 func TestAdmin(t *testing.T) {
 	ctx := context.Background()
-	a := adminServer(t, httpapi.AllowAll, "")
+	a := adminServer(t, varplane.AllowAll, "")
 	const key varplane.Scope = "agentic.lanes.vinci"
 
 	v, err := a.Validate(ctx, varplane.ValidateRequest{Scope: "agentic", Document: json.RawMessage(`{"other.x":1}`)})
@@ -162,9 +163,9 @@ func TestMatchRevision(t *testing.T) {
 // TestAdminAuthorization: a token's refusals come back as their codes, and
 // the listing holds what the token may audit.
 func TestAdminAuthorization(t *testing.T) {
-	auth, err := httpapi.Scoped([]httpapi.Grant{
+	auth, err := access.Scoped([]access.Grant{
 		{Token: "ops"},
-		{Token: "reader", Kinds: []httpapi.Kind{httpapi.KindRead}},
+		{Token: "reader", Kinds: []varplane.Kind{varplane.KindRead}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/control"
-	"github.com/varplane/varplane/instance"
 )
 
 // The canary side of the SDK (docs/control.md, "Instances over HTTP"): the
@@ -25,7 +23,7 @@ import (
 // instance), lists the open windows, decodes the candidate of each window
 // on a scope it holds with the consumer's decoder, runs the evaluation
 // hook beside the value it holds, and files its cumulative report of every
-// open window (instance.Report), each replacing the previous one. A window
+// open window (varplane.CanaryReport), each replacing the previous one. A window
 // closes only once every instance with a fresh status has reported, and
 // one candidate error blocks it.
 
@@ -38,7 +36,7 @@ type CanaryOptions struct {
 	// count as distinct instances. The server refuses any other (403).
 	// Required.
 	InstanceID string
-	// Interval is the time between heartbeats; instance.HeartbeatInterval
+	// Interval is the time between heartbeats; varplane.HeartbeatInterval
 	// (30s) when zero. A heartbeat that failed is tried again sooner, after
 	// the client's backoff (MinBackoff, MaxBackoff), never later than
 	// Interval. The server counts a status as fresh for a minute.
@@ -64,7 +62,7 @@ type canaryState struct {
 	opts CanaryOptions
 
 	mu      sync.Mutex // one heartbeat at a time
-	reports map[string]*instance.Report
+	reports map[string]*varplane.CanaryReport
 	docs    map[string]json.RawMessage // the candidate of each window, read once
 
 	beats, beatErrors atomic.Uint64
@@ -92,14 +90,14 @@ func (c *Client) initCanary() error {
 		return nil
 	}
 	id := o.InstanceID
-	if id == "" || len(id) > control.MaxInstanceID || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '{' || r == '}' || r == '/' }) {
-		return fmt.Errorf("client: Canary.InstanceID %q: want 1 to %d printable characters without spaces, braces or slashes", id, control.MaxInstanceID)
+	if id == "" || len(id) > varplane.MaxInstanceID || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '{' || r == '}' || r == '/' }) {
+		return fmt.Errorf("client: Canary.InstanceID %q: want 1 to %d printable characters without spaces, braces or slashes", id, varplane.MaxInstanceID)
 	}
 	oc := *o
 	if oc.Interval <= 0 {
-		oc.Interval = instance.HeartbeatInterval
+		oc.Interval = varplane.HeartbeatInterval
 	}
-	c.canary = &canaryState{opts: oc, reports: map[string]*instance.Report{}, docs: map[string]json.RawMessage{}}
+	c.canary = &canaryState{opts: oc, reports: map[string]*varplane.CanaryReport{}, docs: map[string]json.RawMessage{}}
 	return nil
 }
 
@@ -158,7 +156,7 @@ func (c *Client) beat(ctx context.Context, cs *canaryState) error {
 		errs = append(errs, fmt.Errorf("client: file the status of %q: %w", id, err))
 	}
 	var list struct {
-		Windows []instance.StagedWindow `json:"windows"`
+		Windows []varplane.StagedWindow `json:"windows"`
 	}
 	if err := c.canaryGet(ctx, "/control/windows", &list); err != nil {
 		return errors.Join(append(errs, fmt.Errorf("client: list the open canary windows: %w", err))...)
@@ -167,7 +165,7 @@ func (c *Client) beat(ctx context.Context, cs *canaryState) error {
 	for _, w := range list.Windows {
 		r := cs.reports[w.Window]
 		if r == nil {
-			r = &instance.Report{Window: w.Window, Instance: id}
+			r = &varplane.CanaryReport{Window: w.Window, Instance: id}
 			cs.reports[w.Window] = r
 		}
 		c.tryCandidate(ctx, cs, w, r)
@@ -193,8 +191,8 @@ func (c *Client) beat(ctx context.Context, cs *canaryState) error {
 // canaryStatus is the status the client files: what it holds from the
 // server (the runtime tier) of every scope it follows. A followed scope
 // without a runtime value makes it not ready.
-func (c *Client) canaryStatus() instance.Status {
-	st := instance.Status{Instance: c.canary.opts.InstanceID, WrittenAt: time.Now().UTC(), Ready: true, Documents: []instance.StatusDocument{}}
+func (c *Client) canaryStatus() varplane.InstanceStatus {
+	st := varplane.InstanceStatus{Instance: c.canary.opts.InstanceID, WrittenAt: time.Now().UTC(), Ready: true, Documents: []varplane.InstanceDocument{}}
 	for sc, s := range *c.slots.Load() {
 		if s.override {
 			continue
@@ -204,11 +202,11 @@ func (c *Client) canaryStatus() instance.Status {
 			st.Ready = false
 			continue
 		}
-		st.Documents = append(st.Documents, instance.StatusDocument{Scope: sc, Generation: v.Generation, Revision: v.Revision})
+		st.Documents = append(st.Documents, varplane.InstanceDocument{Scope: sc, Generation: v.Generation, Revision: v.Revision})
 	}
-	slices.SortFunc(st.Documents, func(a, b instance.StatusDocument) int { return strings.Compare(string(a.Scope), string(b.Scope)) })
-	if len(st.Documents) > control.MaxStatusDocuments {
-		st.Documents = st.Documents[:control.MaxStatusDocuments]
+	slices.SortFunc(st.Documents, func(a, b varplane.InstanceDocument) int { return strings.Compare(string(a.Scope), string(b.Scope)) })
+	if len(st.Documents) > varplane.MaxStatusDocuments {
+		st.Documents = st.Documents[:varplane.MaxStatusDocuments]
 	}
 	return st
 }
@@ -218,7 +216,7 @@ func (c *Client) canaryStatus() instance.Status {
 // may not read it: the server then lists the window without its scope)
 // reports without counting. A candidate that cannot be read counts
 // nothing this time.
-func (c *Client) tryCandidate(ctx context.Context, cs *canaryState, w instance.StagedWindow, r *instance.Report) {
+func (c *Client) tryCandidate(ctx context.Context, cs *canaryState, w varplane.StagedWindow, r *varplane.CanaryReport) {
 	if w.Scope == "" {
 		return
 	}
@@ -228,7 +226,7 @@ func (c *Client) tryCandidate(ctx context.Context, cs *canaryState, w instance.S
 	}
 	doc, ok := cs.docs[w.Window]
 	if !ok {
-		var cand control.Candidate
+		var cand varplane.CanaryCandidate
 		if err := c.canaryGet(ctx, "/control/windows/"+w.Window+"/candidate", &cand); err != nil {
 			c.log.Warn("varplane canary candidate could not be read; it is read again at the next heartbeat", "window", w.Window, "scope", string(w.Scope), "err", err)
 			return

@@ -54,11 +54,8 @@ func startCanaryServer(t *testing.T, st varplane.Store) *canaryServer {
 	guard := control.NewGuard()
 	e := varplane.NewEngine(st, varplane.Options{Owners: guard.Owners()})
 	svc := control.New(e, guard, control.Options{Logger: quiet, Instances: control.StoreInstances(e)})
-	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: canaryAuthz, DisableOps: true, Logger: quiet})
-	mux := http.NewServeMux()
-	mux.Handle("/vars/control/", http.StripPrefix("/vars/control", control.Handler(svc, control.HandlerOptions{Authorizer: canaryAuthz, Logger: quiet})))
-	mux.Handle("/", api)
-	srv := httptest.NewServer(mux)
+	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: canaryAuthz, DisableOps: true, Logger: quiet, Control: svc})
+	srv := httptest.NewServer(api)
 	t.Cleanup(func() {
 		srv.Close()
 		api.Close()
@@ -278,7 +275,7 @@ func TestCanaryWithSDKConsumersOnPostgres(t *testing.T) {
 // New, Beat needs Options.Canary, and an id of another identity is refused
 // by the server (nothing filed, the heartbeat counted as failed).
 func TestCanaryOptions(t *testing.T) {
-	for _, id := range []string{"", "a b", "a/b", "a{b}", strings.Repeat("x", control.MaxInstanceID+1)} {
+	for _, id := range []string{"", "a b", "a/b", "a{b}", strings.Repeat("x", varplane.MaxInstanceID+1)} {
 		if _, err := client.New("http://127.0.0.1:1", client.Options{Canary: &client.CanaryOptions{InstanceID: id}}); err == nil {
 			t.Errorf("New with InstanceID %q: no error", id)
 		}

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/backoff"
 	"github.com/varplane/varplane/internal/wire"
 )
 
@@ -146,12 +147,15 @@ type Options struct {
 	TLS *tls.Config
 	// RequestTimeout bounds every request except the stream. Default 10s.
 	RequestTimeout time.Duration
-	// Transport is TransportSSE (default), TransportGRPC (one Watch stream
-	// for every scope, on the server's port), TransportPoll or
-	// TransportNone.
+	// Transport is TransportSSE (default), TransportPoll or TransportNone.
 	// An SSE client whose server has no watch route (404, 405, 501) polls
 	// instead, and tries the stream again after a minute.
 	Transport Transport
+	// Stream, when set, follows the server instead of Transport (which
+	// must then be empty): a transport of a subpackage, such as
+	// grpcwatch.Stream (one gRPC Watch stream for every scope, on the
+	// server's port).
+	Stream Stream
 	// PollInterval is the period of ETag polling. Default 5s.
 	PollInterval time.Duration
 	// BatchWindow gathers the fetches requested within it into one batch
@@ -282,11 +286,14 @@ func New(serverURL string, opts Options) (*Client, error) {
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 10 * time.Second
 	}
-	if opts.Transport == "" {
+	if opts.Stream != nil && opts.Transport != "" {
+		return nil, fmt.Errorf("client: Stream and Transport %q both given", opts.Transport)
+	}
+	if opts.Transport == "" && opts.Stream == nil {
 		opts.Transport = TransportSSE
 	}
 	switch opts.Transport {
-	case TransportSSE, TransportPoll, TransportNone, TransportGRPC:
+	case TransportSSE, TransportPoll, TransportNone, "":
 	default:
 		return nil, fmt.Errorf("client: unknown transport %q", opts.Transport)
 	}
@@ -527,8 +534,8 @@ func (c *Client) Start() {
 				c.poll()
 			case TransportSSE:
 				c.follow()
-			case TransportGRPC:
-				c.followGRPC()
+			case "":
+				c.opts.Stream.Follow(c.ctx, &Follower{c})
 			}
 		}()
 		if c.canary != nil {
@@ -650,10 +657,10 @@ func (c *Client) held() (keys, groups []varplane.Scope, gens map[varplane.Scope]
 	return keys, groups, gens
 }
 
-// backoff returns the wait before retry number attempt (wire.Backoff: full
+// backoff returns the wait before retry number attempt (backoff.Duration: full
 // jitter between the configured bounds).
 func (c *Client) backoff(attempt int) time.Duration {
-	return wire.Backoff(attempt, c.opts.MinBackoff, c.opts.MaxBackoff)
+	return backoff.Duration(attempt, c.opts.MinBackoff, c.opts.MaxBackoff)
 }
 
 // newRequest builds a request for path under the base, with the query, a

@@ -11,6 +11,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
+	"github.com/varplane/varplane/client/grpcwatch"
 	"github.com/varplane/varplane/store/redis"
 	"github.com/varplane/varplane/store/redis/redistest"
 )
@@ -42,7 +43,7 @@ func TestSDKOverWatchThroughRedisOutage(t *testing.T) {
 
 	var mu sync.Mutex
 	var applied []varplane.Generation
-	c := startClient(t, p, client.Options{Transport: client.TransportGRPC}, "r.a")
+	c := startClient(t, p, client.Options{Stream: grpcwatch.Stream{}}, "r.a")
 	c.OnChange(func(sc varplane.Scope, _, v client.Value) {
 		if sc != "r.a" {
 			return

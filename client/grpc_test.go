@@ -9,9 +9,10 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
+	"github.com/varplane/varplane/client/grpcwatch"
 )
 
-// Over TransportGRPC, a client holds one Watch stream for all its scopes:
+// Over the gRPC transport (grpcwatch), a client holds one Watch stream for all its scopes:
 // a scope registered later is one more watch on it; the client keeps
 // serving through a server restart and converges after; a deactivation
 // drops exactly the scopes it cleared.
@@ -19,7 +20,7 @@ func TestSDKOverWatch(t *testing.T) {
 	p := startPlane(t, planeOptions{})
 	p.activate("w.a", `{"n":1}`)
 	p.activate("w.b", `{"n":1}`)
-	c := startClient(t, p, client.Options{Transport: client.TransportGRPC}, "w.a")
+	c := startClient(t, p, client.Options{Stream: grpcwatch.Stream{}}, "w.a")
 	fetch(t, c, "w.a")
 	waitFor(t, "connected", c.Connected)
 	if err := c.Register("w.b"); err != nil {
@@ -53,7 +54,7 @@ func TestSDKOverWatchDropsExactlyTheDeactivatedScopes(t *testing.T) {
 	p.activate("h.c", `{"n":1}`)
 	static := map[varplane.Scope]json.RawMessage{"g.a": json.RawMessage(`{"n":-7}`)}
 	scopes := []varplane.Scope{"g", "g.a", "g.b", "h.c"}
-	c := startClient(t, p, client.Options{Static: static, Transport: client.TransportGRPC}, scopes...)
+	c := startClient(t, p, client.Options{Static: static, Stream: grpcwatch.Stream{}}, scopes...)
 	for _, sc := range scopes {
 		fetch(t, c, sc)
 	}
@@ -77,7 +78,7 @@ func TestSDKOverWatchAcrossMaxConnectionAge(t *testing.T) {
 	p.activate("age.x", `{"n":0}`)
 	var mu sync.Mutex
 	var applied []varplane.Generation
-	c := startClient(t, p, client.Options{Transport: client.TransportGRPC}, "age.x")
+	c := startClient(t, p, client.Options{Stream: grpcwatch.Stream{}}, "age.x")
 	c.OnChange(func(_ varplane.Scope, _, v client.Value) {
 		mu.Lock()
 		applied = append(applied, v.Generation)

@@ -51,7 +51,7 @@ type plane struct {
 
 type planeOptions struct {
 	hub     push.Options
-	sse     push.SSEOptions
+	stream  httpapi.StreamOptions
 	noWatch bool
 	store   varplane.Store // nil: a memory store
 	// maxConnAge, when set, ages the plane's connections as serve's
@@ -70,15 +70,12 @@ func startPlane(t testing.TB, o planeOptions) *plane {
 	if o.hub.Logger == nil {
 		o.hub.Logger = quiet
 	}
-	if o.sse.Logger == nil {
-		o.sse.Logger = quiet
-	}
 	p := &plane{t: t, engine: e, hub: push.New(e, o.hub), addr: "127.0.0.1:0", opts: o}
-	var watch http.Handler
+	var hub *push.Hub
 	if !o.noWatch {
-		watch = push.NewSSEHandler(p.hub, o.sse)
+		hub = p.hub
 	}
-	p.api = httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, Watch: watch, DisableOps: true, Logger: quiet})
+	p.api = httpapi.NewHandler(e, httpapi.Options{Authorizer: varplane.AllowAll, Hub: hub, Stream: o.stream, DisableOps: true, Logger: quiet})
 	p.grpc = rpc.NewGRPCServer(p.hub, nil, rpc.GRPCOptions{Logger: quiet})
 	p.rpc = rpc.NewServer("127.0.0.1:0", p.hub, nil)
 	if err := p.rpc.Open(); err != nil {

@@ -12,7 +12,8 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
 	"github.com/varplane/varplane/control"
-	"github.com/varplane/varplane/internal/controltest"
+	"github.com/varplane/varplane/control/controltest"
+	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/store/memory"
 )
 
@@ -26,10 +27,9 @@ func TestChangeReports(t *testing.T) {
 	e := varplane.NewEngine(st, varplane.Options{Owners: guard.Owners()})
 	in := &controltest.Instances{}
 	svc := control.New(e, guard, control.Options{Instances: in})
-	mux := http.NewServeMux()
-	mux.Handle("/control/", http.StripPrefix("/control", control.Handler(svc, control.HandlerOptions{Authorizer: varplane.AllowAll, Logger: slog.New(slog.DiscardHandler)})))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(func() { srv.Close(); e.Close(); _ = st.Close() })
+	api := httpapi.NewHandler(e, httpapi.Options{Base: "/", Authorizer: varplane.AllowAll, Logger: slog.New(slog.DiscardHandler), Control: svc})
+	srv := httptest.NewServer(api)
+	t.Cleanup(func() { srv.Close(); api.Close(); e.Close(); _ = st.Close() })
 	a, err := client.NewAdmin(srv.URL, client.AdminOptions{Base: "/"})
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestChangeReports(t *testing.T) {
 	}
 	now := time.Now()
 	in.SetStatuses(control.InstanceStatus{Instance: "i1", At: now}, control.InstanceStatus{Instance: "i2", At: now})
-	in.SetReports(c.Canary.ID, control.Report{Window: c.Canary.ID, Instance: "i1", FiledAs: "i1", Decoded: 3, At: now}, control.Report{Window: "elsewhere", Instance: "i3", FiledAs: "i3"})
+	in.SetReports(c.Canary.ID, varplane.CanaryReport{Window: c.Canary.ID, Instance: "i1", FiledAs: "i1", Decoded: 3, At: now}, varplane.CanaryReport{Window: "elsewhere", Instance: "i3", FiledAs: "i3"})
 	got, err := a.ChangeReports(ctx, c.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ func realServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	st := memory.New()
 	e := varplane.NewEngine(st, varplane.Options{})
-	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, DisableOps: true, Logger: slog.New(slog.DiscardHandler)})
+	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: varplane.AllowAll, DisableOps: true, Logger: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(api)
 	t.Cleanup(func() { srv.Close(); api.Close(); e.Close(); _ = st.Close() })
 	return srv

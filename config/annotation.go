@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/varplane/varplane/canonical"
 )
 
 // ResourcesKey is the annotation key that belongs to the values service
@@ -136,7 +138,7 @@ func parseResources(file string, v any) (*Resources, error) {
 		case "memory":
 			dst = &r.Memory
 		default:
-			return nil, manifestErr(file, at+"/"+EscapePointer(k), "unknown property: resources holds only cpu and memory")
+			return nil, manifestErr(file, at+"/"+canonical.EscapeToken(k), "unknown property: resources holds only cpu and memory")
 		}
 		arr, ok := m[k].([]any)
 		if !ok || len(arr) != 2 {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 func mustYAML(t *testing.T, s string) any {

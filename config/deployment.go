@@ -1,14 +1,14 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/canonical"
 	"github.com/varplane/varplane/config/secret"
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/schema"
 )
 
@@ -73,14 +73,11 @@ func (d *Deployment) Secrets() []string {
 
 // JSON returns the declaration, indented, keys sorted, with a final newline.
 func (d *Deployment) JSON() ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(d); err != nil {
+	b, err := jsontext.MarshalIndent(d)
+	if err != nil {
 		return nil, fmt.Errorf("encode deployment: %w", err)
 	}
-	return buf.Bytes(), nil
+	return append(b, '\n'), nil
 }
 
 // NewDeployment builds the deployment of manifests for environment env ("":
@@ -108,7 +105,7 @@ func NewDeployment(manifests []*Manifest, annotation *Annotation, env string) (*
 	resolved, _ := ResolveEnvironment(annotation.Values, env).(map[string]any)
 	for _, key := range sortedKeys(resolved) {
 		v := resolved[key]
-		at := "/configuration/" + EscapePointer(key)
+		at := "/configuration/" + canonical.EscapeToken(key)
 		if key == ResourcesKey {
 			r, err := parseResources(file, v)
 			if err != nil {
@@ -193,7 +190,7 @@ func ParseDeployment(file string, data []byte) (*Deployment, error) {
 		}
 	}
 	for _, name := range sortedKeys(comps) {
-		at := base + "/" + EscapePointer(name)
+		at := base + "/" + canonical.EscapeToken(name)
 		if !ValidComponent(name) {
 			return nil, manifestErr(file, at, "%q is not a component name (namespace.name)", name)
 		}

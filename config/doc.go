@@ -1,7 +1,8 @@
 // Package config is varplane's component configuration layer: component
 // manifests (a JSON Schema and defaults), the epoch (the hash of the schema),
 // per-environment annotations, the deployment declaration, the values
-// service (get, fetch, list, create) and its HTTP resources and page.
+// service (get, fetch, list, create). httpapi serves its HTTP resources and
+// package ui its page.
 //
 // It is built on the core engine. The configuration of a component for an
 // epoch lives in the scope "<namespace>.<name>@<epoch>" (see Scope): a create
@@ -15,9 +16,7 @@
 //
 // Every body and file config reads is held to varplane.Limits before a tree
 // is built, and YAML is read by the project's one converter
-// (wire.YAMLToJSON, see ToJSON). The HTTP resources answer through the one
-// wire layer (its error body and status table) and ask the one
-// varplane.Authorizer who the caller is.
+// (wire.YAMLToJSON, see ToJSON).
 //
 // Secret references ("$NAME") are stored and served as references; package
 // config/secret substitutes them in the consuming process, and package
@@ -26,5 +25,5 @@
 //
 // Concurrency: Manifest, Deployment and Service values are immutable after
 // construction or internally synchronised; every exported method is safe for
-// concurrent use. Handler serves concurrent requests.
+// concurrent use.
 package config

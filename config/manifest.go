@@ -15,7 +15,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/canonical"
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/schema"
 )
 
@@ -153,7 +153,7 @@ func ParseManifest(file string, data []byte) (*Manifest, error) {
 	}
 	for _, k := range sortedKeys(conf) {
 		if k != "schema" && k != "defaults" {
-			return nil, manifestErr(file, "/configuration/"+EscapePointer(k), "unknown property: configuration holds only schema and defaults")
+			return nil, manifestErr(file, "/configuration/"+canonical.EscapeToken(k), "unknown property: configuration holds only schema and defaults")
 		}
 	}
 	sch, ok := conf["schema"]

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -13,47 +14,13 @@ import (
 	"github.com/varplane/varplane/store/memory"
 )
 
-// The deployment of the service tests: dummies.dummy with defaults (a
-// secret among them), alpha.bare without any.
-const testManifests = `
-dummies.dummy: |
-  name: dummy
-  namespace: dummies
-  configuration:
-    schema:
-      type: object
-      properties:
-        foo: {type: string}
-        bar: {type: number}
-        key: {type: string}
-    defaults:
-      foo: bar
-      bar: 1
-      key: $API_KEY
-alpha.bare: |
-  name: bare
-  namespace: alpha
-  configuration:
-    schema:
-      type: object
-      properties:
-        n: {type: integer}
-      required: [n]
-`
-
+// testDeployment is the deployment of testdata/manifests: dummies.dummy
+// with defaults (a secret among them), alpha.bare without any.
 func testDeployment(t testing.TB) *Deployment {
 	t.Helper()
-	v, err := Decode([]byte(testManifests), true, FileLimits, 0)
+	ms, err := LoadManifests("testdata/manifests")
 	if err != nil {
 		t.Fatal(err)
-	}
-	var ms []*Manifest
-	for name, text := range v.(map[string]any) {
-		m, err := ParseManifest(name+".yaml", []byte(text.(string)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms = append(ms, m)
 	}
 	d, err := NewDeployment(ms, nil, "")
 	if err != nil {
@@ -346,5 +313,60 @@ func TestServiceConcurrentCreates(t *testing.T) {
 		if c != uint64(i+1) {
 			t.Fatalf("created = %v, want 1..%d each once", created, n)
 		}
+	}
+}
+
+// TestOwnedScopes: with config.Owner given to the engine, only the values
+// service writes configuration scopes; every other writer is refused
+// scope-owned and nothing is stored, and other scopes stay writable.
+func TestOwnedScopes(t *testing.T) {
+	ctx := context.Background()
+	svc, eng := newService(t, Owner)
+	epoch := svc.Deployment().Components["alpha.bare"].Epoch
+	scope := Scope("alpha.bare", epoch)
+	isOwned := func(err error) bool {
+		var ve *varplane.Error
+		return errors.As(err, &ve) && ve.Code == varplane.CodeScopeOwned
+	}
+	// The schema requires an integer n; around the service, a string.
+	if _, err := eng.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: scope, Document: json.RawMessage(`{"n":"x"}`), Actor: "mallory"}); !isOwned(err) {
+		t.Fatalf("CreateRevision around the service = %v, want scope-owned", err)
+	}
+	if _, err := eng.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: scope, Document: json.RawMessage(`{"n":"x"}`), Actor: "mallory", Owner: "someone else"}); !isOwned(err) {
+		t.Fatalf("CreateRevision as another owner = %v, want scope-owned", err)
+	}
+	rev := varplane.Revision("sha256:" + strings.Repeat("0", 64))
+	if _, err := eng.Activate(ctx, varplane.ActivateRequest{Scope: scope, Revision: rev, Actor: "mallory"}); !isOwned(err) {
+		t.Fatalf("Activate = %v, want scope-owned", err)
+	}
+	res := mustCreate(t, svc, "alpha.bare", `{"n":1}`, "ops")
+	if _, err := eng.Deactivate(ctx, varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: varplane.Generation(res.Created), Actor: "mallory"}); !isOwned(err) {
+		t.Fatalf("Deactivate = %v, want scope-owned", err)
+	}
+	if _, err := eng.Rollback(ctx, varplane.RollbackRequest{Scope: scope, ExpectedGeneration: varplane.Generation(res.Created), Actor: "mallory"}); !isOwned(err) {
+		t.Fatalf("Rollback = %v, want scope-owned", err)
+	}
+	// The service's own writes pass, and its schema still applies.
+	if _, err := svc.Create(ctx, CreateRequest{Component: "alpha.bare", Configuration: json.RawMessage(`{"n":"x"}`), Originator: "ops"}); varplane.ErrorCode(err) != CodeInvalidConfiguration {
+		t.Fatalf("invalid create = %v", err)
+	}
+	v, ok, err := svc.Get(ctx, "alpha.bare", "")
+	if err != nil || !ok || string(v.Configuration) != `{"n":1}` || v.Created != res.Created || v.Originator != "ops" {
+		t.Fatalf("after the refused writes: %+v %v %v", v, ok, err)
+	}
+	// Only configuration scopes are owned.
+	for s, want := range map[varplane.Scope]bool{
+		scope:                            true,
+		Scope("x.y", epoch):              true,
+		"alpha.bare":                     false,
+		"alpha.bare@short":               false,
+		"alpha@" + varplane.Scope(epoch): false,
+	} {
+		if got := Owner.Owns(s); got != want {
+			t.Errorf("Owner.Owns(%s) = %v, want %v", s, got, want)
+		}
+	}
+	if _, err := eng.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: "alpha.bare", Document: json.RawMessage(`{}`), Actor: "x"}); err != nil {
+		t.Fatalf("a scope of no owner: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/canonical"
 	"github.com/varplane/varplane/internal/wire"
 )
 
@@ -81,7 +82,7 @@ func (d *jsonDecoder) fail(msg string) error {
 	for _, s := range d.steps {
 		b.WriteByte('/')
 		if s.isKey {
-			b.WriteString(EscapePointer(s.key))
+			b.WriteString(canonical.EscapeToken(s.key))
 		} else {
 			b.WriteString(strconv.Itoa(s.index))
 		}
@@ -204,11 +205,6 @@ func blankYAML(data []byte) bool {
 	}
 	return true
 }
-
-// EscapePointer escapes one JSON Pointer token (RFC 6901).
-func EscapePointer(s string) string { return pointerEscaper.Replace(s) }
-
-var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 // JSONToYAML renders a JSON document as YAML, numbers as numbers and keys
 // sorted, for answers requested in YAML.

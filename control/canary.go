@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/instance"
 )
 
 // Instances is what the workflow needs of the data-plane instances: their
@@ -19,7 +18,7 @@ type Instances interface {
 	Statuses(ctx context.Context) ([]InstanceStatus, error)
 	// Reports returns the reports written on window, one per instance
 	// that reported (the latest write of each).
-	Reports(ctx context.Context, window string) ([]Report, error)
+	Reports(ctx context.Context, window string) ([]varplane.CanaryReport, error)
 	// Stage puts the candidate of an opened window where instances read
 	// it; Unstage removes it once the window closes, only while it is
 	// still the window's.
@@ -37,11 +36,6 @@ type InstanceStatus struct {
 
 // StatusFresh is how old a status may be and still count.
 const StatusFresh = time.Minute
-
-// Report is one instance's cumulative report of one canary window (the
-// instance package writes it; its doc gives the fields). Each write
-// replaces the instance's previous one.
-type Report = instance.Report
 
 // The states of a canary window.
 const (
@@ -77,7 +71,7 @@ const CanaryLease = "control:canary-windows"
 // not reported, or while a report is doubtful (it names another window or
 // instance than where it was found, or carries a negative count); passed
 // otherwise.
-func Evaluate(w Window, now time.Time, statuses []InstanceStatus, reports []Report) (state, reason string) {
+func Evaluate(w Window, now time.Time, statuses []InstanceStatus, reports []varplane.CanaryReport) (state, reason string) {
 	for _, d := range doubts(w, reports) {
 		if d != "" {
 			return WindowOpen, d
@@ -107,7 +101,7 @@ func Evaluate(w Window, now time.Time, statuses []InstanceStatus, reports []Repo
 // no instance, or repeats an instance an earlier report named. Evaluate
 // keeps a window open while any report is doubtful; the reports route
 // shows each one's reason.
-func doubts(w Window, reports []Report) []string {
+func doubts(w Window, reports []varplane.CanaryReport) []string {
 	out := make([]string, len(reports))
 	seen := make(map[string]bool, len(reports))
 	for i, r := range reports {
@@ -141,7 +135,7 @@ func freshInstances(now time.Time, statuses []InstanceStatus) []string {
 }
 
 // unreported returns the instances of fresh that no report names.
-func unreported(fresh []string, reports []Report) []string {
+func unreported(fresh []string, reports []varplane.CanaryReport) []string {
 	named := make(map[string]bool, len(reports))
 	for _, r := range reports {
 		named[r.Instance] = true

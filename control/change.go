@@ -143,6 +143,7 @@ type Service struct {
 	store  varplane.Store
 	guard  *Guard
 	opts   Options
+	listed listedInstances // the instances FileStatus listed, and when
 }
 
 // New returns a Service over engine and binds guard to the engine's store.

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/instance"
 )
 
 // DecoderCheckPrefix starts the name of every family decoder check.
@@ -16,7 +15,7 @@ const DecoderCheckPrefix = "decoder:"
 // when decode refuses its document, with the decoder's error as the issue,
 // so a document the family's instances would install as failed is caught
 // before it is published. Changes of other scopes pass it.
-func FamilyDecoder[T any](family varplane.Scope, decode instance.Decoder[T]) Check {
+func FamilyDecoder[T any](family varplane.Scope, decode func(ctx context.Context, rec *varplane.RevisionRecord) (T, error)) Check {
 	return CheckFunc{CheckName: DecoderCheckPrefix + string(family), Fn: func(ctx context.Context, in *CheckInput) ([]varplane.Issue, error) {
 		if in.Scope != family && !in.Scope.IsDescendantOf(family) {
 			return nil, nil

@@ -48,18 +48,8 @@ func DiffText(ops []PatchOp) string {
 	}
 	var b strings.Builder
 	for _, o := range ops {
-		p := o.Path
-		if p == "" {
-			p = "/"
-		}
-		switch o.Op {
-		case "add":
-			fmt.Fprintf(&b, "+ %s: %s\n", p, o.Value)
-		case "remove":
-			fmt.Fprintf(&b, "- %s: %s\n", p, o.Old)
-		default:
-			fmt.Fprintf(&b, "~ %s: %s -> %s\n", p, o.Old, o.Value)
-		}
+		b.WriteString(jsonpatch.Line(o.Op, o.Path, o.Old, o.Value, "/", "->"))
+		b.WriteByte('\n')
 	}
 	return b.String()
 }

@@ -3,12 +3,14 @@ package control_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
+	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/store/memory"
 )
 
@@ -36,9 +38,10 @@ func FuzzProposeBody(f *testing.F) {
 		eng := varplane.NewEngine(st, varplane.Options{Validator: rejectBad{}, Owners: guard.Owners(), Limits: varplane.Limits{MaxDepth: 8}})
 		defer eng.Close()
 		svc := control.New(eng, guard, control.Options{})
-		h := control.Handler(svc, control.HandlerOptions{Authorizer: authz, Limits: eng.Limits()})
+		h := httpapi.NewHandler(eng, httpapi.Options{Base: "/", Authorizer: authz, Logger: slog.New(slog.DiscardHandler), Control: svc})
+		defer h.Close()
 		var before []*control.Change
-		req := httptest.NewRequest(http.MethodPost, "/changes", bytes.NewReader(body))
+		req := httptest.NewRequest(http.MethodPost, "/control/changes", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer alice")
 		w := httptest.NewRecorder()

@@ -118,12 +118,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 		o.instances = control.StoreInstances(eng)
 	}
 	svc := control.New(eng, guard, control.Options{Now: clk.Now, Checks: o.checks, Instances: o.instances, ExpireAfter: o.expire, DetectTimeout: o.detect})
-	mux := http.NewServeMux()
-	mux.Handle("/v1/control/", http.StripPrefix("/v1/control", control.Handler(svc, control.HandlerOptions{Authorizer: authz})))
-	api := httpapi.NewHandler(eng, httpapi.Options{Base: "/v1", Authorizer: authz, Logger: slog.New(slog.DiscardHandler)})
+	api := httpapi.NewHandler(eng, httpapi.Options{Base: "/v1", Authorizer: authz, Logger: slog.New(slog.DiscardHandler), Control: svc})
 	t.Cleanup(api.Close)
-	mux.Handle("/", api)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	return &env{t: t, store: o.store, engine: eng, svc: svc, clock: clk, srv: srv}
 }

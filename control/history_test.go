@@ -139,7 +139,7 @@ func TestDiffRoute(t *testing.T) {
 // test, and the candidates staged.
 type instances struct {
 	statuses []control.InstanceStatus
-	reports  map[string][]control.Report
+	reports  map[string][]varplane.CanaryReport
 	staged   map[string]bool
 }
 
@@ -147,7 +147,7 @@ func (in *instances) Statuses(context.Context) ([]control.InstanceStatus, error)
 	return in.statuses, nil
 }
 
-func (in *instances) Reports(_ context.Context, w string) ([]control.Report, error) {
+func (in *instances) Reports(_ context.Context, w string) ([]varplane.CanaryReport, error) {
 	return in.reports[w], nil
 }
 
@@ -235,7 +235,7 @@ func TestRollbackIsAChange(t *testing.T) {
 }
 
 func TestCanaryWindow(t *testing.T) {
-	in := &instances{staged: map[string]bool{}, reports: map[string][]control.Report{}}
+	in := &instances{staged: map[string]bool{}, reports: map[string][]varplane.CanaryReport{}}
 	e := newEnv(t, envOpts{instances: in})
 	e.setPolicy("pay", 1, nil, true)
 	c := e.propose("alice", "pay.limits", 0, `{"max":10}`)
@@ -255,7 +255,7 @@ func TestCanaryWindow(t *testing.T) {
 	e.act("bob", c.ID, "approve", nil)
 	now := e.clock.Now()
 	in.statuses = []control.InstanceStatus{{Instance: "i1", At: now}, {Instance: "i2", At: now}}
-	in.reports[win] = []control.Report{{Window: win, Instance: "i1", Decoded: 3}}
+	in.reports[win] = []varplane.CanaryReport{{Window: win, Instance: "i1", Decoded: 3}}
 	pass := func() control.Change {
 		t.Helper()
 		e.clock.Advance(11 * time.Minute)
@@ -277,7 +277,7 @@ func TestCanaryWindow(t *testing.T) {
 	}
 	s, b, _ = e.act("alice", c.ID, "publish", nil)
 	want(t, "publish with an open window", s, b, 409, varplane.CodeChangeState)
-	in.reports[win] = append(in.reports[win], control.Report{Window: win, Instance: "i2", Decoded: 1})
+	in.reports[win] = append(in.reports[win], varplane.CanaryReport{Window: win, Instance: "i2", Decoded: 1})
 	got = pass()
 	if got.State != control.StateApproved || got.Canary.State != control.WindowPassed || in.staged[win] {
 		t.Fatalf("after every report: %s / %+v, staged %v", got.State, got.Canary, in.staged)
@@ -299,7 +299,7 @@ func TestCanaryWindow(t *testing.T) {
 	// A candidate error blocks: the change fails.
 	d := e.propose("alice", "pay.other", 0, `{"max":1}`)
 	_, _, w = e.act("alice", d.ID, "canary", map[string]any{"duration": "1m", "minInstances": 0})
-	in.reports[w.Canary.ID] = []control.Report{{Window: w.Canary.ID, Instance: "i1", CandidateError: "decode: max out of range"}}
+	in.reports[w.Canary.ID] = []varplane.CanaryReport{{Window: w.Canary.ID, Instance: "i1", CandidateError: "decode: max out of range"}}
 	c = d
 	if got = pass(); got.State != control.StateFailed || got.Canary.State != control.WindowBlocked {
 		t.Fatalf("after a candidate error: %s / %+v", got.State, got.Canary)
@@ -317,22 +317,22 @@ func TestEvaluate(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	w := control.Window{ID: "w1", MinInstances: 2, ClosesAt: now.Add(-time.Second)}
 	fresh := []control.InstanceStatus{{Instance: "a", At: now}, {Instance: "b", At: now.Add(-30 * time.Second)}, {Instance: "old", At: now.Add(-2 * time.Minute)}}
-	ok := []control.Report{{Window: "w1", Instance: "a", Decoded: 5}, {Window: "w1", Instance: "b", Decoded: 1, Errors: 2}}
+	ok := []varplane.CanaryReport{{Window: "w1", Instance: "a", Decoded: 5}, {Window: "w1", Instance: "b", Decoded: 1, Errors: 2}}
 	for _, tc := range []struct {
 		name     string
 		w        control.Window
 		statuses []control.InstanceStatus
-		reports  []control.Report
+		reports  []varplane.CanaryReport
 		want     string
 	}{
 		{"every fresh instance reported", w, fresh, ok, control.WindowPassed},
 		{"still running", control.Window{ID: "w1", ClosesAt: now.Add(time.Minute)}, fresh, ok, control.WindowOpen},
-		{"a candidate error blocks", w, fresh, append(ok[:1:1], control.Report{Window: "w1", Instance: "b", CandidateError: "boom"}), control.WindowBlocked},
-		{"a candidate error blocks a running window", control.Window{ID: "w1", ClosesAt: now.Add(time.Minute)}, fresh, []control.Report{{Window: "w1", Instance: "a", CandidateError: "boom"}}, control.WindowBlocked},
+		{"a candidate error blocks", w, fresh, append(ok[:1:1], varplane.CanaryReport{Window: "w1", Instance: "b", CandidateError: "boom"}), control.WindowBlocked},
+		{"a candidate error blocks a running window", control.Window{ID: "w1", ClosesAt: now.Add(time.Minute)}, fresh, []varplane.CanaryReport{{Window: "w1", Instance: "a", CandidateError: "boom"}}, control.WindowBlocked},
 		{"a listed instance without a report", w, fresh, ok[:1], control.WindowOpen},
-		{"a report naming another window", w, fresh, append(ok[:1:1], control.Report{Window: "w2", Instance: "b"}), control.WindowOpen},
-		{"a negative count", w, fresh, append(ok[:1:1], control.Report{Window: "w1", Instance: "b", Decoded: -1}), control.WindowOpen},
-		{"a doubtful report outweighs a candidate error", w, fresh, []control.Report{{Window: "w2", Instance: "a"}, {Window: "w1", Instance: "b", CandidateError: "x"}}, control.WindowOpen},
+		{"a report naming another window", w, fresh, append(ok[:1:1], varplane.CanaryReport{Window: "w2", Instance: "b"}), control.WindowOpen},
+		{"a negative count", w, fresh, append(ok[:1:1], varplane.CanaryReport{Window: "w1", Instance: "b", Decoded: -1}), control.WindowOpen},
+		{"a doubtful report outweighs a candidate error", w, fresh, []varplane.CanaryReport{{Window: "w2", Instance: "a"}, {Window: "w1", Instance: "b", CandidateError: "x"}}, control.WindowOpen},
 		{"too few instances", control.Window{ID: "w1", MinInstances: 3, ClosesAt: now}, fresh, ok, control.WindowOpen},
 		{"a stale instance need not report", w, fresh, ok, control.WindowPassed},
 	} {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
-	"github.com/varplane/varplane/instance"
 )
 
 // beats is what the memory store keeps of instances, read back directly.
@@ -65,10 +64,10 @@ func (e *env) raw(method, path, token, contentType, body string) (int, []byte) {
 	return resp.StatusCode, []byte(b.String())
 }
 
-func status(scopes ...varplane.Scope) instance.Status {
-	st := instance.Status{Instance: "claimed-in-body", WrittenAt: time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC), Ready: true, Documents: []instance.StatusDocument{}}
+func status(scopes ...varplane.Scope) varplane.InstanceStatus {
+	st := varplane.InstanceStatus{Instance: "claimed-in-body", WrittenAt: time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC), Ready: true, Documents: []varplane.InstanceDocument{}}
 	for _, sc := range scopes {
-		st.Documents = append(st.Documents, instance.StatusDocument{Scope: sc, Generation: 1, Revision: varplane.Revision("sha256:" + strings.Repeat("a", 64))})
+		st.Documents = append(st.Documents, varplane.InstanceDocument{Scope: sc, Generation: 1, Revision: varplane.Revision("sha256:" + strings.Repeat("a", 64))})
 	}
 	return st
 }
@@ -85,7 +84,7 @@ func TestIngestStatus(t *testing.T) {
 	s, b = e.do("PUT", "/v1/control/instances/reader:pod-2/status", "reader", status(), nil)
 	want(t, "a reader files a named process's status", s, b, http.StatusNoContent, "")
 	got := statuses(t, e)
-	var st instance.Status
+	var st varplane.InstanceStatus
 	if err := json.Unmarshal(got["reader"], &st); err != nil {
 		t.Fatalf("stored status %s: %v", got["reader"], err)
 	}
@@ -139,8 +138,8 @@ func TestIngestStatus(t *testing.T) {
 	want(t, "GET a status", s, b, http.StatusMethodNotAllowed, varplane.CodeMethodNotAllowed)
 	// Too many documents is refused before any is authorized.
 	many := status()
-	for range control.MaxStatusDocuments + 1 {
-		many.Documents = append(many.Documents, instance.StatusDocument{Scope: "app.flags"})
+	for range varplane.MaxStatusDocuments + 1 {
+		many.Documents = append(many.Documents, varplane.InstanceDocument{Scope: "app.flags"})
 	}
 	s, b = e.do("PUT", "/v1/control/instances/reader:many/status", "reader", many, nil)
 	want(t, "too many documents", s, b, 400, varplane.CodeLimitExceeded)
@@ -163,7 +162,7 @@ func TestIngestReports(t *testing.T) {
 	secWin := sec.Canary.ID
 
 	var ws struct {
-		Windows []instance.StagedWindow `json:"windows"`
+		Windows []varplane.StagedWindow `json:"windows"`
 	}
 	s, b := e.do("GET", "/v1/control/windows", "reader", nil, &ws)
 	want(t, "list windows", s, b, 200, "")
@@ -174,7 +173,7 @@ func TestIngestReports(t *testing.T) {
 	s, b = e.do("GET", "/v1/control/windows", "", nil, nil)
 	want(t, "list windows without a token", s, b, 401, varplane.CodeUnauthorized)
 
-	var cand control.Candidate
+	var cand varplane.CanaryCandidate
 	s, b = e.do("GET", "/v1/control/windows/"+win+"/candidate", "reader", nil, &cand)
 	want(t, "read the candidate", s, b, 200, "")
 	if cand.Window != win || cand.Scope != "app.flags" || cand.Base != 1 || string(cand.Document) != `{"a":2}` {
@@ -185,8 +184,8 @@ func TestIngestReports(t *testing.T) {
 	s, b = e.do("GET", "/v1/control/windows/nope-1/candidate", "reader", nil, nil)
 	want(t, "the candidate of no window", s, b, 404, varplane.CodeNotFound)
 
-	rep := func(window, inst string, decoded int64) instance.Report {
-		return instance.Report{Window: window, Instance: inst, Decoded: decoded, At: e.clock.Now()}
+	rep := func(window, inst string, decoded int64) varplane.CanaryReport {
+		return varplane.CanaryReport{Window: window, Instance: inst, Decoded: decoded, At: e.clock.Now()}
 	}
 	s, b = e.do("PUT", "/v1/control/windows/"+win+"/reports/reader", "reader", rep(win, "reader", 3), nil)
 	want(t, "a reader reports", s, b, http.StatusNoContent, "")

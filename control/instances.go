@@ -8,27 +8,7 @@ import (
 	"slices"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/instance"
 )
-
-// canaryScope is the record of the staged candidates: instances read it
-// (instance.StagedScope), only this package writes it.
-const canaryScope = instance.StagedScope
-
-// HeartbeatStore is implemented by a store that holds the instances'
-// status heartbeat (every store of this module: redis, postgres, and file
-// and memory in process): every listed instance's latest status
-// value (instance.Status as JSON), by instance id.
-type HeartbeatStore interface {
-	InstanceStatuses(ctx context.Context) (map[string][]byte, error)
-}
-
-// ReportReader is implemented by a store that keeps the instances' canary
-// reports (the same stores): every unexpired report of a window, by the
-// instance id it was filed under.
-type ReportReader interface {
-	CanaryReports(ctx context.Context, window string) (map[string][]byte, error)
-}
 
 // ErrNoHeartbeats is what StoreInstances answers on a store that keeps no
 // instance heartbeats (a Store of another module): no instance can
@@ -39,15 +19,15 @@ var ErrNoHeartbeats = varplane.Errorf(varplane.CodeStoreUnsupported, "this store
 // StoreInstances is the Instances of the store of record under e: the
 // statuses are the instances' heartbeats (HeartbeatStore), the reports
 // theirs (ReportReader), and the candidates of open windows are staged in
-// the reserved scope instance.StagedScope, which every instance reads.
+// the reserved scope varplane.StagedScope, which every instance reads.
 // On a store that implements neither, Statuses and Reports answer
 // ErrNoHeartbeats and Stage refuses with it.
 func StoreInstances(e *varplane.Engine) Instances {
 	si := &storeInstances{engine: e, store: e.Store()}
-	if hs, ok := storeAs[HeartbeatStore](e.Store()); ok {
+	if hs, ok := varplane.StoreAs[varplane.StatusReader](e.Store()); ok {
 		si.heartbeats = hs
 	}
-	if rr, ok := storeAs[ReportReader](e.Store()); ok {
+	if rr, ok := varplane.StoreAs[varplane.ReportReader](e.Store()); ok {
 		si.reports = rr
 	}
 	return si
@@ -56,8 +36,8 @@ func StoreInstances(e *varplane.Engine) Instances {
 type storeInstances struct {
 	engine     *varplane.Engine
 	store      varplane.Store
-	heartbeats HeartbeatStore
-	reports    ReportReader
+	heartbeats varplane.StatusReader
+	reports    varplane.ReportReader
 }
 
 // Statuses decodes every instance's heartbeat; a value that does not
@@ -73,7 +53,7 @@ func (si *storeInstances) Statuses(ctx context.Context) ([]InstanceStatus, error
 	}
 	out := make([]InstanceStatus, 0, len(raw))
 	for id, b := range raw {
-		var st instance.Status
+		var st varplane.InstanceStatus
 		if json.Unmarshal(b, &st) != nil {
 			continue
 		}
@@ -100,7 +80,7 @@ func (si *storeInstances) Statuses(ctx context.Context) ([]InstanceStatus, error
 // Reports decodes the reports of window, each marked with the id it was
 // filed under. A value that does not decode is a report with a negative
 // count, so Evaluate keeps the window open (doubtful).
-func (si *storeInstances) Reports(ctx context.Context, window string) ([]Report, error) {
+func (si *storeInstances) Reports(ctx context.Context, window string) ([]varplane.CanaryReport, error) {
 	if si.reports == nil {
 		return nil, ErrNoHeartbeats
 	}
@@ -108,11 +88,11 @@ func (si *storeInstances) Reports(ctx context.Context, window string) ([]Report,
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Report, 0, len(raw))
+	out := make([]varplane.CanaryReport, 0, len(raw))
 	for id, b := range raw {
-		var r Report
+		var r varplane.CanaryReport
 		if json.Unmarshal(b, &r) != nil {
-			r = Report{Window: window, Instance: id, Decoded: -1}
+			r = varplane.CanaryReport{Window: window, Instance: id, Decoded: -1}
 		}
 		r.FiledAs = id
 		out = append(out, r)
@@ -126,11 +106,11 @@ func (si *storeInstances) Stage(ctx context.Context, w Window, c *Change) error 
 	if si.heartbeats == nil || si.reports == nil {
 		return ErrNoHeartbeats
 	}
-	return si.updateStaged(ctx, "stage "+w.ID, func(st *instance.Staged) bool {
-		if slices.ContainsFunc(st.Windows, func(x instance.StagedWindow) bool { return x.Window == w.ID }) {
+	return si.updateStaged(ctx, "stage "+w.ID, func(st *varplane.StagedWindows) bool {
+		if slices.ContainsFunc(st.Windows, func(x varplane.StagedWindow) bool { return x.Window == w.ID }) {
 			return false
 		}
-		st.Windows = append(st.Windows, instance.StagedWindow{Window: w.ID, Change: c.ID, Scope: c.Scope,
+		st.Windows = append(st.Windows, varplane.StagedWindow{Window: w.ID, Change: c.ID, Scope: c.Scope,
 			Revision: c.Revision, Base: c.Base, ClosesAt: w.ClosesAt})
 		return true
 	})
@@ -138,19 +118,19 @@ func (si *storeInstances) Stage(ctx context.Context, w Window, c *Change) error 
 
 // Unstage removes w's candidate, only when the staged entry is still w's.
 func (si *storeInstances) Unstage(ctx context.Context, w Window, c *Change) error {
-	return si.updateStaged(ctx, "unstage "+w.ID, func(st *instance.Staged) bool {
+	return si.updateStaged(ctx, "unstage "+w.ID, func(st *varplane.StagedWindows) bool {
 		n := len(st.Windows)
-		st.Windows = slices.DeleteFunc(st.Windows, func(x instance.StagedWindow) bool { return x.Window == w.ID && x.Change == c.ID })
+		st.Windows = slices.DeleteFunc(st.Windows, func(x varplane.StagedWindow) bool { return x.Window == w.ID && x.Change == c.ID })
 		return len(st.Windows) != n
 	})
 }
 
 // updateStaged applies fn to the staged record and writes it when fn
 // changed it, guarded by the record's version; a lost race reads again.
-func (si *storeInstances) updateStaged(ctx context.Context, reason string, fn func(*instance.Staged) bool) error {
+func (si *storeInstances) updateStaged(ctx context.Context, reason string, fn func(*varplane.StagedWindows) bool) error {
 	for attempt := 0; ; attempt++ {
-		var st instance.Staged
-		version, _, err := readRecord(ctx, si.store, canaryScope, &st)
+		var st varplane.StagedWindows
+		version, _, err := readRecord(ctx, si.store, varplane.StagedScope, &st)
 		if err != nil {
 			return err
 		}
@@ -158,9 +138,9 @@ func (si *storeInstances) updateStaged(ctx context.Context, reason string, fn fu
 			return nil
 		}
 		if st.Windows == nil {
-			st.Windows = []instance.StagedWindow{}
+			st.Windows = []varplane.StagedWindow{}
 		}
-		_, err = writeRecord(ctx, si.engine, canaryScope, version, &st, "varplane:control", reason)
+		_, err = writeRecord(ctx, si.engine, varplane.StagedScope, version, &st, "varplane:control", reason)
 		if err == nil || !errors.Is(err, varplane.ErrConflict) || attempt >= 8 {
 			if err != nil {
 				return fmt.Errorf("control: %s: %w", reason, err)

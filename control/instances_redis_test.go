@@ -79,7 +79,7 @@ func waitGeneration(t *testing.T, c *instance.Cache[flags], scope varplane.Scope
 // beatUntilReported beats every instance until each has reported on
 // window having decoded the candidate (the staged record reaches each
 // instance's store through Redis's invalidation).
-func beatUntilReported(t *testing.T, e *env, window string, cs ...*instance.Cache[flags]) []control.Report {
+func beatUntilReported(t *testing.T, e *env, window string, cs ...*instance.Cache[flags]) []varplane.CanaryReport {
 	t.Helper()
 	in := control.StoreInstances(e.engine)
 	deadline := time.Now().Add(5 * time.Second)
@@ -105,13 +105,13 @@ func beatUntilReported(t *testing.T, e *env, window string, cs ...*instance.Cach
 	}
 }
 
-func stagedWindows(t *testing.T, e *env) []instance.StagedWindow {
+func stagedWindows(t *testing.T, e *env) []varplane.StagedWindow {
 	t.Helper()
-	st, err := e.store.State(context.Background(), instance.StagedScope)
+	st, err := e.store.State(context.Background(), varplane.StagedScope)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s instance.Staged
+	var s varplane.StagedWindows
 	if st.Head != nil {
 		if err := json.Unmarshal(st.Head.Document, &s); err != nil {
 			t.Fatal(err)
@@ -319,14 +319,14 @@ func TestIngestOnRedis(t *testing.T) {
 	s, b := e.do("PUT", "/v1/control/instances/reader:pod-1/status", "reader", status("app.flags"), nil)
 	want(t, "file a status", s, b, http.StatusNoContent, "")
 	s, b = e.do("PUT", "/v1/control/windows/"+c.Canary.ID+"/reports/reader:pod-1", "reader",
-		instance.Report{Window: c.Canary.ID, Instance: "reader:pod-1", Decoded: 1}, nil)
+		varplane.CanaryReport{Window: c.Canary.ID, Instance: "reader:pod-1", Decoded: 1}, nil)
 	want(t, "file a report", s, b, http.StatusNoContent, "")
 	list, err := e.svc.Propagation(context.Background(), "app.flags", 1)
 	if err != nil || list.Live != 1 || list.Installed != 1 {
 		t.Fatalf("propagation after one status over HTTP = %+v, %v; want 1 of 1", list, err)
 	}
 	reps := reports(t, e, c.Canary.ID)
-	var r instance.Report
+	var r varplane.CanaryReport
 	if err := json.Unmarshal(reps["reader:pod-1"], &r); err != nil || r.Decoded != 1 || len(reps) != 1 {
 		t.Fatalf("reports on Redis = %q, %v", reps, err)
 	}

@@ -3,12 +3,9 @@ package control
 import (
 	"cmp"
 	"context"
-	"net/http"
 	"slices"
-	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/wire"
 )
 
 // WindowReports is what the instances told of one change's canary window:
@@ -22,29 +19,10 @@ type WindowReports struct {
 	// it (State and Reason are the record's, not a new evaluation).
 	Window Window `json:"window"`
 	// Reports are sorted by the instance id they were filed under.
-	Reports []ReportEntry `json:"reports"`
+	Reports []varplane.CanaryReportEntry `json:"reports"`
 	// Unreported are the instances whose status is fresh now (StatusFresh)
 	// and that no report names, sorted.
 	Unreported []string `json:"unreported"`
-}
-
-// ReportEntry is one instance's report with the verdict Evaluate gives
-// it: Doubtful, with Doubt saying why, when the report names another
-// window or instance than where it was found, carries a negative count (a
-// stored value that does not decode is one), or repeats an instance.
-type ReportEntry struct {
-	// Instance is the instance the report names; FiledAs the id it was
-	// filed under.
-	Instance string `json:"instance"`
-	FiledAs  string `json:"filedAs"`
-	// Window is the window the report names.
-	Window         string    `json:"window"`
-	Decoded        int64     `json:"decoded"`
-	Errors         int64     `json:"errors"`
-	CandidateError string    `json:"candidateError,omitempty"`
-	At             time.Time `json:"at"`
-	Doubtful       bool      `json:"doubtful"`
-	Doubt          string    `json:"doubt,omitempty"`
 }
 
 // WindowReports returns the reports of c's canary window, judged by the
@@ -71,38 +49,20 @@ func (svc *Service) WindowReports(ctx context.Context, c *Change) (*WindowReport
 	// A store answers its reports in no order; the doubts of repeated
 	// names depend on it, so sort first.
 	reports = slices.Clone(reports)
-	slices.SortStableFunc(reports, func(a, b Report) int {
+	slices.SortStableFunc(reports, func(a, b varplane.CanaryReport) int {
 		return cmp.Or(cmp.Compare(a.FiledAs, b.FiledAs), cmp.Compare(a.Instance, b.Instance))
 	})
-	out := &WindowReports{Change: c.ID, Window: w, Reports: make([]ReportEntry, len(reports)), Unreported: []string{}}
+	out := &WindowReports{Change: c.ID, Window: w, Reports: make([]varplane.CanaryReportEntry, len(reports)), Unreported: []string{}}
 	for i, d := range doubts(w, reports) {
 		r := reports[i]
 		filed := r.FiledAs
 		if filed == "" {
 			filed = r.Instance
 		}
-		out.Reports[i] = ReportEntry{Instance: r.Instance, FiledAs: filed, Window: r.Window, Decoded: r.Decoded, Errors: r.Errors,
+		out.Reports[i] = varplane.CanaryReportEntry{Instance: r.Instance, FiledAs: filed, Window: r.Window, Decoded: r.Decoded, Errors: r.Errors,
 			CandidateError: r.CandidateError, At: r.At, Doubtful: d != "", Doubt: d}
 	}
 	out.Unreported = append(out.Unreported, unreported(freshInstances(svc.now(), statuses), reports)...)
 	slices.Sort(out.Unreported)
 	return out, nil
-}
-
-// handleReports serves GET /changes/{id}/reports: audit on the change's
-// scope, as reading the change.
-func (h *handler) handleReports(w http.ResponseWriter, r *http.Request) {
-	c, err := h.svc.Get(r.Context(), r.PathValue("id"))
-	if err == nil {
-		_, err = h.authorize(r, varplane.KindAudit, c.Scope, false)
-	}
-	var out *WindowReports
-	if err == nil {
-		out, err = h.svc.WindowReports(r.Context(), c)
-	}
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	wire.WriteJSON(w, http.StatusOK, out)
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
-	"github.com/varplane/varplane/instance"
 	"github.com/varplane/varplane/store/memory"
 )
 
@@ -47,7 +46,7 @@ func (s *reportingStore) CanaryReports(_ context.Context, window string) (map[st
 
 func (s *reportingStore) beat(t *testing.T, id string, at time.Time) {
 	t.Helper()
-	b, err := json.Marshal(instance.Status{Instance: id, WrittenAt: at})
+	b, err := json.Marshal(varplane.InstanceStatus{Instance: id, WrittenAt: at})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +84,7 @@ func TestWindowReports(t *testing.T) {
 	}
 	rs.beat(t, "stale", now.Add(-2*time.Minute))
 	report := func(instance, window string, decoded int64, cerr string) string {
-		b, _ := json.Marshal(control.Report{Window: window, Instance: instance, Decoded: decoded, CandidateError: cerr, At: now})
+		b, _ := json.Marshal(varplane.CanaryReport{Window: window, Instance: instance, Decoded: decoded, CandidateError: cerr, At: now})
 		return string(b)
 	}
 	rs.file(win, "clean", report("clean", win, 4, ""))
@@ -101,7 +100,7 @@ func TestWindowReports(t *testing.T) {
 	if wr.Change != c.ID || wr.Window.ID != win || wr.Window.MinInstances != 2 || wr.Window.State != control.WindowOpen || !wr.Window.ClosesAt.Equal(c.Canary.ClosesAt) {
 		t.Fatalf("window = %+v, want the change's", wr.Window)
 	}
-	byFiled := map[string]control.ReportEntry{}
+	byFiled := map[string]varplane.CanaryReportEntry{}
 	order := []string{}
 	for _, r := range wr.Reports {
 		byFiled[r.FiledAs] = r
@@ -136,9 +135,9 @@ func TestWindowReports(t *testing.T) {
 	}
 	// The verdicts are Evaluate's: past the window's end it stays open
 	// with the first doubtful report's reason.
-	var reports []control.Report
+	var reports []varplane.CanaryReport
 	for _, r := range wr.Reports {
-		reports = append(reports, control.Report{Window: r.Window, Instance: r.Instance, FiledAs: r.FiledAs, Decoded: r.Decoded, Errors: r.Errors})
+		reports = append(reports, varplane.CanaryReport{Window: r.Window, Instance: r.Instance, FiledAs: r.FiledAs, Decoded: r.Decoded, Errors: r.Errors})
 	}
 	state, reason := control.Evaluate(wr.Window, wr.Window.ClosesAt.Add(time.Second), nil, reports)
 	if first := byFiled["elsewhere"].Doubt; state != control.WindowOpen || reason != first {
@@ -184,14 +183,14 @@ func TestWindowReports(t *testing.T) {
 // TestWindowReportsWithoutInstances: a control plane no instance reports
 // to says so.
 func TestWindowReportsWithoutInstances(t *testing.T) {
-	in := &instances{staged: map[string]bool{}, reports: map[string][]control.Report{}}
+	in := &instances{staged: map[string]bool{}, reports: map[string][]varplane.CanaryReport{}}
 	e := newEnv(t, envOpts{instances: in})
 	e.publish("app.flags", `{"a":1}`)
 	c := e.propose("alice", "app.flags", 1, `{"a":2}`)
 	_, _, c = e.act("alice", c.ID, "canary", map[string]any{"duration": "1m", "minInstances": 0})
 	// Duplicated names (an Instances that is not a store can answer them)
 	// are doubtful after the first.
-	in.reports[c.Canary.ID] = []control.Report{{Window: c.Canary.ID, Instance: "a"}, {Window: c.Canary.ID, Instance: "a", Decoded: 1}}
+	in.reports[c.Canary.ID] = []varplane.CanaryReport{{Window: c.Canary.ID, Instance: "a"}, {Window: c.Canary.ID, Instance: "a", Decoded: 1}}
 	var wr control.WindowReports
 	s, b := e.do("GET", "/v1/control/changes/"+c.ID+"/reports", "dave", nil, &wr)
 	want(t, "reports", s, b, 200, "")

@@ -3,12 +3,13 @@ package httpapi_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/httpapi"
 )
 
@@ -40,14 +41,13 @@ func (r *recorder) take() []varplane.Access {
 
 func TestAuthorizationKindsAndScopes(t *testing.T) {
 	rec := &recorder{}
-	watch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
-	p := newPlane(t, httpapi.Options{Authorizer: rec, Watch: watch})
+	p, _ := newPlaneHub(t, httpapi.Options{Authorizer: rec})
 	rev := p.create("a.b", `{"x":1}`)
 	p.activate("a.b", rev, 0)
 	rec.take()
 
 	type want struct {
-		kind    httpapi.Kind
+		kind    varplane.Kind
 		scope   varplane.Scope
 		subtree bool
 	}
@@ -55,24 +55,28 @@ func TestAuthorizationKindsAndScopes(t *testing.T) {
 		name, method, target, body string
 		want                       []want
 	}{
-		{"read key", "GET", "/vars?key=a.b", "", []want{{httpapi.KindRead, "a.b", false}}},
-		{"read group", "GET", "/vars?group=g", "", []want{{httpapi.KindRead, "g", false}}},
-		{"batch", "GET", "/vars/batch?key=a.b&group=g", "", []want{{httpapi.KindRead, "a.b", false}, {httpapi.KindRead, "g", false}}},
-		{"watch", "GET", "/vars/watch?key=a.b&prefix=t.u&group=g", "", []want{{httpapi.KindRead, "a.b", false}, {httpapi.KindRead, "t.u", true}, {httpapi.KindRead, "g", false}}},
-		{"status", "GET", "/vars/admin/status?scope=a.b", "", []want{{httpapi.KindAudit, "a.b", false}}},
-		{"history", "GET", "/vars/admin/history?scope=c", "", []want{{httpapi.KindAudit, "c", false}}},
-		{"replay", "GET", "/vars/admin/replay?scope=c.d&toGeneration=1", "", []want{{httpapi.KindAudit, "c.d", false}}},
-		{"create", "POST", "/vars/admin/revisions", `{"scope":"m.n","document":1}`, []want{{httpapi.KindMutate, "m.n", false}}},
-		{"validate with scope", "POST", "/vars/admin/validate", `{"scope":"v","document":{}}`, []want{{httpapi.KindMutate, "v", false}}},
-		{"validate without scope", "POST", "/vars/admin/validate", `{"document":{}}`, []want{{httpapi.KindMutate, "", false}}},
-		{"activate", "POST", "/vars/admin/activate", jsonf(`{"scope":"a.b","revision":%q,"expectedGeneration":9}`, rev), []want{{httpapi.KindMutate, "a.b", false}}},
-		{"deactivate", "POST", "/vars/admin/deactivate", `{"scope":"x.y","expectedGeneration":9}`, []want{{httpapi.KindMutate, "x.y", false}}},
-		{"rollback", "POST", "/vars/admin/rollback", `{"scope":"r.s","expectedGeneration":9}`, []want{{httpapi.KindMutate, "r.s", false}}},
+		{"read key", "GET", "/vars?key=a.b", "", []want{{varplane.KindRead, "a.b", false}}},
+		{"read group", "GET", "/vars?group=g", "", []want{{varplane.KindRead, "g", false}}},
+		{"batch", "GET", "/vars/batch?key=a.b&group=g", "", []want{{varplane.KindRead, "a.b", false}, {varplane.KindRead, "g", false}}},
+		{"watch", "GET", "/vars/watch?key=a.b&prefix=t.u&group=g", "", []want{{varplane.KindRead, "a.b", false}, {varplane.KindRead, "t.u", true}, {varplane.KindRead, "g", false}}},
+		{"status", "GET", "/vars/admin/status?scope=a.b", "", []want{{varplane.KindAudit, "a.b", false}}},
+		{"history", "GET", "/vars/admin/history?scope=c", "", []want{{varplane.KindAudit, "c", false}}},
+		{"replay", "GET", "/vars/admin/replay?scope=c.d&toGeneration=1", "", []want{{varplane.KindAudit, "c.d", false}}},
+		{"create", "POST", "/vars/admin/revisions", `{"scope":"m.n","document":1}`, []want{{varplane.KindMutate, "m.n", false}}},
+		{"validate with scope", "POST", "/vars/admin/validate", `{"scope":"v","document":{}}`, []want{{varplane.KindMutate, "v", false}}},
+		{"validate without scope", "POST", "/vars/admin/validate", `{"document":{}}`, []want{{varplane.KindMutate, "", false}}},
+		{"activate", "POST", "/vars/admin/activate", jsonf(`{"scope":"a.b","revision":%q,"expectedGeneration":9}`, rev), []want{{varplane.KindMutate, "a.b", false}}},
+		{"deactivate", "POST", "/vars/admin/deactivate", `{"scope":"x.y","expectedGeneration":9}`, []want{{varplane.KindMutate, "x.y", false}}},
+		{"rollback", "POST", "/vars/admin/rollback", `{"scope":"r.s","expectedGeneration":9}`, []want{{varplane.KindMutate, "r.s", false}}},
 		{"bad body is refused before the hook", "POST", "/vars/admin/activate", `{"scope":"a.b"}`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p.do(tt.method, tt.target, tt.body, "Authorization", "Bearer tok-123")
+			if strings.Contains(tt.target, "/watch") {
+				p.watch(tt.target, 50*time.Millisecond, "Authorization", "Bearer tok-123")
+			} else {
+				p.do(tt.method, tt.target, tt.body, "Authorization", "Bearer tok-123")
+			}
 			got := rec.take()
 			if len(got) != len(tt.want) {
 				t.Fatalf("authorize calls = %+v, want %+v", got, tt.want)
@@ -92,9 +96,7 @@ func TestAuthorizationKindsAndScopes(t *testing.T) {
 
 func TestDeniedRequestsChangeNothing(t *testing.T) {
 	rec := &recorder{deny: map[varplane.Scope]bool{"a.b": true, "t.u": true}}
-	called := false
-	watch := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true })
-	p := newPlane(t, httpapi.Options{Authorizer: rec, Watch: watch})
+	p, hub := newPlaneHub(t, httpapi.Options{Authorizer: rec})
 	for _, c := range []struct{ method, target, body string }{
 		{"GET", "/vars?key=a.b", ""},
 		{"GET", "/vars/batch?key=c.d&key=a.b", ""},
@@ -105,8 +107,8 @@ func TestDeniedRequestsChangeNothing(t *testing.T) {
 	} {
 		wantError(t, p.do(c.method, c.target, c.body), 403, varplane.CodeForbidden)
 	}
-	if called {
-		t.Error("watch handler ran for a denied request")
+	if st := hub.Stats(); st.Subscribers != 0 || st.Delivered != 0 {
+		t.Errorf("hub stats %+v: a denied watch subscribed", st)
 	}
 	if scopes, _ := p.store.Scopes(t.Context()); len(scopes) != 0 {
 		t.Errorf("scopes = %v after denied mutations, want none", scopes)
@@ -148,7 +150,7 @@ func TestFailingAuthorizerFailsClosed(t *testing.T) {
 }
 
 func TestStaticTokens(t *testing.T) {
-	auth, err := httpapi.StaticTokens([]string{"alpha", "beta"})
+	auth, err := access.StaticTokens([]string{"alpha", "beta"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,129 +178,10 @@ func TestStaticTokens(t *testing.T) {
 			}
 		})
 	}
-	if _, err := httpapi.StaticTokens([]string{""}); err == nil {
+	if _, err := access.StaticTokens([]string{""}); err == nil {
 		t.Error("StaticTokens accepted an empty token")
 	}
-	if _, err := httpapi.StaticTokens([]string{"a", "a"}); err == nil {
+	if _, err := access.StaticTokens([]string{"a", "a"}); err == nil {
 		t.Error("StaticTokens accepted a duplicate token")
-	}
-}
-
-func TestScopedAuthorizer(t *testing.T) {
-	auth, err := httpapi.Scoped([]httpapi.Grant{
-		{Token: "reader", Kinds: []httpapi.Kind{httpapi.KindRead}},
-		{Token: "agentic-ops", Kinds: []httpapi.Kind{httpapi.KindRead, httpapi.KindMutate}, Prefixes: []string{"agentic.", "billing"}},
-		{Token: "auditor", Kinds: []httpapi.Kind{httpapi.KindAudit}, Prefixes: []string{"*"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		token string
-		kind  httpapi.Kind
-		scope varplane.Scope
-		want  varplane.Code // "" = allowed
-	}{
-		{"reader", httpapi.KindRead, "anything.at.all", ""},
-		{"reader", httpapi.KindMutate, "a.b", varplane.CodeForbidden},
-		{"reader", httpapi.KindAudit, "a.b", varplane.CodeForbidden},
-		{"agentic-ops", httpapi.KindMutate, "agentic.lanes.vinci", ""},
-		{"agentic-ops", httpapi.KindMutate, "agentic", varplane.CodeForbidden}, // "agentic." covers below only
-		{"agentic-ops", httpapi.KindMutate, "agenticx.y", varplane.CodeForbidden},
-		{"agentic-ops", httpapi.KindRead, "billing", ""},
-		{"agentic-ops", httpapi.KindRead, "billing.eu", ""},
-		{"agentic-ops", httpapi.KindRead, "billingx", varplane.CodeForbidden},
-		{"agentic-ops", httpapi.KindMutate, "", varplane.CodeForbidden}, // scope-less validate
-		{"agentic-ops", httpapi.KindAudit, "agentic.x", varplane.CodeForbidden},
-		{"auditor", httpapi.KindAudit, "z", ""},
-		{"auditor", httpapi.KindRead, "z", varplane.CodeForbidden},
-		{"", httpapi.KindRead, "z", varplane.CodeUnauthorized},
-		{"nobody", httpapi.KindRead, "z", varplane.CodeForbidden},
-	}
-	for _, tt := range tests {
-		_, err := auth.Authorize(context.Background(), varplane.Access{Kind: tt.kind, Scope: tt.scope, Token: tt.token})
-		if got := code(err); got != tt.want {
-			t.Errorf("%s %s %q: code %q, want %q (%v)", tt.token, tt.kind, tt.scope, got, tt.want, err)
-		}
-	}
-	if _, err := httpapi.Scoped([]httpapi.Grant{{Token: "x", Kinds: []httpapi.Kind{"write"}}}); err == nil {
-		t.Error("Scoped accepted an unknown kind")
-	}
-}
-
-func code(err error) varplane.Code {
-	if err == nil {
-		return ""
-	}
-	return varplane.ErrorCode(err)
-}
-
-func TestParseTokens(t *testing.T) {
-	in := `# tokens for the staging plane
-
-ci-token
-reader-token kinds=read prefixes=agentic.,billing   # trailing comment
-alice-token id=alice roles=system:configuration:get,system:configuration:list kinds=read,audit
-`
-	grants, err := httpapi.ParseTokens(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(grants) != 3 {
-		t.Fatalf("grants = %+v, want 3", grants)
-	}
-	if g := grants[0]; g.Token != "ci-token" || g.Kinds != nil || g.Prefixes != nil {
-		t.Errorf("grant 0 = %+v", g)
-	}
-	if g := grants[1]; g.Token != "reader-token" || jsonString(g.Kinds) != `["read"]` || jsonString(g.Prefixes) != `["agentic.","billing"]` {
-		t.Errorf("grant 1 = %+v", g)
-	}
-	if g := grants[2]; g.ID != "alice" || jsonString(g.Roles) != `["system:configuration:get","system:configuration:list"]` || len(g.Kinds) != 2 {
-		t.Errorf("grant 2 = %+v", g)
-	}
-
-	bad := []struct{ name, in string }{
-		{"unknown attribute", "zq9 kind=read\n"},
-		{"attribute twice", "zq9 kinds=read kinds=audit\n"},
-		{"unknown kind", "zq9 kinds=write\n"},
-		{"stray word", "zq9 other-secret\n"},
-		{"empty value", "zq9 kinds=\n"},
-		{"duplicate token", "zq9\nzq9\n"},
-		{"attribute first", "kinds=read\n"},
-	}
-	for _, tt := range bad {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := httpapi.ParseTokens(strings.NewReader(tt.in))
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			if strings.Contains(err.Error(), "zq9") || strings.Contains(err.Error(), "secret") {
-				t.Errorf("error %q echoes a token", err)
-			}
-		})
-	}
-}
-
-func TestLoadTokenFile(t *testing.T) {
-	path := t.TempDir() + "/tokens"
-	if err := writeFile(path, "# comment\n\nalpha\nbeta kinds=read\n"); err != nil {
-		t.Fatal(err)
-	}
-	grants, err := httpapi.LoadTokenFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth, err := httpapi.Scoped(grants)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := auth.Authorize(context.Background(), varplane.Access{Kind: httpapi.KindMutate, Scope: "a", Token: "alpha"}); err != nil {
-		t.Errorf("alpha mutate: %v", err)
-	}
-	if _, err := auth.Authorize(context.Background(), varplane.Access{Kind: httpapi.KindMutate, Scope: "a", Token: "beta"}); code(err) != varplane.CodeForbidden {
-		t.Errorf("beta mutate: %v, want forbidden", err)
-	}
-	if _, err := httpapi.LoadTokenFile(path + ".missing"); err == nil {
-		t.Error("missing file loaded")
 	}
 }

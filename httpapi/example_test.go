@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/store/memory"
 )
@@ -21,7 +22,7 @@ func ExampleNewHandler() {
 	engine := varplane.NewEngine(store, varplane.Options{})
 	defer engine.Close()
 
-	tokens, _ := httpapi.StaticTokens([]string{"dev-token"})
+	tokens, _ := access.StaticTokens([]string{"dev-token"})
 	h := httpapi.NewHandler(engine, httpapi.Options{Authorizer: tokens, Logger: slog.New(slog.DiscardHandler)})
 	defer h.Close()
 
@@ -60,7 +61,7 @@ func ExampleNewHandler_mounted() {
 
 	vars := httpapi.NewHandler(engine, httpapi.Options{
 		Base:       "/cnos/vars",
-		Authorizer: httpapi.AllowAll,
+		Authorizer: varplane.AllowAll,
 		DisableOps: true, // the application serves its own /healthz
 		Logger:     slog.New(slog.DiscardHandler),
 	})
@@ -92,7 +93,7 @@ func ExampleNewHandler_mounted() {
 // A tokens file gives each token its kinds and scope prefixes; the scoped
 // authorizer enforces them.
 func ExampleScoped() {
-	grants, err := httpapi.ParseTokens(strings.NewReader(`
+	grants, err := access.ParseTokens(strings.NewReader(`
 # CI may do anything
 ci-7f3a
 # the lanes team reads everything and writes under agentic.
@@ -102,14 +103,14 @@ lanes-91c2 kinds=read,mutate prefixes=agentic. id=lanes-team
 		fmt.Println(err)
 		return
 	}
-	auth, _ := httpapi.Scoped(grants)
+	auth, _ := access.Scoped(grants)
 	ctx := context.Background()
 	for _, req := range []varplane.Access{
-		{Kind: httpapi.KindMutate, Scope: "agentic.lanes.vinci", Token: "lanes-91c2"},
-		{Kind: httpapi.KindMutate, Scope: "billing.eu", Token: "lanes-91c2"},
-		{Kind: httpapi.KindAudit, Scope: "agentic.lanes.vinci", Token: "lanes-91c2"},
-		{Kind: httpapi.KindAudit, Scope: "billing.eu", Token: "ci-7f3a"},
-		{Kind: httpapi.KindRead, Scope: "billing.eu"},
+		{Kind: varplane.KindMutate, Scope: "agentic.lanes.vinci", Token: "lanes-91c2"},
+		{Kind: varplane.KindMutate, Scope: "billing.eu", Token: "lanes-91c2"},
+		{Kind: varplane.KindAudit, Scope: "agentic.lanes.vinci", Token: "lanes-91c2"},
+		{Kind: varplane.KindAudit, Scope: "billing.eu", Token: "ci-7f3a"},
+		{Kind: varplane.KindRead, Scope: "billing.eu"},
 	} {
 		verdict := "allowed"
 		if _, err := auth.Authorize(ctx, req); err != nil {

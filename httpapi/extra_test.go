@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
@@ -69,29 +71,28 @@ func TestWatchRoute(t *testing.T) {
 		p := newPlane(t, httpapi.Options{})
 		wantError(t, p.do("GET", "/vars/watch?key=a.b", ""), 404, varplane.CodeNotFound)
 	})
-	t.Run("delegates with the parsed targets", func(t *testing.T) {
-		var got []httpapi.Target
-		watch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got = httpapi.WatchTargets(r.Context())
-			w.Header().Set("Content-Type", "text/event-stream")
-			_, _ = io.WriteString(w, ": hello\n\n")
-			http.NewResponseController(w).Flush()
-		})
-		p := newPlane(t, httpapi.Options{Watch: watch})
-		rec := p.do("GET", "/vars/watch?group=g&prefix=a.b&key=c.d", "")
-		if rec.Code != 200 || rec.Body.String() != ": hello\n\n" || !rec.Flushed {
+	t.Run("streams the parsed targets", func(t *testing.T) {
+		p, _ := newPlaneHub(t, httpapi.Options{})
+		for _, sc := range []string{"g", "a.b.x", "c.d", "e.f"} {
+			p.activate(sc, p.create(sc, `{"`+sc+`.v":1}`), 0)
+		}
+		rec := p.watch("/vars/watch?group=g&prefix=a.b&key=c.d", 200*time.Millisecond)
+		if rec.Code != 200 || !rec.Flushed {
 			t.Fatalf("status %d flushed %v body %q", rec.Code, rec.Flushed, rec.Body)
 		}
-		want := []httpapi.Target{{Scope: "g"}, {Scope: "a.b", Subtree: true}, {Scope: "c.d"}}
-		if jsonString(got) != jsonString(want) {
-			t.Errorf("targets = %+v, want %+v", got, want)
+		var ids []string
+		for _, line := range strings.Split(rec.Body.String(), "\n") {
+			if id, ok := strings.CutPrefix(line, "id: "); ok {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		if want := []string{"a.b.x@1", "c.d@1", "g@1"}; !slices.Equal(ids, want) {
+			t.Errorf("events %v, want %v (a group, a prefix's descendant, a key; not e.f)", ids, want)
 		}
 		wantError(t, p.do("GET", "/vars/watch", ""), 400, varplane.CodeBadRequest)
 		wantError(t, p.do("GET", "/vars/watch?prefix=a..b", ""), 400, varplane.CodeBadRequest)
 	})
-	if httpapi.WatchTargets(context.Background()) != nil {
-		t.Error("WatchTargets on a bare context is not nil")
-	}
 }
 
 func TestHealthAndReadiness(t *testing.T) {
@@ -140,9 +141,7 @@ func TestHealthAndReadiness(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	p := newPlane(t, httpapi.Options{
-		StoreStats: func() httpapi.StoreStats { return httpapi.StoreStats{Fsyncs: 4, FsyncedEvents: 10, LastFsyncBatch: 3} },
-	})
+	p := newPlane(t, httpapi.Options{})
 	p.h.SetSubscribers(func() int { return 7 })
 	rev := p.create("a.b", `1`)
 	p.activate("a.b", rev, 0)
@@ -170,9 +169,6 @@ func TestMetrics(t *testing.T) {
 		`varplane_store_commit_duration_seconds_count{op="deactivate"} 1`,
 		`varplane_scopes_with_head 0`,
 		`varplane_subscribers 7`,
-		`varplane_store_fsyncs_total 4`,
-		`varplane_store_fsynced_events_total 10`,
-		`varplane_store_fsync_batch_size 3`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(text, want) {
@@ -193,9 +189,9 @@ func TestMountedUnderAPrefix(t *testing.T) {
 	st := memory.New()
 	t.Cleanup(func() { _ = st.Close() })
 	e := newEngineOn(t, st)
-	inner := httpapi.NewHandler(e, httpapi.Options{Base: "/cnos/vars", Authorizer: httpapi.AllowAll, Logger: quiet})
+	inner := httpapi.NewHandler(e, httpapi.Options{Base: "/cnos/vars", Authorizer: varplane.AllowAll, Logger: quiet})
 	t.Cleanup(inner.Close)
-	plain := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, Logger: quiet})
+	plain := httpapi.NewHandler(e, httpapi.Options{Authorizer: varplane.AllowAll, Logger: quiet})
 	t.Cleanup(plain.Close)
 
 	mux := http.NewServeMux()
@@ -255,4 +251,79 @@ func TestRootBase(t *testing.T) {
 		t.Fatalf("create at root: %d %s", rec.Code, rec.Body)
 	}
 	wantError(t, p.do("GET", "/?key=a.b", ""), 404, varplane.CodeNoHead)
+}
+
+// detailedStore is a memory store with a readiness rule and details of its
+// own, as the shared stores and the read replica have.
+type detailedStore struct {
+	*memory.Store
+	notReady error
+}
+
+func (s *detailedStore) Ready(context.Context) error { return s.notReady }
+func (s *detailedStore) ReadyDetails() any {
+	return map[string]any{"installedScopes": 3, "readOnly": true}
+}
+
+// TestReadyzAsksTheStore: /readyz runs the store's own readiness rule
+// (varplane.Readier) and shows its details under its name
+// (varplane.ReadyDetailer), in the handler's one body.
+func TestReadyzAsksTheStore(t *testing.T) {
+	st := &detailedStore{Store: memory.New()}
+	t.Cleanup(func() { _ = st.Close() })
+	p := newPlaneOn(t, st, httpapi.Options{})
+	rec := p.do("GET", "/readyz", "")
+	var body struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+		Memory map[string]any    `json:"memory"`
+	}
+	mustJSON(t, rec.Body.Bytes(), &body)
+	if rec.Code != 200 || body.Status != "ready" || body.Checks["ready"] != "ok" || body.Memory["installedScopes"] != float64(3) {
+		t.Fatalf("readyz = %d %s", rec.Code, rec.Body)
+	}
+	st.notReady = varplane.Errorf(varplane.CodeNotReady, "the root document is not installed yet")
+	rec = p.do("GET", "/readyz", "")
+	mustJSON(t, rec.Body.Bytes(), &body)
+	if rec.Code != 503 || body.Status != "unavailable" || !strings.Contains(body.Checks["ready"], "root document") || body.Memory == nil {
+		t.Fatalf("readyz of a store not ready = %d %s", rec.Code, rec.Body)
+	}
+}
+
+// writeRefusingStore is a store that says whether it accepts writes.
+type writeRefusingStore struct {
+	varplane.Store
+	refuse error
+}
+
+func (s *writeRefusingStore) WriteReady(context.Context) error { return s.refuse }
+
+// TestReadyzFailsWhileWritesAreRefused: a store that still reads but
+// refuses writes (a full disk, a failed fdatasync, a database gone
+// read-only) makes /readyz fail, saying why; a store opened read-only
+// (store-unsupported) is a replica and stays ready.
+func TestReadyzFailsWhileWritesAreRefused(t *testing.T) {
+	st := &writeRefusingStore{Store: memory.New()}
+	t.Cleanup(func() { _ = st.Close() })
+	p := newPlaneOn(t, st, httpapi.Options{})
+	for _, tc := range []struct {
+		name     string
+		refuse   error
+		code     int
+		inChecks string
+	}{
+		{"accepts writes", nil, 200, "ok"},
+		{"refuses writes", varplane.Unavailable(errors.New("file store: a write failed: no space left on device")), 503, "unavailable"},
+		{"opened read-only", varplane.Errorf(varplane.CodeStoreUnsupported, "the store was opened read-only"), 200, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st.refuse = tc.refuse
+			rec := p.do("GET", "/readyz", "")
+			var ready httpapi.ReadyResponse
+			mustJSON(t, rec.Body.Bytes(), &ready)
+			if rec.Code != tc.code || !strings.Contains(ready.Checks["writes"], tc.inChecks) || (tc.inChecks == "") != (ready.Checks["writes"] == "") {
+				t.Fatalf("readyz = %d %s", rec.Code, rec.Body)
+			}
+		})
+	}
 }

@@ -14,7 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
+	"github.com/varplane/varplane/config"
+	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/push"
 )
 
 // DefaultBase is the base path when Options.Base is empty.
@@ -35,8 +39,8 @@ type Options struct {
 	Base string
 
 	// Authorizer decides every request of the route table. Nil means
-	// AllowAll, with a one-time warning on stderr.
-	Authorizer Authorizer
+	// varplane.AllowAll, with a warning through Logger (once a process).
+	Authorizer varplane.Authorizer
 
 	// MaxBodyBytes bounds request bodies (the engine's Limits.MaxBodyBytes
 	// when 0). Larger bodies are answered 413 payload-too-large. The other
@@ -45,25 +49,43 @@ type Options struct {
 	MaxBodyBytes int64
 
 	// Logger receives request logs and internal errors (slog.Default when
-	// nil). Successful reads, probes and writes are logged at Debug, other
-	// requests (refusals, errors, the admin reads of the audit log) at
-	// Info; neither bodies nor tokens nor query strings are logged. A
-	// successful write's record is its event in the audit log (kind,
-	// scope, revision, generation, actor, reason, timestamp); a request
-	// line at Info would repeat it at a cost on every commit.
+	// nil). Successful reads and probes (the data plane, the values
+	// service's reads, the instances' heartbeats and reports, /healthz,
+	// /readyz, /metrics) are logged at Debug; writes, refusals, errors and
+	// the admin reads of the audit log at Info. Neither bodies nor tokens
+	// nor query strings are logged.
 	Logger *slog.Logger
 
-	// Ready is an extra readiness check for /readyz (for example a Redis
-	// store reporting its eviction policy). A non-nil error makes /readyz
-	// answer 503 with the error's text under checks.ready.
+	// Ready is an extra readiness check for /readyz. A non-nil error makes
+	// /readyz answer 503 with the error's text under checks.ready. A store
+	// that is a varplane.Readier is asked the same way without it, and a
+	// varplane.ReadyDetailer's details are added to the body under the
+	// store's name.
 	Ready func(ctx context.Context) error
 
-	// Watch serves GET {base}/watch after the handler has authorized every
-	// requested scope (see WatchTargets). Nil answers that route 404.
-	Watch http.Handler
+	// Hub serves GET {base}/watch, the Server-Sent Events stream of the
+	// commits of the scopes it names (watch.go); nil answers that route
+	// 404. It also feeds varplane_subscribers unless Subscribers is set.
+	Hub *push.Hub
 
-	// StoreStats, when set, feeds the store fsync metrics.
-	StoreStats func() StoreStats
+	// Stream tunes the long-lived streams (the watch and the values
+	// service's created events); the zero value selects the defaults.
+	Stream StreamOptions
+
+	// Control serves the control API under {base}/control/ (control.go):
+	// reviewed changes, review policies, paged history, diff, and the
+	// routes through which instances take part in canary windows. Nil: not
+	// served (404).
+	Control *control.Service
+
+	// Access serves {base}/access/tokens (access.go): the principals held
+	// in the store. Nil: not served.
+	Access *access.Service
+
+	// Values serves the values service of component configuration at the
+	// server root, whatever the base (values.go): /configuration/values/…
+	// Nil: not served.
+	Values *config.Service
 
 	// ScopesWithHead, when set, feeds varplane_scopes_with_head; by default
 	// the handler lists the store's scopes at each scrape.
@@ -89,11 +111,15 @@ type Options struct {
 type Handler struct {
 	engine *varplane.Engine
 	base   string
-	auth   Authorizer
+	auth   varplane.Authorizer
 	limits varplane.Limits
 	log    *slog.Logger
 	ready  func(ctx context.Context) error
-	watch  http.Handler
+	hub    *push.Hub
+	stream StreamOptions
+	ctl    *control.Service
+	access *access.Service
+	values *config.Service
 
 	mux       *http.ServeMux
 	ops       *http.ServeMux
@@ -104,6 +130,10 @@ type Handler struct {
 
 	cross *http.CrossOriginProtection
 
+	// streams is cancelled by CloseStreams: it ends every long-lived
+	// request (the watch, the created events, mounted streams).
+	streams     context.Context
+	endStreams  context.CancelFunc
 	closeOnce   sync.Once
 	unsubscribe func()
 }
@@ -111,13 +141,31 @@ type Handler struct {
 // route is one registered pattern with its cached metrics and log level.
 type route struct {
 	pattern string
-	quiet   bool // successful answers are logged at Debug (reads, probes, writes)
+	quiet   bool // successful answers are logged at Debug (reads, probes)
+	stream  bool // long-lived: ended by CloseStreams
+	mounted bool // a handler of another package (Mount): its own cross-origin rules
 	m       *routeMetrics
 }
 
-// NewHandler returns the handler of the route table over engine. Several
-// handlers may share one engine (each with its own base and metrics
-// registry). Call Close to stop following the engine's commits.
+// The kinds of a route, for handle.
+const (
+	loud   = 0
+	quiet  = 1 << iota // successful answers at Debug
+	stream             // ended by CloseStreams
+)
+
+// NewHandler returns the handler of the route table over engine, with the
+// routes of the services opts names (the watch, the control API, the access
+// API, the values service). Several handlers may share one engine (each
+// with its own base and metrics registry). Call Close to stop following the
+// engine's commits.
+//
+// Every route goes through one chain (ServeHTTP): a panic is recovered and
+// answered 500 internal, the request is logged and counted by its route
+// pattern, a cross-origin write is refused, a known path with another
+// method is 405 with Allow, and every error is answered by the wire layer's
+// one error table. Each route authorizes through the one authorizer
+// (Options.Authorizer) before it acts.
 func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h := &Handler{
 		engine: engine,
@@ -126,16 +174,21 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 		limits: engine.Limits(),
 		log:    opts.Logger,
 		ready:  opts.Ready,
-		watch:  opts.Watch,
+		hub:    opts.Hub,
+		stream: opts.Stream.withDefaults(),
+		ctl:    opts.Control,
+		access: opts.Access,
+		values: opts.Values,
 		mux:    http.NewServeMux(),
 		ops:    http.NewServeMux(),
 		routes: map[string]*route{},
 	}
+	h.streams, h.endStreams = context.WithCancel(context.Background())
 	if h.log == nil {
 		h.log = slog.Default()
 	}
 	if h.auth == nil {
-		h.auth = defaultAuthorizer()
+		h.auth = defaultAuthorizer(h.log)
 	}
 	h.cross = http.NewCrossOriginProtection()
 	for _, o := range opts.TrustedOrigins {
@@ -146,6 +199,9 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	if opts.MaxBodyBytes > 0 {
 		h.limits.MaxBodyBytes = opts.MaxBodyBytes
 	}
+	if opts.Subscribers == nil && h.hub != nil {
+		opts.Subscribers = func() int { return int(h.hub.Stats().Subscribers) }
+	}
 	h.metrics = newMetrics(engine, &opts)
 	h.unsubscribe = engine.OnCommit(h.metrics.commit)
 	h.unmatched = &route{pattern: unmatchedRoute, m: h.metrics.route(unmatchedRoute)}
@@ -155,22 +211,31 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	if b == "" {
 		readPattern = "GET /{$}"
 	}
-	h.readRoute = h.handle(h.mux, readPattern, true, h.handleRead)
+	h.readRoute = h.handle(readPattern, quiet, h.handleRead)
 	if b != "" {
-		h.handle(h.mux, "GET "+b+"/{$}", true, h.handleRead)
+		h.handle("GET "+b+"/{$}", quiet, h.handleRead)
 	}
-	h.handle(h.mux, "GET "+b+"/batch", true, h.handleBatch)
-	h.handle(h.mux, "GET "+b+"/watch", false, h.handleWatch)
-	h.handle(h.mux, "POST "+b+"/admin/revisions", true, h.sameOrigin(h.handleCreateRevision))
-	h.handle(h.mux, "POST "+b+"/admin/validate", true, h.sameOrigin(h.handleValidate))
-	h.handle(h.mux, "POST "+b+"/admin/activate", true, h.sameOrigin(h.handleActivate))
-	h.handle(h.mux, "POST "+b+"/admin/publish", true, h.sameOrigin(h.handlePublish))
-	h.handle(h.mux, "POST "+b+"/admin/deactivate", true, h.sameOrigin(h.handleDeactivate))
-	h.handle(h.mux, "POST "+b+"/admin/rollback", true, h.sameOrigin(h.handleRollback))
-	h.handle(h.mux, "GET "+b+"/admin/status", false, h.handleStatus)
-	h.handle(h.mux, "GET "+b+"/admin/history", false, h.handleHistory)
-	h.handle(h.mux, "GET "+b+"/admin/replay", false, h.handleReplay)
-	h.handle(h.mux, "GET "+b+"/admin/scopes", false, h.handleScopes)
+	h.handle("GET "+b+"/batch", quiet, h.handleBatch)
+	h.handle("GET "+b+"/watch", stream, h.handleWatch)
+	h.handle("POST "+b+"/admin/revisions", loud, h.handleCreateRevision)
+	h.handle("POST "+b+"/admin/validate", loud, h.handleValidate)
+	h.handle("POST "+b+"/admin/activate", loud, h.handleActivate)
+	h.handle("POST "+b+"/admin/publish", loud, h.handlePublish)
+	h.handle("POST "+b+"/admin/deactivate", loud, h.handleDeactivate)
+	h.handle("POST "+b+"/admin/rollback", loud, h.handleRollback)
+	h.handle("GET "+b+"/admin/status", loud, h.handleStatus)
+	h.handle("GET "+b+"/admin/history", loud, h.handleHistory)
+	h.handle("GET "+b+"/admin/replay", loud, h.handleReplay)
+	h.handle("GET "+b+"/admin/scopes", loud, h.handleScopes)
+	if h.ctl != nil {
+		h.controlRoutes(b + "/control")
+	}
+	if h.access != nil {
+		h.accessRoutes(b + "/access")
+	}
+	if h.values != nil {
+		h.valuesRoutes()
+	}
 
 	ops := []struct {
 		pattern string
@@ -181,7 +246,8 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 		{"GET /metrics", promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP},
 	}
 	for _, op := range ops {
-		h.handle(h.ops, op.pattern, true, op.fn)
+		h.routes[op.pattern] = h.route(op.pattern, quiet)
+		h.ops.Handle(op.pattern, op.fn)
 		if !opts.DisableOps {
 			h.mux.Handle(op.pattern, op.fn)
 		}
@@ -199,24 +265,50 @@ func normalizeBase(b string) string {
 	return strings.TrimRight(b, "/")
 }
 
-func (h *Handler) handle(mux *http.ServeMux, pattern string, quiet bool, fn http.HandlerFunc) *route {
-	rt := &route{pattern: pattern, quiet: quiet, m: h.metrics.route(pattern)}
+// route returns a new route of pattern with kind's flags (quiet, stream)
+// and its metrics.
+func (h *Handler) route(pattern string, kind int) *route {
+	return &route{pattern: pattern, quiet: kind&quiet != 0, stream: kind&stream != 0, m: h.metrics.route(pattern)}
+}
+
+// handle registers fn as the route of pattern on the handler's mux.
+func (h *Handler) handle(pattern string, kind int, fn http.HandlerFunc) *route {
+	rt := h.route(pattern, kind)
 	h.routes[pattern] = rt
-	mux.Handle(pattern, fn)
+	h.mux.Handle(pattern, fn)
 	return rt
 }
 
-// sameOrigin refuses a cross-origin write (see Options.TrustedOrigins)
-// before anything of it is read.
-func (h *Handler) sameOrigin(fn http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := h.cross.Check(r); err != nil {
-			h.writeError(w, r, varplane.Errorf(varplane.CodeForbidden, "cross-origin writes are refused"))
-			return
+// handleErr registers fn as the route of pattern; the error fn returns is
+// answered through the one error writer (nothing of it must have been
+// written yet).
+func (h *Handler) handleErr(pattern string, kind int, fn func(w http.ResponseWriter, r *http.Request) error) {
+	h.handle(pattern, kind, func(w http.ResponseWriter, r *http.Request) {
+		if err := fn(w, r); err != nil {
+			h.writeError(w, r, err)
 		}
-		fn(w, r)
-	}
+	})
 }
+
+// Mount serves handler, a handler of another package (the console, the
+// Connect transport, the values service's page), under pattern behind the
+// chain's recovery, request log and metrics; it decides its own
+// authorization and cross-origin rules. Its successful answers are logged
+// at Debug, and its requests end when CloseStreams is called. Mount must be
+// called before the handler serves.
+func (h *Handler) Mount(pattern string, handler http.Handler) {
+	rt := h.route(pattern, quiet|stream)
+	rt.mounted = true
+	h.routes[pattern] = rt
+	h.mux.Handle(pattern, handler)
+}
+
+// CloseStreams ends every long-lived request (the watch streams, the values
+// service's created events, mounted handlers' streams) and every later
+// one: an HTTP server's graceful shutdown waits for requests in flight,
+// which a stream never finishes by itself. Call it when the shutdown
+// begins (Server.RegisterOnShutdown).
+func (h *Handler) CloseStreams() { h.endStreams() }
 
 // Base returns the normalized base path ("" for the root).
 func (h *Handler) Base() string { return h.base }
@@ -238,11 +330,19 @@ func (h *Handler) SetSubscribers(fn func() int) {
 	h.metrics.subscribers.Store(&fn)
 }
 
-// Close stops following the engine's commits. The handler keeps serving.
-func (h *Handler) Close() { h.closeOnce.Do(h.unsubscribe) }
+// Close stops following the engine's commits and ends the streams
+// (CloseStreams). The handler keeps serving other requests.
+func (h *Handler) Close() {
+	h.closeOnce.Do(h.unsubscribe)
+	h.endStreams()
+}
 
-// ServeHTTP routes r, recording metrics and a log line for it. A panic in a
-// route (never expected) is answered 500 internal if nothing was written.
+// ServeHTTP routes r through the chain: recovery (a panic in a route,
+// never expected, is logged and answered 500 internal if nothing was
+// written), the request log and metrics by route pattern, the cross-origin
+// refusal of writes (see Options.TrustedOrigins), the method (405 with
+// Allow for a known path), then the route, which authorizes and answers its
+// errors through the one error writer.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := getStatusWriter(w)
@@ -268,6 +368,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.handleRead(sw, r)
 		return
 	}
+	// The mux is asked for the route first (its pattern names the request
+	// in logs and metrics, and decides the steps below); its ServeHTTP then
+	// matches again, which sets the request's path values.
 	next, pattern := h.mux.Handler(r)
 	rt = h.routes[pattern]
 	if rt == nil {
@@ -277,7 +380,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.answerUnmatched(sw, r, next)
 		return
 	}
-	next.ServeHTTP(sw, r)
+	if !rt.mounted {
+		// Before anything of the request is read (safe methods pass).
+		if err := h.cross.Check(r); err != nil {
+			h.writeError(sw, r, varplane.Errorf(varplane.CodeForbidden, "cross-origin writes are refused"))
+			return
+		}
+	}
+	if rt.stream {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		stop := context.AfterFunc(h.streams, cancel)
+		defer stop()
+		r = r.WithContext(ctx)
+	}
+	h.mux.ServeHTTP(sw, r)
 }
 
 // answerUnmatched turns the mux's plain-text 404 and 405 into JSON errors,
@@ -328,7 +445,7 @@ func (h *Handler) finish(r *http.Request, rt *route, sw *statusWriter, start tim
 // authorize runs the authorizer for one scope through varplane.Authorize,
 // which fails closed: a denial is returned as is, anything else is internal
 // and nothing of the cause reaches the client.
-func (h *Handler) authorize(r *http.Request, kind Kind, scope varplane.Scope, subtree bool) (varplane.Identity, error) {
+func (h *Handler) authorize(r *http.Request, kind varplane.Kind, scope varplane.Scope, subtree bool) (varplane.Identity, error) {
 	return varplane.Authorize(r.Context(), h.auth, varplane.Access{
 		Kind: kind, Scope: scope, Subtree: subtree, Token: wire.RequestBearer(r),
 	})

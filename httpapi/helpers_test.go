@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/push"
 	"github.com/varplane/varplane/store/memory"
 )
 
@@ -57,7 +57,7 @@ func newPlaneOn(t testing.TB, st varplane.Store, opts httpapi.Options) *plane {
 	t.Helper()
 	e := newEngineOn(t, st)
 	if opts.Authorizer == nil {
-		opts.Authorizer = httpapi.AllowAll
+		opts.Authorizer = varplane.AllowAll
 	}
 	if opts.Logger == nil {
 		opts.Logger = quiet
@@ -81,6 +81,43 @@ func (p *plane) do(method, target, body string, header ...string) *httptest.Resp
 	rec := httptest.NewRecorder()
 	p.h.ServeHTTP(rec, req)
 	return rec
+}
+
+// watch runs a watch request for d (its context then ends, as a client
+// that hangs up) and returns what it answered: the status and the frames
+// written meanwhile.
+func (p *plane) watch(target string, d time.Duration, header ...string) *httptest.ResponseRecorder {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, "GET", target, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	p.h.ServeHTTP(rec, req)
+	return rec
+}
+
+// newPlaneHub is newPlane with a push hub over its engine serving the
+// watch route.
+func newPlaneHub(t testing.TB, opts httpapi.Options) (*plane, *push.Hub) {
+	t.Helper()
+	st := memory.New()
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEngineOn(t, st)
+	hub := push.New(e, push.Options{Logger: quiet})
+	t.Cleanup(hub.Close)
+	opts.Hub = hub
+	if opts.Authorizer == nil {
+		opts.Authorizer = varplane.AllowAll
+	}
+	if opts.Logger == nil {
+		opts.Logger = quiet
+	}
+	h := httpapi.NewHandler(e, opts)
+	t.Cleanup(h.Close)
+	return &plane{t: t, store: st, engine: e, h: h}, hub
 }
 
 // create stores doc in scope and returns its revision.
@@ -163,5 +200,3 @@ func (r replayStore) Replay(ctx context.Context, scope varplane.Scope, gen varpl
 }
 
 func jsonf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
-
-func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -11,28 +12,28 @@ import (
 
 func TestDefaultAuthorizerWarnsOnce(t *testing.T) {
 	var buf strings.Builder
-	oldOut := warnOut
-	warnOut, warnAllowAll = &buf, sync.Once{}
-	t.Cleanup(func() { warnOut = oldOut })
+	warnAllowAll = sync.Once{}
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
 
 	st := memory.New()
 	t.Cleanup(func() { _ = st.Close() })
 	e := varplane.NewEngine(st, varplane.Options{})
 	t.Cleanup(e.Close)
 	for range 3 {
-		h := NewHandler(e, Options{})
+		h := NewHandler(e, Options{Logger: log})
 		h.Close()
 		if h.auth == nil {
 			t.Fatal("no authorizer")
 		}
 	}
-	if got := strings.Count(buf.String(), "WARNING"); got != 1 {
-		t.Errorf("warnings = %d (%q), want exactly 1", got, buf.String())
+	// One warning, through the handler's logger (so in its format).
+	if got := strings.Count(buf.String(), `"level":"WARN"`); got != 1 || strings.Count(buf.String(), "\n") != 1 {
+		t.Errorf("warnings = %d (%q), want exactly 1 line, logged", got, buf.String())
 	}
 	buf.Reset()
-	h := NewHandler(e, Options{Authorizer: AllowAll})
+	h := NewHandler(e, Options{Authorizer: varplane.AllowAll, Logger: log})
 	h.Close()
 	if buf.Len() != 0 {
-		t.Errorf("explicit AllowAll warned: %q", buf.String())
+		t.Errorf("explicit varplane.AllowAll warned: %q", buf.String())
 	}
 }

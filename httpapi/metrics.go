@@ -13,16 +13,6 @@ import (
 	"github.com/varplane/varplane"
 )
 
-// StoreStats are counters a store may report for /metrics. Fsyncs counts the
-// fsync (fdatasync) calls since the store opened, FsyncedEvents the events
-// they made durable (so FsyncedEvents/Fsyncs is the mean group-commit batch
-// size) and LastFsyncBatch the events covered by the most recent one.
-type StoreStats struct {
-	Fsyncs         uint64
-	FsyncedEvents  uint64
-	LastFsyncBatch int
-}
-
 // unmatchedRoute labels requests that matched no route, so that random paths
 // cannot grow the label set.
 const unmatchedRoute = "unmatched"
@@ -106,22 +96,6 @@ func newMetrics(engine *varplane.Engine, opts *Options) *metrics {
 		return 0
 	}))
 
-	if stats := opts.StoreStats; stats != nil {
-		m.reg.MustRegister(
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "varplane_store_fsyncs_total",
-				Help: "fsync calls made by the store.",
-			}, func() float64 { return float64(stats().Fsyncs) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "varplane_store_fsynced_events_total",
-				Help: "Events made durable by the store's fsyncs; divided by varplane_store_fsyncs_total it is the mean fsync batch size.",
-			}, func() float64 { return float64(stats().FsyncedEvents) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "varplane_store_fsync_batch_size",
-				Help: "Events covered by the most recent fsync.",
-			}, func() float64 { return float64(stats().LastFsyncBatch) }),
-		)
-	}
 	return m
 }
 

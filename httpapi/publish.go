@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // publishBody is the body of POST {base}/admin/publish.

@@ -7,7 +7,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 // TestPublishAnswerIsWriteJSONs: the hand-encoded answer of a publish is

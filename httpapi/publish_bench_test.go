@@ -100,7 +100,7 @@ func durableServer(b *testing.B) (*httptest.Server, *file.Store) {
 	b.Cleanup(func() { _ = s.Close() })
 	e := varplane.NewEngine(s, varplane.Options{})
 	b.Cleanup(e.Close)
-	h := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, Logger: slog.New(slog.DiscardHandler)})
+	h := httpapi.NewHandler(e, httpapi.Options{Authorizer: varplane.AllowAll, Logger: slog.New(slog.DiscardHandler)})
 	b.Cleanup(h.Close)
 	srv := httptest.NewServer(h)
 	b.Cleanup(srv.Close)

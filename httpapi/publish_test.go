@@ -85,7 +85,7 @@ func TestPublishRouteIsAuthorizedAsMutate(t *testing.T) {
 	p := newPlane(t, httpapi.Options{Authorizer: rec})
 	p.do("POST", "/vars/admin/publish", `{"scope":"m.n","document":{},"expectedGeneration":0}`)
 	got := rec.take()
-	if len(got) != 1 || got[0].Kind != httpapi.KindMutate || got[0].Scope != "m.n" {
+	if len(got) != 1 || got[0].Kind != varplane.KindMutate || got[0].Scope != "m.n" {
 		t.Errorf("authorize calls = %+v, want one mutate of m.n", got)
 	}
 	wantError(t, p.do("POST", "/vars/admin/publish", `{"scope":"no.pe","document":{},"expectedGeneration":0}`), http.StatusForbidden, varplane.CodeForbidden)

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // handleRead serves GET {base}?key=<scope> | ?group=<scope>: the head's
@@ -21,7 +21,7 @@ func (h *Handler) handleRead(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	if _, err := h.authorize(r, KindRead, scope, false); err != nil {
+	if _, err := h.authorize(r, varplane.KindRead, scope, false); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
@@ -85,7 +85,7 @@ func (h *Handler) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, t := range targets {
-		if _, err := h.authorize(r, KindRead, t.Scope, false); err != nil {
+		if _, err := h.authorize(r, varplane.KindRead, t.Scope, false); err != nil {
 			h.writeError(w, r, err)
 			return
 		}
@@ -128,42 +128,6 @@ func (h *Handler) handleBatch(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-type watchKey struct{}
-
-// WatchTargets returns the scopes of a GET {base}/watch request, in request
-// order, as the handler parsed and authorized them (keys and groups with
-// Subtree false, prefixes with Subtree true). Options.Watch calls it on its
-// request's context; it returns nil on any other context.
-func WatchTargets(ctx context.Context) []Target {
-	t, _ := ctx.Value(watchKey{}).([]Target)
-	return t
-}
-
-// handleWatch serves GET {base}/watch?key=…&group=…&prefix=…: it authorizes
-// kind read for every requested scope, lifts the server's read and write
-// deadlines (the stream is long-lived) and delegates to Options.Watch.
-func (h *Handler) handleWatch(w http.ResponseWriter, r *http.Request) {
-	if h.watch == nil {
-		h.writeError(w, r, varplane.Errorf(varplane.CodeNotFound, "the watch stream is not enabled on this server"))
-		return
-	}
-	targets, err := wire.Targets(r.URL.RawQuery, true)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	for _, t := range targets {
-		if _, err := h.authorize(r, KindRead, t.Scope, t.Subtree); err != nil {
-			h.writeError(w, r, err)
-			return
-		}
-	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // unsupported writers (tests) have no deadline anyway
-	_ = rc.SetReadDeadline(time.Time{})
-	h.watch.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), watchKey{}, targets)))
-}
-
 // mutation checks the media type, reads and decodes a bounded body, then
 // authorizes it as mutate on the scope the body names and records the
 // authenticated identity as the request's actor (target returns the scope
@@ -186,7 +150,7 @@ func mutation[T any](h *Handler, w http.ResponseWriter, r *http.Request, decode 
 		return zero, false
 	}
 	scope, actor := target(&req)
-	id, err := h.authorize(r, KindMutate, scope, false)
+	id, err := h.authorize(r, varplane.KindMutate, scope, false)
 	if err != nil {
 		h.writeError(w, r, err)
 		return zero, false
@@ -304,7 +268,7 @@ func (h *Handler) auditScope(r *http.Request, extra ...string) (varplane.Scope, 
 			return "", nil, wire.BadRequest("%s is required", name)
 		}
 	}
-	if _, err := h.authorize(r, KindAudit, scope, false); err != nil {
+	if _, err := h.authorize(r, varplane.KindAudit, scope, false); err != nil {
 		return "", nil, err
 	}
 	return scope, params, nil
@@ -386,32 +350,54 @@ func (h *Handler) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // ReadyResponse is the body of GET /readyz. Status is "ready" or
-// "unavailable"; Checks maps each check ("store", "ready") to "ok" or the
-// reason it failed.
+// "unavailable"; Checks maps each check ("store", "writes", "ready") to "ok" or the
+// reason it failed. A store that describes itself (varplane.ReadyDetailer)
+// adds its details to the body under its name ("redis": {…}).
 type ReadyResponse struct {
 	Status string            `json:"status"`
 	Checks map[string]string `json:"checks"`
 }
 
-// handleReadyz serves GET /readyz: 200 when the store answers a read and
-// Options.Ready (if any) passes, 503 otherwise.
+// handleReadyz serves GET /readyz: 200 when the store answers a read,
+// accepts writes (varplane.WriteReady; a store opened read-only is not
+// asked), and its own readiness rule (varplane.Readier) and Options.Ready
+// (if any) pass; 503 otherwise.
 func (h *Handler) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	res := ReadyResponse{Status: "ready", Checks: map[string]string{}}
-	if _, err := h.engine.Store().State(ctx, "varplane.readyz"); err != nil {
+	st := h.engine.Store()
+	if _, err := st.State(ctx, "varplane.readyz"); err != nil {
 		res.Checks["store"] = varplane.ErrorMessage(err)
 		h.log.LogAttrs(ctx, slog.LevelWarn, "readiness: store check failed", slog.String("error", err.Error()))
 	} else {
 		res.Checks["store"] = "ok"
 	}
+	// A store that refuses writes (a full disk, a failed fdatasync, a
+	// database gone read-only) is not ready, although it still reads: a
+	// balancer should send writers elsewhere. A store opened read-only
+	// (store-unsupported) never writes and is ready as a replica.
+	switch err := varplane.WriteReady(ctx, st); {
+	case err == nil:
+		res.Checks["writes"] = "ok"
+	case varplane.ErrorCode(err) != varplane.CodeStoreUnsupported:
+		res.Checks["writes"] = varplane.ErrorMessage(err)
+		h.log.LogAttrs(ctx, slog.LevelWarn, "readiness: the store refuses writes", slog.String("error", err.Error()))
+	}
+	var checks []func(context.Context) error
+	if rd, ok := st.(varplane.Readier); ok {
+		checks = append(checks, rd.Ready)
+	}
 	if h.ready != nil {
-		if err := h.ready(ctx); err != nil {
-			// The hook's author chose the message; operators need it.
+		checks = append(checks, h.ready)
+	}
+	for _, check := range checks {
+		if err := check(ctx); err != nil {
+			// The rule's author chose the message; operators need it.
 			res.Checks["ready"] = err.Error()
-		} else {
-			res.Checks["ready"] = "ok"
+			break
 		}
+		res.Checks["ready"] = "ok"
 	}
 	status := http.StatusOK
 	for _, v := range res.Checks {
@@ -419,5 +405,13 @@ func (h *Handler) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			res.Status, status = "unavailable", http.StatusServiceUnavailable
 		}
 	}
-	writeJSON(w, status, res)
+	var details any
+	if d, ok := st.(varplane.ReadyDetailer); ok {
+		details = d.ReadyDetails()
+	}
+	if details == nil {
+		writeJSON(w, status, res)
+		return
+	}
+	writeJSON(w, status, map[string]any{"status": res.Status, "checks": res.Checks, st.Name(): details})
 }

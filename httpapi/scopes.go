@@ -4,50 +4,16 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/wire"
 )
 
-// Bounds of a page of GET {base}/admin/scopes.
-const (
-	DefaultScopesLimit = 100
-	MaxScopesLimit     = 1000
-)
-
-// ScopeSummary is one item of GET {base}/admin/scopes: where a scope stands
-// and its last activation or deactivation (absent for a scope never
-// activated).
-type ScopeSummary struct {
-	Scope      varplane.Scope      `json:"scope"`
-	Active     bool                `json:"active"`
-	Generation varplane.Generation `json:"generation"`
-	Revision   varplane.Revision   `json:"revision,omitempty"`
-	LastChange *ScopeChange        `json:"lastChange,omitempty"`
-}
-
-// ScopeChange is the last activation (rollbacks included) or deactivation
-// of a scope: its kind, generation, time and the actor recorded for it.
-type ScopeChange struct {
-	Kind       varplane.EventKind  `json:"kind"`
-	Generation varplane.Generation `json:"generation"`
-	Timestamp  time.Time           `json:"timestamp"`
-	Actor      string              `json:"actor,omitempty"`
-}
-
-// ScopesResponse is the body of GET {base}/admin/scopes: one page of
-// scopes in scope order. Next, when set, is the after= of the next page.
-type ScopesResponse struct {
-	Items []ScopeSummary `json:"items"`
-	Next  varplane.Scope `json:"next,omitempty"`
-}
-
 // handleScopes serves GET {base}/admin/scopes?prefix=&after=&limit=: the
 // scopes that have appeared in the log, sorted, at most limit (default
-// DefaultScopesLimit, at most MaxScopesLimit) a page, each strictly after
-// after=, and with prefix= the prefix itself and the scopes below it (as a
-// watch prefix).
+// varplane.DefaultScopesLimit, at most varplane.MaxScopesLimit) a page,
+// each strictly after after=, and with prefix= the prefix itself and the
+// scopes below it (as a watch prefix).
 //
 // Authorization filters per scope: each scope is listed only when the
 // request may audit it (kind audit, as its status), so a token narrowed to
@@ -65,7 +31,7 @@ func (h *Handler) handleScopes(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-func (h *Handler) listScopes(r *http.Request) (*ScopesResponse, error) {
+func (h *Handler) listScopes(r *http.Request) (*varplane.ScopePage, error) {
 	params, err := wire.SingleParams(r.URL.RawQuery, "prefix", "after", "limit")
 	if err != nil {
 		return nil, err
@@ -81,11 +47,11 @@ func (h *Handler) listScopes(r *http.Request) (*ScopesResponse, error) {
 			return nil, err
 		}
 	}
-	limit := DefaultScopesLimit
+	limit := varplane.DefaultScopesLimit
 	if raw, ok := params["limit"]; ok {
 		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 || n > MaxScopesLimit {
-			return nil, wire.BadRequest("limit must be an integer from 1 to %d", MaxScopesLimit)
+		if err != nil || n < 1 || n > varplane.MaxScopesLimit {
+			return nil, wire.BadRequest("limit must be an integer from 1 to %d", varplane.MaxScopesLimit)
 		}
 		limit = n
 	}
@@ -107,7 +73,7 @@ func (h *Handler) listScopes(r *http.Request) (*ScopesResponse, error) {
 	} else if prefix != "" {
 		i = sort.Search(len(all), func(i int) bool { return all[i] >= prefix })
 	}
-	res := &ScopesResponse{Items: []ScopeSummary{}}
+	res := &varplane.ScopePage{Items: []varplane.ScopeSummary{}}
 	for ; i < len(all); i++ {
 		sc := all[i]
 		if prefix != "" && sc != prefix && !sc.IsDescendantOf(prefix) {
@@ -116,7 +82,7 @@ func (h *Handler) listScopes(r *http.Request) (*ScopesResponse, error) {
 			}
 			continue
 		}
-		if _, err := h.authorize(r, KindAudit, sc, false); err != nil {
+		if _, err := h.authorize(r, varplane.KindAudit, sc, false); err != nil {
 			if varplane.ErrorCode(err) == varplane.CodeForbidden {
 				continue
 			}
@@ -143,16 +109,16 @@ func hasPrefixText(s, p varplane.Scope) bool {
 
 // summarize reads one scope's item: its state, and its last change from
 // the head or, for a scope without one, from its history.
-func (h *Handler) summarize(r *http.Request, st varplane.Store, sc varplane.Scope) (ScopeSummary, error) {
+func (h *Handler) summarize(r *http.Request, st varplane.Store, sc varplane.Scope) (varplane.ScopeSummary, error) {
 	ctx := r.Context()
 	s, err := st.State(ctx, sc)
 	if err != nil {
-		return ScopeSummary{}, err
+		return varplane.ScopeSummary{}, err
 	}
-	item := ScopeSummary{Scope: sc, Generation: s.Generation}
+	item := varplane.ScopeSummary{Scope: sc, Generation: s.Generation}
 	if hd := s.Head; hd != nil {
 		item.Active, item.Revision = true, hd.Revision
-		item.LastChange = &ScopeChange{Kind: varplane.EventActivated, Generation: hd.Generation, Timestamp: hd.EffectiveAt, Actor: hd.Actor}
+		item.LastChange = &varplane.ScopeLastChange{Kind: varplane.EventActivated, Generation: hd.Generation, Timestamp: hd.EffectiveAt, Actor: hd.Actor}
 		return item, nil
 	}
 	if s.Generation == 0 {
@@ -160,11 +126,11 @@ func (h *Handler) summarize(r *http.Request, st varplane.Store, sc varplane.Scop
 	}
 	events, err := st.History(ctx, sc)
 	if err != nil {
-		return ScopeSummary{}, err
+		return varplane.ScopeSummary{}, err
 	}
 	for j := len(events) - 1; j >= 0; j-- {
 		if ev := events[j]; ev.Kind == varplane.EventDeactivated || ev.Kind == varplane.EventActivated {
-			item.LastChange = &ScopeChange{Kind: ev.Kind, Generation: ev.Generation, Timestamp: ev.Timestamp.UTC(), Actor: ev.Actor}
+			item.LastChange = &varplane.ScopeLastChange{Kind: ev.Kind, Generation: ev.Generation, Timestamp: ev.Timestamp.UTC(), Actor: ev.Actor}
 			break
 		}
 	}

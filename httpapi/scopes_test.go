@@ -1,16 +1,18 @@
 package httpapi_test
 
 import (
-	"io"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/httpapi"
 )
 
-func scopeNames(items []httpapi.ScopeSummary) string {
+func scopeNames(items []varplane.ScopeSummary) string {
 	names := make([]string, len(items))
 	for i, it := range items {
 		names[i] = string(it.Scope)
@@ -21,10 +23,10 @@ func scopeNames(items []httpapi.ScopeSummary) string {
 // TestScopesRoute lists, pages, filters by prefix and by authorization, and
 // refuses bad parameters.
 func TestScopesRoute(t *testing.T) {
-	auth, err := httpapi.Scoped([]httpapi.Grant{
+	auth, err := access.Scoped([]access.Grant{
 		{Token: "all"},
-		{Token: "agentic", Kinds: []httpapi.Kind{httpapi.KindAudit}, Prefixes: []string{"agentic."}},
-		{Token: "reader", Kinds: []httpapi.Kind{httpapi.KindRead}},
+		{Token: "agentic", Kinds: []varplane.Kind{varplane.KindAudit}, Prefixes: []string{"agentic."}},
+		{Token: "reader", Kinds: []varplane.Kind{varplane.KindRead}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -51,13 +53,13 @@ func TestScopesRoute(t *testing.T) {
 		t.Fatalf("deactivate: %d %s", rec.Code, rec.Body)
 	}
 
-	list := func(t *testing.T, token, query string) httpapi.ScopesResponse {
+	list := func(t *testing.T, token, query string) varplane.ScopePage {
 		t.Helper()
 		rec := p.do("GET", "/vars/admin/scopes"+query, "", "Authorization", "Bearer "+token)
 		if rec.Code != http.StatusOK {
 			t.Fatalf("GET scopes%s as %s: %d %s", query, token, rec.Code, rec.Body)
 		}
-		var res httpapi.ScopesResponse
+		var res varplane.ScopePage
 		mustJSON(t, rec.Body.Bytes(), &res)
 		return res
 	}
@@ -86,7 +88,7 @@ func TestScopesRoute(t *testing.T) {
 		})
 	}
 	t.Run("items carry state and last change", func(t *testing.T) {
-		byScope := map[varplane.Scope]httpapi.ScopeSummary{}
+		byScope := map[varplane.Scope]varplane.ScopeSummary{}
 		for _, it := range list(t, "all", "").Items {
 			byScope[it.Scope] = it
 		}
@@ -112,40 +114,35 @@ func TestScopesRoute(t *testing.T) {
 	})
 }
 
-// TestWatchEverything: all=1 reaches the watch handler as the Everything
-// target, authorized as read on the empty scope's subtree: a "*" or
-// unnarrowed grant may, a grant narrowed to prefixes may not.
+// TestWatchEverything: all=1 is the Everything target, every scope,
+// authorized as read on the empty scope's subtree: a "*" or unnarrowed
+// grant may, a grant narrowed to prefixes may not.
 func TestWatchEverything(t *testing.T) {
-	auth, err := httpapi.Scoped([]httpapi.Grant{
-		{Token: "star", Kinds: []httpapi.Kind{httpapi.KindRead}, Prefixes: []string{"*"}},
+	auth, err := access.Scoped([]access.Grant{
+		{Token: "star", Kinds: []varplane.Kind{varplane.KindRead}, Prefixes: []string{"*"}},
 		{Token: "bare"},
-		{Token: "agentic", Kinds: []httpapi.Kind{httpapi.KindRead}, Prefixes: []string{"agentic.", "agentic"}},
+		{Token: "agentic", Kinds: []varplane.Kind{varplane.KindRead}, Prefixes: []string{"agentic.", "agentic"}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []httpapi.Target
-	watch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = httpapi.WatchTargets(r.Context())
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, ": hello\n\n")
-	})
-	p := newPlane(t, httpapi.Options{Watch: watch, Authorizer: auth})
+	p, hub := newPlaneHub(t, httpapi.Options{Authorizer: auth})
+	if _, err := p.engine.Publish(t.Context(), varplane.PublishRequest{Scope: "zeta.k", Document: json.RawMessage(`1`), Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
 	for _, token := range []string{"star", "bare"} {
-		got = nil
-		if rec := p.do("GET", "/vars/watch?all=1", "", "Authorization", "Bearer "+token); rec.Code != 200 {
+		// Everything is the one target: every scope's head is streamed.
+		rec := p.watch("/vars/watch?all=1", 200*time.Millisecond, "Authorization", "Bearer "+token)
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), "id: zeta.k@1") {
 			t.Fatalf("%s: status %d %s", token, rec.Code, rec.Body)
 		}
-		if len(got) != 1 || !got[0].IsEverything() {
-			t.Fatalf("%s: targets = %+v", token, got)
-		}
 	}
-	got = nil
+	delivered := hub.Stats().Delivered
 	wantError(t, p.do("GET", "/vars/watch?all=1", "", "Authorization", "Bearer agentic"), 403, varplane.CodeForbidden)
-	if got != nil {
-		t.Fatal("a refused watch reached the handler")
+	if hub.Stats().Delivered != delivered {
+		t.Fatal("a refused watch was streamed")
 	}
-	if rec := p.do("GET", "/vars/watch?prefix=agentic", "", "Authorization", "Bearer agentic"); rec.Code != 200 {
+	if rec := p.watch("/vars/watch?prefix=agentic", 50*time.Millisecond, "Authorization", "Bearer agentic"); rec.Code != 200 {
 		t.Fatalf("narrow prefix watch: %d", rec.Code)
 	}
 	wantError(t, p.do("GET", "/vars/watch?prefix=", "", "Authorization", "Bearer star"), 400, varplane.CodeBadRequest)

@@ -176,30 +176,38 @@ func TestServerCloseCutsStuckStreamsAtTheDeadline(t *testing.T) {
 }
 
 func TestWatchRouteOutlivesWriteTimeout(t *testing.T) {
-	watch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, "data: one\n\n")
-		_ = rc.Flush()
-		time.Sleep(400 * time.Millisecond) // beyond the server's WriteTimeout
-		_, _ = io.WriteString(w, "data: two\n\n")
-		_ = rc.Flush()
-	})
-	p := newPlane(t, httpapi.Options{Watch: watch})
+	p, _ := newPlaneHub(t, httpapi.Options{})
 	s := openServer(t, p.h, func(s *httpapi.Server) { s.WriteTimeout, s.ReadTimeout = 150*time.Millisecond, 150*time.Millisecond })
 	resp, err := http.Get(s.URL() + "/vars/watch?key=a.b")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var lines []string
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if sc.Text() != "" {
-			lines = append(lines, sc.Text())
+	ids := make(chan string, 4)
+	go func() {
+		defer close(ids)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if id, ok := strings.CutPrefix(sc.Text(), "id: "); ok {
+				ids <- id
+			}
+		}
+	}()
+	next := func() string {
+		select {
+		case id := <-ids:
+			return id
+		case <-time.After(5 * time.Second):
+			t.Fatal("no event within 5s")
+			return ""
 		}
 	}
-	if got := strings.Join(lines, "|"); got != "data: one|data: two" {
-		t.Errorf("stream = %q (err %v), want both events", got, sc.Err())
+	if id := next(); id != "a.b@0" {
+		t.Fatalf("first event %s, want a.b@0", id)
+	}
+	time.Sleep(400 * time.Millisecond) // beyond the server's WriteTimeout
+	p.activate("a.b", p.create("a.b", `1`), 0)
+	if id := next(); id != "a.b@1" {
+		t.Errorf("event after the write timeout %s, want a.b@1", id)
 	}
 }

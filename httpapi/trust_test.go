@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/httpapi"
 )
 
@@ -78,25 +79,25 @@ func TestTrustedOriginMayWrite(t *testing.T) {
 // kept as onBehalfOf and never replaces who the token says it is; a token
 // without id= is named by its position, never by a digest of its secret.
 func TestActorIsTheAuthenticatedIdentity(t *testing.T) {
-	grants, err := httpapi.ParseTokens(strings.NewReader("ops-secret id=ops\nbare-secret\n"))
+	grants, err := access.ParseTokens(strings.NewReader("ops-secret id=ops\nbare-secret\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := httpapi.Scoped(grants)
+	auth, err := access.Scoped(grants)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		name, token, claimed string
 		wantActor            string
-		auth                 httpapi.Authorizer
+		auth                 varplane.Authorizer
 	}{
 		{"named token, forged actor", "ops-secret", "root", "ops", auth},
 		{"token without id", "bare-secret", "", "token-2", auth},
 		// Without authentication the claim is the only actor there is: it is
 		// recorded as the actor, marked unauthenticated (as the reference
 		// records it), not replaced by "anonymous".
-		{"no tokens configured", "", "mallory", "", httpapi.AllowAll},
+		{"no tokens configured", "", "mallory", "", varplane.AllowAll},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/varplane/varplane"
 )
@@ -15,56 +14,13 @@ import (
 // StagedScope; every instance reads it at each heartbeat, decodes the
 // candidate of each window with its Decoder, runs Options.CanaryEvaluate
 // beside its current head when the scope is one it holds, and writes its
-// cumulative report of the window to the store (ReportStore). The control
+// cumulative report of the window to the store (varplane.ReportWriter). The control
 // plane closes a window only once every instance with a fresh status has
 // reported, and one candidate error blocks it.
 //
-// The formats live here, in the data plane's package, because both sides
-// read them: package control imports them.
-
-// StagedScope is the reserved scope (owned by the control subsystem, under
-// its record root "varplane-control") whose document lists the open canary
-// windows and their candidates. Instances only read it.
-const StagedScope varplane.Scope = "varplane-control.canary"
-
-// Staged is the document of StagedScope.
-type Staged struct {
-	Windows []StagedWindow `json:"windows"`
-}
-
-// StagedWindow is one open window: the candidate is revision Revision of
-// Scope, proposed on generation Base.
-type StagedWindow struct {
-	Window   string              `json:"window"`
-	Change   string              `json:"change"`
-	Scope    varplane.Scope      `json:"scope"`
-	Revision varplane.Revision   `json:"revision"`
-	Base     varplane.Generation `json:"base"`
-	ClosesAt time.Time           `json:"closesAt"`
-}
-
-// Report is one instance's cumulative report of one canary window: how
-// many times it decoded and evaluated the candidate, how many of those
-// evaluations failed, and the first error the candidate caused (empty:
-// none). Each write replaces the instance's previous one.
-type Report struct {
-	Window         string    `json:"window"`
-	Instance       string    `json:"instance"`
-	Decoded        int64     `json:"decoded"`
-	Errors         int64     `json:"errors"`
-	CandidateError string    `json:"candidateError,omitempty"`
-	At             time.Time `json:"at"`
-	// FiledAs is the instance id the store filed the report under (not
-	// part of the value): a report whose Instance differs is doubtful.
-	FiledAs string `json:"-"`
-}
-
-// ReportStore is implemented by a store that keeps the instances' canary
-// reports (store/redis): each write replaces the instance's previous
-// report of the window, and a report expires 8 days after its last write.
-type ReportStore interface {
-	WriteCanaryReport(ctx context.Context, window, id string, value []byte) error
-}
+// The formats (varplane.StagedWindows, varplane.CanaryReport) and the
+// store's side (varplane.StatusWriter, varplane.ReportWriter) are the
+// root package's: the control plane and the Go SDK read and write them too.
 
 // CanaryEvaluator is the optional evaluation hook of Options.CanaryEvaluate:
 // it decides with candidate beside current (the installed document of the
@@ -77,17 +33,17 @@ type CanaryEvaluator[T any] func(ctx context.Context, candidate, current *Doc[T]
 // canaryState is an instance's running reports, one per staged window.
 type canaryState struct {
 	mu      sync.Mutex
-	reports map[string]*Report
+	reports map[string]*varplane.CanaryReport
 }
 
 // Beat writes the status heartbeat and the canary reports now, as the
-// heartbeat loop does every HeartbeatInterval. It does nothing without an
+// heartbeat loop does every varplane.HeartbeatInterval. It does nothing without an
 // InstanceID or on a store that holds no heartbeats.
 func (c *Cache[T]) Beat(ctx context.Context) {
 	if c.opts.InstanceID == "" {
 		return
 	}
-	hs, ok := c.store.(StatusStore)
+	hs, ok := c.store.(varplane.StatusWriter)
 	if !ok {
 		return
 	}
@@ -96,7 +52,7 @@ func (c *Cache[T]) Beat(ctx context.Context) {
 
 // beat writes the status value and then the canary reports; a heartbeat
 // is counted once both are done.
-func (c *Cache[T]) beat(ctx context.Context, hs StatusStore) {
+func (c *Cache[T]) beat(ctx context.Context, hs varplane.StatusWriter) {
 	b, _ := json.Marshal(c.status())
 	err := hs.WriteStatus(ctx, c.opts.InstanceID, b)
 	if err != nil {
@@ -113,33 +69,33 @@ func (c *Cache[T]) beat(ctx context.Context, hs StatusStore) {
 // canaryStep reads the staged windows and writes this instance's report of
 // each. A failure is logged and the next heartbeat tries again.
 func (c *Cache[T]) canaryStep(ctx context.Context) {
-	rs, ok := c.store.(ReportStore)
+	rs, ok := c.store.(varplane.ReportWriter)
 	if !ok || c.opts.InstanceID == "" {
 		return
 	}
-	st, err := c.store.State(ctx, StagedScope)
+	st, err := c.store.State(ctx, varplane.StagedScope)
 	if err != nil {
 		c.log.Warn("instance: the staged canary windows could not be read; they are read again at the next heartbeat", "err", err)
 		return
 	}
-	var staged Staged
+	var staged varplane.StagedWindows
 	if st.Head != nil {
 		if err := json.Unmarshal(st.Head.Document, &staged); err != nil {
-			c.log.Error("instance: the staged canary windows do not decode", "scope", string(StagedScope), "err", err)
+			c.log.Error("instance: the staged canary windows do not decode", "scope", string(varplane.StagedScope), "err", err)
 			return
 		}
 	}
 	c.canary.mu.Lock()
 	defer c.canary.mu.Unlock()
 	if c.canary.reports == nil {
-		c.canary.reports = map[string]*Report{}
+		c.canary.reports = map[string]*varplane.CanaryReport{}
 	}
 	open := map[string]bool{}
 	for _, w := range staged.Windows {
 		open[w.Window] = true
 		r := c.canary.reports[w.Window]
 		if r == nil {
-			r = &Report{Window: w.Window, Instance: c.opts.InstanceID}
+			r = &varplane.CanaryReport{Window: w.Window, Instance: c.opts.InstanceID}
 			c.canary.reports[w.Window] = r
 		}
 		c.tryCandidate(ctx, w, r)
@@ -160,7 +116,7 @@ func (c *Cache[T]) canaryStep(ctx context.Context) {
 // installed head, when this instance holds w's scope; an instance that
 // does not hold it reports without counting (the candidate cannot affect
 // it). A store that cannot answer the candidate counts nothing this time.
-func (c *Cache[T]) tryCandidate(ctx context.Context, w StagedWindow, r *Report) {
+func (c *Cache[T]) tryCandidate(ctx context.Context, w varplane.StagedWindow, r *varplane.CanaryReport) {
 	e, ok := c.entries.Load(w.Scope)
 	if !ok {
 		return

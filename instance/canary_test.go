@@ -16,14 +16,14 @@ import (
 // reportStore keeps the last report of each window, as store/redis does.
 type reportStore struct {
 	statusStore
-	reports map[string]Report // window → the last report written
+	reports map[string]varplane.CanaryReport // window → the last report written
 	writes  int
 }
 
 func (s *reportStore) WriteCanaryReport(_ context.Context, window, id string, v []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var r Report
+	var r varplane.CanaryReport
 	if err := json.Unmarshal(v, &r); err != nil {
 		return err
 	}
@@ -33,7 +33,7 @@ func (s *reportStore) WriteCanaryReport(_ context.Context, window, id string, v 
 	return nil
 }
 
-func (s *reportStore) report(window string) (Report, bool) {
+func (s *reportStore) report(window string) (varplane.CanaryReport, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.reports[window]
@@ -41,13 +41,13 @@ func (s *reportStore) report(window string) (Report, bool) {
 }
 
 // stage writes the staged record as the control plane does.
-func stage(t *testing.T, s varplane.Store, ws ...StagedWindow) {
+func stage(t *testing.T, s varplane.Store, ws ...varplane.StagedWindow) {
 	t.Helper()
-	b, err := json.Marshal(Staged{Windows: ws})
+	b, err := json.Marshal(varplane.StagedWindows{Windows: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
-	publish(t, s, StagedScope, string(b))
+	publish(t, s, varplane.StagedScope, string(b))
 }
 
 // revisionOf stores doc as a revision of scope (not its head) and returns it.
@@ -75,7 +75,7 @@ func TestCanaryReports(t *testing.T) {
 	publish(t, mem, "root", `{"n":0}`)
 	publish(t, mem, "app.a", `{"n":1}`)
 	publish(t, mem, "app.other", `{"n":1}`)
-	rs := &reportStore{statusStore: statusStore{Store: mem}, reports: map[string]Report{}}
+	rs := &reportStore{statusStore: statusStore{Store: mem}, reports: map[string]varplane.CanaryReport{}}
 	var mu sync.Mutex
 	var seen []int // the current head's n at each evaluation
 	c, _ := newCache(t, rs, newFakeClock(), func(o *Options[value]) {
@@ -107,10 +107,10 @@ func TestCanaryReports(t *testing.T) {
 	bad := revisionOf(t, mem, "app.a", `{"bad":true}`)
 	other := revisionOf(t, mem, "app.other", `{"bad":true}`)
 	stage(t, mem,
-		StagedWindow{Window: "w-good", Scope: "app.a", Revision: good, Base: 1},
-		StagedWindow{Window: "w-neg", Scope: "app.a", Revision: neg, Base: 1},
-		StagedWindow{Window: "w-bad", Scope: "app.a", Revision: bad, Base: 1},
-		StagedWindow{Window: "w-other", Scope: "app.other", Revision: other, Base: 1},
+		varplane.StagedWindow{Window: "w-good", Scope: "app.a", Revision: good, Base: 1},
+		varplane.StagedWindow{Window: "w-neg", Scope: "app.a", Revision: neg, Base: 1},
+		varplane.StagedWindow{Window: "w-bad", Scope: "app.a", Revision: bad, Base: 1},
+		varplane.StagedWindow{Window: "w-other", Scope: "app.other", Revision: other, Base: 1},
 	)
 	c.Beat(ctx)
 	c.Beat(ctx)
@@ -137,7 +137,7 @@ func TestCanaryReports(t *testing.T) {
 
 	// The window closed: it is not reported again, and a window reopened
 	// under a new id starts its counts afresh.
-	stage(t, mem, StagedWindow{Window: "w-good-2", Scope: "app.a", Revision: good, Base: 1})
+	stage(t, mem, varplane.StagedWindow{Window: "w-good-2", Scope: "app.a", Revision: good, Base: 1})
 	rs.mu.Lock()
 	before := rs.writes
 	rs.mu.Unlock()

@@ -34,10 +34,6 @@ const (
 	// (and without a read in flight) before the next tick abandons it, and
 	// how long a pass waits for one decode before it goes on without it.
 	StallTimeout = 30 * time.Second
-	// HeartbeatInterval is how often the status value is written.
-	HeartbeatInterval = 30 * time.Second
-	// ListInterval is how often the instance lists itself again.
-	ListInterval = time.Hour
 )
 
 // Decoder turns a stored revision into the value a service decides with.
@@ -276,9 +272,9 @@ func New[T any](ctx context.Context, store varplane.Store, opts Options[T]) (*Ca
 		}
 	}
 	if o.InstanceID != "" {
-		if hs, ok := store.(StatusStore); ok {
+		if hs, ok := store.(varplane.StatusWriter); ok {
 			c.wg.Add(1)
-			go c.heartbeatLoop(hs, c.clock.NewTicker(HeartbeatInterval))
+			go c.heartbeatLoop(hs, c.clock.NewTicker(varplane.HeartbeatInterval))
 		}
 	}
 	return c, nil
@@ -609,7 +605,7 @@ func (c *Cache[T]) bound(f *family[T]) {
 	if drop > len(cs) {
 		drop = len(cs)
 	}
-	forget, _ := c.store.(Forgetter)
+	forget, _ := c.store.(varplane.Forgetter)
 	for _, x := range cs[:drop] {
 		delete(f.members, x.scope)
 		c.entries.Delete(x.scope)
@@ -640,7 +636,7 @@ func (c *Cache[T]) remember(scope varplane.Scope, gen varplane.Generation) {
 	}
 	f.ring = append(f.ring, scope)
 	f.absent[scope] = gen
-	if forget, ok := c.store.(Forgetter); ok {
+	if forget, ok := c.store.(varplane.Forgetter); ok {
 		forget.Forget(scope)
 	}
 }
@@ -665,20 +661,6 @@ func (c *Cache[T]) forgetAbsent(scope varplane.Scope) bool {
 		f.ring = slices.Delete(f.ring, i, i+1)
 	}
 	return true
-}
-
-// Forgetter is implemented by a store that holds its own copy of what it
-// read (store/redis): the cache asks it to drop a scope it drops, so that
-// the bound holds for both.
-type Forgetter interface {
-	Forget(scope varplane.Scope)
-}
-
-// Confirmer is implemented by a store that revalidates what it holds on its
-// own (store/redis's conditional reads): the cache takes the store's time of
-// confirmation instead of sending reads of its own.
-type Confirmer interface {
-	ConfirmedAt(scope varplane.Scope) (time.Time, bool)
 }
 
 // installed lists the installed scopes, sorted.

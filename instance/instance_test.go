@@ -524,7 +524,7 @@ func TestHeartbeat(t *testing.T) {
 	waitFor(t, "a heartbeat", func() bool { return c.Stats().Heartbeats > 0 })
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	var st Status
+	var st varplane.InstanceStatus
 	if err := json.Unmarshal(hs.last, &st); err != nil {
 		t.Fatal(err)
 	}

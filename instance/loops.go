@@ -79,7 +79,7 @@ func (c *Cache[T]) confirmFrom(ctx context.Context, scope varplane.Scope, st *va
 	if !ok {
 		// Dropped while the store read it: the read may have installed it
 		// in the store's own copy again, which the bound must not miss.
-		if f, ok := c.store.(Forgetter); ok {
+		if f, ok := c.store.(varplane.Forgetter); ok {
 			f.Forget(scope)
 		}
 		return
@@ -94,7 +94,7 @@ func (c *Cache[T]) confirmFrom(ctx context.Context, scope varplane.Scope, st *va
 		return
 	}
 	at := c.clock.Now()
-	if cf, ok := c.store.(Confirmer); ok {
+	if cf, ok := c.store.(varplane.Confirmer); ok {
 		if t, ok := cf.ConfirmedAt(scope); ok && t.Before(at) {
 			at = t
 		}

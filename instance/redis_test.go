@@ -193,7 +193,7 @@ func testOnRedis(t *testing.T, urlOf func(prefix string) string) {
 		if err != nil {
 			return false
 		}
-		var st Status
+		var st varplane.InstanceStatus
 		return json.Unmarshal(m["pod-"+prefix], &st) == nil && st.Ready && len(st.Documents) > 0
 	})
 }

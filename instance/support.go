@@ -168,37 +168,10 @@ func (c *Cache[T]) writeLocal(scope varplane.Scope, d *Doc[T], at time.Time) {
 	}
 }
 
-// StatusStore is implemented by a store that holds the status heartbeat of
-// instances (store/redis). docs/instances.md describes the value.
-type StatusStore interface {
-	WriteStatus(ctx context.Context, id string, value []byte) error
-	ListInstance(ctx context.Context, id string, now time.Time) error
-}
-
-// Status is the heartbeat value an instance writes: what it has installed
-// and how old each document is. A reader ignores one whose WrittenAt is
-// more than a minute old; the store expires it after two.
-type Status struct {
-	Instance  string           `json:"instance"`
-	WrittenAt time.Time        `json:"writtenAt"`
-	Ready     bool             `json:"ready"`
-	Root      varplane.Scope   `json:"root"`
-	Documents []StatusDocument `json:"documents"`
-}
-
-// StatusDocument is one installed document in a Status.
-type StatusDocument struct {
-	Scope      varplane.Scope      `json:"scope"`
-	Generation varplane.Generation `json:"generation"`
-	Revision   varplane.Revision   `json:"revision,omitempty"`
-	Failed     bool                `json:"failed,omitempty"`
-	LagSeconds float64             `json:"lagSeconds"`
-}
-
-// status builds the current Status.
-func (c *Cache[T]) status() Status {
+// status builds the current status value.
+func (c *Cache[T]) status() varplane.InstanceStatus {
 	now := c.clock.Now()
-	st := Status{Instance: c.opts.InstanceID, WrittenAt: now.UTC(), Ready: c.ready.Load(), Root: c.opts.Root, Documents: []StatusDocument{}}
+	st := varplane.InstanceStatus{Instance: c.opts.InstanceID, WrittenAt: now.UTC(), Ready: c.ready.Load(), Root: c.opts.Root, Documents: []varplane.InstanceDocument{}}
 	for _, sc := range c.installed() {
 		v, ok := c.entries.Load(sc)
 		if !ok {
@@ -206,7 +179,7 @@ func (c *Cache[T]) status() Status {
 		}
 		e := v
 		d := e.doc.Load()
-		sd := StatusDocument{Scope: sc, Generation: d.Generation, Failed: d.err != nil,
+		sd := varplane.InstanceDocument{Scope: sc, Generation: d.Generation, Failed: d.err != nil,
 			LagSeconds: time.Duration(now.UnixNano() - e.confirmed.Load()).Seconds()}
 		if d.Head != nil {
 			sd.Revision = d.Head.Revision
@@ -216,16 +189,16 @@ func (c *Cache[T]) status() Status {
 	return st
 }
 
-// heartbeatLoop writes the status every HeartbeatInterval and lists the
-// instance at start and every ListInterval.
-func (c *Cache[T]) heartbeatLoop(hs StatusStore, beat Ticker) {
+// heartbeatLoop writes the status every varplane.HeartbeatInterval and lists the
+// instance at start and every varplane.ListInterval.
+func (c *Cache[T]) heartbeatLoop(hs varplane.StatusWriter, beat Ticker) {
 	defer c.wg.Done()
 	defer beat.Stop()
 	var listed time.Time
 	for {
 		now := c.clock.Now()
 		ctx, cancel := context.WithTimeout(c.ctx, c.opts.StoreReadTimeout)
-		if listed.IsZero() || now.Sub(listed) >= ListInterval {
+		if listed.IsZero() || now.Sub(listed) >= varplane.ListInterval {
 			if err := hs.ListInstance(ctx, c.opts.InstanceID, now); err != nil {
 				c.log.Warn("instance: listing this instance failed; it lists itself again at the next heartbeat", "err", err)
 			} else {

@@ -40,23 +40,23 @@ func BenchmarkSSEFrame(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			u := Update{Scope: "bench.x", Generation: 42, Head: head}
-			_ = u.sseFrame()
+			_ = u.SSEFrame()
 		}
 	})
 	b.Run("no-head", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			u := Update{Scope: "bench.x", Generation: 42}
-			_ = u.sseFrame()
+			_ = u.SSEFrame()
 		}
 	})
 	b.Run("shared", func(b *testing.B) {
 		// The per-subscriber cost once the frame is built: a cache hit.
 		u := Update{Scope: "bench.x", Generation: 42, Head: head, enc: &encoded{}}
-		_ = u.sseFrame()
+		_ = u.SSEFrame()
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = u.sseFrame()
+			_ = u.SSEFrame()
 		}
 	})
 }

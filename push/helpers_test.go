@@ -2,71 +2,23 @@ package push_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/push"
-	"github.com/varplane/varplane/store/memory"
+	"github.com/varplane/varplane/push/pushtest"
 )
 
-func newEngine(t testing.TB) *varplane.Engine {
-	t.Helper()
-	st := memory.New()
-	e := varplane.NewEngine(st, varplane.Options{})
-	t.Cleanup(func() { e.Close(); _ = st.Close() })
-	return e
-}
-
-func newHub(t *testing.T, e *varplane.Engine, opts push.Options) *push.Hub {
-	t.Helper()
-	h := push.New(e, opts)
-	t.Cleanup(h.Close)
-	return h
-}
-
-// activate stores doc in scope and activates it, returning the new generation.
-func activate(t *testing.T, e *varplane.Engine, scope varplane.Scope, doc string) varplane.Generation {
-	t.Helper()
-	g, err := tryActivate(e, scope, doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
-func tryActivate(e *varplane.Engine, scope varplane.Scope, doc string) (varplane.Generation, error) {
-	ctx := context.Background()
-	rev, err := e.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: scope, Document: json.RawMessage(doc)})
-	if err != nil {
-		return 0, fmt.Errorf("create %s: %w", scope, err)
-	}
-	st, err := e.Status(ctx, scope)
-	if err != nil {
-		return 0, fmt.Errorf("status %s: %w", scope, err)
-	}
-	res, err := e.Activate(ctx, varplane.ActivateRequest{Scope: scope, Revision: rev.Revision, ExpectedGeneration: st.Generation})
-	if err != nil {
-		return 0, fmt.Errorf("activate %s: %w", scope, err)
-	}
-	return res.Generation, nil
-}
-
-func deactivate(t *testing.T, e *varplane.Engine, scope varplane.Scope) varplane.DeactivationResult {
-	t.Helper()
-	ctx := context.Background()
-	st, err := e.Status(ctx, scope)
-	if err != nil {
-		t.Fatalf("status %s: %v", scope, err)
-	}
-	res, err := e.Deactivate(ctx, varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: st.Generation})
-	if err != nil {
-		t.Fatalf("deactivate %s: %v", scope, err)
-	}
-	return res
-}
+// The fixtures of package pushtest, under the names these tests use.
+var (
+	newEngine   = pushtest.Engine
+	newHub      = pushtest.Hub
+	activate    = pushtest.Activate
+	tryActivate = pushtest.TryActivate
+	deactivate  = pushtest.Deactivate
+)
 
 func subscribe(t *testing.T, h *push.Hub, f push.Filter, held map[varplane.Scope]varplane.Generation) *push.Subscription {
 	t.Helper()

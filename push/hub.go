@@ -1,6 +1,7 @@
 // Package push fans the engine's commits out to live subscribers: a bounded
-// hub (Hub) and a Server-Sent Events transport over it (NewSSEHandler). The
-// gRPC transport in package rpc consumes the same Hub.
+// hub (Hub), and the Server-Sent Events form of its updates (sse.go). It
+// serves nothing itself: httpapi's watch route streams a subscription as
+// Server-Sent Events, and package rpc as Connect and gRPC messages.
 //
 // Concurrency contract: the Hub hears every commit on the committing
 // goroutine and only ever appends to a per-subscriber queue under that
@@ -248,8 +249,8 @@ type sharedSlot struct {
 	v    any
 }
 
-// Slots of Update.Shared. SlotSSE is used by this package's SSE handler,
-// SlotRPC and SlotRPCBatch by package rpc.
+// Slots of Update.Shared. SlotSSE is used by SSEFrame (the watch route of
+// httpapi), SlotRPC and SlotRPCBatch by package rpc.
 const (
 	SlotSSE = iota
 	SlotRPC

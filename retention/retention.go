@@ -11,7 +11,7 @@
 // after review) is a revision like any other. An orphan is something else:
 // a revision record whose commit did not complete, so that no
 // revision-created event names it (a store whose records can be written
-// apart from their commit lists them: RecordLister); it is reclaimed once
+// apart from their commit lists them: varplane.RecordLister); it is reclaimed once
 // older than OrphanAge whatever its rank. A pass never reclaims a revision
 // an open change rests on (InUse), and when the open changes cannot be read
 // it reclaims nothing that pass. Reclamation removes bodies only: the events
@@ -83,35 +83,12 @@ func (p Policy) Validate() error {
 // read: the pass then reclaims nothing.
 type InUse func(ctx context.Context) (map[varplane.Scope][]varplane.Revision, error)
 
-// Reclaimer is a store whose revision bodies a pass can reclaim.
+// Reclaimer is a store a Runner reclaims in: the Store contract with its
+// optional varplane.Reclaimer capability (and, when the store completes
+// its deletions at the end of a pass, varplane.ReclaimFinisher).
 type Reclaimer interface {
 	varplane.Store
-	// ReclaimRevisions takes revs of scope out of the revision index, then
-	// deletes their bodies, never the head's nor what is not stored, and
-	// returns how many it deleted. What it took out but failed to delete
-	// stays on the store's to-delete list, which the next call retries; its
-	// error then has a Failed() int method counting them. A store that deletes later (the file store,
-	// at its compaction) reports its deletions from FinishReclaim.
-	ReclaimRevisions(ctx context.Context, scope varplane.Scope, revs []varplane.Revision) (int, error)
-}
-
-// RecordLister is a Reclaimer whose revision records can exist without the
-// revision-created event of their commit (Redis writes a record in the
-// script that commits it, and a script that stops part-way keeps what it
-// wrote): RevisionRecords lists, by scope, the revisions whose records it
-// holds, and a pass reclaims those no event names once older than
-// OrphanAge. The memory, file and PostgreSQL stores write a record and its
-// event in one atomic step, have no orphans and do not implement it.
-type RecordLister interface {
-	RevisionRecords(ctx context.Context) (map[varplane.Scope][]varplane.Revision, error)
-}
-
-// Finisher is a Reclaimer that completes the deletions of a pass at its end
-// (the file store compacts its log). It returns how many bodies it deleted;
-// on error they stay on its to-delete list for the next pass, and the error
-// counts them as ReclaimRevisions' does.
-type Finisher interface {
-	FinishReclaim(ctx context.Context) (int, error)
+	varplane.Reclaimer
 }
 
 // Options configure a Runner.
@@ -231,7 +208,7 @@ func (r *Runner) RunOnce(ctx context.Context) (Report, error) {
 	// record whose commit completes meanwhile has its event in the history
 	// read after it.
 	var records map[varplane.Scope][]varplane.Revision
-	if rl, ok := r.store.(RecordLister); ok {
+	if rl, ok := r.store.(varplane.RecordLister); ok {
 		var err error
 		if records, err = rl.RevisionRecords(ctx); err != nil {
 			return rep, fmt.Errorf("retention: list revision records: %w", err)
@@ -261,7 +238,7 @@ func (r *Runner) RunOnce(ctx context.Context) (Report, error) {
 		}
 		rep.Reclaimed += n
 	}
-	if f, ok := r.store.(Finisher); ok {
+	if f, ok := r.store.(varplane.ReclaimFinisher); ok {
 		n, err := f.FinishReclaim(ctx)
 		rep.Reclaimed += n
 		if err != nil {
@@ -285,16 +262,9 @@ func (r *Runner) RunOnce(ctx context.Context) (Report, error) {
 // (they stay on its to-delete list).
 type failedDeletions interface{ Failed() int }
 
-// eventHistorian is a store that can list a scope's events without reading
-// their documents (the file store keeps old bodies on disk); Select needs
-// the events' kinds, revisions and times only.
-type eventHistorian interface {
-	EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error)
-}
-
 // scope reclaims in one scope under its lease; held reports that another
 // replica holds the lease. records are the revisions whose records the
-// store listed for the scope (RecordLister), nil when it lists none.
+// store listed for the scope (varplane.RecordLister), nil when it lists none.
 func (r *Runner) scope(ctx context.Context, scope varplane.Scope, now time.Time, inUse, records []varplane.Revision) (n int, held bool, err error) {
 	name := "reclaim:" + string(scope)
 	if len(name) > varplane.MaxLeaseName {
@@ -318,7 +288,7 @@ func (r *Runner) scope(ctx context.Context, scope varplane.Scope, now time.Time,
 		return 0, false, err
 	}
 	var hist []varplane.Event
-	if eh, ok := r.store.(eventHistorian); ok {
+	if eh, ok := r.store.(varplane.EventHistorian); ok {
 		hist, err = eh.EventHistory(ctx, scope)
 	} else {
 		hist, err = r.store.History(ctx, scope)

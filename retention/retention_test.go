@@ -197,7 +197,7 @@ func TestLeases(t *testing.T) {
 type stealing struct{ retention.Reclaimer }
 
 func (s *stealing) FinishReclaim(ctx context.Context) (int, error) {
-	if f, ok := s.Reclaimer.(retention.Finisher); ok {
+	if f, ok := s.Reclaimer.(varplane.ReclaimFinisher); ok {
 		return f.FinishReclaim(ctx)
 	}
 	return 0, nil

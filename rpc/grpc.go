@@ -95,7 +95,7 @@ type GRPCServer struct {
 
 // NewGRPCServer returns a server of hub's streams, authorizing through
 // authorize (nil allows every request).
-func NewGRPCServer(hub *push.Hub, authorize Authorizer, opts GRPCOptions) *GRPCServer {
+func NewGRPCServer(hub *push.Hub, authorize varplane.Authorizer, opts GRPCOptions) *GRPCServer {
 	if opts.MaxStreams == 0 {
 		opts.MaxStreams = DefaultMaxStreams
 	}
@@ -238,7 +238,7 @@ func (g *GRPCServer) Stats() GRPCStats {
 type grpcService struct {
 	v1.UnimplementedPushServiceServer
 	hub       *push.Hub
-	authorize Authorizer
+	authorize varplane.Authorizer
 	opts      GRPCOptions
 	ctx       context.Context // ended by Close
 	cancel    context.CancelFunc

@@ -15,7 +15,7 @@ import (
 // StartTestServer opens a Server on a free loopback port over an engine on
 // a memory store, all closed when t ends; tune, when set, changes the
 // server's options first. Exported for the external tests.
-func StartTestServer(t testing.TB, popts push.Options, auth Authorizer, tune func(*Server)) (*varplane.Engine, *push.Hub, *Server) {
+func StartTestServer(t testing.TB, popts push.Options, auth varplane.Authorizer, tune func(*Server)) (*varplane.Engine, *push.Hub, *Server) {
 	t.Helper()
 	st := memory.New()
 	e := varplane.NewEngine(st, varplane.Options{Limits: varplane.Limits{MaxBodyBytes: 32 << 20, MaxStringBytes: 32 << 20}})

@@ -64,11 +64,6 @@ const maxRequestBody = MaxRequestBytes + 1<<10
 // wire.StreamDeadline), whatever the server's own WriteTimeout.
 const DefaultWriteTimeout = 30 * time.Second
 
-// Authorizer is varplane.Authorizer, the one authorizer shape of every
-// entrance. Subscribe asks it for kind read once per key and group, and once
-// per prefix with Subtree set; nil allows every request.
-type Authorizer = varplane.Authorizer
-
 // HandlerOptions tune NewHandlerWith. The zero value selects the defaults.
 type HandlerOptions struct {
 	// Heartbeat is the interval of empty keep-alive batches on an idle
@@ -82,8 +77,10 @@ type HandlerOptions struct {
 }
 
 // NewHandler returns the path prefix and handler of PushService for
-// mounting on an http.ServeMux. authorize may be nil (allow all).
-func NewHandler(hub *push.Hub, authorize Authorizer) (string, http.Handler) {
+// mounting on an http.ServeMux. Subscribe and Watch ask authorize for kind
+// read once per key and group, and once per prefix with Subtree set; nil
+// allows every request.
+func NewHandler(hub *push.Hub, authorize varplane.Authorizer) (string, http.Handler) {
 	return NewHandlerWith(hub, authorize, HandlerOptions{})
 }
 
@@ -95,7 +92,7 @@ func NewHandler(hub *push.Hub, authorize Authorizer) (string, http.Handler) {
 // gzip bomb is refused after MaxRequestBytes of output, not inflated to its
 // end). A stream lifts the server's read and write deadlines once its
 // request is read and gives each write HandlerOptions.WriteTimeout instead.
-func NewHandlerWith(hub *push.Hub, authorize Authorizer, opts HandlerOptions) (string, http.Handler) {
+func NewHandlerWith(hub *push.Hub, authorize varplane.Authorizer, opts HandlerOptions) (string, http.Handler) {
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = DefaultHeartbeat
 	}
@@ -159,7 +156,7 @@ func (z *boundedGzip) Reset(r io.Reader) error {
 
 type service struct {
 	hub       *push.Hub
-	authorize Authorizer
+	authorize varplane.Authorizer
 	opts      HandlerOptions
 }
 
@@ -197,7 +194,7 @@ func (s *service) Subscribe(ctx context.Context, req *connect.Request[v1.Subscri
 
 // subscribe validates and authorizes a Subscribe request and registers its
 // subscription; the Connect handler, Subscribe and Watch share it.
-func subscribe(ctx context.Context, hub *push.Hub, authorize Authorizer, m *v1.SubscribeRequest, token string, opts push.SubscribeOptions) (*push.Subscription, error) {
+func subscribe(ctx context.Context, hub *push.Hub, authorize varplane.Authorizer, m *v1.SubscribeRequest, token string, opts push.SubscribeOptions) (*push.Subscription, error) {
 	f := push.Filter{Keys: scopes(m.GetKeys()), Groups: scopes(m.GetGroups()), Prefixes: scopes(m.GetPrefixes())}
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -340,23 +337,19 @@ type Server struct {
 	// maximum age (see wire.HTTP2Guard). Set it before Open.
 	HTTP2Guard *wire.HTTP2Guard
 
-	handler http.Handler
-	hub     *push.Hub
-	auth    Authorizer
-	mu      sync.Mutex
-	ln      *wire.Listener
-	srv     *http.Server
-	grpc    *GRPCServer
-	cancel  context.CancelFunc
-	done    chan struct{}
+	hub    *push.Hub
+	auth   varplane.Authorizer
+	mu     sync.Mutex
+	ln     *wire.Listener
+	srv    *http.Server
+	grpc   *GRPCServer
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // NewServer returns a Server for hub on addr; call Open to listen.
-func NewServer(addr string, hub *push.Hub, authorize Authorizer) *Server {
-	path, h := NewHandler(hub, authorize)
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	return &Server{Addr: addr, handler: mux, hub: hub, auth: authorize,
+func NewServer(addr string, hub *push.Hub, authorize varplane.Authorizer) *Server {
+	return &Server{Addr: addr, hub: hub, auth: authorize,
 		Listener: wire.ListenerOptions{MaxConns: wire.DefaultMaxConns, MaxConnsPerAddr: wire.DefaultMaxConnsPerAddr}}
 }
 
@@ -375,6 +368,13 @@ func (s *Server) Open() error {
 	ln := wire.NewListener(raw, s.Listener)
 	ctx, cancel := context.WithCancel(context.Background())
 	g := NewGRPCServer(s.hub, s.auth, s.GRPC)
+	log := s.GRPC.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	path, connect := NewHandlerWith(s.hub, s.auth, HandlerOptions{Logger: log})
+	mux := http.NewServeMux()
+	mux.Handle(path, connect)
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
@@ -383,7 +383,7 @@ func (s *Server) Open() error {
 	// the read and write deadlines itself once its request is read.
 	s.srv = &http.Server{
 		TLSConfig:         s.TLS,
-		Handler:           wire.NewHostPolicy(raw.Addr(), nil).Guard(g.Route(s.handler)),
+		Handler:           wire.NewHostPolicy(raw.Addr(), nil).Guard(g.Route(mux)),
 		Protocols:         &protos,
 		HTTP2:             g.HTTP2Config(),
 		ReadHeaderTimeout: wire.ServerReadHeaderTimeout,
@@ -393,6 +393,9 @@ func (s *Server) Open() error {
 		MaxHeaderBytes:    wire.ServerMaxHeaderBytes,
 		// Streams end with the server: Close cancels this context.
 		BaseContext: func(net.Listener) context.Context { return ctx },
+		// net/http's own lines (a TLS handshake that failed) go through
+		// the logger, in its format.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if s.HTTP2Guard != nil {
 		if err := s.HTTP2Guard.Install(s.srv); err != nil {

@@ -25,7 +25,7 @@ type fixture struct {
 	client varplanev1connect.PushServiceClient
 }
 
-func start(t *testing.T, opts push.Options, auth rpc.Authorizer) *fixture {
+func start(t *testing.T, opts push.Options, auth varplane.Authorizer) *fixture {
 	t.Helper()
 	e, h, srv := rpc.StartTestServer(t, opts, auth, nil)
 	var protos http.Protocols

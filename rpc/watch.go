@@ -147,7 +147,7 @@ func (s *service) Watch(ctx context.Context, stream *connect.BidiStream[v1.Watch
 // list, so a thousand watches on a stream cost no goroutine each.
 type watcher struct {
 	hub       *push.Hub
-	authorize Authorizer
+	authorize varplane.Authorizer
 	token     string
 	max       int
 	heartbeat time.Duration

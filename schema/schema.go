@@ -15,6 +15,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/canonical"
 )
 
 // The stable issue codes of schema validation. They are part of the API:
@@ -215,7 +216,7 @@ func leafIssues(e *jsonschema.ValidationError, doc any) []varplane.Issue {
 		for _, f := range sorted {
 			issues = append(issues, varplane.Issue{
 				Code:    code,
-				Path:    here + "/" + escapeToken(f),
+				Path:    here + "/" + canonical.EscapeToken(f),
 				Message: fmt.Sprintf(format, f),
 			})
 		}
@@ -277,7 +278,7 @@ func leafIssues(e *jsonschema.ValidationError, doc any) []varplane.Issue {
 	case *kind.MaxProperties:
 		return one(CodeMaxProperties, fmt.Sprintf("%s must have at most %d fields", subject, k.Want))
 	case *kind.PropertyNames:
-		return []varplane.Issue{{Code: CodePropertyName, Path: here + "/" + escapeToken(k.Property),
+		return []varplane.Issue{{Code: CodePropertyName, Path: here + "/" + canonical.EscapeToken(k.Property),
 			Message: "field name '" + k.Property + "' is not allowed by the schema"}}
 	case *kind.OneOf:
 		return one(CodeInvalid, subject+" must match exactly one alternative of the schema")
@@ -292,14 +293,10 @@ func pointer(loc []string) string {
 	var b strings.Builder
 	for _, t := range loc {
 		b.WriteByte('/')
-		b.WriteString(escapeToken(t))
+		b.WriteString(canonical.EscapeToken(t))
 	}
 	return b.String()
 }
-
-var tokenEscaper = strings.NewReplacer("~", "~0", "/", "~1")
-
-func escapeToken(s string) string { return tokenEscaper.Replace(s) }
 
 // describe names the value at loc for a message: "document", "field 'x'" or
 // "item 3 of 'x'". It looks at the document only to tell object members from

@@ -22,8 +22,8 @@ func TestBrowserCanaryReports(t *testing.T) {
 	now := time.Now()
 	s.in.SetStatuses(control.InstanceStatus{Instance: "web-1", At: now}, control.InstanceStatus{Instance: "web-2", At: now}, control.InstanceStatus{Instance: "web-3", At: now})
 	s.in.SetReports(c.Canary.ID,
-		control.Report{Window: c.Canary.ID, Instance: "web-1", FiledAs: "web-1", Decoded: 12, At: now},
-		control.Report{Window: c.Canary.ID, Instance: "web-9", FiledAs: "web-2", Decoded: 3, At: now})
+		varplane.CanaryReport{Window: c.Canary.ID, Instance: "web-1", FiledAs: "web-1", Decoded: 12, At: now},
+		varplane.CanaryReport{Window: c.Canary.ID, Instance: "web-9", FiledAs: "web-2", Decoded: 3, At: now})
 	ctx := newTab(t)
 	signinAs(t, ctx, s.srv.URL, readerToken)
 	run(t, ctx, chromedp.Navigate(s.srv.URL+"/ui/change?id="+c.ID), chromedp.WaitVisible(chromedp.CSS("#reports")))
@@ -39,9 +39,9 @@ func TestBrowserCanaryReports(t *testing.T) {
 	// web-3 reports: the open change's page shows it without a reload.
 	run(t, ctx, chromedp.Evaluate[chromedp.Void](`window.varplaneOld = true`))
 	s.in.SetReports(c.Canary.ID,
-		control.Report{Window: c.Canary.ID, Instance: "web-1", FiledAs: "web-1", Decoded: 12, At: now},
-		control.Report{Window: c.Canary.ID, Instance: "web-9", FiledAs: "web-2", Decoded: 3, At: now},
-		control.Report{Window: c.Canary.ID, Instance: "web-3", FiledAs: "web-3", Errors: 1, CandidateError: "limit out of range", At: now})
+		varplane.CanaryReport{Window: c.Canary.ID, Instance: "web-1", FiledAs: "web-1", Decoded: 12, At: now},
+		varplane.CanaryReport{Window: c.Canary.ID, Instance: "web-9", FiledAs: "web-2", Decoded: 3, At: now},
+		varplane.CanaryReport{Window: c.Canary.ID, Instance: "web-3", FiledAs: "web-3", Errors: 1, CandidateError: "limit out of range", At: now})
 	run(t, ctx, chromedp.WaitVisible(chromedp.CSS(`#reports tr[data-instance="web-3"]`)))
 	wantText(t, ctx, `#reports tr[data-instance="web-3"] .verdict`, "Blocks the window")
 	wantText(t, ctx, "#unreported", "web-2.")

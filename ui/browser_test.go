@@ -156,7 +156,10 @@ func clickAndLoad(t *testing.T, ctx context.Context, sel, wait string) {
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
 	run(t, ctx, chromedp.WaitVisible(chromedp.CSS(sel)))
-	return get(t, ctx, chromedp.Text(chromedp.CSS(sel)))
+	// One script reads the node it finds: a page that swaps its live
+	// regions (every poll of an open change) may replace the node between
+	// a query and a read of its text made as two protocol calls.
+	return get(t, ctx, chromedp.Evaluate[string](fmt.Sprintf("(document.querySelector(%q) || {}).innerText || ''", sel)))
 }
 
 func wantText(t *testing.T, ctx context.Context, sel, want string) {

@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -12,13 +11,14 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
 	"github.com/varplane/varplane/control"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
 )
 
 type scopesView struct {
 	Query  string
 	Status string
-	Items  []client.ScopeSummary
+	Items  []varplane.ScopeSummary
 	Total  int
 }
 
@@ -272,7 +272,7 @@ type confirmView struct {
 	Status   varplane.Status
 	To       varplane.Generation
 	Diff     *sideBySide
-	Cascade  []client.ScopeSummary
+	Cascade  []varplane.ScopeSummary
 	CanWrite bool
 	Policy   *control.Policy
 }
@@ -533,9 +533,5 @@ func pretty(raw json.RawMessage) string {
 	if len(raw) == 0 || string(raw) == "null" {
 		return ""
 	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return string(raw)
-	}
-	return buf.String()
+	return string(jsontext.Indent(raw))
 }

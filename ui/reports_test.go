@@ -68,9 +68,9 @@ func TestChangeReportsTable(t *testing.T) {
 	now := time.Now()
 	s.in.SetStatuses(control.InstanceStatus{Instance: "i1", At: now}, control.InstanceStatus{Instance: "i2", At: now}, control.InstanceStatus{Instance: "i3", At: now})
 	s.in.SetReports(c.Canary.ID,
-		control.Report{Window: c.Canary.ID, Instance: "i1", FiledAs: "i1", Decoded: 7, At: now},
-		control.Report{Window: c.Canary.ID, Instance: "i9", FiledAs: "i2", Decoded: 1, At: now},
-		control.Report{Window: c.Canary.ID, Instance: "i4", FiledAs: "i4", Errors: 1, CandidateError: "max out of range", At: now},
+		varplane.CanaryReport{Window: c.Canary.ID, Instance: "i1", FiledAs: "i1", Decoded: 7, At: now},
+		varplane.CanaryReport{Window: c.Canary.ID, Instance: "i9", FiledAs: "i2", Decoded: 1, At: now},
+		varplane.CanaryReport{Window: c.Canary.ID, Instance: "i4", FiledAs: "i4", Errors: 1, CandidateError: "max out of range", At: now},
 	)
 	_, page = b.do("GET", "/ui/change?id="+c.ID, nil)
 	for _, tc := range []struct {

@@ -4,17 +4,17 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/control"
+	"github.com/varplane/varplane/control/controltest"
 	"github.com/varplane/varplane/httpapi"
-	"github.com/varplane/varplane/internal/controltest"
 	"github.com/varplane/varplane/push"
 	"github.com/varplane/varplane/store/file"
 )
@@ -43,14 +43,15 @@ configuration:
 `
 
 // stack is a server as serve builds it: a file store, the engine, the
-// push hub, the var API under /vars, the control API under
-// /vars/control, and the console under /ui, all on one mux.
+// push hub, the HTTP API (the var API under /vars, the control API under
+// /vars/control, the values service), and the console under /ui mounted on
+// it.
 type stack struct {
 	engine *varplane.Engine
 	svc    *control.Service
 	in     *controltest.Instances
 	ui     *Handler
-	mux    *http.ServeMux
+	api    *httpapi.Handler
 	srv    *httptest.Server
 }
 
@@ -62,7 +63,7 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	authz, err := httpapi.Scoped([]httpapi.Grant{
+	authz, err := access.Scoped([]access.Grant{
 		{Token: adminToken, ID: "alice"},
 		{Token: readerToken, ID: "rita", Kinds: []varplane.Kind{varplane.KindRead, varplane.KindAudit}, Roles: []string{config.RoleGet}},
 		{Token: reviewerToken, ID: "bob"},
@@ -73,10 +74,8 @@ func newStack(t *testing.T) *stack {
 	guard := control.NewGuard()
 	engine := varplane.NewEngine(st, varplane.Options{Logger: log, Owners: append(guard.Owners(), config.Owner)})
 	hub := push.New(engine, push.Options{Logger: log})
-	mux := http.NewServeMux()
 	in := &controltest.Instances{}
 	svc := control.New(engine, guard, control.Options{Logger: log, Instances: in})
-	mux.Handle("/vars/control/", http.StripPrefix("/vars/control", control.Handler(svc, control.HandlerOptions{Authorizer: authz, Limits: engine.Limits(), Logger: log})))
 	m, err := config.ParseManifest("shop.cart.yaml", []byte(cartManifest))
 	if err != nil {
 		t.Fatal(err)
@@ -89,15 +88,11 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vh := config.Handler(values, config.HandlerOptions{Authorizer: authz, Limits: engine.Limits(), Logger: log})
-	mux.Handle("/configuration/values/", vh)
-	h := New(Options{API: mux, Base: "/vars", Authorizer: authz, Limits: engine.Limits(), Logger: log, PollInterval: 300 * time.Millisecond})
-	mux.Handle("/ui/", h)
-	mux.Handle("/.configuration", ComponentsRedirect("/ui")) // as serve mounts it with the console on
-	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Authorizer: authz, Logger: log,
-		Watch: push.NewSSEHandler(hub, push.SSEOptions{Logger: log, Targets: httpapi.WatchTargets})})
-	mux.Handle("/", api)
-	srv := httptest.NewServer(mux)
+	api := httpapi.NewHandler(engine, httpapi.Options{Base: "/vars", Authorizer: authz, Logger: log, Hub: hub, Control: svc, Values: values})
+	h := New(Options{API: api, Base: "/vars", Authorizer: authz, Limits: engine.Limits(), Logger: log, PollInterval: 300 * time.Millisecond})
+	api.Mount("/ui/", h)
+	api.Mount("/.configuration", ComponentsRedirect("/ui")) // as serve mounts it with the console on
+	srv := httptest.NewServer(api)
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		hub.Close()
@@ -106,7 +101,7 @@ func newStack(t *testing.T) *stack {
 		engine.Close()
 		st.Close()
 	})
-	return &stack{engine: engine, svc: svc, in: in, ui: h, mux: mux, srv: srv}
+	return &stack{engine: engine, svc: svc, in: in, ui: h, api: api, srv: srv}
 }
 
 // publish writes doc to scope directly through the engine (test setup).

@@ -26,9 +26,10 @@ var staticFS embed.FS
 
 // Options configure the console.
 type Options struct {
-	// API is the server's handler that answers the var API under Base and
-	// the control API under Base+"/control" (serve's mux). Every read and
-	// write of the console is a request to it.
+	// API is the server's handler that answers the var API under Base, the
+	// control API under Base+"/control" and the values service (the
+	// httpapi.Handler the console is mounted on). Every read and write of
+	// the console is a request to it.
 	API http.Handler
 	// Base is the var API's base path ("/vars"; "" or "/" for the root).
 	Base string

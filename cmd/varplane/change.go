@@ -15,10 +15,6 @@ import (
 	"github.com/varplane/varplane/client"
 )
 
-func init() {
-	commands = append(commands, commandInfo{"change", "reviewed changes: propose, show, list, approve, reject, withdraw, publish, rebase", func(m *Main) command { return &ChangeCommand{m: m} }})
-}
-
 // ChangeCommand is `varplane change SUBCOMMAND`: the change requests of the
 // control API ({base}/control/changes).
 type ChangeCommand struct {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,8 +16,8 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // Defaults of the client flags.
@@ -201,13 +200,7 @@ func printJSON(w io.Writer, raw []byte) error {
 	if len(raw) == 0 {
 		return nil
 	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		buf.Reset()
-		buf.Write(raw)
-	}
-	buf.WriteByte('\n')
-	_, err := w.Write(buf.Bytes())
+	_, err := w.Write(append(jsontext.Indent(raw), '\n'))
 	return err
 }
 

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/retention"
@@ -21,14 +19,8 @@ import (
 )
 
 // This file holds retention's two entrances: "varplane compact", which
-// compacts a file store's log offline, and the serve extension that runs a
-// reclamation pass every --reclaim-interval.
-
-func init() {
-	commands = append(commands, commandInfo{"compact", "compact a file store's log offline (checkpoint; optionally reclaim old revisions first)",
-		func(m *Main) command { return &CompactCommand{m: m} }})
-	serveExtensions = append(serveExtensions, func() serveExtension { return &retentionExtension{} })
-}
+// compacts a file store's log offline, and serve's reclamation pass every
+// --reclaim-interval (startRetention).
 
 // policyFlags are the retention policy's flags, shared by serve and compact.
 type policyFlags struct {
@@ -138,46 +130,30 @@ func holderToken() string {
 	return fmt.Sprintf("%s-%d-%s", h, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// retentionExtension runs reclamation passes in serve on the stores that
-// reclaim (all four: memory, file, Redis and PostgreSQL; see
-// retention.Reclaimer).
-type retentionExtension struct {
-	interval time.Duration
-	policy   policyFlags
-}
-
-func (e *retentionExtension) RegisterFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&e.interval, "reclaim-interval", retention.DefaultInterval, "time between reclamation passes, the first one interval after start (0: none)")
-	e.policy.register(fs)
-}
-
-func (e *retentionExtension) Start(ctx context.Context, rt *serveRuntime) (func(context.Context) error, error) {
-	if e.interval < 0 {
-		return nil, usagef("--reclaim-interval must not be negative")
+// startRetention starts serve's reclamation passes every
+// cfg.reclaimInterval on a store that reclaims (all four: memory, file,
+// Redis and PostgreSQL; see varplane.Reclaimer), and returns the runner
+// (nil when none runs) and the function that stops it. A read-only replica
+// runs none: it could take no lease and reclaim nothing, the writers run
+// them.
+func startRetention(ctx context.Context, cfg serveConfig, engine *varplane.Engine, store varplane.Store, log *slog.Logger) (*retention.Runner, func(), error) {
+	none := func() {}
+	if cfg.reclaimInterval == 0 {
+		return nil, none, nil
 	}
-	if err := e.policy.check(); err != nil {
-		return nil, err
+	if ro, ok := varplane.StoreAs[varplane.ReadOnlyStore](store); ok && ro.ReadOnly() {
+		log.Info("retention: a read-only replica runs no reclamation passes", "store", store.Name())
+		return nil, none, nil
 	}
-	if e.interval == 0 {
-		return nil, nil
-	}
-	if ro, ok := rt.Store.(interface{ ReadOnly() bool }); ok && ro.ReadOnly() {
-		// It could take no lease and reclaim nothing: the writers run the
-		// passes.
-		rt.Logger.Info("retention: a read-only replica runs no reclamation passes", "store", rt.Store.Name())
-		return nil, nil
-	}
-	st, ok := rt.Store.(retention.Reclaimer)
+	st, ok := store.(retention.Reclaimer)
 	if !ok {
-		rt.Logger.Warn("retention: this store does not reclaim revisions yet; --reclaim-interval has no effect", "store", rt.Store.Name())
-		return nil, nil
+		log.Warn("retention: this store does not reclaim revisions yet; --reclaim-interval has no effect", "store", store.Name())
+		return nil, none, nil
 	}
-	r, err := retention.New(st, retention.Options{Policy: e.policy.Policy, Interval: e.interval, Holder: holderToken(), Logger: rt.Logger, InUse: openChangesInUse(rt.Engine, rt.Logger)})
+	r, err := retention.New(st, retention.Options{Policy: cfg.policy.Policy, Interval: cfg.reclaimInterval, Holder: holderToken(), Logger: log, InUse: openChangesInUse(engine, log)})
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
-	fs, _ := rt.Store.(*file.Store)
-	rt.metrics = append(rt.metrics, func(reg *prometheus.Registry) { reg.MustRegister(retentionCollector{r: r, fs: fs}) })
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -185,10 +161,9 @@ func (e *retentionExtension) Start(ctx context.Context, rt *serveRuntime) (func(
 		defer wg.Done()
 		r.Run(runCtx)
 	}()
-	return func(context.Context) error {
+	return r, func() {
 		cancel()
 		wg.Wait()
-		return nil
 	}, nil
 }
 
@@ -198,49 +173,4 @@ func (e *retentionExtension) Start(ctx context.Context, rt *serveRuntime) (func(
 func openChangesInUse(engine *varplane.Engine, log *slog.Logger) retention.InUse {
 	svc := control.New(engine, control.NewGuard(), control.Options{Logger: log})
 	return svc.RevisionsInUse
-}
-
-// retentionCollector exports a Runner's metrics, and the log's size for a
-// file store.
-type retentionCollector struct {
-	r  *retention.Runner
-	fs *file.Store
-}
-
-var (
-	descReclaimed = prometheus.NewDesc("varplane_retention_revisions_reclaimed_total", "Revision bodies reclaimed by retention passes.", nil, nil)
-	descFailed    = prometheus.NewDesc("varplane_retention_deletions_failed_total", "Revision body deletions that failed (retried by the next pass).", nil, nil)
-	descLastPass  = prometheus.NewDesc("varplane_retention_last_pass_timestamp_seconds", "When the last reclamation pass started (0: none yet).", nil, nil)
-	descDuration  = prometheus.NewDesc("varplane_retention_last_pass_duration_seconds", "How long the last reclamation pass took.", nil, nil)
-	descLogSize   = prometheus.NewDesc("varplane_file_log_bytes", "Size of the file store's log.", nil, nil)
-	descBodies    = prometheus.NewDesc("varplane_file_bodies_resident", "Revision documents the file store holds in memory (heads, and revisions committed since the last compaction); the others are read from the log on use.", nil, nil)
-	descBodyBytes = prometheus.NewDesc("varplane_file_bodies_resident_bytes", "Bytes of the revision documents the file store holds in memory.", nil, nil)
-)
-
-// Describe implements prometheus.Collector.
-func (c retentionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReclaimed, descFailed, descLastPass, descDuration, descLogSize, descBodies, descBodyBytes} {
-		ch <- d
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c retentionCollector) Collect(ch chan<- prometheus.Metric) {
-	m := c.r.Metrics()
-	var last float64
-	if !m.LastPass.IsZero() {
-		last = float64(m.LastPass.UnixNano()) / 1e9
-	}
-	ch <- prometheus.MustNewConstMetric(descReclaimed, prometheus.CounterValue, float64(m.Reclaimed))
-	ch <- prometheus.MustNewConstMetric(descFailed, prometheus.CounterValue, float64(m.DeletionsFailed))
-	ch <- prometheus.MustNewConstMetric(descLastPass, prometheus.GaugeValue, last)
-	ch <- prometheus.MustNewConstMetric(descDuration, prometheus.GaugeValue, m.LastDuration.Seconds())
-	if c.fs != nil {
-		if n, err := c.fs.LogSize(); err == nil {
-			ch <- prometheus.MustNewConstMetric(descLogSize, prometheus.GaugeValue, float64(n))
-		}
-		b := c.fs.Bodies()
-		ch <- prometheus.MustNewConstMetric(descBodies, prometheus.GaugeValue, float64(b.Resident))
-		ch <- prometheus.MustNewConstMetric(descBodyBytes, prometheus.GaugeValue, float64(b.ResidentBytes))
-	}
 }

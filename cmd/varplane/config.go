@@ -8,11 +8,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/config/secret"
+	"github.com/varplane/varplane/internal/atomicfile"
 )
 
 // ConfigCommand is the `varplane config` group: the component configuration
@@ -170,7 +170,7 @@ written. Flags and assignments may come in any order.`)
 		if f.path == "" {
 			continue
 		}
-		if err := writePrivate(f.path, f.data); err != nil {
+		if err := atomicfile.WritePrivate(f.path, f.data); err != nil {
 			return err
 		}
 		wrote = append(wrote, f.path)
@@ -233,40 +233,6 @@ func readable(path, flagName string) error {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 			return usagef("%s: %v", flagName, err)
 		}
-	}
-	return nil
-}
-
-// writePrivate writes data to path with mode 0600, whole or not at all: a
-// temporary file in the same directory is synced and renamed over path.
-func writePrivate(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	// CreateTemp already opens with 0600; Chmod keeps it so whatever the
-	// platform's default.
-	if err = f.Chmod(0o600); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }

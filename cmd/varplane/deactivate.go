@@ -64,8 +64,8 @@ for confirmation first; --yes skips the question (scripts never get it).`)
 		}
 		if *dryRun {
 			return emit(c.m.Stdout, g.json(), struct {
-				Scope  varplane.Scope        `json:"scope"`
-				Scopes []client.ScopeSummary `json:"scopes"`
+				Scope  varplane.Scope          `json:"scope"`
+				Scopes []varplane.ScopeSummary `json:"scopes"`
 			}{scope, hit}, func() error {
 				if len(hit) == 0 {
 					_, err := fmt.Fprintf(c.m.Stdout, "would deactivate nothing: neither %s nor any scope below it is active\n", scope)
@@ -108,7 +108,7 @@ for confirmation first; --yes skips the question (scripts never get it).`)
 // scope's status is read first: the listing leaves out what the token may
 // not audit, and a token that may not audit the scope itself gets that
 // refusal rather than an empty list.
-func (c *DeactivateCommand) cascade(ctx context.Context, a *client.Admin, scope varplane.Scope) ([]client.ScopeSummary, error) {
+func (c *DeactivateCommand) cascade(ctx context.Context, a *client.Admin, scope varplane.Scope) ([]varplane.ScopeSummary, error) {
 	if _, err := a.Status(ctx, scope); err != nil {
 		return nil, classify(ctx, err)
 	}
@@ -116,7 +116,7 @@ func (c *DeactivateCommand) cascade(ctx context.Context, a *client.Admin, scope 
 	if err != nil {
 		return nil, classify(ctx, err)
 	}
-	hit := []client.ScopeSummary{}
+	hit := []varplane.ScopeSummary{}
 	for _, s := range all {
 		if s.Active {
 			hit = append(hit, s)

@@ -171,28 +171,24 @@ func printPatch(w io.Writer, scope varplane.Scope, from, to diffSide, patch json
 		_, err := fmt.Fprintln(w, "no differences")
 		return err
 	}
-	old := func(path string) string {
+	old := func(path string) []byte {
 		v, err := jsonpatch.Get(orNull(from.document), path)
 		if err != nil {
-			return "?"
+			return []byte("?")
 		}
-		return string(v)
+		return v
 	}
+	colours := map[string]string{jsonpatch.OpAdd: colorGreen, jsonpatch.OpRemove: colorRed}
 	for _, op := range patch {
-		path := op.Path
-		if path == "" {
-			path = "(document)"
+		var o []byte
+		if op.Op != jsonpatch.OpAdd {
+			o = old(op.Path)
 		}
-		var line string
-		switch op.Op {
-		case jsonpatch.OpAdd:
-			line = paint(colorGreen, fmt.Sprintf("+ %s: %s", path, op.Value))
-		case jsonpatch.OpRemove:
-			line = paint(colorRed, fmt.Sprintf("- %s: %s", path, old(op.Path)))
-		default:
-			line = paint(colorYellow, fmt.Sprintf("~ %s: %s → %s", path, old(op.Path), op.Value))
+		c, ok := colours[op.Op]
+		if !ok {
+			c = colorYellow
 		}
-		if _, err := fmt.Fprintln(w, line); err != nil {
+		if _, err := fmt.Fprintln(w, paint(c, jsonpatch.Line(op.Op, op.Path, o, op.Value, "(document)", "→"))); err != nil {
 			return err
 		}
 	}

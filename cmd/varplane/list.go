@@ -46,7 +46,7 @@ scope printed last ("next:" says which).`)
 	if err != nil {
 		return err
 	}
-	var page client.ScopePage
+	var page varplane.ScopePage
 	if *limit > 0 {
 		page, err = a.Scopes(ctx, client.ScopesQuery{Prefix: varplane.Scope(*prefix), After: varplane.Scope(*after), Limit: *limit})
 	} else {
@@ -56,7 +56,7 @@ scope printed last ("next:" says which).`)
 		return classify(ctx, err)
 	}
 	if page.Items == nil {
-		page.Items = []client.ScopeSummary{}
+		page.Items = []varplane.ScopeSummary{}
 	}
 	return emit(c.m.Stdout, cf.json(), page, func() error {
 		if len(page.Items) == 0 {

@@ -27,8 +27,8 @@ import (
 	"syscall"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
-	"github.com/varplane/varplane/internal/wire/jsontext"
 )
 
 // Exit codes of the varplane command.
@@ -88,7 +88,8 @@ type commandInfo struct {
 	new     func(m *Main) command
 }
 
-// commands lists every subcommand in the order --help shows them.
+// commands lists every subcommand in the order --help shows them: the one
+// table of the command, written out (no command registers itself).
 var commands = []commandInfo{
 	{"serve", "run the control plane (HTTP API) on a store", func(m *Main) command { return &ServeCommand{m: m} }},
 	{"create", "store a document as a new immutable revision of a scope", func(m *Main) command { return &CreateCommand{m: m} }},
@@ -109,6 +110,8 @@ var commands = []commandInfo{
 	{"migrate", "publish a directory into a store, bootstrap the first administrator, export", func(m *Main) command { return &MigrateCommand{m: m} }},
 	{"version", "print the version and VCS revision of this build", func(m *Main) command { return &VersionCommand{m: m} }},
 	{"completion", "print a shell completion script (bash, zsh or fish)", func(m *Main) command { return &CompletionCommand{m: m} }},
+	{"change", "reviewed changes: propose, show, list, approve, reject, withdraw, publish, rebase", func(m *Main) command { return &ChangeCommand{m: m} }},
+	{"compact", "compact a file store's log offline (checkpoint; optionally reclaim old revisions first)", func(m *Main) command { return &CompactCommand{m: m} }},
 }
 
 // Run runs the command named by args[0] and returns the process exit code.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -75,13 +74,21 @@ func openMigrationStore(ctx context.Context, flagName, spec string, stderr io.Wr
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	octx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
-	store, err := openStore(octx, spec, redisFlags{}, log)
+	store, _, err := openStore(octx, spec, redisFlags{}, log)
 	if err != nil {
 		return nil, nil, err
 	}
 	e := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log, Owners: []varplane.Owner{access.Owner}})
 	return e, func() { e.Close(); _ = store.Close() }, nil
 }
+
+// migrateOwned are the subsystems whose scopes migrate publish writes in
+// their name, each checking its documents first: the access control's
+// principals (the engine above reserves its scope).
+var migrateOwned = []migrate.Owned{{Owner: access.Owner, Check: func(doc []byte) error {
+	_, err := access.ParseDocument(doc)
+	return err
+}}}
 
 // migrationFailure reports err as the tool does: a rejection lists every
 // problem, anything else is one line; both exit 1.
@@ -104,12 +111,7 @@ func printReport(w io.Writer, asJSON bool, rep *migrate.Report) error {
 		return nil
 	}
 	if asJSON {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSON(w, rep)
 	}
 	for _, d := range rep.Documents {
 		switch d.Status {
@@ -181,7 +183,7 @@ Exit 0 done, 1 rejected or a publish failed, 2 usage.`)
 		return migrationFailure(err)
 	}
 	defer closeStore()
-	rep, err := migrate.Publish(ctx, e, *in, migrate.PublishOptions{Root: varplane.Scope(*root), Resume: *resume})
+	rep, err := migrate.Publish(ctx, e, *in, migrate.PublishOptions{Root: varplane.Scope(*root), Resume: *resume, Owned: migrateOwned})
 	if perr := printReport(c.m.Stdout, *output == "json", rep); perr != nil && err == nil {
 		err = perr
 	}
@@ -227,12 +229,7 @@ administrator is lost, and replaces PRINCIPAL's token if it exists.`)
 		return migrationFailure(err)
 	}
 	if *output == "json" {
-		b, err := json.MarshalIndent(created, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(c.m.Stdout, "%s\n", b)
-		return err
+		return writeJSON(c.m.Stdout, created)
 	}
 	fmt.Fprintf(c.m.Stdout, "bootstrapped administrator %s (generation %d %s)\n", created.ID, created.Generation, created.Revision)
 	fmt.Fprintf(c.m.Stdout, "token: %s\n", created.Token)

@@ -81,110 +81,26 @@ func (f *replicaFlags) options(rf redisFlags, log *slog.Logger) (instance.Option
 
 // replicaOf wraps a read-only Redis store in the instance cache when --root
 // is given; otherwise it returns s as it is.
-func replicaOf(ctx context.Context, s *redis.Store, rf redisFlags, log *slog.Logger) (varplane.Store, error) {
+func replicaOf(ctx context.Context, s *redis.Store, rf redisFlags, log *slog.Logger) (varplane.Store, []prometheus.Collector, error) {
 	if rf.replica.root == "" {
-		return s, nil
+		return s, []prometheus.Collector{s.Collector()}, nil
 	}
-	if !rf.readOnly {
-		return nil, usagef("--root makes a read replica: it needs --read-only")
+	fail := func(err error) (varplane.Store, []prometheus.Collector, error) {
+		_ = s.Close()
+		return nil, nil, err
+	}
+	if !s.ReadOnly() {
+		return fail(usagef("--root makes a read replica: it needs --read-only"))
 	}
 	o, err := rf.replica.options(rf, log)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	c, err := instance.New(ctx, s, o)
 	if err != nil {
-		return nil, fmt.Errorf("open the instance cache: %w", err)
+		return fail(fmt.Errorf("open the instance cache: %w", err))
 	}
-	return instance.NewStore(c, s), nil
-}
-
-// redisStoreOf finds the Redis store under a read replica's cache.
-func redisStoreOf(s varplane.Store) (*redis.Store, *instance.Store, bool) {
-	if rs, ok := s.(*redis.Store); ok {
-		return rs, nil, true
-	}
-	if is, ok := s.(*instance.Store); ok {
-		if rs, ok := is.Unwrap().(*redis.Store); ok {
-			return rs, is, true
-		}
-	}
-	return nil, nil, false
-}
-
-// instanceCollector exports a read replica's cache figures on /metrics:
-// readiness, the documents held, the oldest lag (a gauge), the lags at the
-// last pass (a histogram) and the counters of the rules. No series is
-// labelled by scope.
-type instanceCollector struct {
-	c                            *instance.Cache[json.RawMessage]
-	ready, docs, maxLag, lagHist *prometheus.Desc
-	counters                     []instanceCounter
-}
-
-type instanceCounter struct {
-	desc *prometheus.Desc
-	get  func(instance.Stats) uint64
-}
-
-func newInstanceCollector(c *instance.Cache[json.RawMessage]) *instanceCollector {
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("varplane_instance_"+name, help, nil, nil)
-	}
-	ic := &instanceCollector{c: c,
-		ready:   d("ready", "1 once the root document is installed."),
-		docs:    d("documents", "Documents the cache holds."),
-		maxLag:  d("lag_max_seconds", "Oldest time since the store last confirmed a held document, at the last pass."),
-		lagHist: d("lag_seconds", "Lags of the held documents at the last pass."),
-	}
-	for _, x := range []struct {
-		name, help string
-		get        func(instance.Stats) uint64
-	}{
-		{"cold_loads_total", "Documents loaded on first need.", func(s instance.Stats) uint64 { return s.ColdLoads }},
-		{"local_loads_total", "Cold loads served from the local copy.", func(s instance.Stats) uint64 { return s.LocalLoads }},
-		{"cold_load_timeouts_total", "Reads that answered 503 after the cold-load timeout.", func(s instance.Stats) uint64 { return s.ColdTimeouts }},
-		{"evictions_total", "Documents dropped beyond a family's bound.", func(s instance.Stats) uint64 { return s.Evictions }},
-		{"decode_errors_total", "Documents the decoder refused (installed as failed).", func(s instance.Stats) uint64 { return s.DecodeErrors }},
-		{"disappeared_total", "Documents that disappeared from the store after they were seen.", func(s instance.Stats) uint64 { return s.Disappeared }},
-		{"regressions_total", "Documents the store answered at a lower generation.", func(s instance.Stats) uint64 { return s.Regressions }},
-		{"passes_total", "Revalidation passes.", func(s instance.Stats) uint64 { return s.Passes }},
-		{"passes_abandoned_total", "Passes abandoned for confirming nothing for 30s with no read in flight.", func(s instance.Stats) uint64 { return s.Abandoned }},
-	} {
-		ic.counters = append(ic.counters, instanceCounter{d(x.name, x.help), x.get})
-	}
-	return ic
-}
-
-func (ic *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{ic.ready, ic.docs, ic.maxLag, ic.lagHist} {
-		ch <- d
-	}
-	for _, c := range ic.counters {
-		ch <- c.desc
-	}
-}
-
-func (ic *instanceCollector) Collect(ch chan<- prometheus.Metric) {
-	st := ic.c.Stats()
-	ready := 0.0
-	if st.Ready {
-		ready = 1
-	}
-	ch <- prometheus.MustNewConstMetric(ic.ready, prometheus.GaugeValue, ready)
-	ch <- prometheus.MustNewConstMetric(ic.docs, prometheus.GaugeValue, float64(st.Installed))
-	ch <- prometheus.MustNewConstMetric(ic.maxLag, prometheus.GaugeValue, st.MaxLag.Seconds())
-	buckets := map[float64]uint64{}
-	var count uint64
-	for i, b := range instance.LagBuckets {
-		count += st.LagHistogram[i]
-		buckets[b.Seconds()] = count
-	}
-	count += st.LagHistogram[len(instance.LagBuckets)]
-	ch <- prometheus.MustNewConstHistogram(ic.lagHist, count, 0, buckets)
-	for _, c := range ic.counters {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.get(st)))
-	}
+	return instance.NewStore(c, s), []prometheus.Collector{s.Collector(), c.Collector()}, nil
 }
 
 // checkReplicaStore refuses --read-only and --root on a store that is not

@@ -4,23 +4,26 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
+	"github.com/varplane/varplane/config"
+	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/gctune"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
+	"github.com/varplane/varplane/retention"
 	"github.com/varplane/varplane/rpc"
 	"github.com/varplane/varplane/schema"
+	"github.com/varplane/varplane/ui"
 )
 
 // Defaults of serve.
@@ -32,10 +35,17 @@ const (
 	// default, for about a fifth of the server's CPU on the publish path
 	// (internal/gctune; bench/notes.md, item 8 of the PostgreSQL row).
 	defaultGCHeadroom = 64 << 20
+	// consolePath is where serve mounts the console.
+	consolePath = "/ui"
+	// valuesPagePath is the values service's page: a redirect to the
+	// console's Components page with the console on (it has the page's
+	// features with sessions, CSRF tokens and post/redirect/get), the
+	// service's own page with --ui=false.
+	valuesPagePath = "/.configuration"
 )
 
 // ServeCommand runs the control plane: one engine over one store, served by
-// the HTTP API (and whatever serveExtensions add).
+// one HTTP API (and the gRPC transport on the same port).
 type ServeCommand struct {
 	m *Main
 }
@@ -66,6 +76,16 @@ type serveConfig struct {
 	pingMinTime     time.Duration
 	tls             tlsServeFlags
 	tlsConfig       *tls.Config // built from tls after parsing
+
+	ui              bool          // --ui: the console under /ui/
+	control         bool          // --control: reviewed changes under {base}/control
+	changeExpiry    time.Duration // --change-expiry
+	accessControl   bool          // --access-control: principals held in the store
+	components      string        // --components: the values service's deployment
+	rpcAddr         string        // --rpc-addr: an extra gRPC/Connect listener
+	grpc            rpc.GRPCOptions
+	reclaimInterval time.Duration // --reclaim-interval
+	policy          policyFlags   // the retention policy
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.
@@ -78,62 +98,6 @@ func splitList(s string) []string {
 	}
 	return out
 }
-
-// serveRuntime is what an extension can build on: the one engine every
-// transport shares (so that an HTTP mutation reaches the subscribers of every
-// transport), its store, the push hub, the logger, and a mux for routes
-// outside the var API (mounted at the server root, next to it).
-type serveRuntime struct {
-	Engine *varplane.Engine
-	Store  varplane.Store
-	Hub    *push.Hub
-	Logger *slog.Logger
-	Base   string
-	Mux    *http.ServeMux
-	// Authorizer is the one --tokens builds, combined with the store's
-	// principals under --access-control (an authorizing extension), and
-	// httpapi.AllowAll without either, so that every transport authorizes
-	// exactly as the HTTP API does.
-	Authorizer httpapi.Authorizer
-	// metrics register an extension's collectors on /metrics once the
-	// HTTP API exists.
-	metrics []func(*prometheus.Registry)
-	// GRPC, when an extension sets it, serves the main port's gRPC
-	// requests (HTTP/2: h2c, or TLS) next to the mux.
-	GRPC *rpc.GRPCServer
-	// TLS is the listeners' TLS configuration (--tls-cert), nil without.
-	TLS *tls.Config
-	// Listener holds every listener's connection caps (--max-connections…).
-	Listener wire.ListenerOptions
-	// HTTP2Guard holds every listener's HTTP/2 connections to the ping
-	// policy and the maximum age (--http2-ping-min-time,
-	// --max-connection-age).
-	HTTP2Guard *wire.HTTP2Guard
-}
-
-// serveExtension is the place to add a transport or a feature to serve
-// without touching this file: a file of this package appends a constructor
-// to serveExtensions in its init function (the gRPC Subscribe listener with
-// --rpc-addr, component configuration with --components, …).
-type serveExtension interface {
-	// RegisterFlags adds the extension's flags to serve's FlagSet.
-	RegisterFlags(fs *flag.FlagSet)
-	// Start runs after the engine is built and before the HTTP server
-	// listens. It may mount handlers on rt.Mux and start listeners of its
-	// own; stop is called (with a deadline) during shutdown, before the
-	// engine and the store are closed. A nil stop is allowed.
-	Start(ctx context.Context, rt *serveRuntime) (stop func(context.Context) error, err error)
-}
-
-// scopeOwner is an extension that owns scopes (the values service its
-// "<component>@<epoch>" scopes): serve reserves them in the engine it
-// builds (varplane.Options.Owners), after the flags are parsed.
-type scopeOwner interface {
-	Owners() []varplane.Owner
-}
-
-// serveExtensions holds one constructor per extension; see serveExtension.
-var serveExtensions []func() serveExtension
 
 // Run parses args, opens the store and serves until ctx ends (SIGINT or
 // SIGTERM), then drains requests and closes the engine and the store.
@@ -150,7 +114,7 @@ last activation. It stops cleanly on SIGINT or SIGTERM.
 Stores (--store):
   file:PATH          append-only JSONL log, fsync before acknowledging (default)
   memory:            ephemeral: empty on every start; no replay
-  redis://HOST:PORT  Redis as the shared store of record (rediss:// for TLS)
+  redis://HOST:PORT  Redis as the shared store of record (rediss:// for TLS; settings as URL parameters)
   postgres://HOST/DB PostgreSQL as the shared store of record (settings as URL parameters)`)
 	var cfg serveConfig
 	fs.StringVar(&cfg.addr, "addr", envOr(c.m.Getenv, "VARPLANE_ADDR", defaultAddr), "address to listen on; port 0 picks a free port (env VARPLANE_ADDR)")
@@ -176,12 +140,14 @@ Stores (--store):
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cfg.redis.register(fs)
 	cfg.tls.register(fs, c.m.Getenv)
-	exts := make([]serveExtension, 0, len(serveExtensions))
-	for _, newExt := range serveExtensions {
-		ext := newExt()
-		ext.RegisterFlags(fs)
-		exts = append(exts, ext)
-	}
+	fs.BoolVar(&cfg.ui, "ui", true, "serve the operator console at /ui/ (sign in with an API token)")
+	fs.BoolVar(&cfg.control, "control", true, "serve the control API under {base}/control (reviewed changes, review policies, paged history, diff)")
+	fs.DurationVar(&cfg.changeExpiry, "change-expiry", control.DefaultExpireAfter, "how long after it was proposed an open change request expires")
+	fs.BoolVar(&cfg.accessControl, "access-control", false, "authorize by the principals held in the store (varplane token, varplane migrate bootstrap) as well as --tokens: a token is looked up in the tokens file first, then in the store; serves {base}/access/tokens")
+	fs.StringVar(&cfg.components, "components", "", "deployment declaration (JSON, from `varplane config deploy`); serves the component configuration values service at /configuration/values/ and its page at /.configuration (with the console on, a redirect to /ui/components)")
+	registerRPCFlags(fs, &cfg.rpcAddr, &cfg.grpc)
+	fs.DurationVar(&cfg.reclaimInterval, "reclaim-interval", retention.DefaultInterval, "time between reclamation passes, the first one interval after start (0: none)")
+	cfg.policy.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -189,6 +155,14 @@ Stores (--store):
 	if err != nil {
 		return err
 	}
+	// Every line of the server's output follows --log-format: the
+	// libraries' fallbacks (slog.Default and the log package) and grpc-go's
+	// own logger write through log too, for as long as serve runs.
+	prev := slog.Default()
+	defer restoreDefaultLog(prev, stdlog.Writer(), stdlog.Flags())
+	slog.SetDefault(log)
+	rpc.LogTo(log)
+	defer rpc.LogTo(prev)
 	base, err := cleanBase(cfg.base)
 	if err != nil {
 		return &usageError{err: err}
@@ -196,10 +170,22 @@ Stores (--store):
 	if err := checkStore(fs, c.m.Getenv, cfg.store); err != nil {
 		return err
 	}
-	if err := cfg.redis.check(); err != nil {
+	if cfg.store, err = cfg.redis.apply(fs, cfg.store); err != nil {
 		return err
 	}
 	if err := checkReplicaStore(cfg.store, cfg.redis); err != nil {
+		return err
+	}
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	return c.serve(ctx, cfg, base, log)
+}
+
+// check refuses the values serve cannot run with, as usage errors, before
+// anything is opened.
+func (cfg *serveConfig) check() (err error) {
+	if err := cfg.redis.check(); err != nil {
 		return err
 	}
 	if cfg.maxBodyBytes <= 0 {
@@ -224,10 +210,22 @@ Stores (--store):
 	if err := cfg.limits.Validate(); err != nil {
 		return usagef("%s", varplane.ErrorMessage(err))
 	}
-	return c.serve(ctx, cfg, base, log, exts)
+	if cfg.control && cfg.changeExpiry <= 0 {
+		return usagef("--change-expiry must be positive")
+	}
+	if cfg.reclaimInterval < 0 {
+		return usagef("--reclaim-interval must not be negative")
+	}
+	return cfg.policy.check()
 }
 
-func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, log *slog.Logger, exts []serveExtension) (err error) {
+// serve builds the server by hand, in order: the inputs (schemas, tokens,
+// the deployment), the store, the owners of reserved scopes, the engine,
+// the push hub, the services (control, access, values, retention), the
+// HTTP API, the gRPC transport and the server. It serves until ctx ends,
+// then drains the server and closes the rest in the reverse order (the
+// deferred calls).
+func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, log *slog.Logger) (err error) {
 	// Before the store opens: a replay of the log allocates as much as
 	// any load.
 	if stopGC, ok := gctune.Start(uint64(cfg.gcHeadroom)); ok {
@@ -237,35 +235,25 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	openCtx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 
-	// Inputs are checked before the store is opened, so that a typo in a
-	// flag never leaves a half-started server behind.
-	var validator varplane.Validator
-	if cfg.documents != "" {
-		reg, err := schema.LoadDir(openCtx, cfg.documents)
-		if err != nil {
-			return &usageError{err: fmt.Errorf("--documents: %w", err)}
-		}
-		validator = reg
-		log.Info("schemas loaded", "dir", cfg.documents, "schemas", len(reg.IDs()))
+	// The inputs are checked before the store is opened, so that a typo in
+	// a flag never leaves a half-started server behind.
+	validator, err := loadSchemas(openCtx, cfg.documents, log)
+	if err != nil {
+		return err
 	}
-	var authz httpapi.Authorizer
-	if cfg.tokens != "" {
-		grants, err := httpapi.LoadTokenFile(cfg.tokens)
-		if err != nil {
-			return &usageError{err: fmt.Errorf("--tokens: %w", err)}
+	tokens, err := loadTokens(cfg.tokens, log)
+	if err != nil {
+		return err
+	}
+	var dep *config.Deployment
+	if cfg.components != "" {
+		if dep, err = config.LoadDeployment(cfg.components); err != nil {
+			return &usageError{err: fmt.Errorf("--components: %w", err)}
 		}
-		if len(grants) == 0 {
-			return usagef("--tokens: %s holds no token", cfg.tokens)
-		}
-		a, err := httpapi.Scoped(grants)
-		if err != nil {
-			return &usageError{err: fmt.Errorf("--tokens %s: %w", cfg.tokens, err)}
-		}
-		authz = a
-		log.Info("bearer tokens loaded", "file", cfg.tokens, "tokens", len(grants))
 	}
 
-	store, err := openStore(openCtx, cfg.store, cfg.redis, log)
+	// The store.
+	store, collectors, err := openStore(openCtx, cfg.store, cfg.redis, log)
 	if err != nil {
 		// A URL or option the store refuses is the caller's mistake.
 		if varplane.ErrorCode(err) == varplane.CodeBadRequest {
@@ -279,54 +267,132 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 		}
 	}()
-	var owners []varplane.Owner
-	for _, ext := range exts {
-		if o, ok := ext.(scopeOwner); ok {
-			owners = append(owners, o.Owners()...)
-		}
+
+	// The owners of reserved scopes: the access control's principals
+	// (whether or not it is on, so that nothing but it ever writes what a
+	// server may later trust), the control records and the scopes under a
+	// review policy, the values service's configurations.
+	owners := []varplane.Owner{access.Owner}
+	guard := control.NewGuard()
+	if cfg.control {
+		owners = append(owners, guard.Owners()...)
 	}
+	if dep != nil {
+		owners = append(owners, config.Owner)
+	}
+
+	// The engine and the push hub every transport shares, so that a
+	// commit made through one reaches the subscribers of all.
 	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log, Limits: cfg.limits, Owners: owners})
 	defer engine.Close()
 	hub := push.New(engine, push.Options{Logger: log, MaxSubscribers: cfg.maxSubs, MaxSubscribersPerToken: cfg.maxSubsPerToken})
 	defer hub.Close()
-	for _, ext := range exts {
-		if a, ok := ext.(authorizing); ok {
-			authz = a.Authorizer(engine, authz)
+
+	// The services.
+	authz := serveAuthorizer(tokens, cfg.accessControl, store, log)
+	var ctl *control.Service
+	if cfg.control {
+		// Propagation and canary windows read the instances' heartbeats and
+		// reports from the store of record; a store without them says so
+		// (control.ErrNoHeartbeats) instead of counting 0 of 0. The
+		// policies record is written by the first policy, never at start.
+		ctl = control.New(engine, guard, control.Options{ExpireAfter: cfg.changeExpiry, Logger: log, Instances: control.StoreInstances(engine)})
+		defer runControlPasses(ctx, ctl, store, log)()
+		log.Info("control API served", "path", base+"/control/", "change-expiry", cfg.changeExpiry)
+	}
+	var principals *access.Service
+	if cfg.accessControl {
+		principals = access.NewService(engine)
+		logPrincipals(ctx, principals, base, log)
+	}
+	var values *config.Service
+	if dep != nil {
+		if values, err = config.NewService(engine, dep); err != nil {
+			return fmt.Errorf("--components %s: %w", cfg.components, err)
 		}
+		log.Info("component configuration served", "file", cfg.components, "components", len(dep.Components), "environment", dep.Environment, "path", "/configuration/values/")
+	}
+	runner, stopRetention, err := startRetention(ctx, cfg, engine, store, log)
+	if err != nil {
+		return err
+	}
+	defer stopRetention()
+
+	// The HTTP API: every route behind one chain.
+	opts := httpapi.Options{
+		Base:         base,
+		Authorizer:   authz,
+		MaxBodyBytes: cfg.maxBodyBytes,
+		Logger:       log,
+		Hub:          hub,
+		Control:      ctl,
+		Access:       principals,
+		Values:       values,
+		// Writes from pages of other origins are refused unless listed.
+		TrustedOrigins: splitList(cfg.origins),
+	}
+	if base == "" {
+		opts.Base = "/"
+	}
+	api := httpapi.NewHandler(engine, opts)
+	defer api.Close()
+	collectors = append(collectors, hub.Collectors()...)
+	if runner != nil {
+		collectors = append(collectors, runner.Collector())
+	}
+	if cfg.ui {
+		api.Mount(consolePath+"/", ui.New(ui.Options{API: api, Base: base, Prefix: consolePath, Authorizer: authz, Limits: engine.Limits(), Logger: log}))
+		api.Mount(consolePath, http.RedirectHandler(consolePath+"/", http.StatusMovedPermanently))
+		log.Info("operator console served", "path", consolePath+"/")
+	}
+	if values != nil {
+		// The values service publishes a page: the console's Components
+		// page when the console is on, its own page otherwise.
+		page := ui.ComponentsRedirect(consolePath)
+		if !cfg.ui {
+			page = ui.ValuesPage(values, ui.ValuesPageOptions{Authorizer: authz, Limits: cfg.limits, Logger: log})
+		}
+		api.Mount(valuesPagePath, page)
 	}
 
-	rt := &serveRuntime{Engine: engine, Store: store, Hub: hub, Logger: log, Base: base, Mux: http.NewServeMux(), Authorizer: authz, TLS: cfg.tlsConfig,
-		Listener: wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, MaxConnAge: cfg.maxConnAge,
-			MaxConnAgeGrace: cfg.maxConnAgeGrace, Logger: log},
-		HTTP2Guard: wire.NewHTTP2Guard(wire.HTTP2GuardOptions{PingMinTime: cfg.pingMinTime, MaxConnAge: cfg.maxConnAge})}
-	if rt.Authorizer == nil {
-		rt.Authorizer = httpapi.AllowAll
-	}
-	var stops []func(context.Context) error
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-		defer cancel()
-		for i := len(stops) - 1; i >= 0; i-- {
-			if serr := stops[i](sctx); serr != nil {
-				log.Error("stop extension", "err", serr)
-			}
-		}
-	}()
-	for _, ext := range exts {
-		stop, err := ext.Start(ctx, rt)
-		if err != nil {
+	// The gRPC transport: Connect, gRPC-Web and HTTP/1.1 through the API,
+	// gRPC (HTTP/2) beside it on the same port, and --rpc-addr.
+	listener := wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, MaxConnAge: cfg.maxConnAge,
+		MaxConnAgeGrace: cfg.maxConnAgeGrace, Logger: log}
+	guard2 := wire.NewHTTP2Guard(wire.HTTP2GuardOptions{PingMinTime: cfg.pingMinTime, MaxConnAge: cfg.maxConnAge})
+	rpcPath, connect := rpc.NewHandlerWith(hub, authz, rpc.HandlerOptions{Logger: log})
+	api.Mount(rpcPath, connect)
+	grpcOpts := cfg.grpc
+	grpcOpts.Logger = log
+	grpcSrv := rpc.NewGRPCServer(hub, authz, grpcOpts)
+	defer closeWithin(ctx, "gRPC server", grpcSrv.Close, log)
+	collectors = append(collectors, grpcSrv.Collectors()...)
+	if cfg.rpcAddr != "" && cfg.rpcAddr != "off" {
+		rs := rpc.NewServer(cfg.rpcAddr, hub, authz)
+		rs.GRPC = grpcOpts
+		rs.TLS, rs.Listener, rs.HTTP2Guard = cfg.tlsConfig, listener, guard2
+		if err := rs.Open(); err != nil {
 			return err
 		}
-		if stop != nil {
-			stops = append(stops, stop)
-		}
+		defer closeWithin(ctx, "gRPC listener", rs.Close, log)
+		log.Info("gRPC Subscribe listening", "url", rs.URL(), "path", rpcPath)
 	}
 
-	srv, api := newHTTPServer(cfg, base, rt, authz)
-	defer api.Close()
-	for _, register := range rt.metrics {
-		register(api.Registry())
-	}
+	// The server: one port for HTTP/1.1, h2c and TLS; gRPC requests go to
+	// grpc-go, the rest to the API.
+	srv := httpapi.NewServer(cfg.addr, grpcSrv.Route(api))
+	srv.Logger = log
+	srv.AllowedHosts = splitList(cfg.allowedHosts)
+	srv.TLS = cfg.tlsConfig
+	srv.Listener = listener
+	srv.HTTP2Guard = guard2
+	srv.H2C, srv.HTTP2 = true, grpcSrv.HTTP2Config()
+	// Live streams never become idle: end them when the drain begins so
+	// that in-flight requests, not subscribers, decide how long it takes.
+	srv.RegisterOnShutdown(hub.Close)
+	srv.RegisterOnShutdown(api.CloseStreams)
+	collectors = append(collectors, srv.Collectors()...)
+	api.Registry().MustRegister(collectors...)
 	if err := srv.Open(); err != nil {
 		return err
 	}
@@ -346,6 +412,85 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// closeWithin calls close with the shutdown deadline and logs its error.
+func closeWithin(ctx context.Context, what string, close func(context.Context) error, log *slog.Logger) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := close(sctx); err != nil {
+		log.Error("close "+what, "err", err)
+	}
+}
+
+// loadSchemas loads the JSON Schemas of --documents (none without it).
+func loadSchemas(ctx context.Context, dir string, log *slog.Logger) (varplane.Validator, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	reg, err := schema.LoadDir(ctx, dir)
+	if err != nil {
+		return nil, &usageError{err: fmt.Errorf("--documents: %w", err)}
+	}
+	log.Info("schemas loaded", "dir", dir, "schemas", len(reg.IDs()))
+	return reg, nil
+}
+
+// loadTokens loads the tokens file of --tokens (nil without it).
+func loadTokens(path string, log *slog.Logger) (*access.ScopedAuthorizer, error) {
+	if path == "" {
+		return nil, nil
+	}
+	grants, err := access.LoadTokenFile(path)
+	if err != nil {
+		return nil, &usageError{err: fmt.Errorf("--tokens: %w", err)}
+	}
+	if len(grants) == 0 {
+		return nil, usagef("--tokens: %s holds no token", path)
+	}
+	a, err := access.Scoped(grants)
+	if err != nil {
+		return nil, &usageError{err: fmt.Errorf("--tokens %s: %w", path, err)}
+	}
+	log.Info("bearer tokens loaded", "file", path, "tokens", len(grants))
+	return a, nil
+}
+
+// serveAuthorizer is the one authorizer every entrance of serve asks: the
+// tokens file, combined with the principals held in the store under
+// --access-control (access.Combine), and varplane.AllowAll without either,
+// with a warning that points at --tokens.
+func serveAuthorizer(tokens *access.ScopedAuthorizer, accessControl bool, store varplane.Store, log *slog.Logger) varplane.Authorizer {
+	switch {
+	case accessControl:
+		return access.Combine(tokens, access.NewAuthorizer(store))
+	case tokens != nil:
+		return tokens
+	}
+	log.Warn("no --tokens: every request is allowed, as the anonymous identity; give a tokens file (or --access-control) before this server is reachable by anyone else")
+	return varplane.AllowAll
+}
+
+// logPrincipals says how many principals the store holds for
+// --access-control, and warns when there is none yet.
+func logPrincipals(ctx context.Context, svc *access.Service, base string, log *slog.Logger) {
+	n := 0
+	if list, err := svc.List(ctx); err == nil {
+		n = len(list)
+	}
+	log.Info("access control in the store", "scope", string(access.Scope), "principals", n, "path", base+"/access/tokens")
+	if n == 0 {
+		log.Warn("access control: the store holds no principal yet; name the first administrator with `varplane migrate bootstrap`")
+	}
+}
+
+// restoreDefaultLog puts back the process's default loggers as they were
+// before serve (an in-process serve, in tests, must leave them): slog's,
+// and the log package's output and flags, which slog.SetDefault redirects.
+func restoreDefaultLog(l *slog.Logger, w io.Writer, flags int) {
+	slog.SetDefault(l)
+	stdlog.SetOutput(w)
+	stdlog.SetFlags(flags)
 }
 
 // newLogger returns the slog logger serve writes to w.

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"flag"
-	"fmt"
 	"net/url"
 	"regexp"
 	"sort"
@@ -12,46 +10,28 @@ import (
 )
 
 // storeKind is what serve checks about one kind of --store before anything
-// is opened: the URL schemes that select it, the query parameters its URL
-// accepts, and the prefix of the serve flags that only it reads. A
-// parameter or a flag the store would ignore is refused, so that a typo
-// (?prefx=…) never silently starts on a default.
+// is opened: the URL schemes that select it, whether its URL is checked
+// here, and the prefix of the serve flags that only it reads. A store with
+// settings reads and checks its own URL (the Redis and PostgreSQL stores
+// refuse a parameter they would ignore by name); a file: or memory: URL
+// takes no parameter at all, which is checked here, so that a typo
+// (?fsync=0) never silently starts on a default or names a file.
 type storeKind struct {
 	name    string
 	schemes []string
-	// params returns the query parameters a URL of scheme accepts; nil
-	// accepts none.
-	params func(scheme string) []string
+	// ownURL is set for a store that checks its own URL when it opens.
+	ownURL bool
 	// flagPrefix starts the serve flags only this store reads ("redis-").
 	flagPrefix string
 }
 
 // storeKinds lists every store serve can open.
-//
-// The PostgreSQL store adds its entry here: schemes postgres and
-// postgresql, the query parameters its URL accepts, and "postgres-" when it
-// has flags of its own. Until then its URL is not checked here (openStore
-// decides), but the flags of every other store are still refused with it.
 var storeKinds = []storeKind{
 	{name: "file", schemes: []string{"file"}},
 	{name: "memory", schemes: []string{"memory"}},
-	{name: "redis", schemes: []string{"redis", "rediss"}, params: redisURLParams, flagPrefix: "redis-"},
+	{name: "redis", schemes: []string{"redis", "rediss"}, ownURL: true, flagPrefix: "redis-"},
+	{name: "postgres", schemes: []string{"postgres", "postgresql"}, ownURL: true},
 }
-
-// redisURLParams are the query parameters of a redis:// URL: the store's
-// prefix and those of rueidis.ParseURL that the store keeps (it sets
-// client_cache and max_retries itself, so they are refused as ignored).
-// skip_verify only means something with TLS.
-func redisURLParams(scheme string) []string {
-	p := []string{"addr", "client_name", "db", "dial_timeout", "master_set", "prefix", "protocol", "write_timeout"}
-	if scheme == "rediss" {
-		p = append(p, "skip_verify")
-	}
-	return p
-}
-
-// repeatableParams may be given more than once (each addr adds a node).
-var repeatableParams = map[string]bool{"addr": true}
 
 // checkStore refuses, before anything is opened, a --store URL whose query
 // holds a parameter its store does not read, and a store flag (given on the
@@ -62,8 +42,8 @@ func checkStore(fs *flag.FlagSet, getenv func(string) string, spec string) error
 	scheme, _, _ := strings.Cut(spec, ":")
 	scheme = strings.ToLower(scheme)
 	kind := findStoreKind(scheme)
-	if kind != nil {
-		if err := checkStoreParams(kind, scheme, spec); err != nil {
+	if kind != nil && !kind.ownURL {
+		if err := checkNoParams(kind, scheme, spec); err != nil {
 			return err
 		}
 	}
@@ -102,76 +82,27 @@ func findStoreKind(scheme string) *storeKind {
 	return nil
 }
 
-// checkStoreParams refuses the query parameters of spec that kind does not
-// accept, and one given twice.
-func checkStoreParams(kind *storeKind, scheme, spec string) error {
+// checkNoParams refuses a query on a URL of a store that takes none
+// (file:PATH, memory:): a '?' would otherwise end up in the file's name.
+func checkNoParams(kind *storeKind, scheme, spec string) error {
 	label := strconv.Quote(scheme + ":")
-	if kind.params != nil {
-		label = strconv.Quote(scheme + "://…")
+	_, raw, ok := strings.Cut(spec, "?")
+	if !ok {
+		return nil
 	}
-	var raw string
-	if kind.params == nil {
-		// file:PATH and memory: take no query; a '?' would otherwise end up
-		// in the file's name.
-		var ok bool
-		if _, raw, ok = strings.Cut(spec, "?"); !ok {
-			return nil
-		}
-		if raw == "" {
-			return usagef("--store %s takes no query parameters ('?' may not appear in a path)", label)
-		}
-	} else {
-		u, err := url.Parse(spec)
-		if err != nil {
-			// url.Parse echoes the URL, password included: keep the reason.
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
-			return usagef("--store %s: bad URL: %v", label, err)
-		}
-		if u.Fragment != "" || strings.HasSuffix(spec, "#") {
-			return usagef("--store %s: a '#' fragment is not read (parameters go after '?')", label)
-		}
-		raw = u.RawQuery
+	if raw == "" {
+		return usagef("--store %s takes no query parameters ('?' may not appear in a path)", label)
 	}
 	q, err := url.ParseQuery(raw)
 	if err != nil {
 		return usagef("--store %s: malformed query (want name=value pairs joined by '&')", label)
 	}
-	accepted := map[string]bool{}
-	var acceptedList []string
-	if kind.params != nil {
-		acceptedList = kind.params(scheme)
-		for _, p := range acceptedList {
-			accepted[p] = true
-		}
-	}
-	var unknown, twice []string
-	for name, vs := range q {
-		switch {
-		case !accepted[name]:
-			unknown = append(unknown, fmt.Sprintf("%q", name))
-		case len(vs) > 1 && !repeatableParams[name]:
-			twice = append(twice, fmt.Sprintf("%q", name))
-		}
+	var unknown []string
+	for name := range q {
+		unknown = append(unknown, strconv.Quote(name))
 	}
 	sort.Strings(unknown)
-	sort.Strings(twice)
-	want := "it takes none"
-	if len(acceptedList) > 0 {
-		want = "it takes " + strings.Join(acceptedList, ", ")
-	}
-	if scheme == "redis" && q.Has("skip_verify") {
-		want += "; skip_verify needs rediss://"
-	}
-	switch {
-	case len(unknown) > 0:
-		return usagef("--store %s: unknown query parameter(s) %s for the %s store (%s)", label, strings.Join(unknown, ", "), kind.name, want)
-	case len(twice) > 0:
-		return usagef("--store %s: query parameter(s) %s given more than once", label, strings.Join(twice, ", "))
-	}
-	return nil
+	return usagef("--store %s: unknown query parameter(s) %s for the %s store (it takes none)", label, strings.Join(unknown, ", "), kind.name)
 }
 
 // flagGiven reports whether flag name of fs was set on the command line or

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/backoff"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
 )
 
-// Bounds of the watch stream: reconnects wait by wire.Backoff between these.
+// Bounds of the watch stream: reconnects wait by backoff.Duration between these.
 const (
 	watchMinBackoff = 250 * time.Millisecond
 	watchMaxBackoff = 15 * time.Second
@@ -125,7 +127,7 @@ token that may read every scope.`)
 		if err == nil {
 			err = errors.New("stream ended")
 		}
-		wait := wire.Backoff(attempt, watchMinBackoff, watchMaxBackoff)
+		wait := backoff.Duration(attempt, watchMinBackoff, watchMaxBackoff)
 		attempt++
 		fmt.Fprintf(c.m.Stderr, "watch: %v; reconnecting in %v\n", err, wait.Round(time.Millisecond))
 		select {
@@ -242,10 +244,9 @@ func (w *watcher) print(ev wire.Event) error {
 			}
 		}
 		if out.Data == nil {
-			q, _ := json.Marshal(string(data))
-			out.Data = q
+			out.Data = jsontext.AppendString(nil, string(data))
 		}
-		b, err := json.Marshal(out)
+		b, err := jsontext.Marshal(out)
 		if err != nil {
 			return err
 		}

@@ -42,7 +42,7 @@ func inProcess(server, stdin string, args ...string) (code int, stdout, stderr s
 func TestServerErrorsCrossTheWire(t *testing.T) {
 	st := memory.New()
 	e := varplane.NewEngine(st, varplane.Options{})
-	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, DisableOps: true, Logger: slog.New(slog.DiscardHandler)})
+	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: varplane.AllowAll, DisableOps: true, Logger: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(api)
 	t.Cleanup(func() { srv.Close(); api.Close(); e.Close(); _ = st.Close() })
 
@@ -157,7 +157,7 @@ func TestWatchSurvivesOverLargeEvent(t *testing.T) {
 func TestDeactivateAsksInATerminal(t *testing.T) {
 	st := memory.New()
 	e := varplane.NewEngine(st, varplane.Options{})
-	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: httpapi.AllowAll, DisableOps: true, Logger: slog.New(slog.DiscardHandler)})
+	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: varplane.AllowAll, DisableOps: true, Logger: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(api)
 	t.Cleanup(func() { srv.Close(); api.Close(); e.Close(); _ = st.Close() })
 	run := func(stdin string, args ...string) (int, string, string) {

@@ -5,7 +5,7 @@
 // A Configuration subscribes before it fetches, so no created object can fall
 // between the two; the fetches of one tick from many components travel as
 // one call (identical pairs share one request); while nothing is served it
-// retries with the project's backoff (wire.Backoff: full jitter under a bound
+// retries with the project's backoff (backoff.Duration: full jitter under a bound
 // doubling from 1 s up to 10 s), logging rounds 1, 6, 11, …; secret references are substituted from the process environment; what it
 // holds is what the service stored, whole (validated against the schema, never
 // completed with schema defaults nor coerced); only a strictly newer created
@@ -30,7 +30,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane/config"
-	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/internal/backoff"
 )
 
 // Source answers fetches: the values service over HTTP (HTTP) or in process
@@ -58,7 +58,7 @@ type Update struct {
 
 // ClientOptions tune a Client. The zero value uses the documented defaults.
 type ClientOptions struct {
-	// Base and Max shape the retry backoff (wire.Backoff: a uniform draw up
+	// Base and Max shape the retry backoff (backoff.Duration: a uniform draw up
 	// to min(Base × 2^round, Max)); 1 s and 10 s when zero.
 	Base, Max time.Duration
 	// Warn: a retry is logged at attempts 1, 1+Warn, 1+2·Warn, …; 5 when 0.
@@ -268,7 +268,7 @@ func (c *Client) Fetch(ctx context.Context, component, epoch string) (Update, er
 			return Update{}, fmt.Errorf("consumer: fetch configuration of %s: %w", component, errors.Join(ctx.Err(), c.ctx.Err()))
 		}
 		attempt := round + 1
-		wait := wire.Backoff(round, c.opts.Base, c.opts.Max)
+		wait := backoff.Duration(round, c.opts.Base, c.opts.Max)
 		if (attempt-1)%c.opts.Warn == 0 {
 			attrs := []any{"component", component, "epoch", epoch, "attempt", attempt, "retryIn", wait.String()}
 			if err != nil {

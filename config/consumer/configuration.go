@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/canonical"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/config/secret"
 )
@@ -200,7 +201,7 @@ func fill(value, defaults any, path string) (any, error) {
 		_, xo := x.(map[string]any)
 		_, do := d.(map[string]any)
 		if xo || do {
-			merged, err := fill(x, d, path+"/"+config.EscapePointer(k))
+			merged, err := fill(x, d, path+"/"+canonical.EscapeToken(k))
 			if err != nil {
 				return nil, err
 			}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/config/consumer"
 	"github.com/varplane/varplane/config/secret"
@@ -72,11 +73,11 @@ func start(t *testing.T, storePath, deploymentFile, tokenFile string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grants, err := httpapi.LoadTokenFile(tokenFile)
+	grants, err := access.LoadTokenFile(tokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	authz, err := httpapi.Scoped(grants)
+	authz, err := access.Scoped(grants)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,8 @@ func start(t *testing.T, storePath, deploymentFile, tokenFile string) *world {
 	if w.service, err = config.NewService(w.engine, dep); err != nil {
 		t.Fatal(err)
 	}
-	h := config.Handler(w.service, config.HandlerOptions{Authorizer: authz, Heartbeat: 50 * time.Millisecond})
+	h := httpapi.NewHandler(w.engine, httpapi.Options{Authorizer: authz, Values: w.service, Logger: slog.New(slog.DiscardHandler),
+		Stream: httpapi.StreamOptions{Heartbeat: 50 * time.Millisecond}})
 	w.server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, ":fetch") {
 			w.fetches.Add(1)

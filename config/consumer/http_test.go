@@ -12,6 +12,7 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/config/consumer"
+	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/store/memory"
 )
 
@@ -34,7 +35,9 @@ func TestHTTPStreamReconnects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(config.Handler(svc, config.HandlerOptions{}))
+	api := httpapi.NewHandler(eng, httpapi.Options{Authorizer: varplane.AllowAll, Values: svc, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(api.Close)
+	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/config"
+	"github.com/varplane/varplane/internal/backoff"
 	"github.com/varplane/varplane/internal/wire"
 )
 
@@ -52,7 +53,7 @@ var (
 // Subscriber. It speaks the project's wire layer: an error answer is the
 // *varplane.Error the service sent (errors.Is and the details work), the
 // stream is read by wire.SSEReader within MaxEventBytes, and reconnects wait
-// by wire.Backoff.
+// by backoff.Duration.
 type HTTP struct {
 	// BaseURL is the server's root, such as "http://127.0.0.1:8790".
 	BaseURL string
@@ -65,7 +66,7 @@ type HTTP struct {
 	Client *http.Client
 	// Logger receives reconnections; slog.Default when nil.
 	Logger *slog.Logger
-	// Reconnect shapes the stream's reconnection backoff (wire.Backoff with
+	// Reconnect shapes the stream's reconnection backoff (backoff.Duration with
 	// these); 100 ms and 5 s when zero.
 	ReconnectBase, ReconnectMax time.Duration
 	// MaxEventBytes bounds one event of the stream: a larger one breaks the
@@ -154,7 +155,7 @@ func (h *HTTP) Subscribe(ctx context.Context, onCreated func(config.CreatedEvent
 			}
 			h.logger().Warn("configuration event stream ended, reconnecting", "err", err)
 			for round := 0; ; round++ {
-				t := time.NewTimer(wire.Backoff(round, base, maxWait))
+				t := time.NewTimer(backoff.Duration(round, base, maxWait))
 				select {
 				case <-life.Done():
 					t.Stop()

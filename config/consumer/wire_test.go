@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/config/consumer"
 	"github.com/varplane/varplane/httpapi"
@@ -36,15 +37,15 @@ func TestHTTPFetchErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grants, err := httpapi.ParseTokens(strings.NewReader("writer id=writer roles=" + config.RoleCreate + "\n"))
+	grants, err := access.ParseTokens(strings.NewReader("writer id=writer roles=" + config.RoleCreate + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := httpapi.Scoped(grants)
+	auth, err := access.Scoped(grants)
 	if err != nil {
 		t.Fatal(err)
 	}
-	real := httptest.NewServer(config.Handler(svc, config.HandlerOptions{Authorizer: auth}))
+	real := httptest.NewServer(httpapi.NewHandler(svc.Engine(), httpapi.Options{Authorizer: auth, Values: svc, Logger: slog.New(slog.DiscardHandler)}))
 	t.Cleanup(real.Close)
 
 	exp, cur := varplane.Generation(2), varplane.Generation(5)

@@ -10,8 +10,9 @@ import (
 )
 
 // WritePrivate writes data to path with mode 0600: a temporary file in the
-// same directory is written, synced and renamed over path, so a reader (or
-// a crash) sees the old file or the new one, never a part of it.
+// same directory is written, synced and renamed over path, and the
+// directory is synced, so a reader (or a crash) sees the old file or the
+// new one, never a part of it.
 func WritePrivate(path string, data []byte) (err error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -37,6 +38,12 @@ func WritePrivate(path string, data []byte) (err error) {
 	}
 	if err = os.Rename(f.Name(), path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	// The rename is durable once the directory is: sync it, where the
+	// platform lets a directory be opened and synced.
+	if d, derr := os.Open(filepath.Dir(path)); derr == nil {
+		_ = d.Sync()
+		_ = d.Close()
 	}
 	return nil
 }

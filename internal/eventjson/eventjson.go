@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 // Event returns the JSON form of ev in one allocation. ev.Document must

@@ -11,7 +11,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/eventjson"
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 // fataler is what mustMarshal needs of a *testing.T, *testing.B or *rapid.T.

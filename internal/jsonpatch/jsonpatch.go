@@ -22,7 +22,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/canonical"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 // The operations of RFC 6902.
@@ -114,7 +115,7 @@ func Get(doc []byte, pointer string) (json.RawMessage, error) {
 // AppendPointer appends the JSON Pointer token for key to path ("~" as
 // "~0", "/" as "~1").
 func AppendPointer(path, key string) string {
-	return path + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+	return path + "/" + canonical.EscapeToken(key)
 }
 
 func decode(b []byte) (any, error) {
@@ -256,10 +257,11 @@ func parsePointer(p string) ([]string, error) {
 	}
 	toks := strings.Split(p[1:], "/")
 	for i, t := range toks {
-		if strings.Contains(strings.NewReplacer("~0", "", "~1", "").Replace(t), "~") {
+		tok, ok := canonical.UnescapeToken(t)
+		if !ok {
 			return nil, fmt.Errorf("path %q has a bad ~ escape", p)
 		}
-		toks[i] = strings.NewReplacer("~1", "/", "~0", "~").Replace(t)
+		toks[i] = tok
 	}
 	return toks, nil
 }
@@ -479,4 +481,23 @@ func take(doc any, path []string) (any, any, error) {
 		return append(append(append(s, x[:i]...), nv), x[i+1:]...), taken, nil
 	}
 	return nil, nil, fmt.Errorf("%q: not an object or array", tok)
+}
+
+// Line renders one operation for people, the one way every text form of a
+// patch does (varplane diff, the control API's format=text, the console):
+// "+ path: value" (added), "- path: old" (removed), "~ path: old ARROW
+// value" (replaced), where old is the value the operation removes or
+// replaces, root names the path of the whole document and arrow is "->"
+// or "→".
+func Line(op, path string, old, value []byte, root, arrow string) string {
+	if path == "" {
+		path = root
+	}
+	switch op {
+	case OpAdd:
+		return "+ " + path + ": " + string(value)
+	case OpRemove:
+		return "- " + path + ": " + string(old)
+	}
+	return "~ " + path + ": " + string(old) + " " + arrow + " " + string(value)
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 func patchText(t *testing.T, p Patch) string {

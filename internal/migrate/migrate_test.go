@@ -47,6 +47,12 @@ func redisURL(t *testing.T) string {
 	return redistest.PrefixURL(t, "migrate")
 }
 
+// accessOwned is the access control as `varplane migrate` passes it.
+var accessOwned = []migrate.Owned{{Owner: access.Owner, Check: func(doc []byte) error {
+	_, err := access.ParseDocument(doc)
+	return err
+}}}
+
 func engineOf(t *testing.T, s varplane.Store) *varplane.Engine {
 	e := varplane.NewEngine(s, varplane.Options{Owners: []varplane.Owner{access.Owner}})
 	t.Cleanup(e.Close)
@@ -195,7 +201,7 @@ func TestPublishRejects(t *testing.T) {
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					s := k.open(t)
-					_, err := migrate.Publish(context.Background(), engineOf(t, s), writeDir(t, tc.files, tc.edit), migrate.PublishOptions{})
+					_, err := migrate.Publish(context.Background(), engineOf(t, s), writeDir(t, tc.files, tc.edit), migrate.PublishOptions{Owned: accessOwned})
 					rejected(t, err, tc.want)
 					if sc := must(s.Scopes(context.Background())); len(sc) != 0 {
 						t.Fatalf("a rejected publish wrote %v", sc)
@@ -207,7 +213,7 @@ func TestPublishRejects(t *testing.T) {
 	t.Run("no report", func(t *testing.T) {
 		dir := writeDir(t, good, nil)
 		_ = os.Remove(filepath.Join(dir, migrate.ReportFile))
-		_, err := migrate.Publish(context.Background(), engineOf(t, kinds[0].open(t)), dir, migrate.PublishOptions{})
+		_, err := migrate.Publish(context.Background(), engineOf(t, kinds[0].open(t)), dir, migrate.PublishOptions{Owned: accessOwned})
 		rejected(t, err, "report.json is missing")
 	})
 }
@@ -221,7 +227,7 @@ func TestExportPublish(t *testing.T) {
 				ctx := context.Background()
 				src := from.open(t)
 				e := engineOf(t, src)
-				if _, err := migrate.Publish(ctx, e, writeDir(t, good, nil), migrate.PublishOptions{}); err != nil {
+				if _, err := migrate.Publish(ctx, e, writeDir(t, good, nil), migrate.PublishOptions{Owned: accessOwned}); err != nil {
 					t.Fatal(err)
 				}
 				admin, err := access.NewService(e).Bootstrap(ctx, "admin", "t", false)
@@ -241,7 +247,7 @@ func TestExportPublish(t *testing.T) {
 					t.Fatalf("exported %d: %+v", rep.Exported, rep)
 				}
 				dst := to.open(t)
-				if _, err := migrate.Publish(ctx, engineOf(t, dst), out, migrate.PublishOptions{}); err != nil {
+				if _, err := migrate.Publish(ctx, engineOf(t, dst), out, migrate.PublishOptions{Owned: accessOwned}); err != nil {
 					t.Fatal(err)
 				}
 				if a, b := heads(t, src), heads(t, dst); !equal(a, b) {

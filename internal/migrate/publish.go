@@ -1,7 +1,6 @@
 package migrate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,6 @@ import (
 	"strings"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/canonical"
 	"github.com/varplane/varplane/internal/wire"
 )
@@ -29,6 +27,30 @@ type PublishOptions struct {
 	Resume bool
 	// Actor is recorded as the actor of every publish ("migrate" when empty).
 	Actor string
+	// Owned are the subsystems that own scopes of the store (the access
+	// control's principals): a document of an owned scope is checked by its
+	// owner before anything is written, and published in the owner's name.
+	// The tool writes the store directly and is trusted with every scope,
+	// owned ones included.
+	Owned []Owned
+}
+
+// Owned is a subsystem that owns scopes: Owner is what it registers with
+// the engine (varplane.Options.Owners), Check refuses a document it could
+// not read back (nil accepts every document the engine accepts).
+type Owned struct {
+	Owner varplane.Owner
+	Check func(doc []byte) error
+}
+
+// ownerOf returns the owner of scope among opts.Owned, or nil.
+func (opts *PublishOptions) ownerOf(scope varplane.Scope) *Owned {
+	for i := range opts.Owned {
+		if opts.Owned[i].Owner.Owns(scope) {
+			return &opts.Owned[i]
+		}
+	}
+	return nil
 }
 
 // planned is one document that passed every check.
@@ -74,7 +96,7 @@ func Publish(ctx context.Context, e *varplane.Engine, dir string, opts PublishOp
 		}
 		res, err := e.Publish(ctx, varplane.PublishRequest{
 			Scope: p.scope, Document: p.doc, SchemaID: p.schema.SchemaID, SchemaVersion: p.schema.SchemaVersion,
-			ExpectedGeneration: p.expected, Actor: opts.Actor, Owner: ownerOf(p.scope),
+			ExpectedGeneration: p.expected, Actor: opts.Actor, Owner: ownerName(opts.ownerOf(p.scope)),
 			Reason: "migrate publish " + p.path,
 		})
 		if err != nil {
@@ -85,13 +107,13 @@ func Publish(ctx context.Context, e *varplane.Engine, dir string, opts PublishOp
 	return rep, nil
 }
 
-// ownerOf names the owner a publish of scope writes as: the tool writes the
-// store directly and is trusted with every scope, the access scope included.
-func ownerOf(scope varplane.Scope) string {
-	if access.Owner.Owns(scope) {
-		return access.OwnerName
+// ownerName names the owner a publish writes as ("" for a scope nobody
+// owns).
+func ownerName(o *Owned) string {
+	if o == nil {
+		return ""
 	}
-	return ""
+	return o.Owner.Name
 }
 
 // check runs every check of Publish and returns the plan, root first.
@@ -185,8 +207,8 @@ func checkDocument(ctx context.Context, e *varplane.Engine, dir, rel string, sco
 		bad.addf("%s: invalid: %s", rel, varplane.RejectionReason(res.Issues))
 		return planned{}, false
 	}
-	if access.Owner.Owns(scope) {
-		if _, err := access.ParseDocument(doc); err != nil {
+	if o := opts.ownerOf(scope); o != nil && o.Check != nil {
+		if err := o.Check(doc); err != nil {
 			bad.addf("%s: %s", rel, varplane.ErrorMessage(err))
 			return planned{}, false
 		}
@@ -228,10 +250,8 @@ func readManifest(dir string) (*Manifest, error) {
 	if err != nil {
 		return nil, &RejectedError{Problems: []string{fmt.Sprintf("%s: %v", ReportFile, err)}}
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var m Manifest
-	if err := dec.Decode(&m); err != nil || m.Files == nil {
+	if err := wire.DecodeStored(data, &m); err != nil || m.Files == nil {
 		return nil, &RejectedError{Problems: []string{ReportFile + ` is not {"files": {"<relative path>": "sha256:<64 hex>"}}`}}
 	}
 	var bad problems

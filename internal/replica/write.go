@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 // CheckOpen returns varplane.ErrClosed once closed is set.

@@ -7,14 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"mime"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 // Client timeouts: every client of the project (SDK, CLI, configuration
@@ -56,27 +55,6 @@ func NewHTTPClient(tlsConfig *tls.Config, timeout time.Duration) *http.Client {
 		timeout = 0
 	}
 	return &http.Client{Transport: NewTransport(tlsConfig), Timeout: timeout}
-}
-
-// Backoff returns the wait before retry number attempt (0 for the first
-// retry after a failure): "full jitter", a uniform draw in (0, d] where d
-// doubles from min per attempt up to max. Spreading the whole interval is
-// what keeps a fleet of clients from reconnecting in step after an outage.
-func Backoff(attempt int, min, max time.Duration) time.Duration {
-	if min <= 0 {
-		min = 100 * time.Millisecond
-	}
-	if max < min {
-		max = min
-	}
-	d := min
-	for i := 0; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return time.Duration(rand.Int64N(int64(d))) + 1
 }
 
 // NewRequest builds a request a client sends to target: body, when not nil,

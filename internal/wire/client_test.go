@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
-
 	"github.com/varplane/varplane"
 )
 
@@ -156,40 +154,5 @@ func TestSetStreamHeaders(t *testing.T) {
 	SetStreamHeaders(req)
 	if req.Header.Get("Accept") != "text/event-stream" || req.Header.Get("Cache-Control") != "no-cache" {
 		t.Errorf("headers = %v", req.Header)
-	}
-}
-
-// TestBackoff: every wait is in (0, min(lo·2^attempt, hi)], the bound grows
-// by attempt and stops at hi, and the draws spread over the interval (full
-// jitter, not a fixed or half-fixed wait).
-func TestBackoff(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		lo := time.Duration(rapid.Int64Range(1, int64(time.Second)).Draw(t, "lo"))
-		hi := time.Duration(rapid.Int64Range(int64(lo), int64(time.Minute)).Draw(t, "hi"))
-		attempt := rapid.IntRange(0, 200).Draw(t, "attempt")
-		bound := lo
-		for i := 0; i < attempt && bound < hi; i++ {
-			bound *= 2
-		}
-		bound = min(bound, hi)
-		if d := Backoff(attempt, lo, hi); d <= 0 || d > bound {
-			t.Fatalf("Backoff(%d, %v, %v) = %v, want in (0, %v]", attempt, lo, hi, d, bound)
-		}
-	})
-	low, high := 0, 0
-	for range 1000 {
-		d := Backoff(3, 100*time.Millisecond, time.Minute) // bound 800ms
-		if d < 200*time.Millisecond {
-			low++
-		}
-		if d > 600*time.Millisecond {
-			high++
-		}
-	}
-	if low < 100 || high < 100 {
-		t.Errorf("draws are not spread over (0, 800ms]: %d below 200ms, %d above 600ms of 1000", low, high)
-	}
-	if d := Backoff(0, 0, 0); d <= 0 || d > 100*time.Millisecond {
-		t.Errorf("Backoff with zero bounds = %v, want the 100ms default", d)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/canonical"
 )
 
 // BadRequest returns a bad-request error with a formatted message.
@@ -220,7 +221,10 @@ func topField(ptr string) string {
 		return ""
 	}
 	tok, _, _ := strings.Cut(ptr[1:], "/")
-	return strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
+	if field, ok := canonical.UnescapeToken(tok); ok {
+		return field
+	}
+	return tok
 }
 
 // duplicateTopName finds the top-level member given twice, to name it.
@@ -575,3 +579,16 @@ func Targets(rawQuery string, prefixes bool) ([]Target, error) {
 	}
 	return out, nil
 }
+
+// StoredLimits are the limits of a document a store may hold: the
+// ceilings of every limit, so that whatever was acknowledged can be read
+// back.
+var StoredLimits = varplane.Limits{MaxBodyBytes: varplane.MaxBodyCeiling, MaxDepth: varplane.MaxDepthCeiling,
+	MaxStringBytes: varplane.MaxBodyCeiling, MaxMembers: varplane.MaxBodyCeiling}.WithDefaults()
+
+// DecodeStored decodes a stored document (the access control's
+// principals, a migration's report.json) into dst with the strict decoder
+// of the requests, within StoredLimits: field names match exactly, and an
+// unknown or repeated field, a wrong type or trailing data is bad-request
+// naming the field.
+func DecodeStored(doc []byte, dst any) error { return DecodeStrict(doc, dst, StoredLimits) }

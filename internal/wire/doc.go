@@ -17,8 +17,9 @@
 //   - Server-Sent Events frames, written (AppendEvent) and read (SSEReader);
 //   - the client side: the HTTP client and its timeouts (NewHTTPClient),
 //     requests with a JSON body and the bearer (NewRequest), answers read
-//     back as the server's error (Do), event streams checked (CheckStream),
-//     and the reconnect backoff (Backoff);
+//     back as the server's error (Do) and event streams checked
+//     (CheckStream); its reconnections wait by internal/backoff, which the
+//     shared stores use too;
 //   - the Host names a listener answers (HostPolicy), against DNS rebinding.
 //
 // Transports add framing only. Everything here is safe for concurrent use.

@@ -3,7 +3,7 @@ package wire
 import (
 	"net/http"
 
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 // WriteJSON answers v as JSON with status: compact, not HTML-escaped, one

@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 )
 
 // YAMLToJSON converts one YAML document to JSON text, keeping mapping order

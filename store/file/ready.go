@@ -6,8 +6,6 @@ import (
 	"github.com/varplane/varplane"
 )
 
-var _ varplane.WriteReadiness = (*Store)(nil)
-
 // WriteReady reports whether the store accepts writes
 // (varplane.WriteReadiness): not after a write or fdatasync failed (a full
 // disk, an I/O error), since which it refuses every write until it is

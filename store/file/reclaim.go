@@ -53,7 +53,7 @@ func (s *Store) ReclaimRevisions(ctx context.Context, scope varplane.Scope, revs
 // FinishReclaim compacts the log when revisions are on the to-delete list
 // or the tail has grown past compactTail, leaving the listed bodies out. On
 // failure the list is kept for the next pass, and the error is a
-// retention FailedError counting them (see retention.Finisher).
+// retention FailedError counting them (see varplane.ReclaimFinisher).
 func (s *Store) FinishReclaim(ctx context.Context) (int, error) {
 	s.reclaimMu.Lock()
 	pending := maps.Clone(s.reclaim.pending)

@@ -23,8 +23,6 @@ import (
 	"github.com/varplane/varplane/internal/logstate"
 )
 
-var _ varplane.Store = (*Store)(nil)
-
 // Store is the in-memory store. The zero value is not usable: call New.
 type Store struct {
 	logstate.Reads  // State, Revision, History, Idempotency, Scopes

@@ -6,8 +6,6 @@ import (
 	"github.com/varplane/varplane"
 )
 
-var _ varplane.WriteReadiness = (*Store)(nil)
-
 // WriteReady reports that the store accepts writes, which it does until
 // Close (varplane.WriteReadiness); ErrClosed after.
 func (s *Store) WriteReady(context.Context) error {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/store/storetest"
 )
 

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/backoff"
 	"github.com/varplane/varplane/internal/replica"
 )
 
@@ -21,7 +22,7 @@ import (
 func (s *Store) listenLoop() {
 	defer s.wg.Done()
 	first := true
-	backoff := 50 * time.Millisecond
+	retry := backoff.Retry{Min: reconnectMin, Max: reconnectMax}
 	idle := min(s.opts.RevalidateInterval, 5*time.Second)
 	for s.ctx.Err() == nil {
 		conn, err := s.listenConn()
@@ -30,15 +31,12 @@ func (s *Store) listenLoop() {
 				return
 			}
 			s.log.Warn("postgres store: cannot listen for invalidations; installed heads are served and revalidated until it is back", "err", err)
-			select {
-			case <-time.After(backoff):
-			case <-s.ctx.Done():
+			if !retry.Wait(s.ctx) {
 				return
 			}
-			backoff = min(2*backoff, 2*time.Second)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		retry.Reset()
 		s.stats.listens.Add(1)
 		if first {
 			first = false

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/wire/jsontext"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/store/storetest"
 )
 

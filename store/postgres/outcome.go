@@ -29,8 +29,6 @@ func statementNotRun(err error) bool {
 	return errors.As(err, &pe) || errors.As(err, &ce) || errors.As(err, &ns) || pgconn.SafeToRetry(err)
 }
 
-var _ varplane.WriteReadiness = (*Store)(nil)
-
 // WriteReady reports whether the database accepts the store's writes now
 // (varplane.WriteReadiness): one query, bounded by the command timeout, of
 // whether the server is a standby (pg_is_in_recovery) or makes

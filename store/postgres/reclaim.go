@@ -15,7 +15,7 @@ import (
 )
 
 // ReclaimRevisions reclaims the bodies of revs of scope in one transaction
-// and returns how many it reclaimed (retention.Reclaimer). Each revision's
+// and returns how many it reclaimed (varplane.Reclaimer). Each revision's
 // row stays, marked reclaimed_at and without its record, so that a read of
 // it answers revision-reclaimed; its revision-created event stays in the
 // log without its document. It never reclaims the head's revision nor one

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/backoff"
 	"github.com/varplane/varplane/internal/replica"
 )
 
@@ -33,7 +35,7 @@ func (s *Store) subscribeLoop() {
 			s.askPass()
 		}
 	})
-	backoff := 50 * time.Millisecond
+	retry := backoff.Retry{Min: reconnectMin, Max: reconnectMax}
 	for s.ctx.Err() == nil {
 		err := s.sub.Receive(ctx, s.sub.B().Subscribe().Channel(s.keys.channel()).Build(), func(m rueidis.PubSubMessage) {
 			s.stats.invalidations.Add(1)
@@ -45,12 +47,9 @@ func (s *Store) subscribeLoop() {
 			return
 		}
 		s.log.Warn("redis store: invalidation subscription failed; installed heads are served and revalidated until it is back", "err", err)
-		select {
-		case <-time.After(backoff):
-		case <-s.ctx.Done():
+		if !retry.Wait(s.ctx) {
 			return
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 
 // RevisionRecords lists, by scope, every revision whose record Redis holds
 // under the store's prefix (reclaimed ones excepted), for retention's
-// orphan rule (retention.RecordLister): a record that no revision-created
+// orphan rule (varplane.RecordLister): a record that no revision-created
 // event of its scope names is one whose commit did not complete, a script
 // that stopped after writing it. Redis indexes no records, so this is one
 // SCAN of every node (1,000 keys a step), once per reclamation pass.

@@ -60,8 +60,6 @@ func scriptNotRun(err error) bool {
 // replicas) and runs it otherwise.
 var probeScript = rueidis.NewLuaScript("#!lua\nreturn 1")
 
-var _ varplane.WriteReadiness = (*Store)(nil)
-
 // WriteReady reports whether Redis accepts the store's writes now
 // (varplane.WriteReadiness): it runs probeScript on every node, bounded by
 // the command timeout. Unreachable, read-only or refusing writes is

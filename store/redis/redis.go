@@ -2,16 +2,14 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
+
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/replica"
 )
@@ -167,11 +165,11 @@ var (
 // It returns a store-unavailable error when Redis cannot be reached, and a
 // bad-request error for a malformed URL or option.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
-	opts, warns, err := opts.normalise()
+	prefix, copt, addr, opts, err := parseOptions(rawURL, opts)
 	if err != nil {
 		return nil, &varplane.Error{Code: varplane.CodeBadRequest, Message: err.Error()}
 	}
-	prefix, copt, addr, err := parseURL(rawURL)
+	opts, warns, err := opts.normalise()
 	if err != nil {
 		return nil, &varplane.Error{Code: varplane.CodeBadRequest, Message: err.Error()}
 	}
@@ -239,35 +237,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// parseURL splits the store's own parameters off rawURL and hands the rest to
-// rueidis. addr is the host list, safe to log.
+// parseURL is parseOptions with no Options: the prefix, the client's
+// options and the address a URL names.
 func parseURL(rawURL string) (prefix string, opt rueidis.ClientOption, addr string, err error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		// url.Parse echoes the URL, password included: keep only the reason.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return "", opt, "", fmt.Errorf("redis store: bad URL: %v", err)
-	}
-	q := u.Query()
-	prefix = DefaultPrefix
-	if q.Has("prefix") {
-		// "varplane:" and "varplane" name the same keys: every key adds
-		// its own ':' after the prefix.
-		prefix = strings.TrimSuffix(q.Get("prefix"), ":")
-	}
-	if !validPrefix(prefix) {
-		return "", opt, "", fmt.Errorf("redis store: prefix %q must be non-empty without '{', '}' or whitespace", prefix)
-	}
-	q.Del("prefix")
-	u.RawQuery = q.Encode()
-	opt, err = rueidis.ParseURL(u.String())
-	if err != nil {
-		return "", opt, "", fmt.Errorf("redis store: bad URL: %v", err)
-	}
-	return prefix, opt, u.Host, nil
+	prefix, opt, addr, _, err = parseOptions(rawURL, Options{})
+	return prefix, opt, addr, err
 }
 
 // Name returns "redis".

@@ -11,18 +11,6 @@ import (
 	"github.com/varplane/varplane"
 )
 
-// beatStore is what a store that keeps the data-plane instances' status
-// heartbeats and canary reports implements (instance.StatusStore and
-// instance.ReportStore write them, control.HeartbeatStore and
-// control.ReportReader read them).
-type beatStore interface {
-	WriteStatus(ctx context.Context, id string, value []byte) error
-	ListInstance(ctx context.Context, id string, now time.Time) error
-	InstanceStatuses(ctx context.Context) (map[string][]byte, error)
-	WriteCanaryReport(ctx context.Context, window, id string, value []byte) error
-	CanaryReports(ctx context.Context, window string) (map[string][]byte, error)
-}
-
 // testBeats runs the heartbeat and report contract on a store that
 // implements it (and skips one that does not): a write replaces the
 // instance's previous value, values come back byte for byte under the id
@@ -32,7 +20,7 @@ type beatStore interface {
 // so each store's own tests cover it.
 func testBeats(t *testing.T, h Harness) {
 	s := open(t, h)
-	if _, ok := s.(beatStore); !ok {
+	if _, ok := s.(varplane.HeartbeatStore); !ok {
 		t.Skipf("the %s store keeps no instance heartbeats", s.Name())
 	}
 	for _, tc := range []struct {
@@ -56,10 +44,10 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func openBeats(t *testing.T, h Harness) (varplane.Store, beatStore) {
+func openBeats(t *testing.T, h Harness) (varplane.Store, varplane.HeartbeatStore) {
 	t.Helper()
 	s := open(t, h)
-	return s, s.(beatStore)
+	return s, s.(varplane.HeartbeatStore)
 }
 
 func wantValues(t *testing.T, what string, got map[string][]byte, err error, want map[string]string) {

@@ -9,28 +9,17 @@ import (
 	"github.com/varplane/varplane"
 )
 
-// reclaimer is the store side of retention (retention.Reclaimer and
-// retention.Finisher), restated here so that the suite does not depend on
-// the pass.
-type reclaimer interface {
-	ReclaimRevisions(ctx context.Context, scope varplane.Scope, revs []varplane.Revision) (int, error)
-}
-
-type finisher interface {
-	FinishReclaim(ctx context.Context) (int, error)
-}
-
 // reclaim reclaims revs of scope the way a pass does: ReclaimRevisions,
 // then FinishReclaim when the store completes its deletions at the end.
 func reclaim(t testing.TB, s varplane.Store, scope varplane.Scope, revs ...varplane.Revision) int {
 	t.Helper()
 	ctx := context.Background()
-	r := s.(reclaimer)
+	r := s.(varplane.Reclaimer)
 	n, err := r.ReclaimRevisions(ctx, scope, revs)
 	if err != nil {
 		t.Fatalf("ReclaimRevisions: %v", err)
 	}
-	if f, ok := s.(finisher); ok {
+	if f, ok := s.(varplane.ReclaimFinisher); ok {
 		m, err := f.FinishReclaim(ctx)
 		if err != nil {
 			t.Fatalf("FinishReclaim: %v", err)
@@ -46,7 +35,7 @@ func reclaim(t testing.TB, s varplane.Store, scope varplane.Scope, revs ...varpl
 func reclaimFixture(t *testing.T, h Harness, scope varplane.Scope, base int) (varplane.Store, []varplane.Revision) {
 	t.Helper()
 	s := open(t, h)
-	if _, ok := s.(reclaimer); !ok {
+	if _, ok := s.(varplane.Reclaimer); !ok {
 		t.Skipf("the %s store does not reclaim revisions yet", s.Name())
 	}
 	var revs []varplane.Revision

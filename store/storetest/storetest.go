@@ -79,6 +79,7 @@ func Run(t *testing.T, h Harness) {
 		{"EngineReplaysRejection", testEngineReplaysRejection},
 		{"RollbackTarget", testRollbackTarget},
 		{"WriteReady", testWriteReady},
+		{"Capabilities", testCapabilities},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })

@@ -1,0 +1,18 @@
+package redis
+
+import "github.com/varplane/varplane"
+
+// The contract and the optional capabilities (varplane's capabilities.go)
+// this store implements; store/storetest checks each of them.
+var (
+	_ varplane.Store          = (*Store)(nil)
+	_ varplane.HeartbeatStore = (*Store)(nil)
+	_ varplane.Reclaimer      = (*Store)(nil)
+	_ varplane.Forgetter      = (*Store)(nil)
+	_ varplane.Confirmer      = (*Store)(nil)
+	_ varplane.ReadOnlyStore  = (*Store)(nil)
+	_ varplane.Replayer       = (*Store)(nil)
+	_ varplane.ReadyDetailer  = (*Store)(nil)
+	_ varplane.WriteReadiness = (*Store)(nil)
+	_ varplane.RecordLister   = (*Store)(nil)
+)
