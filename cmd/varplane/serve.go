@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	stdlog "log"
@@ -146,7 +147,7 @@ Stores (--store):
 	fs.BoolVar(&cfg.accessControl, "access-control", false, "authorize by the principals held in the store (varplane token, varplane migrate bootstrap) as well as --tokens: a token is looked up in the tokens file first, then in the store; serves {base}/access/tokens")
 	fs.StringVar(&cfg.components, "components", "", "deployment declaration (JSON, from `varplane config deploy`); serves the component configuration values service at /configuration/values/ and its page at /.configuration (with the console on, a redirect to /ui/components)")
 	registerRPCFlags(fs, &cfg.rpcAddr, &cfg.grpc)
-	fs.DurationVar(&cfg.reclaimInterval, "reclaim-interval", retention.DefaultInterval, "time between reclamation passes, the first one interval after start (0: none)")
+	fs.DurationVar(&cfg.reclaimInterval, "reclaim-interval", retention.DefaultInterval, "time between reclamation passes, the first one interval after start (0: none); on the file and memory stores no pass runs unless this is given")
 	cfg.policy.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -176,10 +177,35 @@ Stores (--store):
 	if err := checkReplicaStore(cfg.store, cfg.redis); err != nil {
 		return err
 	}
+	if err := cfg.retentionDefaults(fs); err != nil {
+		return err
+	}
 	if err := cfg.check(); err != nil {
 		return err
 	}
 	return c.serve(ctx, cfg, base, log)
+}
+
+// retentionDefaults turns reclamation off on the stores whose log book is
+// kept forever (file, and memory) unless --reclaim-interval asks for it:
+// the reference's log is appended forever, and a revision staged for review
+// must not disappear because an hour went by. Redis and PostgreSQL keep the
+// reference's defaults. A retention policy flag given where no pass will
+// run is refused, so that nobody believes revisions are being reclaimed.
+func (cfg *serveConfig) retentionDefaults(fs *flag.FlagSet) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	kind, _, _ := strings.Cut(cfg.store, ":")
+	if kind != "file" && kind != "memory" || set["reclaim-interval"] {
+		return nil
+	}
+	cfg.reclaimInterval = 0
+	for _, name := range []string{"retain-count", "retain-min-age", "orphan-age"} {
+		if set[name] {
+			return usagef("--%s: the %s store reclaims nothing unless --reclaim-interval is given (its log book is kept whole by default; see docs/retention.md)", name, kind)
+		}
+	}
+	return nil
 }
 
 // check refuses the values serve cannot run with, as usage errors, before
