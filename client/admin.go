@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/varplane/varplane"
@@ -320,15 +322,32 @@ func (a *Admin) request(ctx context.Context, method, path string, q url.Values, 
 }
 
 // send sends req through wire.Do: an error answer is the *varplane.Error it
-// carries; a transport failure is wrapped with the route.
+// carries; a transport failure is wrapped with the route. A write (any
+// method but GET and HEAD) whose request was written whole and whose answer
+// never came may have committed: it is outcome-unknown
+// (varplane.ErrOutcomeUnknown), as the server's own answer for a commit
+// whose store went silent is, never a plain transport failure, which a
+// caller would take for "nothing happened".
 func (a *Admin) send(req *http.Request) (*http.Response, error) {
+	var written atomic.Bool
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			WroteRequest: func(i httptrace.WroteRequestInfo) { written.Store(i.Err == nil) },
+		}))
+	}
 	resp, err := wire.Do(a.http, req)
 	if err != nil {
 		var ve *varplane.Error
 		if errors.As(err, &ve) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("client: %s %s: %w", req.Method, req.URL.Path, err)
+		err = fmt.Errorf("client: %s %s: %w", req.Method, req.URL.Path, err)
+		if written.Load() {
+			e := varplane.OutcomeUnknown(err)
+			e.Message = "the request reached the server and its answer was lost, so the write may or may not have happened: re-read, or repeat it with the same idempotency key"
+			return nil, e
+		}
+		return nil, err
 	}
 	return resp, nil
 }

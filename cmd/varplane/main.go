@@ -222,6 +222,7 @@ func (m *Main) exit(err error) int {
 	var se *varplane.Error
 	if errors.As(err, &se) {
 		m.routeHint(se)
+		outcomeHint(se)
 		if m.jsonErrors {
 			body := wire.BodyOf(se)
 			_ = writeJSON(m.Stdout, body)
@@ -278,6 +279,19 @@ func (m *Main) routeHint(e *varplane.Error) {
 	}
 	e.Hint = fmt.Sprintf("--server carries the path %s, so requests go to %s%s/…; give the server's root URL as --server and the var API's path as --base (default %s)",
 		m.serverPath, m.serverPath, m.base, defaultBase)
+}
+
+// outcomeHint tells what to do about a write whose outcome is unknown (the
+// store or the connection went silent after the write was sent): it may
+// have happened, so neither "retry blindly" nor "nothing changed" is safe
+// advice.
+func outcomeHint(e *varplane.Error) {
+	if e.Code != varplane.CodeOutcomeUnknown || e.Hint != "" {
+		return
+	}
+	e.Hint = "the write may or may not have happened: look with `varplane status` or `varplane history` before trying again; " +
+		"a repeat with the same --idempotency-key is safe (it answers the first result if the write landed), and a repeat " +
+		"with the same --expected-generation is refused as a conflict if it did"
 }
 
 // usageError marks an error as the caller's mistake (exit 2). reported is set

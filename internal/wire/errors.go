@@ -177,8 +177,18 @@ func ParseError(status int, body []byte) *varplane.Error {
 }
 
 // ResponseError reads (at most MaxErrorBytes of) an error answer and returns
-// it as ParseError does. It does not close the body.
+// it as ParseError does, except that a 504 without an error body of ours (a
+// proxy's page) to a write is outcome-unknown: the proxy gave up waiting, and
+// the server may have committed. It does not close the body.
 func ResponseError(resp *http.Response) *varplane.Error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBytes))
-	return ParseError(resp.StatusCode, body)
+	e := ParseError(resp.StatusCode, body)
+	if resp.StatusCode == http.StatusGatewayTimeout && e.Code == varplane.CodeStoreUnavailable && resp.Request != nil &&
+		resp.Request.Method != http.MethodGet && resp.Request.Method != http.MethodHead {
+		// A proxy's 504 to a write: it gave up waiting for the server,
+		// which may have committed. Not "nothing changed".
+		e.Code = varplane.CodeOutcomeUnknown
+		e.Message = "a proxy gave up waiting for the server (" + e.Message + "), so the write may or may not have happened: re-read, or repeat it with the same idempotency key"
+	}
+	return e
 }

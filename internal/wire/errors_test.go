@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -146,6 +147,30 @@ func TestBearer(t *testing.T) {
 	} {
 		if got := Bearer(in); got != want {
 			t.Errorf("Bearer(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestProxyTimeoutOfAWrite: a proxy's 504 page answered to a write is
+// outcome-unknown (the server may have committed); to a read, and any
+// answer with an error body of ours, it keeps its code.
+func TestProxyTimeoutOfAWrite(t *testing.T) {
+	for _, tc := range []struct {
+		method, body string
+		status       int
+		want         varplane.Code
+	}{
+		{"POST", "<html>gateway timeout</html>", 504, varplane.CodeOutcomeUnknown},
+		{"PUT", "", 504, varplane.CodeOutcomeUnknown},
+		{"GET", "<html>gateway timeout</html>", 504, varplane.CodeStoreUnavailable},
+		{"POST", "<html>bad gateway</html>", 502, varplane.CodeStoreUnavailable},
+		{"POST", `{"code":"store-unavailable","error":"the store is unavailable"}`, 503, varplane.CodeStoreUnavailable},
+		{"POST", `{"code":"revision-conflict","error":"x"}`, 409, varplane.CodeRevisionConflict},
+	} {
+		req := httptest.NewRequest(tc.method, "/vars/admin/publish", nil)
+		resp := &http.Response{StatusCode: tc.status, Request: req, Body: io.NopCloser(strings.NewReader(tc.body))}
+		if got := ResponseError(resp).Code; got != tc.want {
+			t.Errorf("%s answered %d %q: code %s, want %s", tc.method, tc.status, tc.body, got, tc.want)
 		}
 	}
 }
