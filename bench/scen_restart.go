@@ -13,18 +13,15 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/canonical"
-	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/retention"
 	"github.com/varplane/varplane/store/file"
 )
 
 // writeLog writes a file-store log of events lines over scopes scopes: each
 // scope in turn gets a revision-created event (a distinct 1 KiB document)
-// followed by its activation at the next generation, the two in one batch,
-// as a publish writes them (log format 2: the frame start, then each batch
-// closed by its sync line, file.CloseBatch). Each line is the JSON form of
-// one varplane.Event (written with the store's own encoder, which produces
-// what encoding/json would, only faster).
+// followed by its activation at the next generation, the two written as a
+// publish writes them, each line linked into its scope's chain
+// (file.LogWriter: log format 3, what the store writes).
 func writeLog(path string, events, scopes, docSize int) (varplane.Scope, error) {
 	f, err := os.Create(path)
 	if err != nil {
@@ -32,9 +29,7 @@ func writeLog(path string, events, scopes, docSize int) (varplane.Scope, error) 
 	}
 	defer f.Close()
 	w := bufio.NewWriterSize(f, 1<<20)
-	if _, err := w.WriteString(file.FrameStart); err != nil {
-		return "", err
-	}
+	lw := file.NewLogWriter(w)
 	gens := make([]varplane.Generation, scopes)
 	ts := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var first varplane.Scope
@@ -49,9 +44,8 @@ func writeLog(path string, events, scopes, docSize int) (varplane.Scope, error) 
 		ts = ts.Add(time.Millisecond)
 		created := varplane.Event{Kind: varplane.EventRevisionCreated, Scope: scope, Revision: varplane.Revision(digest),
 			Document: doc, Actor: "bench", Timestamp: ts}
-		lineBuf = appendLine(lineBuf[:0], &created)
 		if i+1 >= events {
-			if err := writeBatch(w); err != nil {
+			if err := lw.Write(&created); err != nil {
 				return "", err
 			}
 			break
@@ -60,8 +54,7 @@ func writeLog(path string, events, scopes, docSize int) (varplane.Scope, error) 
 		gens[k]++
 		act := varplane.Event{Kind: varplane.EventActivated, Scope: scope, Revision: created.Revision,
 			Generation: gens[k], PreviousGeneration: varplane.GenerationPtr(prev), Actor: "bench", Timestamp: ts}
-		lineBuf = appendLine(lineBuf, &act)
-		if err := writeBatch(w); err != nil {
+		if err := lw.WritePublish(&created, &act); err != nil {
 			return "", err
 		}
 	}
@@ -69,19 +62,6 @@ func writeLog(path string, events, scopes, docSize int) (varplane.Scope, error) 
 		return "", err
 	}
 	return first, f.Close()
-}
-
-var lineBuf []byte
-
-func appendLine(b []byte, ev *varplane.Event) []byte {
-	return append(eventjson.AppendEvent(b, ev), '\n')
-}
-
-// writeBatch writes the lines in lineBuf as one batch.
-func writeBatch(w *bufio.Writer) error {
-	lineBuf = file.CloseBatch(lineBuf, 0)
-	_, err := w.Write(lineBuf)
-	return err
 }
 
 func scenarioRestart(ctx context.Context, cfg *config, e *env, rep *Report) {

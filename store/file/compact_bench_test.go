@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/storetest"
 )
@@ -70,14 +69,13 @@ func BenchmarkRestartManyScopes(b *testing.B) {
 		b.Fatal(err)
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
+	lw := file.NewLogWriter(w)
 	doc := `{"enabled":true,"note":"` + strings.Repeat("x", 980) + `","n":`
-	var buf []byte
 	for i := range n {
 		sc := varplane.Scope(fmt.Sprintf("many.s%06d", i))
 		c := storetest.CreatedEvent(sc, []byte(doc+fmt.Sprintf("%d}", i)))
 		for _, ev := range []*varplane.Event{c, storetest.ActivatedEvent(sc, c.Revision, 0)} {
-			buf = append(eventjson.AppendEvent(buf[:0], ev), '\n')
-			if _, err := w.Write(buf); err != nil {
+			if err := lw.Write(ev); err != nil {
 				b.Fatal(err)
 			}
 		}
