@@ -164,6 +164,16 @@ func (st *State) Restore(scopes []ScopeImage, idem []*varplane.IdempotencyRecord
 	return nil
 }
 
+// AddIdempotency adds records to the idempotency map: those of a log's
+// events that a Restore did not carry, read after it. Writer only.
+func (st *State) AddIdempotency(recs []*varplane.IdempotencyRecord) {
+	st.idemMu.Lock()
+	defer st.idemMu.Unlock()
+	for _, r := range recs {
+		st.idem[r.Key] = r
+	}
+}
+
 // Reclaim takes the records of revs out of scope s, never the head's: the
 // body is gone, while the events that name the revision stay in the history
 // (their documents dropped), and a read of it is told it was reclaimed

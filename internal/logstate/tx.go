@@ -665,20 +665,11 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 			changes = make([]varplane.ScopeChange, 0, 1+len(e.Cascade))
 			changes = append(changes, varplane.ScopeChange{Scope: e.Scope, Generation: e.Generation})
 		}
-		reason := varplane.CascadeReason(e.Scope)
 		for _, c := range e.Cascade {
 			tc := tx.target(c.Scope)
-			prev := c.Generation - 1
-			tc.addHist(varplane.Event{
-				Kind:               varplane.EventDeactivated,
-				Scope:              tc.scope(),
-				Generation:         c.Generation,
-				PreviousGeneration: &prev,
-				Actor:              e.Actor,
-				OnBehalfOf:         e.OnBehalfOf,
-				Reason:             reason,
-				Timestamp:          e.Timestamp,
-			})
+			entry := CascadeEntry(e, c)
+			entry.Scope = tc.scope()
+			tc.addHist(entry)
 			cw := tc.w()
 			cw.gen, cw.headIdx, cw.head = c.Generation, 0, nil
 			if tx.bulk {
@@ -697,11 +688,7 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 		w.rejIdx, w.rejected = idx, nil
 	}
 	if e.IdempotencyKey != "" {
-		rec := &varplane.IdempotencyRecord{Key: e.IdempotencyKey, RequestHash: e.RequestHash, Event: *e, Generation: t.gen()}
-		// The record needs the event's identity, not its body (a
-		// checkpoint drops it too): holding the document here would keep
-		// a reclaimed body in memory.
-		rec.Event.Document = nil
+		rec := IdempotencyRecord(e, t.gen())
 		if tx.bulk {
 			tx.st.idem[rec.Key] = rec
 		} else {
@@ -709,6 +696,34 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 		}
 	}
 	return t.sl
+}
+
+// CascadeEntry returns the deactivated entry that parent, a subtree
+// deactivation, puts in the history of c.Scope, one of the descendants it
+// lists: no link of its own (parent's covers it), reason
+// CascadeReason(parent.Scope).
+func CascadeEntry(parent *varplane.Event, c varplane.CascadeEntry) varplane.Event {
+	prev := c.Generation - 1
+	return varplane.Event{
+		Kind:               varplane.EventDeactivated,
+		Scope:              c.Scope,
+		Generation:         c.Generation,
+		PreviousGeneration: &prev,
+		Actor:              parent.Actor,
+		OnBehalfOf:         parent.OnBehalfOf,
+		Reason:             varplane.CascadeReason(parent.Scope),
+		Timestamp:          parent.Timestamp,
+	}
+}
+
+// IdempotencyRecord returns the record of ev's idempotency key, gen being
+// its scope's generation right after ev.
+func IdempotencyRecord(ev *varplane.Event, gen varplane.Generation) *varplane.IdempotencyRecord {
+	rec := &varplane.IdempotencyRecord{Key: ev.IdempotencyKey, RequestHash: ev.RequestHash, Event: *ev, Generation: gen}
+	// The record needs the event's identity, not its body: holding the
+	// document here would keep a reclaimed body in memory.
+	rec.Event.Document = nil
+	return rec
 }
 
 const (

@@ -1,7 +1,10 @@
 package file
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -49,6 +52,31 @@ func (b *bodyFile) ReadBody(off int64, n int) ([]byte, error) {
 		return nil, fmt.Errorf("file store: read %d bytes at byte offset %d of %s: %w", n, off, b.path, err)
 	}
 	return buf, nil
+}
+
+// readLine returns the line of the log that starts at off, newline
+// included (at most maxLineBytes long).
+func (b *bodyFile) readLine(off int64) ([]byte, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.retired {
+		return nil, logstate.ErrStaleBody
+	}
+	buf := make([]byte, 2048)
+	for n := 0; ; {
+		k, err := b.f.ReadAt(buf[n:], off+int64(n))
+		if i := bytes.IndexByte(buf[n:n+k], '\n'); i >= 0 {
+			return buf[:n+i+1], nil
+		}
+		n += k
+		switch {
+		case err != nil && !errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("file store: read %s at byte offset %d: %w", b.path, off, err)
+		case err != nil, n >= maxLineBytes:
+			return nil, fmt.Errorf("file store: %s: no whole line at byte offset %d", b.path, off)
+		}
+		buf = append(buf, make([]byte, len(buf))...)
+	}
 }
 
 // retire makes every later read answer ErrStaleBody and closes the file,

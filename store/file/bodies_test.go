@@ -82,8 +82,9 @@ func bodiesErr(s *file.Store, docs map[varplane.Scope]map[varplane.Revision][]by
 }
 
 // TestBodiesStayOnDisk: after a full replay only the heads' documents are
-// in memory, and every read returns exactly what was stored; an old
-// revision that becomes the head again is read back from the log.
+// in memory, after a restart from a checkpoint no scope's revisions are
+// even read until used, and every read returns exactly what was stored; an
+// old revision that becomes the head again is read back from the log.
 func TestBodiesStayOnDisk(t *testing.T) {
 	const scopes, revs = 4, 6
 	path := filepath.Join(t.TempDir(), "log.jsonl")
@@ -94,14 +95,26 @@ func TestBodiesStayOnDisk(t *testing.T) {
 	}
 	_ = s.Close()
 
-	s = mustOpen(t, path, file.Options{})
-	defer s.Close()
+	s = mustOpen(t, path, file.Options{CheckpointEvery: -1})
 	if b := s.Bodies(); b.Resident != scopes || b.OnDisk != scopes*(revs-1) || b.Unloaded != 0 {
 		t.Fatalf("after a full replay: %+v, want %d resident (the heads), %d on disk", b, scopes, scopes*(revs-1))
 	}
 	checkBodies(t, s, docs)
 	if b := s.Bodies(); b.Resident != scopes {
 		t.Fatalf("reads made bodies resident: %+v", b)
+	}
+	_ = s.Close()
+
+	// From the checkpoint (the first Close wrote it): no scope's
+	// revisions are even read until used.
+	s = mustOpen(t, path, file.Options{})
+	defer s.Close()
+	if b := s.Bodies(); b.Resident != scopes || b.OnDisk != 0 || b.Unloaded != scopes {
+		t.Fatalf("after a restart from the checkpoint: %+v, want %d resident and %d scopes unloaded", b, scopes, scopes)
+	}
+	checkBodies(t, s, docs)
+	if b := s.Bodies(); b.Resident != scopes || b.OnDisk != scopes*(revs-1) || b.Unloaded != 0 {
+		t.Fatalf("after reading every revision: %+v, want %d resident (the heads), %d on disk", b, scopes, scopes*(revs-1))
 	}
 	// Rolling back to an old revision brings its body in (it is the head).
 	ctx := context.Background()

@@ -3,6 +3,7 @@ package file
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -77,6 +78,10 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 	var res CompactResult
 	s.compactMu.Lock()
 	defer s.compactMu.Unlock()
+	// The history before a checkpoint is read from the log this replaces.
+	if err := s.waitCold(ctx); err != nil {
+		return res, err
+	}
 	// Every body reference must be in the fold's index to be re-pointed
 	// at the new log.
 	if err := s.st.LoadAll(); err != nil {
@@ -114,13 +119,33 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 		return res, err
 	}
 	if len(gone) == 0 {
+		// Nothing to leave out: a checkpoint, so that a restart reads
+		// only what follows.
 		res.After = res.Before
-		return res, nil
+		if s.ck.every < 0 {
+			return res, nil
+		}
+		return res, s.checkpoint(ctx, true)
 	}
+	if err := s.compactReclaim(ctx, at, gone, &res); err != nil || s.ck.every < 0 {
+		return res, err
+	}
+	if err := s.checkpoint(ctx, true); err != nil {
+		s.log.Warn("file store: cannot write a checkpoint after the compaction", "path", s.path, "err", err)
+	}
+	return res, nil
+}
+
+// compactReclaim writes the log again without the documents of gone (the
+// lines before at are rewritten, those after it copied) and swaps it in.
+func (s *Store) compactReclaim(ctx context.Context, at int64, gone map[varplane.Scope]map[varplane.Revision]bool, res *CompactResult) error {
+	// The checkpoints point into the log this replaces.
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
 	tmp := s.path + compactSuffix
 	nf, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return res, fmt.Errorf("file store: create %s: %w", tmp, err)
+		return fmt.Errorf("file store: create %s: %w", tmp, err)
 	}
 	keep := false
 	defer func() {
@@ -132,10 +157,10 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 	hook("created")
 	moved, err := s.rewrite(ctx, nf, at, gone)
 	if err != nil {
-		return res, err
+		return err
 	}
 	if err := s.syncNew(nf, tmp); err != nil {
-		return res, err
+		return err
 	}
 	hook("written")
 	newAt := at - moved.shift(at)
@@ -143,7 +168,7 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 	// the log's name (the same file either way).
 	nb, err := openBodies(tmp)
 	if err != nil {
-		return res, err
+		return err
 	}
 	nb.path = s.path
 	swapped := false
@@ -152,7 +177,7 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 			nb.retire()
 		}
 	}()
-	err = s.runOnCommitter(ctx, func() error {
+	return s.runOnCommitter(ctx, func() error {
 		t0 := time.Now()
 		defer func() { res.Paused = time.Since(t0) }()
 		if err := activatedSince(s, gone); err != nil {
@@ -192,8 +217,16 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 			return err
 		}
 		hook("dir-synced")
+		// The old checkpoint no longer matches (Open would ignore it,
+		// with a warning); the next is written from the new log.
+		if err := os.Remove(s.path + checkpointSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("file store: cannot remove the checkpoint of the log before its compaction", "path", s.path, "err", err)
+		}
+		s.resetCheckpointer()
 		for scope, revs := range gone {
-			res.Reclaimed += len(s.st.Reclaim(scope, slices.Collect(maps.Keys(revs))))
+			got := s.st.Reclaim(scope, slices.Collect(maps.Keys(revs)))
+			s.cold.reclaim(scope, got)
+			res.Reclaimed += len(got)
 		}
 		// The bodies now live in the new log, where every line before the
 		// offset moved back by what the rewritten lines before it lost,
@@ -211,7 +244,6 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 		res.After = s.off
 		return nil
 	})
-	return res, err
 }
 
 // shifts records, for the lines a compaction wrote shorter, where each

@@ -18,26 +18,6 @@ import (
 	"github.com/varplane/varplane/store/storetest"
 )
 
-// compacting is the conformance harness whose restarts go through a
-// compaction: every reopen reads a checkpoint and its tail.
-func compacting(opts file.Options) storetest.Harness {
-	h := harness(opts)
-	h.Reopen = func(tb testing.TB, s varplane.Store) varplane.Store {
-		fs := s.(*file.Store)
-		if _, err := fs.Compact(context.Background(), nil); err != nil {
-			tb.Fatalf("Compact: %v", err)
-		}
-		path := fs.Path()
-		if err := s.Close(); err != nil {
-			tb.Fatalf("Close: %v", err)
-		}
-		return mustOpen(tb, path, opts)
-	}
-	return h
-}
-
-func TestConformanceCompacted(t *testing.T) { storetest.Run(t, compacting(file.Options{})) }
-
 // workload commits n rounds over a few scopes: revisions, activations,
 // rejections, subtree deactivations and publishes with idempotency keys.
 func workload(t testing.TB, s varplane.Store, from, n int) {

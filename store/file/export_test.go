@@ -12,3 +12,20 @@ func SetMaxLineBytes(n int) int {
 	maxLineBytes = n
 	return old
 }
+
+// CheckpointedAt returns the log offset of the checkpoint Open started
+// from, or -1 when it replayed the whole log.
+func CheckpointedAt(s *Store) int64 {
+	if s.ck.from == nil {
+		return -1
+	}
+	return s.ck.from.hdr.Log
+}
+
+// SetDigestChunk sets the size of the log chunks a checkpoint's digest is
+// made of, and returns the previous one.
+func SetDigestChunk(n int64) int64 {
+	old := digestChunk
+	digestChunk = n
+	return old
+}

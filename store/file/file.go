@@ -75,6 +75,12 @@ type Options struct {
 	// power failure or OS crash. For benchmarks that measure everything but
 	// the disk.
 	NoSync bool
+	// CheckpointEvery is how many events the log gains between two
+	// checkpoints written in the background beside it (checkpoint.go),
+	// besides the one Close writes: 0 means 100,000; a negative value
+	// writes none, not even at Close, and every Open replays the whole
+	// log.
+	CheckpointEvery int
 }
 
 // maxBatch bounds the commits that share one write and fsync.
@@ -82,7 +88,7 @@ const maxBatch = 1024
 
 // Store is a file-backed store. Obtain one with Open.
 type Store struct {
-	logstate.Reads  // State, Idempotency, Scopes
+	logstate.Reads  // State, Scopes
 	logstate.Leases // AcquireLease, RenewLease, ReleaseLease: in this process
 	logstate.Beats  // instance statuses and canary reports: in this process
 
@@ -117,6 +123,14 @@ type Store struct {
 	watchers logstate.Watchers
 
 	commits, batches, rejected atomic.Uint64
+
+	// Checkpoints (checkpoint.go): ckMu is held while one is written
+	// (and by a compaction, which moves the lines they point at); cold
+	// reads the log before the checkpoint Open started from (cold.go).
+	ckMu sync.Mutex
+	ck   checkpointer
+	ckf  *os.File // the checkpoint Open read, whose blocks the fold may still read
+	cold *cold
 
 	// Retention (compact.go, reclaim.go).
 	bodies    *bodyFile // reads the documents the fold keeps on disk (bodies.go)
@@ -250,15 +264,77 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 	if opts.NoSync {
 		s.syncf = func() error { return nil }
 	}
-	if err := s.replay(ctx, s.st.Bulk(), 0, 0); err != nil {
+	s.ck.every = int64(opts.CheckpointEvery)
+	if s.ck.every == 0 {
+		s.ck.every = checkpointEveryDefault
+	}
+	if err := s.load(ctx); err != nil {
 		s.bodies.retire()
+		if s.ckf != nil {
+			_ = s.ckf.Close()
+		}
 		_ = f.Close()
 		return nil, err
 	}
 	s.used.Store(s.off)
+	s.ck.kicked = s.lines
 	s.tx = s.st.Begin()
 	go s.committer()
+	if ck := s.ck.from; ck != nil {
+		s.startCold(ck.hdr.Log)
+	}
+	s.startCheckpointer()
 	return s, nil
+}
+
+// load folds the log: from the checkpoint beside it and the lines after
+// it when the checkpoint matches the log, else the whole log (see
+// checkpoint.go).
+func (s *Store) load(ctx context.Context) error {
+	var ck *checkpoint
+	if s.ck.every > 0 {
+		var err error
+		if ck, err = s.readCheckpoint(); err != nil {
+			s.log.Warn("file store: ignoring the checkpoint, which cannot be read; replaying the whole log", "path", s.path+checkpointSuffix, "err", err)
+		}
+	}
+	if ck != nil {
+		fi, err := s.f.Stat()
+		if err != nil {
+			return fmt.Errorf("file store: stat %s: %w", s.path, err)
+		}
+		if err := ck.verify(ctx, s.f, fi.Size()); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.log.Warn("file store: ignoring the checkpoint, which does not match the log; replaying the whole log", "path", s.path+checkpointSuffix, "err", err)
+			defer ck.f.Close()
+			torn, err := s.replay(ctx, s.st.Bulk(), 0, 0)
+			if err != nil {
+				return err
+			}
+			// Before anything is cut: the log must hold what the
+			// checkpoint saw, or nothing of it changes.
+			if err := ck.reached(s.st); err != nil {
+				return fmt.Errorf("file store: %s does not hold what its checkpoint %s%s recorded (move the checkpoint away to open the log as it is): %w", s.path, s.path, checkpointSuffix, err)
+			}
+			return s.cut(torn)
+		}
+		if err := s.st.Restore(ck.scopes, nil); err != nil {
+			return fmt.Errorf("file store: %s%s: the checkpoint does not hold together: %w", s.path, checkpointSuffix, err)
+		}
+		s.ck.from, s.ckf = ck, ck.f
+		torn, err := s.replay(ctx, s.st.Bulk(), ck.hdr.Log, int(ck.hdr.Lines))
+		if err != nil {
+			return err
+		}
+		return s.cut(torn)
+	}
+	torn, err := s.replay(ctx, s.st.Bulk(), 0, 0)
+	if err != nil {
+		return err
+	}
+	return s.cut(torn)
 }
 
 // removeLeftovers removes the files a crash may leave beside the log: a
@@ -395,6 +471,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 	s.used.Store(s.off)
 	s.commits.Add(uint64(events))
 	s.batches.Add(1)
+	s.kickCheckpointer()
 	s.watchers.Notify(tx.Commit())
 	return buf
 }
@@ -440,6 +517,12 @@ func (s *Store) submit(ctx context.Context, ev *varplane.Event, expected varplan
 			return nil, err
 		}
 		r.ev, r.line = p, openLine(p)
+	}
+	if ev.IdempotencyKey != "" {
+		// Checked against every key the log holds (cold.go).
+		if err := s.waitCold(ctx); err != nil {
+			return nil, err
+		}
 	}
 	err := s.send(ctx, r)
 	if err == nil {
@@ -522,16 +605,6 @@ func (s *Store) Name() string { return "file" }
 // Path returns the path of the log.
 func (s *Store) Path() string { return s.path }
 
-// Replay returns the state of scope right after the event that allocated
-// generation gen (generation 0: the never-activated zero state), or a
-// not-found error when the scope is not in the log or never reached gen.
-func (s *Store) Replay(ctx context.Context, scope varplane.Scope, gen varplane.Generation) (*varplane.ScopeState, error) {
-	if s.IsShut() {
-		return nil, varplane.ErrClosed
-	}
-	return s.replayAt(ctx, scope, gen)
-}
-
 // Append commits ev with the checks of varplane.Store.Append, durably: it
 // returns only after the event is written and fdatasync'ed, and only then is
 // it visible. The stored event is a normalised copy (UTC timestamp,
@@ -579,6 +652,11 @@ func (s *Store) AppendPublishChecked(ctx context.Context, created, activated *va
 	r := &request{expected: expected}
 	if err := s.preparePublish(r, created, activated, doc); err != nil {
 		return false, err
+	}
+	if activated.IdempotencyKey != "" {
+		if err := s.waitCold(ctx); err != nil {
+			return false, err
+		}
 	}
 	if err := s.send(ctx, r); err != nil {
 		return false, err
@@ -636,9 +714,20 @@ func (s *Store) Close() error {
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.done
+	s.stopCheckpointer()
+	s.stopCold()
+	var errs []error
+	if s.failed.Load() == nil && s.ck.every > 0 {
+		// The committer has stopped: the state is the log's.
+		if err := s.checkpoint(context.Background(), false); err != nil {
+			s.log.Warn("file store: cannot write the checkpoint; the next Open replays more of the log", "path", s.path, "err", err)
+		}
+	}
 	s.Shut()
 	s.bodies.retire()
-	var errs []error
+	if s.ckf != nil {
+		_ = s.ckf.Close()
+	}
 	if s.failed.Load() == nil {
 		if err := s.f.Sync(); err != nil {
 			errs = append(errs, fmt.Errorf("file store: sync %s: %w", s.path, err))

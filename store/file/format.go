@@ -185,10 +185,10 @@ func (b *decodedBatch) drop() {
 
 // replay folds the log from byte offset from (where line fromLine+1
 // starts) to its end into tx, a Bulk load of s.st, commits it, and sets
-// s.off and s.lines; a torn tail is cut (see Open). Decoding runs on a
-// goroutine of its own, one batch ahead of folding; every link is checked
-// as it is folded.
-func (s *Store) replay(ctx context.Context, tx *logstate.Tx, from int64, fromLine int) error {
+// s.off and s.lines; it returns the torn tail to cut (see Open), if any,
+// which cut does. Decoding runs on a goroutine of its own, one batch ahead
+// of folding; every link is checked as it is folded.
+func (s *Store) replay(ctx context.Context, tx *logstate.Tx, from int64, fromLine int) (*logEnd, error) {
 	out := make(chan *decodedBatch, 4)
 	free := make(chan *decodedBatch, 6)
 	quit := make(chan struct{})
@@ -199,6 +199,7 @@ func (s *Store) replay(ctx context.Context, tx *logstate.Tx, from int64, fromLin
 		}
 	}
 	off, lines := from, fromLine
+	var torn *logEnd
 	for b := range out {
 		for i := range b.evs {
 			var err error
@@ -212,7 +213,7 @@ func (s *Store) replay(ctx context.Context, tx *logstate.Tx, from int64, fromLin
 			}
 			if err != nil {
 				stop()
-				return fmt.Errorf("file store: %s line %d (byte offset %d) is damaged: %w", s.path, b.firstLine+i, b.starts[i], err)
+				return nil, fmt.Errorf("file store: %s line %d (byte offset %d) is damaged: %w", s.path, b.firstLine+i, b.starts[i], err)
 			}
 		}
 		off, lines = b.end, lines+len(b.evs)
@@ -220,12 +221,10 @@ func (s *Store) replay(ctx context.Context, tx *logstate.Tx, from int64, fromLin
 			for range out {
 			}
 			if e.err != nil {
-				return e.err
+				return nil, e.err
 			}
 			if e.cut {
-				if err := s.cutTail(off, e); err != nil {
-					return err
-				}
+				torn = e
 			}
 			break
 		}
@@ -235,10 +234,18 @@ func (s *Store) replay(ctx context.Context, tx *logstate.Tx, from int64, fromLin
 		}
 	}
 	if err := tx.CommitBulk(); err != nil {
-		return fmt.Errorf("file store: %s: read the heads' documents: %w", s.path, err)
+		return nil, fmt.Errorf("file store: %s: read the heads' documents: %w", s.path, err)
 	}
 	s.off, s.lines = off, int64(lines)
-	return nil
+	return torn, nil
+}
+
+// cut cuts the torn tail replay found (nil: none) at s.off.
+func (s *Store) cut(e *logEnd) error {
+	if e == nil {
+		return nil
+	}
+	return s.cutTail(s.off, e)
 }
 
 // decodeLog reads and decodes the log from byte offset from into batches

@@ -10,12 +10,15 @@ import (
 // History returns every event of scope in log order (see
 // varplane.Store.History), each with its link; a revision-created event
 // whose body retention reclaimed carries no document. Documents not held in
-// memory are read from the log.
+// memory are read from the log. After a restart from a checkpoint it waits
+// until the log before the checkpoint is read (cold.go): a history is
+// whole or an error.
 func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
-	if s.IsShut() {
-		return nil, varplane.ErrClosed
+	h, err := s.fullHistoryMeta(ctx, scope)
+	if err != nil {
+		return nil, err
 	}
-	return s.st.HistoryDocuments(scope)
+	return s.st.FillDocuments(scope, h)
 }
 
 // EventHistory is History without reading documents from the log: a
@@ -23,10 +26,11 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 // it in memory. For callers that need the events' metadata alone (the
 // retention pass), so that they do not read every body of the scope.
 func (s *Store) EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
-	if s.IsShut() {
-		return nil, varplane.ErrClosed
+	h, err := s.fullHistoryMeta(ctx, scope)
+	if err != nil {
+		return nil, err
 	}
-	return logstate.StripOnDisk(s.st.History(scope)), nil
+	return logstate.StripOnDisk(h), nil
 }
 
 // Revision returns the stored revision rev of scope; ErrReclaimed when
@@ -38,6 +42,28 @@ func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane
 	return s.st.RevisionOrGone(scope, rev)
 }
 
-func (s *Store) replayAt(ctx context.Context, scope varplane.Scope, gen varplane.Generation) (*varplane.ScopeState, error) {
-	return s.st.StateAt(ctx, scope, gen)
+// Idempotency returns what the store recorded for key, or a not-found
+// error. After a restart from a checkpoint it waits until the records of
+// the events before the checkpoint are read.
+func (s *Store) Idempotency(ctx context.Context, key string) (*varplane.IdempotencyRecord, error) {
+	if err := s.waitCold(ctx); err != nil {
+		return nil, err
+	}
+	return s.Reads.Idempotency(ctx, key)
+}
+
+// Replay returns the state of scope right after the event that allocated
+// generation gen (generation 0: the never-activated zero state), or a
+// not-found error when the scope is not in the log or never reached gen.
+func (s *Store) Replay(ctx context.Context, scope varplane.Scope, gen varplane.Generation) (*varplane.ScopeState, error) {
+	hist, err := s.fullHistoryMeta(ctx, scope) // FoldAt reads the head's record itself
+	if err != nil {
+		return nil, err
+	}
+	if len(hist) == 0 && s.st.Load(scope) == nil {
+		return nil, varplane.Errorf(varplane.CodeNotFound, "scope %q has no events", scope)
+	}
+	return logstate.FoldAt(ctx, scope, hist, gen, func(r varplane.Revision) (*varplane.RevisionRecord, error) {
+		return s.st.RevisionOrGone(scope, r)
+	})
 }

@@ -494,15 +494,9 @@ func lastNonZero(b []byte) int {
 
 const checkpointPrefix = `{"checkpoint":`
 
-// checkpointVersion is the version Compact writes: 2 has the revision
-// blocks (a version-1 checkpoint held every body in its state section, and
-// a reader of version 1 would ignore the blocks, so it must refuse 2).
-// Open reads both.
-const checkpointVersion = 2
-
 // legacyHeaderLine returns the fixed-width first line of a compacted log.
 func legacyHeaderLine(state, tail int64) []byte {
-	return fmt.Appendf(nil, `{"checkpoint":%d,"state":%-20d,"tail":%-20d}`+"\n", checkpointVersion, state, tail)
+	return fmt.Appendf(nil, `{"checkpoint":%d,"state":%-20d,"tail":%-20d}`+"\n", 2, state, tail)
 }
 
 var legacyHeaderLen = int64(len(legacyHeaderLine(0, 0)))
