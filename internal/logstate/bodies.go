@@ -200,6 +200,22 @@ func (sl *slot) resident(rec *varplane.RevisionRecord) (*varplane.RevisionRecord
 	return full, nil
 }
 
+// Resident returns the record rev of scope s when the fold holds it in
+// memory with its document (a head's always is), without reading anything
+// from disk; nil otherwise.
+func (st *State) Resident(s varplane.Scope, rev varplane.Revision) *varplane.RevisionRecord {
+	sl := st.lookup(s)
+	if sl == nil {
+		return nil
+	}
+	sl.mu.RLock()
+	defer sl.mu.RUnlock()
+	if rec := sl.revs[rev]; rec != nil && rec.Document != nil {
+		return rec
+	}
+	return nil
+}
+
 // HasRevision reports whether scope s holds revision rev, without reading
 // its document.
 func (st *State) HasRevision(s varplane.Scope, rev varplane.Revision) (bool, error) {

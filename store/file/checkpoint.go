@@ -23,6 +23,7 @@ import (
 	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/internal/logstate"
 	"github.com/varplane/varplane/internal/wire/jsontext"
+	"golang.org/x/sys/unix"
 )
 
 // The checkpoint is a file beside the log, <path>.checkpoint, that holds
@@ -172,8 +173,28 @@ func combinedDigest(sums [][sha256.Size]byte, end int64) string {
 	return canonical.DigestPrefix + hex.EncodeToString(h.Sum(nil))
 }
 
-// chunkDigests hashes [0, end) of f in chunks of size, in parallel.
-func chunkDigests(ctx context.Context, f io.ReaderAt, end, size int64) ([][sha256.Size]byte, error) {
+// chunkDigests hashes [0, end) of f in chunks of size, in parallel, from
+// a read-only mapping of the file (no copy of the log through a buffer)
+// when it can map it, else by reading.
+func chunkDigests(ctx context.Context, f *os.File, end, size int64) ([][sha256.Size]byte, error) {
+	if end > 0 {
+		if m, err := unix.Mmap(int(f.Fd()), 0, int(end), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+			defer unix.Munmap(m)
+			_ = unix.Madvise(m, unix.MADV_SEQUENTIAL)
+			return chunkSums(ctx, end, size, func(h hash.Hash, from, to int64, _ []byte) error {
+				h.Write(m[from:to])
+				return nil
+			})
+		}
+	}
+	return chunkSums(ctx, end, size, func(h hash.Hash, from, to int64, buf []byte) error {
+		_, err := io.CopyBuffer(h, io.NewSectionReader(f, from, to-from), buf)
+		return err
+	})
+}
+
+// chunkSums runs sum over the chunks of [0, end), on every CPU.
+func chunkSums(ctx context.Context, end, size int64, sum func(h hash.Hash, from, to int64, buf []byte) error) ([][sha256.Size]byte, error) {
 	n := (end + size - 1) / size
 	sums := make([][sha256.Size]byte, n)
 	errs := make([]error, n)
@@ -195,7 +216,7 @@ func chunkDigests(ctx context.Context, f io.ReaderAt, end, size int64) ([][sha25
 				}
 				h := sha256.New()
 				from := i * size
-				if _, err := io.CopyBuffer(h, io.NewSectionReader(f, from, min(size, end-from)), buf); err != nil {
+				if err := sum(h, from, min(from+size, end), buf); err != nil {
 					errs[i] = err
 					continue
 				}
@@ -464,7 +485,7 @@ func parseOffsets(b []byte) ([]int64, error) {
 
 // verify checks the checkpoint's digest against the log's bytes before its
 // offset; an error says where they differ.
-func (ck *checkpoint) verify(ctx context.Context, log io.ReaderAt, size int64) error {
+func (ck *checkpoint) verify(ctx context.Context, log *os.File, size int64) error {
 	h := &ck.hdr
 	if h.Log > size {
 		return fmt.Errorf("it holds the state at byte offset %d, and the log has %d bytes", h.Log, size)
@@ -603,8 +624,8 @@ func (s *Store) checkpoint(ctx context.Context, live bool) error {
 		_ = take()
 	}
 	ck := &s.ck
-	if at == ck.at && ck.sums != nil {
-		return nil
+	if (at == ck.at && ck.sums != nil) || (ck.sums == nil && ck.from != nil && at == ck.from.hdr.Log) {
+		return nil // the last one holds this state
 	}
 	if err := s.resumeCheckpointer(ctx); err != nil {
 		return err
@@ -726,9 +747,12 @@ func (s *Store) writeCheckpoint(w io.Writer, hdr *ckHeader, states []*varplane.S
 	for _, ss := range states {
 		sl := ckScope{Scope: ss.Scope, Generation: ss.Generation, Chain: ss.Chain}
 		if h := ss.Head; h != nil {
-			rec, err := s.st.RevisionOrGone(ss.Scope, h.Revision)
-			if err != nil {
-				return fmt.Errorf("the head of scope %q: %w", ss.Scope, err)
+			rec := s.st.Resident(ss.Scope, h.Revision) // a head's is held in memory
+			if rec == nil {
+				var err error
+				if rec, err = s.st.RevisionOrGone(ss.Scope, h.Revision); err != nil {
+					return fmt.Errorf("the head of scope %q: %w", ss.Scope, err)
+				}
 			}
 			sl.Head = eventjson.Event(&varplane.Event{Kind: varplane.EventActivated, Scope: h.Scope, Revision: h.Revision,
 				Generation: h.Generation, Actor: h.Actor, Reason: h.Reason, Timestamp: h.EffectiveAt})

@@ -3,6 +3,7 @@ package file
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -91,8 +92,11 @@ func (s *Store) readCold(ctx context.Context, c *cold) ([]*varplane.IdempotencyR
 		}
 		var ev varplane.Event
 		_, n, derr := eventjson.DecodeEventLazy(l.b[:max(len(l.b)-1, 0)], &ev, in)
-		if !l.complete || l.long || derr != nil {
-			return nil, fmt.Errorf("file store: %s line %d (byte offset %d) is damaged: %v", s.path, l.lineNo, l.off, derr)
+		if derr == nil && (!l.complete || l.long) {
+			derr = errors.New("the line is not whole")
+		}
+		if derr != nil {
+			return nil, &LineError{Path: s.path, Line: l.lineNo, Offset: l.off, Err: derr}
 		}
 		if ev.Kind == varplane.EventRevisionCreated && (n > 0 || !bytes.HasSuffix(l.b, reclaimedEnd)) {
 			ev.Document = logstate.OnDisk // read from the log on use

@@ -101,6 +101,8 @@ type Store struct {
 	off   int64 // under commitMu once Open returns: end of the last durable line
 	syncf func() error
 	used  atomic.Int64 // off, for LogSize
+	// end, when not 0, is where replay stops reading (VerifyLog).
+	end int64
 	// lines counts the log's event lines (committer-owned like off).
 	lines int64
 

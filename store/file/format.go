@@ -137,6 +137,22 @@ func (lw *LogWriter) write(ev *varplane.Event, mark string) error {
 	return err
 }
 
+// LineError is a line of the log that Open (or VerifyLog) found damaged:
+// it does not decode, does not link into its scope's chain (Err is then a
+// *varplane.ChainError), or does not follow from the lines before it.
+type LineError struct {
+	Path   string
+	Line   int   // from 1
+	Offset int64 // where the line starts
+	Err    error
+}
+
+func (e *LineError) Error() string {
+	return fmt.Sprintf("file store: %s line %d (byte offset %d) is damaged: %v", e.Path, e.Line, e.Offset, e.Err)
+}
+
+func (e *LineError) Unwrap() error { return e.Err }
+
 // batchLines is how many decoded events the reader hands to the folder at a
 // time during replay.
 const batchLines = 1024
@@ -213,7 +229,7 @@ func (s *Store) replay(ctx context.Context, tx *logstate.Tx, from int64, fromLin
 			}
 			if err != nil {
 				stop()
-				return nil, fmt.Errorf("file store: %s line %d (byte offset %d) is damaged: %w", s.path, b.firstLine+i, b.starts[i], err)
+				return nil, &LineError{Path: s.path, Line: b.firstLine + i, Offset: b.starts[i], Err: err}
 			}
 		}
 		off, lines = b.end, lines+len(b.evs)
@@ -259,6 +275,9 @@ func (s *Store) decodeLog(ctx context.Context, from int64, fromLine int, out cha
 		return
 	}
 	size := fi.Size()
+	if s.end > 0 {
+		size = min(size, s.end)
+	}
 	lr := newLineReader(io.NewSectionReader(s.f, from, size-from), from, fromLine)
 	in := eventjson.NewInterner()
 	var docs []byte // the current chunk of document copies
@@ -383,18 +402,18 @@ func (s *Store) decodeLog(ctx context.Context, from int64, fromLine int, out cha
 // torn write, to cut, when no whole line without one follows it; a whole
 // line after it was written after it, so it is damage too.
 func (s *Store) damagedLine(l line, derr error) *logEnd {
-	damaged := func(why string) *logEnd {
-		return &logEnd{err: fmt.Errorf("file store: %s line %d (byte offset %d) is damaged: %s", s.path, l.lineNo, l.off, why)}
+	damaged := func(err error) *logEnd {
+		return &logEnd{err: &LineError{Path: s.path, Line: l.lineNo, Offset: l.off, Err: err}}
 	}
 	if !l.zeros {
-		return damaged(derr.Error())
+		return damaged(derr)
 	}
 	after, nonZero, err := wholeLineAfter(s.f, l.off+l.n)
 	switch {
 	case err != nil:
 		return &logEnd{err: fmt.Errorf("file store: read %s: %w", s.path, err)}
 	case after >= 0:
-		return damaged(fmt.Sprintf("it holds zero bytes, and the whole line at byte offset %d was written after it", after))
+		return damaged(fmt.Errorf("it holds zero bytes, and the whole line at byte offset %d was written after it", after))
 	}
 	return &logEnd{cut: true, nonZero: l.nonZero + nonZero, why: "a write a crash cut short (zero bytes where its blocks did not reach the disk)"}
 }
