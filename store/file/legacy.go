@@ -24,7 +24,10 @@ import (
 // (convert.go): format 1 (event lines), format 2 (batches closed by sync
 // lines, {"synced":N,"crc32c":C}), and logs compacted into a checkpoint of
 // version 1 or 2 at their head. It is the reader those formats had, with
-// their torn-tail rules, folding into a logstate.State that holds no chain.
+// their torn-tail rules, folding into a logstate.State that holds no chain;
+// where its comments say Open, they mean the Open of those formats, whose
+// rules docs/architecture.md kept (git history: "Batches and sync lines").
+// It only reads, but for a torn tail, which it cuts as that Open did.
 
 // legacyBatch is a run of consecutive decoded log lines. The last batch of
 // a replay may also report how the log ends: a torn tail to cut or an error.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/store/file"
+	"github.com/varplane/varplane/store/storetest"
 )
 
 // The logs of the formats before 3 (testdata/legacy) are converted once,
@@ -404,4 +405,27 @@ func FuzzOpenLegacy(f *testing.F) {
 		}
 		_ = s.Close()
 	})
+}
+
+// TestConvertEmptyLegacyLog: a format-2 log that never got an event (its
+// frame start only) converts to an empty log.
+func TestConvertEmptyLegacyLog(t *testing.T) {
+	path := logPath(t)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(`{"synced":0,"crc32c":0}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := mustOpen(t, path, file.Options{Logger: quiet})
+	if sc, _ := s.Scopes(context.Background()); len(sc) != 0 {
+		t.Errorf("scopes %v", sc)
+	}
+	if err := s.Append(context.Background(), storetest.CreatedEvent("e.k", storetest.Doc(1)), 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	if b := readLog(t, path); !bytes.HasPrefix(b, []byte(`{"kind":"revision-created"`)) || bytes.Count(b, []byte("\n")) != 1 {
+		t.Errorf("log %q", b)
+	}
 }
