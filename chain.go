@@ -58,12 +58,13 @@ func (h ChainHead) Next(ev *Event) ChainHead {
 // result never matches what a sound chain holds.
 func ChainHash(prev string, seq uint64, ev *Event) string {
 	var buf [512]byte
+	var raw [sha256.Size]byte
 	b := buf[:0]
-	switch raw, err := hex.DecodeString(prev); {
+	switch {
 	case prev == "":
-		b = append(b, make([]byte, sha256.Size)...)
-	case err == nil && len(raw) == sha256.Size && strings.ToLower(prev) == prev:
-		b = append(b, raw...)
+		b = append(b, raw[:]...)
+	case decodeLowerHex(raw[:], prev):
+		b = append(b, raw[:]...)
 	default:
 		b = append(b, prev...)
 	}
@@ -71,6 +72,32 @@ func ChainHash(prev string, seq uint64, ev *Event) string {
 	b = AppendChainContent(b, ev)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// decodeLowerHex decodes s into raw when s is exactly 2*len(raw) lowercase
+// hex digits, without allocating (replay checks a link per event).
+func decodeLowerHex(raw []byte, s string) bool {
+	if len(s) != 2*len(raw) {
+		return false
+	}
+	nibble := func(c byte) (byte, bool) {
+		switch {
+		case c >= '0' && c <= '9':
+			return c - '0', true
+		case c >= 'a' && c <= 'f':
+			return c - 'a' + 10, true
+		}
+		return 0, false
+	}
+	for i := range raw {
+		hi, ok1 := nibble(s[2*i])
+		lo, ok2 := nibble(s[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		raw[i] = hi<<4 | lo
+	}
+	return true
 }
 
 // AppendChainContent appends the bytes of ev that its chain hash covers: the
@@ -143,7 +170,15 @@ func AppendChainContent(b []byte, ev *Event) []byte {
 	str("schemaId", ev.SchemaID)
 	str("schemaVersion", ev.SchemaVersion)
 	str("scope", string(ev.Scope))
-	str("timestamp", ev.Timestamp.UTC().Format(time.RFC3339Nano))
+	// An RFC 3339 timestamp holds no character JCS escapes: appended as it
+	// is, without the string Format would allocate.
+	if sep {
+		b = append(b, ',')
+	}
+	sep = true
+	b = append(b, `"timestamp":"`...)
+	b = ev.Timestamp.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
 	if ev.Unauthenticated {
 		if sep {
 			b = append(b, ',')

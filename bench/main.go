@@ -272,7 +272,9 @@ func targets(cfg *config) []*Target {
 		{Name: "push p99 gRPC (1,000 on 10 conns) ≤ ½ etcd watch p99", Group: "push", Side: "varplane-grpc", Peer: "etcd-watch", Metric: "p99", Op: "<=", Want: 0.5},
 		{Name: "push p99 gRPC Watch, shared responses (1,000 watches on 10 conns) ≤ ½ etcd watch p99", Group: "push", Side: "varplane-watch-shared", Peer: "etcd-watch", Metric: "p99", Op: "<=", Want: 0.5},
 		{Name: "push p99 SSE (1,000 conns) ≤ etcd watch p99", Group: "push", Side: "varplane-sse", Peer: "etcd-watch", Metric: "p99", Op: "<=", Want: 1},
-		{Name: fmt.Sprintf("restart ≥ 500,000 events/s (log of %d events)", largest), Group: fmt.Sprintf("restart.%d", largest), Side: "varplane-lib", Metric: "throughput", Op: ">=", Want: 500_000},
+		// The latency columns of a restart side are the time to its first
+		// read, measured once per round (p99 is that time).
+		{Name: fmt.Sprintf("first read ≤ 1 s after a restart (log of %d events, every revision kept)", largest), Group: fmt.Sprintf("restart.checkpoint.keep-all.%d", largest), Side: "varplane-serve", Metric: "p99", Op: "<=", Want: 1000},
 	}
 }
 

@@ -1,6 +1,8 @@
 package atomicfile
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -30,5 +32,30 @@ func TestWritePrivate(t *testing.T) {
 	}
 	if err := WritePrivate(filepath.Join(dir, "missing", "f"), []byte("x")); err == nil {
 		t.Fatal("a write into a missing directory succeeded")
+	}
+}
+
+// TestWriteFuncFails: a write that fails leaves the old file and no
+// temporary file.
+func TestWriteFuncFails(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := WritePrivate(p, []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteFunc(p, func(w io.Writer) error {
+		if _, err := w.Write([]byte("half")); err != nil {
+			return err
+		}
+		return errors.New("disk full")
+	})
+	if err == nil {
+		t.Fatal("a failed write succeeded")
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Fatalf("file holds %q after a failed write", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("%d entries in the directory, want only the file", len(ents))
 	}
 }

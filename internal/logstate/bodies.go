@@ -200,6 +200,22 @@ func (sl *slot) resident(rec *varplane.RevisionRecord) (*varplane.RevisionRecord
 	return full, nil
 }
 
+// Resident returns the record rev of scope s when the fold holds it in
+// memory with its document (a head's always is), without reading anything
+// from disk; nil otherwise.
+func (st *State) Resident(s varplane.Scope, rev varplane.Revision) *varplane.RevisionRecord {
+	sl := st.lookup(s)
+	if sl == nil {
+		return nil
+	}
+	sl.mu.RLock()
+	defer sl.mu.RUnlock()
+	if rec := sl.revs[rev]; rec != nil && rec.Document != nil {
+		return rec
+	}
+	return nil
+}
+
 // HasRevision reports whether scope s holds revision rev, without reading
 // its document.
 func (st *State) HasRevision(s varplane.Scope, rev varplane.Revision) (bool, error) {
@@ -280,57 +296,28 @@ func (st *State) Bodies() BodyStats {
 	return out
 }
 
-// Rebase re-points scope s at block after a compaction wrote its revisions
-// there: the records of img (the scope as the compaction's Snapshot took
-// it) leave the fold's memory, but for the current head's, as does every
-// lazy record (they point into the file being replaced); records committed
-// since the snapshot stay, and so does the snapshot's head. A nil block
-// means the compaction wrote no revision of s outside its state section.
-// Writer only, after Reclaim.
-func (st *State) Rebase(img *ScopeImage, block RevisionBlock) {
-	sl := st.lookup(img.Scope)
-	if sl == nil {
-		return
-	}
-	var head varplane.Revision
-	if h := sl.state.Load().Head; h != nil {
-		head = h.Revision
-	}
-	// The snapshot's head was written to the checkpoint's state section,
-	// not to the block: it stays in memory, as Open would hold it.
-	keep := func(r varplane.Revision) bool { return r == head || (img.Head != nil && r == img.Head.Revision) }
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	for _, r := range img.Revisions {
-		if !keep(r.Revision) {
-			delete(sl.revs, r.Revision)
+// LoadAll loads every scope's revision block into its index, so that
+// every reference to a body on disk is in the fold's maps (Repoint).
+func (st *State) LoadAll() error {
+	for _, s := range st.Scopes() {
+		if err := st.lookup(s).ensure(); err != nil {
+			return err
 		}
 	}
-	for r := range sl.refs {
-		if !keep(r) {
-			delete(sl.revs, r)
+	return nil
+}
+
+// Repoint replaces every reference to a body on disk by fn's answer for
+// it, after a compaction moved the bodies into another file. Every block
+// must be loaded (LoadAll). Writer only.
+func (st *State) Repoint(fn func(BodyRef) BodyRef) {
+	for _, s := range st.Scopes() {
+		sl := st.lookup(s)
+		sl.mu.Lock()
+		for r, ref := range sl.refs {
+			sl.refs[r] = fn(ref)
 		}
-	}
-	sl.refs = nil
-	sl.block = block
-	// The history's copies of the bodies just left in the block go too
-	// (on a copy: readers share the slice).
-	var h []varplane.Event
-	for i := range sl.hist {
-		ev := &sl.hist[i]
-		if ev.Kind != varplane.EventRevisionCreated || len(ev.Document) == 0 {
-			continue
-		}
-		if rec := sl.revs[ev.Revision]; rec != nil && rec.Document != nil {
-			continue
-		}
-		if h == nil {
-			h = slices.Clone(sl.hist)
-		}
-		h[i].Document = OnDisk
-	}
-	if h != nil {
-		sl.hist = h
+		sl.mu.Unlock()
 	}
 }
 

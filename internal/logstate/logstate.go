@@ -43,6 +43,8 @@ type wstate struct {
 	rejIdx int
 	// rejected is the published copy of the event at rejIdx.
 	rejected *varplane.Event
+	// chain is the scope's chain head: the link of its last chained event.
+	chain varplane.ChainHead
 }
 
 // slot holds everything the fold knows of one scope.
@@ -262,5 +264,5 @@ func publish(sl *slot) {
 		cp := sl.hist[w.rejIdx-1]
 		w.rejected = &cp
 	}
-	sl.state.Store(&varplane.ScopeState{Scope: sl.scope, Generation: w.gen, Head: w.head, LastRejected: w.rejected})
+	sl.state.Store(&varplane.ScopeState{Scope: sl.scope, Generation: w.gen, Head: w.head, LastRejected: w.rejected, Chain: w.chain})
 }

@@ -217,6 +217,12 @@ func compare(t *rapid.T, st *logstate.State, m *model, keys []string) {
 		if h := histSummary(st.History(s)); !slices.Equal(h, m.hist[s]) {
 			t.Fatalf("%s: history %v, model %v", s, h, m.hist[s])
 		}
+		// Every committed event is linked (cascade entries apart), the
+		// chain is sound, and the state reports its head.
+		v, err := varplane.VerifyChain(s, st.History(s))
+		if err != nil || v.Unchained != 0 || v.Head != ss.Chain {
+			t.Fatalf("%s: chain %+v (state %+v): %v", s, v, ss.Chain, err)
+		}
 		for r := range m.revs[s] {
 			if _, ok := st.Revision(s, r); !ok {
 				t.Fatalf("%s: revision %s missing", s, r)

@@ -2,6 +2,7 @@ package logstate_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,11 +93,13 @@ func TestApplyRefusesInconsistentCascade(t *testing.T) {
 		"not a descendant":   {{Scope: "ab", Generation: 1}},
 	} {
 		ev := &varplane.Event{Kind: varplane.EventDeactivated, Scope: "a", Generation: 1, Cascade: cascade}
+		st.State("a").Chain.Next(ev)
 		if _, err := st.Apply(ev); err == nil {
 			t.Errorf("%s: Apply accepted cascade %v", name, cascade)
 		}
 	}
 	ev := &varplane.Event{Kind: varplane.EventDeactivated, Scope: "a", Generation: 1, Cascade: []varplane.CascadeEntry{{Scope: "a.b", Generation: 2}}}
+	st.State("a").Chain.Next(ev)
 	if _, err := st.Apply(ev); err != nil {
 		t.Fatalf("Apply of the right cascade: %v", err)
 	}
@@ -146,4 +149,96 @@ func TestAppendChecksAndCompactsTheDocument(t *testing.T) {
 			}
 		})
 	}
+}
+
+// linkedLog returns three events of one scope as a live commit links them:
+// a revision, its activation, a rejection.
+func linkedLog(t *testing.T) []varplane.Event {
+	t.Helper()
+	st := logstate.New()
+	tx := st.Begin()
+	var out []varplane.Event
+	for _, ev := range []*varplane.Event{
+		{Kind: varplane.EventRevisionCreated, Scope: "c.k", Revision: revOf(1), Document: doc(1)},
+		{Kind: varplane.EventActivated, Scope: "c.k", Revision: revOf(1)},
+		{Kind: varplane.EventRejected, Scope: "c.k", RejectionReason: "x"},
+	} {
+		stored, err := tx.Append(ev, st.State("c.k").Generation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Seq != uint64(len(out)+1) || stored.Hash == "" || ev.Seq != 0 {
+			t.Fatalf("stored seq %d hash %q (the caller's event: seq %d)", stored.Seq, stored.Hash, ev.Seq)
+		}
+		out = append(out, *stored)
+		tx.Commit()
+	}
+	if got := st.State("c.k").Chain; got.Seq != 3 || got.Hash != out[2].Hash {
+		t.Fatalf("state's chain %+v, want the third event's link", got)
+	}
+	return out
+}
+
+// TestReplayChecksLinks: a replayed event must be the next link of its
+// scope's chain; anything else is refused as a *varplane.ChainError and
+// folds nothing.
+func TestReplayChecksLinks(t *testing.T) {
+	good := linkedLog(t)
+	for _, tc := range []struct {
+		name string
+		edit func(log []varplane.Event) []varplane.Event
+	}{
+		{"unlinked", func(l []varplane.Event) []varplane.Event { l[1].Seq, l[1].Hash = 0, ""; return l }},
+		{"gap", func(l []varplane.Event) []varplane.Event { return append(l[:1], l[2]) }},
+		{"repeated", func(l []varplane.Event) []varplane.Event { return append(l[:2], l[1]) }},
+		{"swapped", func(l []varplane.Event) []varplane.Event { l[1], l[2] = l[2], l[1]; return l }},
+		{"changed field", func(l []varplane.Event) []varplane.Event { l[1].Reason = "forged"; return l }},
+		{"changed hash", func(l []varplane.Event) []varplane.Event { l[2].Hash = l[1].Hash; return l }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := tc.edit(slices.Clone(good))
+			st := logstate.New()
+			tx := st.Bulk()
+			var err error
+			for i := range log {
+				if err = tx.Apply(&log[i]); err != nil {
+					break
+				}
+			}
+			var ce *varplane.ChainError
+			if !errors.As(err, &ce) || ce.Scope != "c.k" {
+				t.Fatalf("replay of %s: %v, want a chain error", tc.name, err)
+			}
+		})
+	}
+	t.Run("sound", func(t *testing.T) {
+		st := logstate.New()
+		tx := st.Bulk()
+		for i := range good {
+			if err := tx.Apply(&good[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tx.Commit()
+		if got := st.State("c.k").Chain; got.Seq != 3 || got.Hash != good[2].Hash {
+			t.Fatalf("replayed chain %+v", got)
+		}
+	})
+	t.Run("unchained log", func(t *testing.T) {
+		st := logstate.New()
+		tx := st.BulkUnchained()
+		for _, ev := range good {
+			ev.Seq, ev.Hash = 0, ""
+			if err := tx.Apply(&ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Apply(&good[0]); err == nil {
+			t.Fatal("a linked event in a log without chains was accepted")
+		}
+		tx.Commit()
+		if got := st.State("c.k"); got.Chain.Seq != 0 || got.Head == nil {
+			t.Fatalf("state after an unchained load: %+v", got)
+		}
+	})
 }

@@ -29,6 +29,8 @@ type ScopeImage struct {
 	Head *varplane.Event
 	// Rejected is the last rejected event, nil when none.
 	Rejected *varplane.Event
+	// Chain is the scope's chain head.
+	Chain varplane.ChainHead
 	// Revisions are the scope's revision records in memory; a record
 	// without its document has its place in Bodies (same index).
 	Revisions []*varplane.RevisionRecord
@@ -60,7 +62,7 @@ func (st *State) Snapshot(load func(varplane.Scope) bool) ([]ScopeImage, []*varp
 			}
 		}
 		ss := sl.state.Load()
-		img := ScopeImage{Scope: sl.scope, Generation: ss.Generation, Rejected: ss.LastRejected}
+		img := ScopeImage{Scope: sl.scope, Generation: ss.Generation, Rejected: ss.LastRejected, Chain: ss.Chain}
 		if h := ss.Head; h != nil {
 			img.Head = &varplane.Event{Kind: varplane.EventActivated, Scope: h.Scope, Revision: h.Revision,
 				Generation: h.Generation, Actor: h.Actor, Reason: h.Reason, Timestamp: h.EffectiveAt}
@@ -140,7 +142,7 @@ func (st *State) Restore(scopes []ScopeImage, idem []*varplane.IdempotencyRecord
 			}
 			sl.gone[r] = true
 		}
-		sl.w.gen = img.Generation
+		sl.w.gen, sl.w.chain = img.Generation, img.Chain
 		if img.Head != nil {
 			rec := sl.revs[img.Head.Revision]
 			if rec == nil || rec.Document == nil {
@@ -160,6 +162,16 @@ func (st *State) Restore(scopes []ScopeImage, idem []*varplane.IdempotencyRecord
 		st.idem[r.Key] = r
 	}
 	return nil
+}
+
+// AddIdempotency adds records to the idempotency map: those of a log's
+// events that a Restore did not carry, read after it. Writer only.
+func (st *State) AddIdempotency(recs []*varplane.IdempotencyRecord) {
+	st.idemMu.Lock()
+	defer st.idemMu.Unlock()
+	for _, r := range recs {
+		st.idem[r.Key] = r
+	}
 }
 
 // Reclaim takes the records of revs out of scope s, never the head's: the

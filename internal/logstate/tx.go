@@ -31,17 +31,23 @@ type pending struct {
 // Tx is visible to readers before Commit; Discard drops it. A Tx belongs to
 // the single writer of its State and is reusable after Commit or Discard.
 type Tx struct {
-	st      *State
-	bulk    bool
-	n       int
-	pend    map[varplane.Scope]*pending
-	order   []*pending
-	idem    map[string]*varplane.IdempotencyRecord
-	commits []varplane.Commit
-	dirty   []*slot
-	arena   [][]varplane.Event
-	arenaN  int
-	last    *slot // Tx.slot's cache
+	st   *State
+	bulk bool
+	// unchained: a Bulk load of a log written before chains (see
+	// BulkUnchained).
+	unchained bool
+	// reclaiming: the revision-created event being applied is one whose
+	// body was reclaimed (ApplyReclaimed).
+	reclaiming bool
+	n          int
+	pend       map[varplane.Scope]*pending
+	order      []*pending
+	idem       map[string]*varplane.IdempotencyRecord
+	commits    []varplane.Commit
+	dirty      []*slot
+	arena      [][]varplane.Event
+	arenaN     int
+	last       *slot // Tx.slot's cache
 }
 
 const arenaChunk = 4096
@@ -76,9 +82,18 @@ func (st *State) Begin() *Tx {
 // correct while no reader can observe the State (before the store that owns
 // it is returned to anyone). Commit publishes the snapshots of every scope
 // the load touched; Discard is not possible (the state is left half-loaded
-// and must be thrown away).
+// and must be thrown away). Every event it applies must carry the next link
+// of its scope's chain (see Apply).
 func (st *State) Bulk() *Tx {
 	return &Tx{st: st, bulk: true}
+}
+
+// BulkUnchained is Bulk for a log written before stores kept chains: its
+// events carry no link (Seq 0, no Hash), and are folded without one, so
+// that the chain heads stay at zero. An event that does carry a link is
+// refused.
+func (st *State) BulkUnchained() *Tx {
+	return &Tx{st: st, bulk: true, unchained: true}
 }
 
 // Len returns the number of events in the transaction.
@@ -145,8 +160,9 @@ func (tx *Tx) submit(ev *varplane.Event, expected varplane.Generation, mode int)
 
 // Apply validates ev as a logged event (the expected generation is the one
 // before ev.Generation; a deactivated event's Cascade must list exactly the
-// active descendants, each at its next generation) and folds it. It is the
-// replay path: ev is taken as stored, without normalisation, and is not
+// active descendants, each at its next generation; ev.Seq and ev.Hash must
+// be the next link of its scope's chain, a *varplane.ChainError otherwise)
+// and folds it. It is the replay path: ev is taken as stored, without normalisation, and is not
 // retained (a copy is). A document is taken to be valid JSON, as the log
 // decoder checks its grammar while delimiting it; Apply does not parse it
 // again.
@@ -188,6 +204,25 @@ func (tx *Tx) ApplyWithRef(ev *varplane.Event, body BodyRef) error {
 	prev := sl.latest
 	sl.latest = bulkDoc{rev: sl.revs[e.Revision].Revision, ref: body, idx: tx.arenaN - 1, set: true}
 	tx.release(sl, prev)
+	return nil
+}
+
+// ApplyReclaimed is Apply for a logged revision-created event whose body
+// retention reclaimed: a compacted log keeps the event, without its
+// document. The revision is recorded as reclaimed (RevisionOrGone answers
+// ErrReclaimed) rather than stored, and the event joins the history without
+// a document. Bulk loads only.
+func (tx *Tx) ApplyReclaimed(ev *varplane.Event) error {
+	if !tx.bulk || ev.Kind != varplane.EventRevisionCreated || len(ev.Document) != 0 {
+		return badRequest("a %s event for scope %q as a reclaimed revision", ev.Kind, ev.Scope)
+	}
+	if err := tx.check(ev, 0, modeReclaimed); err != nil {
+		return err
+	}
+	e := *ev
+	tx.reclaiming = true
+	tx.apply(&e)
+	tx.reclaiming = false
 	return nil
 }
 
@@ -389,7 +424,10 @@ func headResident(sl *slot) error {
 	}
 	ev := &sl.hist[sl.w.headIdx-1]
 	rec := sl.revs[ev.Revision]
-	if rec == nil || rec.Document != nil {
+	if rec == nil {
+		return badRequest("the head of scope %q, revision %s, was reclaimed", sl.scope, ev.Revision)
+	}
+	if rec.Document != nil {
 		return nil
 	}
 	_, err := sl.resident(rec)
@@ -561,8 +599,27 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 	tx.n++
 	t := tx.target(e.Scope)
 	e.Scope = t.scope() // share one string per scope across its history
+	if !tx.unchained {
+		// The event's link: set here, in the step that commits it, whatever
+		// the caller put there; on replay, taken as logged (check verified
+		// it). Cascade entries synthesised below take none.
+		w := t.w()
+		if tx.bulk {
+			w.chain = varplane.ChainHead{Seq: e.Seq, Hash: e.Hash}
+		} else {
+			w.chain = w.chain.Next(e)
+		}
+	}
 	switch e.Kind {
 	case varplane.EventRevisionCreated:
+		if tx.reclaiming {
+			if t.sl.gone == nil {
+				t.sl.gone = make(map[varplane.Revision]bool)
+			}
+			t.sl.gone[e.Revision] = true
+			t.addHist(*e)
+			break
+		}
 		doc := e.Document
 		if IsOnDisk(doc) {
 			doc = nil
@@ -579,8 +636,9 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 		t.addRev(rec)
 		t.addHist(*e)
 	case varplane.EventActivated:
-		rec := tx.rev(e.Scope, e.Revision)
-		e.Revision = rec.Revision
+		if rec := tx.rev(e.Scope, e.Revision); rec != nil {
+			e.Revision = rec.Revision
+		}
 		idx := t.addHist(*e)
 		w := t.w()
 		w.gen, w.headIdx, w.head = e.Generation, idx, nil
@@ -588,7 +646,7 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 			tx.bulkHead(t.sl, e.Revision)
 		}
 		if !tx.bulk {
-			w.head = varplane.NewHead(e, rec)
+			w.head = varplane.NewHead(e, tx.rev(e.Scope, e.Revision))
 			tx.commits = append(tx.commits, varplane.Commit{
 				Kind:    e.Kind,
 				Scope:   e.Scope,
@@ -607,21 +665,11 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 			changes = make([]varplane.ScopeChange, 0, 1+len(e.Cascade))
 			changes = append(changes, varplane.ScopeChange{Scope: e.Scope, Generation: e.Generation})
 		}
-		reason := varplane.CascadeReason(e.Scope)
 		for _, c := range e.Cascade {
 			tc := tx.target(c.Scope)
-			prev := c.Generation - 1
-			tc.addHist(varplane.Event{
-				Kind:               varplane.EventDeactivated,
-				Scope:              tc.scope(),
-				Generation:         c.Generation,
-				PreviousGeneration: &prev,
-				Actor:              e.Actor,
-				OnBehalfOf:         e.OnBehalfOf,
-				Reason:             reason,
-				Timestamp:          e.Timestamp,
-				Unauthenticated:    e.Unauthenticated,
-			})
+			entry := CascadeEntry(e, c)
+			entry.Scope = tc.scope()
+			tc.addHist(entry)
 			cw := tc.w()
 			cw.gen, cw.headIdx, cw.head = c.Generation, 0, nil
 			if tx.bulk {
@@ -640,11 +688,7 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 		w.rejIdx, w.rejected = idx, nil
 	}
 	if e.IdempotencyKey != "" {
-		rec := &varplane.IdempotencyRecord{Key: e.IdempotencyKey, RequestHash: e.RequestHash, Event: *e, Generation: t.gen()}
-		// The record needs the event's identity, not its body (a
-		// checkpoint drops it too): holding the document here would keep
-		// a reclaimed body in memory.
-		rec.Event.Document = nil
+		rec := IdempotencyRecord(e, t.gen())
 		if tx.bulk {
 			tx.st.idem[rec.Key] = rec
 		} else {
@@ -654,10 +698,42 @@ func (tx *Tx) apply(e *varplane.Event) *slot {
 	return t.sl
 }
 
+// CascadeEntry returns the deactivated entry that parent, a subtree
+// deactivation, puts in the history of c.Scope, one of the descendants it
+// lists: no link of its own (parent's covers it), reason
+// CascadeReason(parent.Scope).
+func CascadeEntry(parent *varplane.Event, c varplane.CascadeEntry) varplane.Event {
+	prev := c.Generation - 1
+	return varplane.Event{
+		Kind:               varplane.EventDeactivated,
+		Scope:              c.Scope,
+		Generation:         c.Generation,
+		PreviousGeneration: &prev,
+		Actor:              parent.Actor,
+		OnBehalfOf:         parent.OnBehalfOf,
+		Reason:             varplane.CascadeReason(parent.Scope),
+		Timestamp:          parent.Timestamp,
+		Unauthenticated:    parent.Unauthenticated,
+	}
+}
+
+// IdempotencyRecord returns the record of ev's idempotency key, gen being
+// its scope's generation right after ev.
+func IdempotencyRecord(ev *varplane.Event, gen varplane.Generation) *varplane.IdempotencyRecord {
+	rec := &varplane.IdempotencyRecord{Key: ev.IdempotencyKey, RequestHash: ev.RequestHash, Event: *ev, Generation: gen}
+	// The record needs the event's identity, not its body: holding the
+	// document here would keep a reclaimed body in memory.
+	rec.Event.Document = nil
+	return rec
+}
+
 const (
 	modeAppend = iota
 	modeSubtree
 	modeReplay
+	// modeReclaimed replays a revision-created event whose body was
+	// reclaimed (ApplyReclaimed): modeReplay without a document.
+	modeReclaimed
 	// modePublish checks an activation whose revision the same publish
 	// creates: everything of modeAppend but the revision's existence.
 	modePublish
@@ -669,11 +745,22 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 	// appeared, and an activation's revision is looked up below: skipping
 	// those checks is most of what replay saves on validation.
 	_, known := tx.view(e.Scope)
+	replay := mode == modeReplay || mode == modeReclaimed
 	// Every event reaching here has a valid document: normalize compacted
 	// it (json.Compact refuses invalid JSON), or the log decoder delimited
 	// it; so wellFormed need not parse it again.
-	if err := wellFormed(e, mode == modeReplay && known, true); err != nil {
+	if mode == modeReclaimed {
+		cp := *e
+		cp.Document = json.RawMessage("null") // stands for the body it had
+		e = &cp
+	}
+	if err := wellFormed(e, replay && known, true); err != nil {
 		return err
+	}
+	if replay {
+		if err := tx.checkLink(e); err != nil {
+			return err
+		}
 	}
 	switch {
 	case mode == modeAppend && e.Kind == varplane.EventDeactivated:
@@ -713,6 +800,13 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 				return err
 			}
 			if rec == nil {
+				// On replay, an activation may name a revision whose body
+				// was reclaimed later (a compacted log marks its
+				// revision-created event); only a final head must have one
+				// (CommitBulk checks it).
+				if replay && tx.bulk && tx.gone(e.Scope, e.Revision) {
+					break
+				}
 				return tx.st.missing(e.Scope, e.Revision) // not found, or reclaimed (retain.go)
 			}
 			if rec.Document == nil && !tx.bulk {
@@ -735,6 +829,49 @@ func (tx *Tx) check(e *varplane.Event, expected varplane.Generation, mode int) e
 		}
 	}
 	return nil
+}
+
+// checkLink checks that a logged event is the next link of its scope's
+// chain (in a log without chains: that it carries no link).
+func (tx *Tx) checkLink(e *varplane.Event) error {
+	if tx.unchained {
+		if e.Seq != 0 || e.Hash != "" {
+			return badRequest("event of scope %q carries a chain link (seq %d) in a log written without chains", e.Scope, e.Seq)
+		}
+		return nil
+	}
+	w, _ := tx.view(e.Scope)
+	next := w.chain.Seq + 1
+	switch {
+	case e.Seq == 0 && e.Hash == "":
+		return &varplane.ChainError{Scope: e.Scope, Seq: next, Index: tx.histLen(e.Scope), Problem: "the event carries no link"}
+	case e.Seq > next:
+		return &varplane.ChainError{Scope: e.Scope, Seq: next, Index: tx.histLen(e.Scope), Problem: fmt.Sprintf("missing: the next event has seq %d", e.Seq)}
+	case e.Seq < next:
+		return &varplane.ChainError{Scope: e.Scope, Seq: next, Index: tx.histLen(e.Scope), Problem: fmt.Sprintf("seq %d repeats or goes back", e.Seq)}
+	case e.Hash != varplane.ChainHash(w.chain.Hash, e.Seq, e):
+		return &varplane.ChainError{Scope: e.Scope, Seq: next, Index: tx.histLen(e.Scope),
+			Problem: "the hash does not match the event and the link before it (the event or an earlier one was changed)"}
+	}
+	return nil
+}
+
+// histLen is the length of s's history including the transaction.
+func (tx *Tx) histLen(s varplane.Scope) int {
+	n := 0
+	if p := tx.pend[s]; p != nil {
+		n += len(p.hist)
+	}
+	if sl := tx.slot(s); sl != nil {
+		n += len(sl.hist) + len(sl.bulk)
+	}
+	return n
+}
+
+// gone reports, in a Bulk load, whether revision r of s was reclaimed.
+func (tx *Tx) gone(s varplane.Scope, r varplane.Revision) bool {
+	sl := tx.slot(s)
+	return sl != nil && sl.gone[r]
 }
 
 // WellFormed reports, as a bad-request *varplane.Error, what makes ev
@@ -834,6 +971,7 @@ func normalize(ev *varplane.Event, expected varplane.Generation) (varplane.Event
 // the document is then copied but not scanned again.
 func normalizeChecked(ev *varplane.Event, expected varplane.Generation, checked varplane.CheckedDocument) (varplane.Event, error) {
 	e := *ev
+	e.Seq, e.Hash = 0, "" // the commit links it
 	e.Timestamp = ev.Timestamp.Round(0).UTC()
 	if len(ev.Document) > 0 && checked.Holds(ev.Document) && checked.MaxDepth() <= documentLimits.MaxDepth {
 		e.Document = bytes.Clone(ev.Document)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/storetest"
 )
@@ -25,22 +24,19 @@ func BenchmarkCreateActivate(b *testing.B) {
 }
 
 // BenchmarkActivate measures fsync'ed activations from 1 and 64 goroutines
-// and reports commits/s and events per fsync (group commit), with the log
-// preallocated and growing by appends (see BenchmarkPublish).
+// and reports commits/s and events per fsync (group commit).
 func BenchmarkActivate(b *testing.B) {
 	for _, p := range []int{1, 64} {
-		for _, pre := range preallocModes {
-			b.Run(fmt.Sprintf("P%d/prealloc=%s", p, pre.name), func(b *testing.B) {
-				durableLoad(b, pre.bytes, func(s *file.Store) { storetest.ActivateLoad(b, s, p) })
-			})
-		}
+		b.Run(fmt.Sprintf("P%d", p), func(b *testing.B) {
+			durableLoad(b, func(s *file.Store) { storetest.ActivateLoad(b, s, p) })
+		})
 	}
 }
 
-// durableLoad runs load on a new fsync'ed log that preallocates pre bytes
-// (file.Options.Preallocate) and reports the events per fsync.
-func durableLoad(b *testing.B, pre int64, load func(*file.Store)) {
-	s := mustOpen(b, filepath.Join(b.TempDir(), "log.jsonl"), file.Options{Preallocate: pre})
+// durableLoad runs load on a new fsync'ed log and reports the events per
+// fsync.
+func durableLoad(b *testing.B, load func(*file.Store)) {
+	s := mustOpen(b, filepath.Join(b.TempDir(), "log.jsonl"), file.Options{})
 	before := s.Stats()
 	load(s)
 	st := s.Stats()
@@ -51,8 +47,7 @@ func durableLoad(b *testing.B, pre int64, load func(*file.Store)) {
 
 // writeBenchLog writes a log of n events straight to path: scopes of 100
 // events each (two revisions, then activations with a deactivation every
-// tenth generation), each event a batch of its own, as one writer at a time
-// commits them (log format 2, the most sync lines per event).
+// tenth generation), each linked into its scope's chain.
 func writeBenchLog(tb testing.TB, path string, n int) {
 	tb.Helper()
 	f, err := os.Create(path)
@@ -60,10 +55,7 @@ func writeBenchLog(tb testing.TB, path string, n int) {
 		tb.Fatal(err)
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
-	if _, err := w.WriteString(file.FrameStart); err != nil {
-		tb.Fatal(err)
-	}
-	var buf []byte
+	lw := file.NewLogWriter(w)
 	base := time.Date(2026, 7, 20, 0, 0, 0, 0, time.UTC)
 	written := 0
 	for sc := 0; written < n; sc++ {
@@ -85,8 +77,7 @@ func writeBenchLog(tb testing.TB, path string, n int) {
 				gen++
 			}
 			ev.Timestamp = ts
-			buf = file.CloseBatch(append(eventjson.AppendEvent(buf[:0], &ev), '\n'), 0)
-			if _, err := w.Write(buf); err != nil {
+			if err := lw.Write(&ev); err != nil {
 				tb.Fatal(err)
 			}
 			written++
@@ -100,8 +91,8 @@ func writeBenchLog(tb testing.TB, path string, n int) {
 	}
 }
 
-// BenchmarkRestart opens (replays) a 1,000,000-event log and reports
-// events/s and the heap the open state holds.
+// BenchmarkRestart replays a 1,000,000-event log (no checkpoint) and
+// reports events/s and the heap the open state holds.
 func BenchmarkRestart(b *testing.B) {
 	const n = 1_000_000
 	path := filepath.Join(b.TempDir(), "log.jsonl")
@@ -117,7 +108,7 @@ func BenchmarkRestart(b *testing.B) {
 	for b.Loop() {
 		runtime.GC()
 		start, cpu0 := time.Now(), cpuTime()
-		s, err := file.Open(context.Background(), path, file.Options{})
+		s, err := file.Open(context.Background(), path, file.Options{CheckpointEvery: -1})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -151,9 +142,10 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkRestartDocuments opens a log of revision-created + activated
-// pairs with 1 KiB documents (the shape of bench/'s restart scenario): half
-// the events carry a document the decoder must delimit and keep.
+// BenchmarkRestartDocuments replays a log of revision-created + activated
+// pairs with 1 KiB documents (the shape of bench/'s restart scenario), no
+// checkpoint: half the events carry a document the decoder must delimit and
+// keep, and every link is checked.
 func BenchmarkRestartDocuments(b *testing.B) {
 	const n = 200_000
 	path := filepath.Join(b.TempDir(), "log.jsonl")
@@ -162,7 +154,7 @@ func BenchmarkRestartDocuments(b *testing.B) {
 	var elapsed time.Duration
 	for b.Loop() {
 		start := time.Now()
-		s, err := file.Open(context.Background(), path, file.Options{})
+		s, err := file.Open(context.Background(), path, file.Options{CheckpointEvery: -1})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -185,12 +177,9 @@ func writeDocumentLog(b *testing.B, path string, n int, base time.Time) {
 		b.Fatal(err)
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
-	if _, err := w.WriteString(file.FrameStart); err != nil {
-		b.Fatal(err)
-	}
+	lw := file.NewLogWriter(w)
 	doc := []byte(`{"enabled":true,"note":"` + strings.Repeat("x", 980) + `","n":`)
 	gens := map[varplane.Scope]varplane.Generation{}
-	var buf []byte
 	for i := 0; i < n/2; i++ {
 		scope := varplane.Scope(fmt.Sprintf("bench.docs.s%04d", i%1000))
 		created := storetest.CreatedEvent(scope, append(append([]byte{}, doc...), fmt.Sprintf("%d}", i)...))
@@ -198,9 +187,7 @@ func writeDocumentLog(b *testing.B, path string, n int, base time.Time) {
 		act := storetest.ActivatedEvent(scope, created.Revision, gens[scope])
 		act.Timestamp = created.Timestamp
 		gens[scope]++
-		buf = append(eventjson.AppendEvent(buf[:0], created), '\n')
-		buf = file.CloseBatch(append(eventjson.AppendEvent(buf, act), '\n'), 0)
-		if _, err := w.Write(buf); err != nil {
+		if err := lw.WritePublish(created, act); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,29 +2,23 @@ package file
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"io"
 	"os"
 	"sync"
 
-	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/internal/logstate"
 )
 
 // Revision bodies stay on disk. The fold (internal/logstate) holds in memory
-// the documents of heads and of revisions committed since Open or the last
-// compaction; every other document is read from the log when a route asks
-// for it: a revision replayed from the log is a record plus the offset of
-// its document in the log line, and a checkpoint's revisions other than the
-// heads are in per-scope blocks that are not even decoded until the scope's
-// revision index is needed. So Open reads the heads and the tail, whatever
-// the number of revisions retention keeps.
+// the documents of heads and of revisions committed since Open; every other
+// document is read from the log when a route asks for it: a revision
+// replayed from the log is a record plus the offset of its document in its
+// line.
 //
 // A bodyFile reads one log file. A compaction replaces the file: the fold is
-// re-pointed at the new one (logstate.State.Rebase) before the old one is
+// re-pointed at the new one (logstate.State.Repoint) before the old one is
 // retired, and a read that raced the swap and finds its source retired gets
 // logstate.ErrStaleBody and looks the revision up again (logstate does it).
 // The old file is never read after it is retired, and its descriptor is
@@ -60,6 +54,31 @@ func (b *bodyFile) ReadBody(off int64, n int) ([]byte, error) {
 	return buf, nil
 }
 
+// readLine returns the line of the log that starts at off, newline
+// included (at most maxLineBytes long).
+func (b *bodyFile) readLine(off int64) ([]byte, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.retired {
+		return nil, logstate.ErrStaleBody
+	}
+	buf := make([]byte, 2048)
+	for n := 0; ; {
+		k, err := b.f.ReadAt(buf[n:], off+int64(n))
+		if i := bytes.IndexByte(buf[n:n+k], '\n'); i >= 0 {
+			return buf[:n+i+1], nil
+		}
+		n += k
+		switch {
+		case err != nil && !errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("file store: read %s at byte offset %d: %w", b.path, off, err)
+		case err != nil, n >= maxLineBytes:
+			return nil, fmt.Errorf("file store: %s: no whole line at byte offset %d", b.path, off)
+		}
+		buf = append(buf, make([]byte, len(buf))...)
+	}
+}
+
 // retire makes every later read answer ErrStaleBody and closes the file,
 // after the reads in flight.
 func (b *bodyFile) retire() {
@@ -73,98 +92,6 @@ func (b *bodyFile) retire() {
 		_ = b.f.Close()
 	}
 }
-
-// blockCRC is the checksum of a checkpoint's revision block: the block is
-// decoded long after Open, so a flipped byte inside a document (which the
-// JSON grammar would not notice) is caught when it is.
-var blockCRC = crc32.MakeTable(crc32.Castagnoli)
-
-// blockLine is a block's place in a checkpoint's scope line.
-type blockLine struct {
-	At  int64  `json:"at"`
-	End int64  `json:"end"`
-	N   int    `json:"n"`
-	CRC uint32 `json:"crc"`
-}
-
-// fileBlock is a logstate.RevisionBlock: one scope's revision-created lines,
-// with their documents, at [at, end) of a checkpointed log.
-type fileBlock struct {
-	src   *bodyFile
-	scope varplane.Scope
-	blockLine
-}
-
-// Load reads and checks the block and returns its records without their
-// documents, each with where its document is.
-func (b *fileBlock) Load() ([]*varplane.RevisionRecord, []logstate.BodyRef, []varplane.Revision, error) {
-	buf, err := b.src.ReadBody(b.At, int(b.End-b.At))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return b.decode(buf)
-}
-
-// goneLine lists, in a block, revisions of the scope retention reclaimed
-// (kept there rather than in the scope line, so that Open does not decode
-// them: they matter only to tell a reclaimed revision from one never
-// created).
-type goneLine struct {
-	Reclaimed []varplane.Revision `json:"reclaimed"`
-}
-
-var goneLinePrefix = []byte(`{"reclaimed":`)
-
-func (b *fileBlock) damaged(off int64, format string, args ...any) error {
-	return fmt.Errorf("file store: %s: the checkpoint's revisions of scope %q at byte offset %d are damaged: %s", b.src.path, b.scope, off, fmt.Sprintf(format, args...))
-}
-
-func (b *fileBlock) decode(buf []byte) ([]*varplane.RevisionRecord, []logstate.BodyRef, []varplane.Revision, error) {
-	if got := crc32.Checksum(buf, blockCRC); got != b.CRC {
-		return nil, nil, nil, b.damaged(b.At, "checksum %08x, want %08x", got, b.CRC)
-	}
-	recs := make([]*varplane.RevisionRecord, 0, b.N)
-	refs := make([]logstate.BodyRef, 0, b.N)
-	var gone []varplane.Revision
-	in := eventjson.NewInterner()
-	off := b.At
-	for len(buf) > 0 {
-		i := bytes.IndexByte(buf, '\n')
-		if i < 0 {
-			return nil, nil, nil, b.damaged(off, "no trailing newline")
-		}
-		if bytes.HasPrefix(buf, goneLinePrefix) {
-			var l goneLine
-			if err := json.Unmarshal(buf[:i], &l); err != nil {
-				return nil, nil, nil, b.damaged(off, "%v", err)
-			}
-			gone = append(gone, l.Reclaimed...)
-			buf = buf[i+1:]
-			off += int64(i + 1)
-			continue
-		}
-		var ev varplane.Event
-		at, n, err := eventjson.DecodeEventLazy(buf[:i], &ev, in)
-		if err != nil {
-			return nil, nil, nil, b.damaged(off, "%v", err)
-		}
-		if ev.Kind != varplane.EventRevisionCreated || n == 0 || ev.Scope != b.scope {
-			return nil, nil, nil, b.damaged(off, "want a revision of the scope with its document")
-		}
-		recs = append(recs, &varplane.RevisionRecord{Scope: ev.Scope, Revision: ev.Revision,
-			SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp})
-		refs = append(refs, logstate.BodyRef{Src: b.src, Off: off + int64(at), Len: n})
-		buf = buf[i+1:]
-		off += int64(i + 1)
-	}
-	if len(recs) != b.N {
-		return nil, nil, nil, b.damaged(b.At, "%d revisions, the scope line counts %d", len(recs), b.N)
-	}
-	return recs, refs, gone, nil
-}
-
-// errNoBlock is returned for a block range outside the checkpoint.
-var errNoBlock = errors.New("block outside the checkpoint's revision section")
 
 // BodyStats counts the revision documents a Store holds in memory and those
 // it leaves in the log (see Store.Bodies).

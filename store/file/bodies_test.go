@@ -5,14 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/internal/eventjson"
 	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/storetest"
 )
@@ -84,8 +82,9 @@ func bodiesErr(s *file.Store, docs map[varplane.Scope]map[varplane.Revision][]by
 }
 
 // TestBodiesStayOnDisk: after a full replay only the heads' documents are
-// in memory, after a restart from a checkpoint no scope's revisions are even
-// decoded until used, and every read returns exactly what was stored.
+// in memory, after a restart from a checkpoint no scope's revisions are
+// even read until used, and every read returns exactly what was stored; an
+// old revision that becomes the head again is read back from the log.
 func TestBodiesStayOnDisk(t *testing.T) {
 	const scopes, revs = 4, 6
 	path := filepath.Join(t.TempDir(), "log.jsonl")
@@ -96,7 +95,7 @@ func TestBodiesStayOnDisk(t *testing.T) {
 	}
 	_ = s.Close()
 
-	s = mustOpen(t, path, file.Options{})
+	s = mustOpen(t, path, file.Options{CheckpointEvery: -1})
 	if b := s.Bodies(); b.Resident != scopes || b.OnDisk != scopes*(revs-1) || b.Unloaded != 0 {
 		t.Fatalf("after a full replay: %+v, want %d resident (the heads), %d on disk", b, scopes, scopes*(revs-1))
 	}
@@ -104,28 +103,22 @@ func TestBodiesStayOnDisk(t *testing.T) {
 	if b := s.Bodies(); b.Resident != scopes {
 		t.Fatalf("reads made bodies resident: %+v", b)
 	}
-	if _, err := s.Compact(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
-	if b := s.Bodies(); b.Resident != scopes || b.OnDisk != 0 || b.Unloaded != scopes {
-		t.Fatalf("after a compaction: %+v, want %d resident and %d scopes unloaded", b, scopes, scopes)
-	}
-	checkBodies(t, s, docs)
 	_ = s.Close()
 
+	// From the checkpoint (the first Close wrote it): no scope's
+	// revisions are even read until used.
 	s = mustOpen(t, path, file.Options{})
 	defer s.Close()
 	if b := s.Bodies(); b.Resident != scopes || b.OnDisk != 0 || b.Unloaded != scopes {
 		t.Fatalf("after a restart from the checkpoint: %+v, want %d resident and %d scopes unloaded", b, scopes, scopes)
 	}
+	checkBodies(t, s, docs)
+	if b := s.Bodies(); b.Resident != scopes || b.OnDisk != scopes*(revs-1) || b.Unloaded != 0 {
+		t.Fatalf("after reading every revision: %+v, want %d resident (the heads), %d on disk", b, scopes, scopes*(revs-1))
+	}
 	// Rolling back to an old revision brings its body in (it is the head).
 	ctx := context.Background()
-	var old varplane.Revision
-	for r, d := range docs["b.s0"] {
-		if bytes.Contains(d, []byte(`"rev":0,`)) {
-			old = r
-		}
-	}
+	old := revisionWith(docs["b.s0"], `"rev":0,`)
 	if err := s.Append(ctx, storetest.ActivatedEvent("b.s0", old, revs), revs); err != nil {
 		t.Fatal(err)
 	}
@@ -133,31 +126,13 @@ func TestBodiesStayOnDisk(t *testing.T) {
 	if st.Head == nil || st.Head.Revision != old || !bytes.Equal(st.Head.Document, docs["b.s0"][old]) {
 		t.Fatalf("head after rollback = %+v", st.Head)
 	}
-	if b := s.Bodies(); b.Unloaded != scopes-1 || b.OnDisk != revs-2 {
-		t.Fatalf("after a rollback in one scope: %+v, want %d unloaded, %d on disk", b, scopes-1, revs-2)
+	if b := s.Bodies(); b.Resident != scopes+1 || b.OnDisk != scopes*(revs-1)-1 {
+		t.Fatalf("after a rollback in one scope: %+v", b)
 	}
 	checkBodies(t, s, docs)
-
-	// Publishing an old revision's document again finds the revision in
-	// the scope's block (not loaded until then) and activates it. The
-	// tail's rollback loaded b.s0's block on replay.
-	_ = s.Close()
-	s = mustOpen(t, path, file.Options{})
-	defer s.Close()
-	if b := s.Bodies(); b.Unloaded != scopes-1 {
-		t.Fatalf("after a restart from the checkpoint and its tail: %+v, want %d unloaded", b, scopes-1)
-	}
-	// The tail's rollback made an old revision the head again: its
-	// document, which the checkpoint's block holds, was read back.
-	if st, _ := s.State(ctx, "b.s0"); st.Head == nil || st.Head.Revision != old || !bytes.Equal(st.Head.Document, docs["b.s0"][old]) {
-		t.Fatalf("head after a restart whose tail rolled back = %+v", st.Head)
-	}
-	var old1 varplane.Revision
-	for r, d := range docs["b.s1"] {
-		if bytes.Contains(d, []byte(`"rev":1,`)) {
-			old1 = r
-		}
-	}
+	// Publishing an old revision's document again finds the revision and
+	// activates it.
+	old1 := revisionWith(docs["b.s1"], `"rev":1,`)
 	c := storetest.CreatedEvent("b.s1", docs["b.s1"][old1])
 	created, err := s.AppendPublish(ctx, c, storetest.ActivatedEvent("b.s1", old1, revs), revs)
 	if err != nil || created {
@@ -169,9 +144,18 @@ func TestBodiesStayOnDisk(t *testing.T) {
 	}
 }
 
+// revisionWith returns the revision of docs whose document contains s.
+func revisionWith(docs map[varplane.Revision][]byte, s string) varplane.Revision {
+	for r, d := range docs {
+		if bytes.Contains(d, []byte(s)) {
+			return r
+		}
+	}
+	return ""
+}
+
 // TestReclaimFreesMemory: a reclamation pass drops the reclaimed bodies
-// from memory at once, without a restart, and the compaction after it
-// leaves only the heads' bodies in memory.
+// from memory at once, without a restart.
 func TestReclaimFreesMemory(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "log.jsonl")
@@ -183,14 +167,14 @@ func TestReclaimFreesMemory(t *testing.T) {
 		t.Fatalf("before the pass: %+v, want 20 resident", before)
 	}
 	var reclaimed []varplane.Revision
-	var headBytes int64
+	var goneBytes int64
 	for sc, revs := range docs {
 		st, _ := s.State(ctx, sc)
-		headBytes += int64(len(st.Head.Document))
 		var list []varplane.Revision
 		for r := range revs {
 			if r != st.Head.Revision && len(list) < 7 {
 				list = append(list, r)
+				goneBytes += int64(len(revs[r]))
 			}
 		}
 		if _, err := s.ReclaimRevisions(ctx, sc, list); err != nil {
@@ -203,8 +187,8 @@ func TestReclaimFreesMemory(t *testing.T) {
 		t.Fatalf("FinishReclaim = %d, %v; want 14", n, err)
 	}
 	after := s.Bodies()
-	if after.Resident != 2 || after.ResidentBytes != headBytes || after.OnDisk != 0 {
-		t.Fatalf("after the pass: %+v, want the 2 heads (%d bytes) resident", after, headBytes)
+	if after.Resident != 6 || after.ResidentBytes != before.ResidentBytes-goneBytes || after.OnDisk != 0 {
+		t.Fatalf("after the pass: %+v, want 6 resident, %d bytes fewer than %+v", after, goneBytes, before)
 	}
 	for sc, revs := range docs {
 		for r := range revs {
@@ -253,6 +237,14 @@ func TestBodyReadsRaceCompaction(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log.jsonl")
 	s := mustOpen(t, path, file.Options{NoSync: true})
 	docs := bodyLog(t, s, 3, 8)
+	var victims []varplane.Revision // revisions the compactions reclaim, one each
+	for i := range 16 {
+		c := storetest.CreatedEvent("junk", storetest.Doc(i))
+		if err := s.Append(context.Background(), c, 0); err != nil {
+			t.Fatal(err)
+		}
+		victims = append(victims, c.Revision)
+	}
 	_ = s.Close()
 	s = mustOpen(t, path, file.Options{NoSync: true})
 	defer s.Close()
@@ -298,9 +290,9 @@ func TestBodyReadsRaceCompaction(t *testing.T) {
 			}
 		}()
 	}
-	for range 15 {
-		if _, err := s.Compact(ctx, nil); err != nil {
-			t.Fatal(err)
+	for _, r := range victims {
+		if res, err := s.Compact(ctx, map[varplane.Scope][]varplane.Revision{"junk": {r}}); err != nil || res.Reclaimed != 1 {
+			t.Fatalf("Compact: %+v, %v", res, err)
 		}
 	}
 	stop.Store(true)
@@ -322,7 +314,9 @@ func TestBodyReadsRaceCompaction(t *testing.T) {
 func TestBodyReadAtEveryCompactionStep(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log.jsonl")
 	s := mustOpen(t, path, file.Options{})
-	docs := bodyLog(t, s, 2, 5)
+	docs := bodyLog(t, s, 3, 5)
+	victim := revisionWith(docs["b.s2"], `"rev":0,`)
+	delete(docs, "b.s2")
 	_ = s.Close()
 	s = mustOpen(t, path, file.Options{})
 	defer s.Close()
@@ -334,116 +328,11 @@ func TestBodyReadAtEveryCompactionStep(t *testing.T) {
 		}
 	})
 	defer file.SetCompactHook(nil)
-	if _, err := s.Compact(context.Background(), nil); err != nil {
+	if _, err := s.Compact(context.Background(), map[varplane.Scope][]varplane.Revision{"b.s2": {victim}}); err != nil {
 		t.Fatal(err)
 	}
-	if len(steps) != 8 {
+	if len(steps) != 6 {
 		t.Fatalf("steps %v", steps)
 	}
 	checkBodies(t, s, docs)
-}
-
-// TestDamagedBlock: a flipped byte inside a document of a checkpoint's
-// revision block (which the JSON grammar does not notice) does not stop Open,
-// which does not read the block, but every read that needs the block fails
-// naming the byte offset, and nothing else of the store is affected.
-func TestDamagedBlock(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "log.jsonl")
-	s := mustOpen(t, path, file.Options{})
-	docs := bodyLog(t, s, 2, 3)
-	if _, err := s.Compact(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	_ = s.Close()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var old varplane.Revision
-	for r, d := range docs["b.s1"] {
-		if bytes.Contains(d, []byte(`"rev":0,`)) {
-			old = r
-		}
-	}
-	i := bytes.Index(b, []byte(`"document":{"scope":1,"rev":0,`))
-	if i < 0 {
-		t.Fatal("block line not found")
-	}
-	b[i+len(`"document":{"scope":1,"rev":0,"pad":"`)] = 'z'
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s = mustOpen(t, path, file.Options{})
-	defer s.Close()
-	_, err = s.Revision(ctx, "b.s1", old)
-	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("damaged")) || !bytes.Contains([]byte(err.Error()), []byte("byte offset")) {
-		t.Fatalf("Revision in the damaged block: %v, want a damage error naming the offset", err)
-	}
-	if _, err := s.History(ctx, "b.s1"); err == nil {
-		t.Fatal("History of the damaged scope: no error")
-	}
-	delete(docs, "b.s1")
-	checkBodies(t, s, docs)
-	st, err := s.State(ctx, "b.s1")
-	if err != nil || st.Head == nil {
-		t.Fatalf("head of the damaged scope: %v %v", st, err)
-	}
-}
-
-// TestCheckpointVersion1 opens a log compacted by the previous version
-// (every retained body in the state section, the reclaimed revisions in the
-// scope line), reads it, and compacts it into the current version.
-func TestCheckpointVersion1(t *testing.T) {
-	ctx := context.Background()
-	a := storetest.CreatedEvent("v.a", []byte(`{"n":1}`))
-	b := storetest.CreatedEvent("v.a", []byte(`{"n":2}`))
-	gone := storetest.CreatedEvent("v.a", []byte(`{"n":0}`))
-	act := storetest.ActivatedEvent("v.a", b.Revision, 0)
-	line := func(ev *varplane.Event, doc bool, mark string) string {
-		cp := *ev
-		if !doc {
-			cp.Document = nil
-		}
-		l := string(eventjson.AppendEvent(nil, &cp))
-		if mark != "" {
-			l = l[:len(l)-1] + mark
-		}
-		return l + "\n"
-	}
-	header := func(state, tail int) string {
-		return fmt.Sprintf(`{"checkpoint":1,"state":%-20d,"tail":%-20d}`+"\n", state, tail)
-	}
-	hist := line(gone, false, `,"reclaimed":true}`) + line(a, false, "") + line(b, false, "") + line(act, false, "")
-	actJSON := string(eventjson.AppendEvent(nil, act))
-	state := line(a, true, "") + line(b, true, "") +
-		`{"scopeState":{"scope":"v.a","generation":1,"head":` + actJSON + `,"revisions":2,"reclaimed":["` + string(gone.Revision) + `"]}}` + "\n" +
-		`{"checkpointEnd":{"scopes":1,"revisions":2,"idem":0,"history":4}}` + "\n"
-	h := len(header(0, 0))
-	log := header(h+len(hist), h+len(hist)+len(state)) + hist + state
-	path := filepath.Join(t.TempDir(), "log.jsonl")
-	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	docs := map[varplane.Scope]map[varplane.Revision][]byte{"v.a": {a.Revision: a.Document, b.Revision: b.Document}}
-	for round := range 2 {
-		s := mustOpen(t, path, file.Options{})
-		checkBodiesKept(t, s, docs)
-		if _, err := s.Revision(ctx, "v.a", gone.Revision); !errors.Is(err, varplane.ErrReclaimed) {
-			t.Fatalf("round %d: the reclaimed revision: %v", round, err)
-		}
-		st, _ := s.State(ctx, "v.a")
-		if st.Head == nil || st.Head.Revision != b.Revision || !bytes.Equal(st.Head.Document, b.Document) {
-			t.Fatalf("round %d: head %+v", round, st.Head)
-		}
-		if round == 0 {
-			if _, err := s.Compact(ctx, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		_ = s.Close()
-	}
-	if got, _ := os.ReadFile(path); !bytes.HasPrefix(got, []byte(`{"checkpoint":2,`)) {
-		t.Fatalf("compacted log starts %.40s", got)
-	}
 }

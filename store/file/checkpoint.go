@@ -1,509 +1,797 @@
 package file
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
+	"hash/crc32"
 	"io"
-	"math"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/canonical"
+	"github.com/varplane/varplane/internal/atomicfile"
 	"github.com/varplane/varplane/internal/eventjson"
+	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/logstate"
+	"golang.org/x/sys/unix"
 )
 
-// A compacted log (see Compact) begins with a checkpoint (version 2):
+// The checkpoint is a file beside the log, <path>.checkpoint, that holds
+// the state at an offset of the log, so that Open reads it and the log's
+// tail instead of replaying the whole log. The log is never rewritten for
+// it. It is written in the background after CheckpointEvery events, and at
+// Close, whole or not at all (internal/atomicfile), as JSON lines:
 //
-//	header   one line: {"checkpoint":2,"state":S,"tail":T}, fixed width
-//	history  every event up to the checkpoint, grouped by scope in log
-//	         order, revision-created events without their documents
-//	blocks   from byte B (named by the end line): per scope, its retained
-//	         revisions but the head (revision-created lines with their
-//	         documents) and a {"reclaimed":[…]} line (bodies.go)
-//	state    from byte S: each scope's head revision line, then a
-//	         {"scopeState":…} line naming its block (at, end, count,
-//	         CRC-32C); the idempotency records ({"idem":…}); a
-//	         {"checkpointEnd":…} line
-//	tail     from byte T: ordinary event lines, as in a log without a
-//	         checkpoint, appended by commits after the compaction
+//	header   {"checkpoint":3,"log":X,"lines":N,"chunk":C,"chunks":[…],"digest":D,"chains":H}
+//	         X is the log offset it holds the state at and N the number
+//	         of lines before it; the log's bytes before X, cut into chunks
+//	         of C bytes, have the SHA-256 digests in chunks (hex, the last
+//	         chunk possibly shorter), and D is the SHA-256 of those digests
+//	         and of X (8 bytes, big-endian); H is varplane.ChainDigest of the
+//	         chain heads at X.
+//	scopes   one line a scope: its generation, chain head, head (the
+//	         activation that installed it and its revision record, document
+//	         included), last rejection, and where its revision block is
+//	end      {"checkpointEnd":{"scopes":n,"revisions":m,"crc32c":c}}, c the
+//	         CRC-32C of every byte before this line
+//	blocks   a line a scope with revisions: the log offsets of its
+//	         revision-created lines before X, "[o1,o2,…]"; the scope line
+//	         gives its place in the file and its CRC-32C
 //
-// Version 1 had no blocks: every retained revision was in the state
-// section, and each scope line listed its reclaimed revisions; Open reads
-// it still.
-//
-// Open reads the header, the state section and the tail, so restart time
-// grows with the number of scopes, their heads and the tail; a scope's block
-// is decoded the first time its revision index is needed, and the history
-// section, which grows with all history, is read after Open on a goroutine
-// of its own (History and Replay wait for it). The whole checkpoint was
-// fsync'ed before the compacted log took the log's name, so any damage in
-// it is damage: in the header or the state section Open fails naming it;
-// in a block, what needs the block fails naming it (its CRC catches what
-// the JSON grammar does not); the torn-tail rule applies to the tail alone.
+// Open reads the header, the scope lines and the end line, checks the
+// digest against the log's bytes before X (the chunks in parallel), folds
+// the log's lines from X on, and returns; a scope's block is read the first
+// time its revision index is needed, each revision's line then read from
+// the log (its document staying there); the history and the idempotency
+// records of the events before X are read from the log on a goroutine after
+// Open returns (cold.go). A checkpoint that cannot be read, or whose digest
+// does not match the log, is ignored with a warning and the log is replayed
+// in full; and since a digest cannot tell a log that lost its last events
+// from another log, the chain heads a readable checkpoint recorded must be
+// reached by the log replayed in full, or Open fails naming the scope.
 
-const checkpointPrefix = `{"checkpoint":`
+// checkpointSuffix names the checkpoint beside the log.
+const checkpointSuffix = ".checkpoint"
 
-// checkpointVersion is the version Compact writes: 2 has the revision
-// blocks (a version-1 checkpoint held every body in its state section, and
-// a reader of version 1 would ignore the blocks, so it must refuse 2).
-// Open reads both.
-const checkpointVersion = 2
+// checkpointVersion is the version of the checkpoint's format.
+const checkpointVersion = 3
 
-// headerLine returns the fixed-width first line of a compacted log.
-func headerLine(state, tail int64) []byte {
-	return fmt.Appendf(nil, `{"checkpoint":%d,"state":%-20d,"tail":%-20d}`+"\n", checkpointVersion, state, tail)
+// digestChunk is the size of the log chunks whose digests the checkpoint
+// holds; Open checks them in parallel. Tests lower it.
+var digestChunk int64 = 64 << 20
+
+// checkpointEveryDefault is Options.CheckpointEvery's default.
+const checkpointEveryDefault = 100_000
+
+var ckCRC = crc32.MakeTable(crc32.Castagnoli)
+
+type ckHeader struct {
+	Checkpoint int      `json:"checkpoint"`
+	Log        int64    `json:"log"`
+	Lines      int64    `json:"lines"`
+	Chunk      int64    `json:"chunk"`
+	Chunks     []string `json:"chunks"`
+	Digest     string   `json:"digest"`
+	Chains     string   `json:"chains"`
 }
 
-var headerLen = int64(len(headerLine(0, 0)))
-
-type checkpointHeader struct {
-	Checkpoint int   `json:"checkpoint"`
-	State      int64 `json:"state"`
-	Tail       int64 `json:"tail"`
+type ckScope struct {
+	Scope      varplane.Scope      `json:"scope"`
+	Generation varplane.Generation `json:"generation"`
+	Chain      varplane.ChainHead  `json:"chain"`
+	Head       json.RawMessage     `json:"head,omitempty"`
+	HeadRecord json.RawMessage     `json:"headRecord,omitempty"`
+	Rejected   json.RawMessage     `json:"rejected,omitempty"`
+	Revisions  *ckBlock            `json:"revisions,omitempty"`
 }
 
-type scopeLine struct {
-	ScopeState struct {
-		Scope      varplane.Scope      `json:"scope"`
-		Generation varplane.Generation `json:"generation"`
-		Head       *varplane.Event     `json:"head,omitempty"`
-		Rejected   *varplane.Event     `json:"rejected,omitempty"`
-		Revisions  int                 `json:"revisions"`
-		Reclaimed  []varplane.Revision `json:"reclaimed,omitempty"`
-		// Block: the scope's other revisions (version 2; bodies.go).
-		Block *blockLine `json:"block,omitempty"`
-	} `json:"scopeState"`
+// ckBlock locates a scope's block in the checkpoint file: [At, End), N
+// offsets, CRC-32C.
+type ckBlock struct {
+	At  int64  `json:"at"`
+	End int64  `json:"end"`
+	N   int    `json:"n"`
+	CRC uint32 `json:"crc"`
 }
 
-type idemLine struct {
-	Idem struct {
-		Key         string              `json:"key"`
-		RequestHash string              `json:"requestHash,omitempty"`
-		Generation  varplane.Generation `json:"generation"`
-		Event       varplane.Event      `json:"event"`
-	} `json:"idem"`
-}
-
-type endLine struct {
+type ckEnd struct {
 	End struct {
-		Scopes    int `json:"scopes"`
-		Revisions int `json:"revisions"`
-		Idem      int `json:"idem"`
-		History   int `json:"history"`
-		// Blocks is where the revision blocks start, which is where the
-		// history section ends (version 2; 0 in version 1, whose history
-		// runs to the state section).
-		Blocks int64 `json:"blocks,omitempty"`
+		Scopes    int    `json:"scopes"`
+		Revisions int    `json:"revisions"`
+		CRC       uint32 `json:"crc32c"`
 	} `json:"checkpointEnd"`
 }
 
-// cold is the history section of the checkpoint the store was opened from:
-// the events before it, by scope, loaded after Open returns.
-type cold struct {
-	ready chan struct{}
-	stop  chan struct{}
-	err   error
-	mu    sync.RWMutex // guards hist against the swap that reclaims (compact.go)
-	hist  map[varplane.Scope][]varplane.Event
-	from  *os.File
-	start int64
-	end   int64
-	once  sync.Once
-}
-
-// openCheckpoint reads the checkpoint at the head of the log, when there is
-// one, into the fold and sets s.base to the start of the tail. It removes a
-// compacted log that a crash left beside the log before it took the name.
-func (s *Store) openCheckpoint() error {
-	if err := os.Remove(s.path + compactSuffix); err == nil {
-		s.log.Warn("file store: removed an unfinished compaction", "path", s.path+compactSuffix)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("file store: remove unfinished compaction %s%s: %w", s.path, compactSuffix, err)
-	}
-	head := make([]byte, headerLen)
-	n, err := s.f.ReadAt(head, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("file store: read %s: %w", s.path, err)
-	}
-	if !bytes.HasPrefix(head[:n], []byte(checkpointPrefix)) {
-		return nil // a log without a checkpoint: replayed from its start
-	}
-	fi, err := s.f.Stat()
-	if err != nil {
-		return fmt.Errorf("file store: stat %s: %w", s.path, err)
-	}
-	var h checkpointHeader
-	if int64(n) < headerLen || head[n-1] != '\n' || json.Unmarshal(head[:n-1], &h) != nil ||
-		(h.Checkpoint != 1 && h.Checkpoint != 2) || h.State < headerLen || h.Tail < h.State || h.Tail > fi.Size() {
-		return fmt.Errorf("file store: %s: the checkpoint header (line 1, byte offset 0) is damaged", s.path)
-	}
-	state := make([]byte, h.Tail-h.State)
-	if _, err := s.f.ReadAt(state, h.State); err != nil {
-		return fmt.Errorf("file store: %s: read the checkpoint state at byte offset %d: %w", s.path, h.State, err)
-	}
-	s.blocksEnd = h.State
-	scopes, idem, end, err := s.decodeState(state, h.State)
-	if err != nil {
-		return err
-	}
-	histEnd := h.State
-	if h.Checkpoint >= 2 {
-		histEnd = end.End.Blocks
-		if histEnd < headerLen || histEnd > h.State {
-			return fmt.Errorf("file store: %s: the checkpoint end line puts the revision blocks at byte offset %d, outside [%d, %d]", s.path, histEnd, headerLen, h.State)
-		}
-		for i := range scopes {
-			if b, ok := scopes[i].Block.(*fileBlock); ok && b.At < histEnd {
-				return fmt.Errorf("file store: %s: the checkpoint's revisions of scope %q start at byte offset %d, inside the history section", s.path, scopes[i].Scope, b.At)
-			}
-		}
-	}
-	if err := s.st.Restore(scopes, idem); err != nil {
-		return fmt.Errorf("file store: %s: the checkpoint state does not hold together: %w", s.path, err)
-	}
-	from, err := os.Open(s.path)
-	if err != nil {
-		return fmt.Errorf("file store: open %s: %w", s.path, err)
-	}
-	s.cold = &cold{ready: make(chan struct{}), stop: make(chan struct{}), from: from, start: headerLen, end: histEnd,
-		hist: make(map[varplane.Scope][]varplane.Event, len(scopes))}
-	s.coldEvents = end.End.History
-	s.base = h.Tail
-	return nil
-}
-
-// stateParallelMin is the state section size from which decodeState splits
-// its work (tests lower it).
-var stateParallelMin = 8 << 20
-
-// statePart is what one part of the state section decodes to.
-type statePart struct {
+// checkpoint is a checkpoint read at Open.
+type checkpoint struct {
+	hdr    ckHeader
 	scopes []logstate.ScopeImage
-	idem   []*varplane.IdempotencyRecord
-	nrevs  int
-	end    *endLine
-	err    error
+	heads  map[varplane.Scope]varplane.ChainHead
+	f      *os.File // kept open for its blocks
 }
 
-// decodeState decodes the state section b, which starts at byte offset at,
-// in as many parts as there are CPUs: the section is cut right after
-// scope lines, where a part can start on its own. The documents share b.
-func (s *Store) decodeState(b []byte, at int64) ([]logstate.ScopeImage, []*varplane.IdempotencyRecord, *endLine, error) {
-	n := runtime.GOMAXPROCS(0)
-	if len(b) < stateParallelMin {
-		n = 1
-	}
-	var cuts []int
-	for k := 1; k < n; k++ {
-		from := max(len(b)*k/n, 0)
-		if len(cuts) > 0 {
-			from = max(from, cuts[len(cuts)-1])
-		}
-		i := bytes.Index(b[from:], []byte("\n"+`{"scopeState":`))
-		if i < 0 {
-			break
-		}
-		e := bytes.IndexByte(b[from+i+1:], '\n')
-		if e < 0 {
-			break
-		}
-		cuts = append(cuts, from+i+1+e+1)
-	}
-	cuts = append(cuts, len(b))
-	parts := make([]statePart, len(cuts))
-	var wg sync.WaitGroup
-	start := 0
-	for k, end := range cuts {
-		wg.Add(1)
-		go func(k, start, end int) {
-			defer wg.Done()
-			parts[k] = s.decodeStatePart(b[start:end], at+int64(start))
-		}(k, start, end)
-		start = end
-	}
-	wg.Wait()
-	var (
-		scopes []logstate.ScopeImage
-		idem   []*varplane.IdempotencyRecord
-		nrevs  int
-	)
-	for k, p := range parts {
-		if p.err != nil {
-			return nil, nil, nil, p.err
-		}
-		if p.end != nil && k != len(parts)-1 {
-			return nil, nil, nil, fmt.Errorf("file store: %s: the checkpoint state goes on after its end line", s.path)
-		}
-		scopes = append(scopes, p.scopes...)
-		idem = append(idem, p.idem...)
-		nrevs += p.nrevs
-	}
-	end := parts[len(parts)-1].end
-	if end == nil {
-		return nil, nil, nil, fmt.Errorf("file store: %s: the checkpoint state ends before its end line (byte offset %d)", s.path, at+int64(len(b)))
-	}
-	if end.End.Scopes != len(scopes) || end.End.Revisions != nrevs || end.End.Idem != len(idem) {
-		return nil, nil, nil, fmt.Errorf("file store: %s: the checkpoint end line counts %d scopes, %d revisions, %d idempotency records; the state holds %d, %d, %d",
-			s.path, end.End.Scopes, end.End.Revisions, end.End.Idem, len(scopes), nrevs, len(idem))
-	}
-	return scopes, idem, end, nil
+// chunker hashes the log's bytes in chunks of digestChunk, from byte
+// offset pos on; it is an io.Writer fed the bytes in order.
+type chunker struct {
+	pos    int64
+	size   int64
+	chunks [][sha256.Size]byte
+	h      hash.Hash
 }
 
-// decodeStatePart decodes one part of the state section (see decodeState).
-func (s *Store) decodeStatePart(b []byte, at int64) (out statePart) {
-	var (
-		revs []*varplane.RevisionRecord
-		in   = eventjson.NewInterner()
-		off  = at
-	)
-	damaged := func(why string, err error) statePart {
-		if err != nil {
-			why += ": " + err.Error()
-		}
-		return statePart{err: fmt.Errorf("file store: %s: the checkpoint state line at byte offset %d is damaged: %s", s.path, off, why)}
-	}
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			return damaged("no trailing newline", nil)
-		}
-		line := b[:i]
-		if out.end != nil {
-			return damaged("a line after the checkpoint's end", nil)
-		}
-		switch {
-		case bytes.HasPrefix(line, []byte(`{"kind":`)):
-			var ev varplane.Event
-			// A copy: a document that shared the section's buffer would
-			// keep all of it in memory for as long as any head lives.
-			if err := eventjson.DecodeEventWith(line, &ev, in); err != nil {
-				return damaged("revision", err)
-			}
-			if ev.Kind != varplane.EventRevisionCreated || len(ev.Document) == 0 {
-				return damaged("want a revision with its document", nil)
-			}
-			revs = append(revs, &varplane.RevisionRecord{Scope: ev.Scope, Revision: ev.Revision, Document: ev.Document,
-				SchemaID: ev.SchemaID, SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp})
-		case bytes.HasPrefix(line, []byte(`{"scopeState":`)):
-			var l scopeLine
-			if err := json.Unmarshal(line, &l); err != nil {
-				return damaged("scope", err)
-			}
-			ss := l.ScopeState
-			if ss.Revisions != len(revs) {
-				return damaged(fmt.Sprintf("scope %q lists %d revisions, %d precede it", ss.Scope, ss.Revisions, len(revs)), nil)
-			}
-			for _, r := range revs {
-				if r.Scope != ss.Scope {
-					return damaged(fmt.Sprintf("revision of scope %q before the state of %q", r.Scope, ss.Scope), nil)
-				}
-			}
-			img := logstate.ScopeImage{Scope: ss.Scope, Generation: ss.Generation, Head: ss.Head, Rejected: ss.Rejected, Revisions: revs, Reclaimed: ss.Reclaimed}
-			out.nrevs += len(revs)
-			if bl := ss.Block; bl != nil {
-				if bl.At < headerLen || bl.End < bl.At || bl.End > s.blocksEnd || bl.N < 0 || bl.End-bl.At > math.MaxInt32 {
-					return damaged("scope "+strconv.Quote(string(ss.Scope)), errNoBlock)
-				}
-				img.Block = &fileBlock{src: s.bodies, scope: ss.Scope, blockLine: *bl}
-				out.nrevs += bl.N
-			}
-			out.scopes = append(out.scopes, img)
-			revs = nil
-		case bytes.HasPrefix(line, []byte(`{"idem":`)):
-			var l idemLine
-			if err := json.Unmarshal(line, &l); err != nil {
-				return damaged("idempotency record", err)
-			}
-			out.idem = append(out.idem, &varplane.IdempotencyRecord{Key: l.Idem.Key, RequestHash: l.Idem.RequestHash, Event: l.Idem.Event, Generation: l.Idem.Generation})
-		case bytes.HasPrefix(line, []byte(`{"checkpointEnd":`)):
-			out.end = &endLine{}
-			if err := json.Unmarshal(line, out.end); err != nil {
-				return damaged("end", err)
-			}
-		default:
-			return damaged("unknown line", nil)
-		}
-		b = b[i+1:]
-		off += int64(i + 1)
-	}
-	if len(revs) > 0 {
-		return damaged("revisions without their scope line", nil)
-	}
-	return out
+func newChunker(size int64) *chunker {
+	return &chunker{size: size, h: sha256.New()}
 }
 
-// loadCold reads the history section on its own goroutine.
-func (s *Store) loadCold() {
-	c := s.cold
-	defer close(c.ready)
-	defer c.from.Close()
-	r := bufio.NewReaderSize(io.NewSectionReader(c.from, c.start, c.end-c.start), 1<<20)
-	in := eventjson.NewInterner()
-	off, n := c.start, 0
-	for {
-		line, err := r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			long := append([]byte(nil), line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = r.ReadSlice('\n')
-				long = append(long, line...)
-			}
-			line = long
-		}
-		if errors.Is(err, io.EOF) && len(line) == 0 {
-			break
-		}
-		if err != nil {
-			c.err = fmt.Errorf("file store: %s: read the checkpoint history at byte offset %d: %w", s.path, off, err)
-			break
-		}
-		var ev varplane.Event
-		if derr := eventjson.DecodeEventWith(line[:len(line)-1], &ev, in); derr != nil || !ev.Kind.Valid() {
-			c.err = fmt.Errorf("file store: %s: the checkpoint history line at byte offset %d is damaged: %v", s.path, off, derr)
-			break
-		}
-		if ev.Kind == varplane.EventRevisionCreated && !bytes.HasSuffix(line, reclaimedLine) {
-			// The body is in the checkpoint, unless it was reclaimed:
-			// History reads it from there (logstate.State.FillDocuments).
-			ev.Document = logstate.OnDisk
-		}
-		c.hist[ev.Scope] = append(c.hist[ev.Scope], ev)
-		off += int64(len(line))
-		if n++; n%4096 == 0 {
-			select {
-			case <-c.stop:
-				c.err = varplane.ErrClosed
-				return
-			default:
-			}
+func (c *chunker) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := min(int64(len(p)), c.size-c.pos%c.size)
+		c.h.Write(p[:k])
+		c.pos += k
+		p = p[k:]
+		if c.pos%c.size == 0 {
+			var sum [sha256.Size]byte
+			c.h.Sum(sum[:0])
+			c.chunks = append(c.chunks, sum)
+			c.h.Reset()
 		}
 	}
-	if c.err == nil && n != s.coldEvents {
-		c.err = fmt.Errorf("file store: %s: the checkpoint history holds %d events, its end line counts %d", s.path, n, s.coldEvents)
-	}
-	if c.err != nil {
-		s.log.Error("file store: the checkpoint's history cannot be read; History and Replay fail", "path", s.path, "err", c.err)
-	}
+	return n, nil
 }
 
-var reclaimedLine = []byte(reclaimedMark + "\n")
-
-// stopCold stops the history loader, if any, without waiting for it.
-func (s *Store) stopCold() {
-	if s.cold != nil {
-		s.cold.once.Do(func() { close(s.cold.stop) })
+// digest returns the digests of the chunks of the bytes written so far (the
+// last one partial) and their combined digest.
+func (c *chunker) digest() ([][sha256.Size]byte, string) {
+	sums := c.chunks
+	if c.pos%c.size != 0 {
+		var sum [sha256.Size]byte
+		c.h.Sum(sum[:0])
+		sums = append(sums[:len(sums):len(sums)], sum)
 	}
+	return sums, combinedDigest(sums, c.pos)
 }
 
-// fullHistory returns every event of scope: the checkpoint's history, once
-// loaded, then the fold's.
-func (s *Store) fullHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
-	h, err := s.fullHistoryMeta(ctx, scope)
-	if err != nil {
-		return nil, err
+func combinedDigest(sums [][sha256.Size]byte, end int64) string {
+	h := sha256.New()
+	for _, s := range sums {
+		h.Write(s[:])
 	}
-	return s.st.FillDocuments(scope, h)
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(end))
+	h.Write(b[:])
+	return canonical.DigestPrefix + hex.EncodeToString(h.Sum(nil))
 }
 
-// fullHistoryMeta is fullHistory with the documents of the revisions the fold
-// keeps on disk left out.
-func (s *Store) fullHistoryMeta(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
-	if s.IsShut() {
-		return nil, varplane.ErrClosed
+// chunkDigests hashes [0, end) of f in chunks of size, in parallel, from
+// a read-only mapping of the file (no copy of the log through a buffer)
+// when it can map it, else by reading.
+func chunkDigests(ctx context.Context, f *os.File, end, size int64) ([][sha256.Size]byte, error) {
+	if end > 0 {
+		if m, err := unix.Mmap(int(f.Fd()), 0, int(end), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+			defer unix.Munmap(m)
+			_ = unix.Madvise(m, unix.MADV_SEQUENTIAL)
+			return chunkSums(ctx, end, size, func(h hash.Hash, from, to int64, _ []byte) error {
+				h.Write(m[from:to])
+				return nil
+			})
+		}
 	}
-	own := s.st.History(scope)
-	c := s.cold
-	if c == nil {
-		return own, nil
-	}
-	select {
-	case <-c.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if c.err != nil {
-		return nil, &varplane.Error{Code: varplane.CodeInternal, Message: "the log's history cannot be read", Err: c.err}
-	}
-	c.mu.RLock()
-	before := c.hist[scope]
-	c.mu.RUnlock()
-	if len(before) == 0 {
-		return own, nil
-	}
-	if len(own) == 0 {
-		return before[:len(before):len(before)], nil
-	}
-	return append(append(make([]varplane.Event, 0, len(before)+len(own)), before...), own...), nil
-}
-
-// History returns every event of scope in log order (see
-// varplane.Store.History); a revision-created event whose body retention
-// reclaimed carries no document. Documents not held in memory are read
-// from the log.
-func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
-	return s.fullHistory(ctx, scope)
-}
-
-// EventHistory is History without reading documents from the log: a
-// revision-created event carries its document only when the store holds
-// it in memory. For callers that need the events' metadata alone (the
-// retention pass), so that they do not read every body of the scope.
-func (s *Store) EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
-	h, err := s.fullHistoryMeta(ctx, scope)
-	if err != nil {
-		return nil, err
-	}
-	return logstate.StripOnDisk(h), nil
-}
-
-// Revision returns the stored revision rev of scope; ErrReclaimed when
-// retention took its body out; a not-found error when it was never created.
-func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
-	if s.IsShut() {
-		return nil, varplane.ErrClosed
-	}
-	return s.st.RevisionOrGone(scope, rev)
-}
-
-func (s *Store) replayAt(ctx context.Context, scope varplane.Scope, gen varplane.Generation) (*varplane.ScopeState, error) {
-	hist, err := s.fullHistoryMeta(ctx, scope) // FoldAt reads the head's record itself
-	if err != nil {
-		return nil, err
-	}
-	if len(hist) == 0 && s.st.Load(scope) == nil {
-		return nil, varplane.Errorf(varplane.CodeNotFound, "scope %q has no events", scope)
-	}
-	return logstate.FoldAt(ctx, scope, hist, gen, func(r varplane.Revision) (*varplane.RevisionRecord, error) {
-		return s.st.RevisionOrGone(scope, r)
+	return chunkSums(ctx, end, size, func(h hash.Hash, from, to int64, buf []byte) error {
+		_, err := io.CopyBuffer(h, io.NewSectionReader(f, from, to-from), buf)
+		return err
 	})
 }
 
-// reclaim drops the documents of revs from the checkpoint's history of
-// scope, as logstate.State.Reclaim does in the fold's. Readers share the
-// slices, so the scope's gets a copy.
-func (c *cold) reclaim(scope varplane.Scope, revs []varplane.Revision) {
-	if c == nil || len(revs) == 0 {
-		return
+// chunkSums runs sum over the chunks of [0, end), on every CPU.
+func chunkSums(ctx context.Context, end, size int64, sum func(h hash.Hash, from, to int64, buf []byte) error) ([][sha256.Size]byte, error) {
+	n := (end + size - 1) / size
+	sums := make([][sha256.Size]byte, n)
+	errs := make([]error, n)
+	next := make(chan int64, n)
+	for i := range n {
+		next <- i
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h := c.hist[scope]
-	if len(h) == 0 {
-		return
+	close(next)
+	var wg sync.WaitGroup
+	for range min(int64(runtime.GOMAXPROCS(0)), n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 1<<20)
+			for i := range next {
+				if ctx.Err() != nil {
+					errs[i] = ctx.Err()
+					continue
+				}
+				h := sha256.New()
+				from := i * size
+				if err := sum(h, from, min(from+size, end), buf); err != nil {
+					errs[i] = err
+					continue
+				}
+				h.Sum(sums[i][:0])
+			}
+		}()
 	}
-	h = slices.Clone(h)
-	for i := range h {
-		if h[i].Kind == varplane.EventRevisionCreated && slices.Contains(revs, h[i].Revision) {
-			h[i].Document = nil
+	wg.Wait()
+	return sums, errors.Join(errs...)
+}
+
+// readCheckpoint reads the checkpoint beside the log. It returns nil and
+// no error when there is none; a checkpoint it cannot read is an error the
+// caller warns about (the log is then replayed in full).
+func (s *Store) readCheckpoint() (*checkpoint, error) {
+	f, err := os.Open(s.path + checkpointSuffix)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ck, err := s.decodeCheckpoint(f)
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return ck, nil
+}
+
+// decodeCheckpoint reads the header, the scope lines and the end line of
+// the checkpoint in f, in bounded memory per line.
+func (s *Store) decodeCheckpoint(f *os.File) (*checkpoint, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := fi.Size()
+	lr := newLineReader(f, 0, 0)
+	crc := uint32(0)
+	next := func() ([]byte, error) {
+		l, err := lr.next()
+		switch {
+		case err != nil:
+			return nil, err
+		case l.eof:
+			return nil, errors.New("it ends before its end line")
+		case !l.complete || l.long:
+			return nil, fmt.Errorf("its line %d is not whole", l.lineNo)
+		}
+		return l.b, nil
+	}
+	line, err := next()
+	if err != nil {
+		return nil, err
+	}
+	ck := &checkpoint{f: f, heads: map[varplane.Scope]varplane.ChainHead{}}
+	if err := json.Unmarshal(line, &ck.hdr); err != nil {
+		return nil, fmt.Errorf("its header: %w", err)
+	}
+	h := &ck.hdr
+	if h.Checkpoint != checkpointVersion || h.Log < 0 || h.Lines < 0 || h.Chunk <= 0 || int64(len(h.Chunks)) != (h.Log+h.Chunk-1)/h.Chunk {
+		return nil, fmt.Errorf("its header is not one of version %d: %.200s", checkpointVersion, line)
+	}
+	crc = crc32.Update(crc, ckCRC, line)
+	revisions := 0
+	for {
+		line, err := next()
+		if err != nil {
+			return nil, err
+		}
+		if bytes.HasPrefix(line, []byte(`{"checkpointEnd":`)) {
+			var end ckEnd
+			if err := json.Unmarshal(line, &end); err != nil {
+				return nil, fmt.Errorf("its end line: %w", err)
+			}
+			if end.End.CRC != crc || end.End.Scopes != len(ck.scopes) || end.End.Revisions != revisions {
+				return nil, fmt.Errorf("its end line does not match its lines (CRC %d, %d scopes, %d revisions; the lines: CRC %d, %d, %d)",
+					end.End.CRC, end.End.Scopes, end.End.Revisions, crc, len(ck.scopes), revisions)
+			}
+			// The blocks' places count from here.
+			for _, img := range ck.scopes {
+				if b, ok := img.Block.(*ckRevisions); ok {
+					b.At, b.End = b.At+lr.off, b.End+lr.off
+					if b.End > size {
+						return nil, fmt.Errorf("the revisions of scope %q end at byte offset %d, past its end", img.Scope, b.End)
+					}
+				}
+			}
+			break
+		}
+		crc = crc32.Update(crc, ckCRC, line)
+		img, err := s.decodeScopeLine(line, f, size)
+		if err != nil {
+			return nil, fmt.Errorf("its line %d: %w", len(ck.scopes)+2, err)
+		}
+		if b, ok := img.Block.(*ckRevisions); ok {
+			revisions += b.N
+		}
+		ck.heads[img.Scope] = img.Chain
+		ck.scopes = append(ck.scopes, img)
+	}
+	if ck.hdr.Chains != varplane.ChainDigest(ck.heads) {
+		return nil, errors.New("its chain heads do not match its header's digest of them")
+	}
+	return ck, nil
+}
+
+func (s *Store) decodeScopeLine(line []byte, f *os.File, size int64) (logstate.ScopeImage, error) {
+	var sl ckScope
+	if err := json.Unmarshal(line, &sl); err != nil {
+		return logstate.ScopeImage{}, err
+	}
+	img := logstate.ScopeImage{Scope: sl.Scope, Generation: sl.Generation, Chain: sl.Chain}
+	if len(sl.Head) > 0 {
+		img.Head = new(varplane.Event)
+		var rec varplane.RevisionRecord
+		if err := eventjson.DecodeEvent(sl.Head, img.Head); err != nil {
+			return img, fmt.Errorf("head: %w", err)
+		}
+		if err := eventjson.DecodeRecord(sl.HeadRecord, &rec); err != nil {
+			return img, fmt.Errorf("head record: %w", err)
+		}
+		if img.Head.Scope != sl.Scope || rec.Scope != sl.Scope || rec.Revision != img.Head.Revision || len(rec.Document) == 0 {
+			return img, errors.New("the head is not the scope's revision")
+		}
+		img.Revisions = []*varplane.RevisionRecord{&rec}
+	}
+	if len(sl.Rejected) > 0 {
+		img.Rejected = new(varplane.Event)
+		if err := eventjson.DecodeEvent(sl.Rejected, img.Rejected); err != nil {
+			return img, fmt.Errorf("rejected: %w", err)
 		}
 	}
-	c.hist[scope] = h
+	if b := sl.Revisions; b != nil {
+		if b.At < 0 || b.End < b.At || b.End > size || b.N <= 0 || b.End-b.At > int64(maxLineBytes) {
+			// (Places count from the blocks' start; decodeCheckpoint
+			// checks them again once it knows it.)
+			return img, fmt.Errorf("its revisions at [%d, %d) are not in the file", b.At, b.End)
+		}
+		img.Block = &ckRevisions{ck: f, log: s.bodies, scope: sl.Scope, ckBlock: *b}
+	}
+	return img, nil
+}
+
+// appendScopeLine appends sl as a line of JSON. Not encoding/json: it
+// would escape the documents' HTML characters, and a document must come
+// back byte for byte.
+func appendScopeLine(b []byte, sl *ckScope) []byte {
+	b = append(b, `{"scope":`...)
+	b = jsontext.AppendString(b, string(sl.Scope))
+	b = append(b, `,"generation":`...)
+	b = strconv.AppendUint(b, uint64(sl.Generation), 10)
+	b = append(b, `,"chain":{"seq":`...)
+	b = strconv.AppendUint(b, sl.Chain.Seq, 10)
+	b = append(b, `,"hash":`...)
+	b = jsontext.AppendString(b, sl.Chain.Hash)
+	b = append(b, '}')
+	for _, f := range [...]struct {
+		name string
+		v    json.RawMessage
+	}{{"head", sl.Head}, {"headRecord", sl.HeadRecord}, {"rejected", sl.Rejected}} {
+		if len(f.v) > 0 {
+			b = append(b, ',', '"')
+			b = append(b, f.name...)
+			b = append(b, '"', ':')
+			b = append(b, f.v...)
+		}
+	}
+	if r := sl.Revisions; r != nil {
+		b = fmt.Appendf(b, `,"revisions":{"at":%d,"end":%d,"n":%d,"crc":%d}`, r.At, r.End, r.N, r.CRC)
+	}
+	return append(b, '}', '\n')
+}
+
+// ckRevisions is a scope's revision block (logstate.RevisionBlock): the
+// offsets of its revision-created lines in the log, in the checkpoint file
+// ck; Load reads those lines from the log.
+type ckRevisions struct {
+	ck    io.ReaderAt
+	log   *bodyFile
+	scope varplane.Scope
+	ckBlock
+}
+
+// offsets reads and checks the block.
+func (b *ckRevisions) offsets() ([]int64, error) {
+	buf := make([]byte, b.End-b.At)
+	if _, err := b.ck.ReadAt(buf, b.At); err != nil {
+		return nil, fmt.Errorf("file store: read the checkpoint's revisions of scope %q: %w", b.scope, err)
+	}
+	if got := crc32.Checksum(buf, ckCRC); got != b.CRC {
+		return nil, fmt.Errorf("file store: the checkpoint's revisions of scope %q at byte offset %d are damaged: checksum %08x, want %08x", b.scope, b.At, got, b.CRC)
+	}
+	offs, err := parseOffsets(buf)
+	if err == nil && len(offs) != b.N {
+		err = fmt.Errorf("%d offsets, the scope line counts %d", len(offs), b.N)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("file store: the checkpoint's revisions of scope %q at byte offset %d are damaged: %w", b.scope, b.At, err)
+	}
+	return offs, nil
+}
+
+// Load reads the scope's revision-created lines from the log: the records
+// without their documents, where each document is, and the revisions
+// retention reclaimed.
+func (b *ckRevisions) Load() ([]*varplane.RevisionRecord, []logstate.BodyRef, []varplane.Revision, error) {
+	offs, err := b.offsets()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	recs := make([]*varplane.RevisionRecord, 0, len(offs))
+	refs := make([]logstate.BodyRef, 0, len(offs))
+	var gone []varplane.Revision
+	in := eventjson.NewInterner()
+	for _, off := range offs {
+		line, err := b.log.readLine(off)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		var ev varplane.Event
+		at, n, err := eventjson.DecodeEventLazy(line[:len(line)-1], &ev, in)
+		switch {
+		case err != nil:
+		case ev.Kind != varplane.EventRevisionCreated || ev.Scope != b.scope:
+			err = errors.New("not a revision of the scope")
+		case n == 0 && !bytes.HasSuffix(line, reclaimedEnd):
+			err = errors.New("a revision without its document")
+		}
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("file store: %s: the line at byte offset %d, a revision of scope %q by the checkpoint, is not one: %w", b.log.path, off, b.scope, err)
+		}
+		if n == 0 {
+			gone = append(gone, ev.Revision)
+			continue
+		}
+		recs = append(recs, &varplane.RevisionRecord{Scope: b.scope, Revision: ev.Revision, SchemaID: ev.SchemaID,
+			SchemaVersion: ev.SchemaVersion, Actor: ev.Actor, CreatedAt: ev.Timestamp})
+		refs = append(refs, logstate.BodyRef{Src: b.log, Off: off + int64(at), Len: n})
+	}
+	return recs, refs, gone, nil
+}
+
+// parseOffsets parses a block line, "[o1,o2,…]\n".
+func parseOffsets(b []byte) ([]int64, error) {
+	b, ok := bytes.CutPrefix(b, []byte("["))
+	if ok {
+		b, ok = bytes.CutSuffix(b, []byte("]\n"))
+	}
+	if !ok {
+		return nil, errors.New("not a line of offsets")
+	}
+	var out []int64
+	for len(b) > 0 {
+		num, rest, _ := bytes.Cut(b, []byte(","))
+		v, err := strconv.ParseInt(string(num), 10, 64)
+		if err != nil || v < 0 || (len(out) > 0 && v <= out[len(out)-1]) {
+			return nil, fmt.Errorf("offset %q", num)
+		}
+		out = append(out, v)
+		b = rest
+	}
+	return out, nil
+}
+
+// verify checks the checkpoint's digest against the log's bytes before its
+// offset; an error says where they differ.
+func (ck *checkpoint) verify(ctx context.Context, log *os.File, size int64) error {
+	h := &ck.hdr
+	if h.Log > size {
+		return fmt.Errorf("it holds the state at byte offset %d, and the log has %d bytes", h.Log, size)
+	}
+	sums, err := chunkDigests(ctx, log, h.Log, h.Chunk)
+	if err != nil {
+		return err
+	}
+	for i, sum := range sums {
+		if hex.EncodeToString(sum[:]) != h.Chunks[i] {
+			from := int64(i) * h.Chunk
+			return fmt.Errorf("the log's bytes [%d, %d) are not those it was written after", from, min(from+h.Chunk, h.Log))
+		}
+	}
+	if combinedDigest(sums, h.Log) != h.Digest {
+		return errors.New("its digest does not match its chunks")
+	}
+	return nil
+}
+
+// reached reports, for a log replayed in full, the first scope whose chain
+// does not reach the head the checkpoint recorded: events were taken out
+// of the log.
+func (ck *checkpoint) reached(st *logstate.State) error {
+	for _, img := range ck.scopes {
+		want := img.Chain
+		if want.Seq == 0 {
+			continue
+		}
+		hist := st.History(img.Scope)
+		found := false
+		for i := len(hist) - 1; i >= 0; i-- {
+			if hist[i].Seq == want.Seq {
+				found = hist[i].Hash == want.Hash
+				break
+			}
+			if hist[i].Seq != 0 && hist[i].Seq < want.Seq {
+				break
+			}
+		}
+		if !found {
+			have := st.State(img.Scope).Chain
+			return fmt.Errorf("the chain of scope %q reaches seq %d, and the checkpoint recorded seq %d (hash %s): events of the log were taken out, or the checkpoint belongs to another copy of it",
+				img.Scope, have.Seq, want.Seq, want.Hash)
+		}
+	}
+	return nil
+}
+
+// checkpointer is the state of the checkpoints a Store writes: what the
+// last one covered, carried to the next so that each reads only the log's
+// bytes since. Guarded by ckMu.
+type checkpointer struct {
+	every int64 // events between background checkpoints; < 0: none at all
+	// at and lines: the log offset the last checkpoint covered and its
+	// lines; sums hashes [0, at) (nil: to be taken up from from); revs
+	// the offsets of the revision-created lines before at, by scope (nil:
+	// to be read from from's blocks).
+	at, lines int64
+	sums      *chunker
+	revs      map[varplane.Scope][]int64
+	from      *checkpoint
+	// kicked is s.lines when the committer last woke the writer
+	// (committer-owned).
+	kicked int64
+	kick   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startCheckpointer starts the goroutine that writes a checkpoint when the
+// committer kicks it, until Close.
+func (s *Store) startCheckpointer() {
+	if s.ck.every <= 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.ck.kick, s.ck.cancel, s.ck.done = make(chan struct{}, 1), cancel, make(chan struct{})
+	go func() {
+		defer close(s.ck.done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.ck.kick:
+			}
+			if err := s.checkpoint(ctx, true); err != nil && ctx.Err() == nil {
+				s.log.Warn("file store: cannot write a checkpoint; the next restart replays more of the log", "path", s.path, "err", err)
+			}
+		}
+	}()
+}
+
+// stopCheckpointer stops the background writer and waits for it.
+func (s *Store) stopCheckpointer() {
+	if s.ck.cancel != nil {
+		s.ck.cancel()
+		<-s.ck.done
+	}
+}
+
+// kickCheckpointer wakes the writer once the log gained every events since
+// it last did. Under commitMu.
+func (s *Store) kickCheckpointer() {
+	if s.ck.kick != nil && s.lines-s.ck.kicked >= s.ck.every {
+		s.ck.kicked = s.lines
+		select {
+		case s.ck.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// checkpoint writes a checkpoint of the state at the log's current end,
+// unless the last one is there already. live says whether the committer
+// runs (it takes the state between two batches) or has stopped (Close).
+func (s *Store) checkpoint(ctx context.Context, live bool) error {
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
+	var (
+		at, lines int64
+		states    []*varplane.ScopeState
+	)
+	take := func() error {
+		at, lines = s.off, s.lines
+		for _, sc := range s.st.Scopes() {
+			states = append(states, s.st.State(sc))
+		}
+		return nil
+	}
+	if live {
+		if err := s.runOnCommitter(ctx, take); err != nil {
+			return err
+		}
+	} else {
+		_ = take()
+	}
+	ck := &s.ck
+	if (at == ck.at && ck.sums != nil) || (ck.sums == nil && ck.from != nil && at == ck.from.hdr.Log) {
+		return nil // the last one holds this state
+	}
+	if err := s.resumeCheckpointer(ctx); err != nil {
+		return err
+	}
+	// The log's bytes since the last checkpoint: their digests, and the
+	// revision-created lines among them.
+	lr := newLineReader(io.TeeReader(io.NewSectionReader(s.f, ck.at, at-ck.at), ck.sums), ck.at, 0)
+	for {
+		l, err := lr.next()
+		if err != nil {
+			return fmt.Errorf("file store: read %s: %w", s.path, err)
+		}
+		if l.eof {
+			break
+		}
+		if !l.complete || l.long {
+			return fmt.Errorf("file store: %s: the line at byte offset %d is not whole", s.path, l.off)
+		}
+		if l.lineNo%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if isCreatedLine(l.b) {
+			var ev varplane.Event
+			if _, _, err := eventjson.DecodeEventLazy(l.b[:len(l.b)-1], &ev, nil); err != nil {
+				return fmt.Errorf("file store: %s: the line at byte offset %d: %w", s.path, l.off, err)
+			}
+			ck.revs[ev.Scope] = append(ck.revs[ev.Scope], l.off)
+		}
+	}
+	ck.at, ck.lines = at, lines
+	sums, digest := ck.sums.digest()
+	hdr := ckHeader{Checkpoint: checkpointVersion, Log: at, Lines: lines, Chunk: digestChunk, Digest: digest, Chunks: make([]string, len(sums))}
+	for i, sum := range sums {
+		hdr.Chunks[i] = hex.EncodeToString(sum[:])
+	}
+	heads := make(map[varplane.Scope]varplane.ChainHead, len(states))
+	for _, ss := range states {
+		heads[ss.Scope] = ss.Chain
+	}
+	hdr.Chains = varplane.ChainDigest(heads)
+	return atomicfile.WriteFunc(s.path+checkpointSuffix, func(w io.Writer) error {
+		return s.writeCheckpoint(w, &hdr, states)
+	})
+}
+
+// resumeCheckpointer takes up what the checkpoint Open read covered, the
+// first time a checkpoint follows it: the digest of the chunk in progress
+// and every scope's block.
+func (s *Store) resumeCheckpointer(ctx context.Context) error {
+	ck := &s.ck
+	if ck.sums != nil {
+		return nil
+	}
+	if ck.from == nil {
+		ck.at, ck.lines, ck.sums, ck.revs = 0, 0, newChunker(digestChunk), map[varplane.Scope][]int64{}
+		return nil
+	}
+	from := ck.from
+	c := newChunker(from.hdr.Chunk)
+	whole := from.hdr.Log / from.hdr.Chunk
+	for i := range whole {
+		b, err := hex.DecodeString(from.hdr.Chunks[i])
+		if err != nil || len(b) != sha256.Size {
+			return errors.New("file store: the checkpoint's chunk digests are damaged")
+		}
+		c.chunks = append(c.chunks, [sha256.Size]byte(b))
+	}
+	c.pos = whole * from.hdr.Chunk
+	if _, err := io.Copy(c, io.NewSectionReader(s.f, c.pos, from.hdr.Log-c.pos)); err != nil {
+		return fmt.Errorf("file store: read %s: %w", s.path, err)
+	}
+	revs := map[varplane.Scope][]int64{}
+	for _, img := range from.scopes {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if b, ok := img.Block.(*ckRevisions); ok {
+			offs, err := b.offsets()
+			if err != nil {
+				return err
+			}
+			revs[img.Scope] = offs
+		}
+	}
+	ck.at, ck.lines, ck.sums, ck.revs = from.hdr.Log, from.hdr.Lines, c, revs
+	return nil
+}
+
+// resetCheckpointer forgets what the checkpoints covered (a compaction
+// moved the lines): the next one reads the whole log.
+func (s *Store) resetCheckpointer() {
+	s.ck.at, s.ck.lines, s.ck.sums, s.ck.revs, s.ck.from = 0, 0, nil, nil, nil
+}
+
+// writeCheckpoint writes the checkpoint's lines to w.
+func (s *Store) writeCheckpoint(w io.Writer, hdr *ckHeader, states []*varplane.ScopeState) error {
+	crc := uint32(0)
+	put := func(b []byte, sum bool) error {
+		if sum {
+			crc = crc32.Update(crc, ckCRC, b)
+		}
+		_, err := w.Write(b)
+		return err
+	}
+	line, err := json.Marshal(hdr)
+	if err != nil {
+		return err
+	}
+	if err := put(append(line, '\n'), true); err != nil {
+		return err
+	}
+	// A block's place is counted from the end of the end line, so that no
+	// scope line depends on the lengths of the others.
+	var (
+		blocks [][]byte
+		at     int64
+		end    ckEnd
+	)
+	for _, ss := range states {
+		sl := ckScope{Scope: ss.Scope, Generation: ss.Generation, Chain: ss.Chain}
+		if h := ss.Head; h != nil {
+			rec := s.st.Resident(ss.Scope, h.Revision) // a head's is held in memory
+			if rec == nil {
+				var err error
+				if rec, err = s.st.RevisionOrGone(ss.Scope, h.Revision); err != nil {
+					return fmt.Errorf("the head of scope %q: %w", ss.Scope, err)
+				}
+			}
+			sl.Head = eventjson.Event(&varplane.Event{Kind: varplane.EventActivated, Scope: h.Scope, Revision: h.Revision,
+				Generation: h.Generation, Actor: h.Actor, Reason: h.Reason, Timestamp: h.EffectiveAt})
+			sl.HeadRecord = eventjson.Record(rec)
+		}
+		if r := ss.LastRejected; r != nil {
+			sl.Rejected = eventjson.Event(r)
+		}
+		if offs := s.ck.revs[ss.Scope]; len(offs) > 0 {
+			b := make([]byte, 0, 12*len(offs)+3)
+			b = append(b, '[')
+			for k, o := range offs {
+				if k > 0 {
+					b = append(b, ',')
+				}
+				b = strconv.AppendInt(b, o, 10)
+			}
+			b = append(b, ']', '\n')
+			sl.Revisions = &ckBlock{At: at, End: at + int64(len(b)), N: len(offs), CRC: crc32.Checksum(b, ckCRC)}
+			blocks = append(blocks, b)
+			at += int64(len(b))
+			end.End.Revisions += len(offs)
+		}
+		if err := put(appendScopeLine(nil, &sl), true); err != nil {
+			return err
+		}
+	}
+	end.End.Scopes, end.End.CRC = len(states), crc
+	line, err = json.Marshal(&end)
+	if err != nil {
+		return err
+	}
+	if err := put(append(line, '\n'), false); err != nil {
+		return err
+	}
+	for _, b := range blocks {
+		if err := put(b, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -3,14 +3,14 @@ package file
 import (
 	"bufio"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,9 +20,14 @@ import (
 	"github.com/varplane/varplane/internal/logstate"
 )
 
-// reclaimedMark ends, in a checkpoint's history, the line of a
-// revision-created event whose body was reclaimed (a field decoders skip).
-const reclaimedMark = `,"reclaimed":true}`
+// Compaction, in format 3, only reclaims: it writes the log again without
+// the documents of the revisions a reclamation pass chose, and changes
+// nothing else. Every event stays, with its link (the chain does not cover
+// documents: a revision's digest binds its document), so a compacted log
+// verifies as the log did; the revision-created line of a reclaimed
+// revision keeps its place, without its document, marked reclaimedMark, so
+// that the revision stays reclaimed across restarts. Nothing compacts
+// unless called: retention is the operator's choice (docs/retention.md).
 
 // compactSuffix names the compacted log while it is being written beside
 // the log; Open removes one a crash left behind.
@@ -30,9 +35,9 @@ const compactSuffix = ".compact"
 
 // compactHook, when set (by tests, before Open), is called at each step of a
 // compaction with the step's name, so that a test can kill the process
-// there: "created", "history", "state", "synced" (the checkpoint is whole
-// and durable under its temporary name), "tail" (the commits made meanwhile
-// are copied and synced), "renamed", "dir-synced".
+// there: "created", "written" (the lines before the snapshot are written
+// and synced under the temporary name), "tail" (the commits made meanwhile
+// are copied and synced), "renamed", "dir-synced", "repointed".
 var compactHook func(step string)
 
 func hook(step string) {
@@ -45,7 +50,8 @@ func hook(step string) {
 type CompactResult struct {
 	// Before and After are the log's sizes in bytes.
 	Before, After int64
-	// Events is the number of events the checkpoint's history holds.
+	// Events is the number of events in the log, every one of which a
+	// compaction keeps.
 	Events int
 	// Reclaimed counts the revision bodies left out of the new log.
 	Reclaimed int
@@ -53,15 +59,15 @@ type CompactResult struct {
 	Paused time.Duration
 }
 
-// Compact rewrites the log as a checkpoint (see checkpoint.go) followed by
-// the commits made while it ran, and gives it the log's name; reads and
-// commits go on meanwhile, except for the short swap at the end. The bodies
-// of the revisions in reclaim (by scope; never a head's) are left out: once
-// Compact returns they answer ErrReclaimed, and their events stay in the
-// history without their documents. On error nothing is reclaimed and the
-// log is as it was, but for a failure after the new log took the name
-// (syncing its directory), after which the store refuses commits like after
-// a failed write.
+// Compact writes the log again without the documents of the revisions in
+// reclaim (by scope; never a head's, nor what the log does not store), and
+// gives it the log's name; reads and commits go on meanwhile, except for
+// the short swap at the end. Once Compact returns those revisions answer
+// ErrReclaimed, and their events stay in the history without their
+// documents. With nothing to reclaim it writes nothing. On error nothing is
+// reclaimed and the log is as it was, but for a failure after the new log
+// took the name (syncing its directory), after which the store refuses
+// commits like after a failed write.
 //
 // Crash safety: the new log is written beside the old one, under a
 // temporary name, and fsync'ed whole, the commits made meanwhile included,
@@ -72,37 +78,74 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 	var res CompactResult
 	s.compactMu.Lock()
 	defer s.compactMu.Unlock()
-	if c := s.cold; c != nil {
-		select {
-		case <-c.ready:
-		case <-ctx.Done():
-			return res, ctx.Err()
-		}
-		if c.err != nil {
-			return res, fmt.Errorf("file store: compact %s: %w", s.path, c.err)
-		}
+	// The history before a checkpoint is read from the log this replaces.
+	if err := s.waitCold(ctx); err != nil {
+		return res, err
 	}
-	// The snapshot and its offset are taken between two batches, so that the
-	// log after that offset holds exactly the commits the snapshot misses.
+	// Every body reference must be in the fold's index to be re-pointed
+	// at the new log.
+	if err := s.st.LoadAll(); err != nil {
+		return res, err
+	}
+	// The offset and what to reclaim are taken between two batches: the
+	// log before that offset holds every line to rewrite, the log after it
+	// exactly the commits made since.
 	var (
-		scopes []logstate.ScopeImage
-		idem   []*varplane.IdempotencyRecord
-		at     int64
+		at   int64
+		gone = map[varplane.Scope]map[varplane.Revision]bool{}
 	)
-	if err := s.runOnCommitter(ctx, func() (err error) {
-		// A scope that loses revisions has its revision block loaded, so
-		// that the bodies to leave out are among the records.
-		scopes, idem, err = s.st.Snapshot(func(sc varplane.Scope) bool { return len(reclaim[sc]) > 0 })
-		at = s.off
-		res.Before = s.off
-		return err
+	if err := s.runOnCommitter(ctx, func() error {
+		at, res.Before, res.Events = s.off, s.off, int(s.lines)
+		for scope, revs := range reclaim {
+			var head varplane.Revision
+			if h := s.st.State(scope).Head; h != nil {
+				head = h.Revision
+			}
+			for _, r := range revs {
+				ok, err := s.st.HasRevision(scope, r)
+				if err != nil {
+					return err
+				}
+				if ok && r != head {
+					if gone[scope] == nil {
+						gone[scope] = map[varplane.Revision]bool{}
+					}
+					gone[scope][r] = true
+				}
+			}
+		}
+		return nil
 	}); err != nil {
 		return res, err
 	}
+	if len(gone) == 0 {
+		// Nothing to leave out: a checkpoint, so that a restart reads
+		// only what follows.
+		res.After = res.Before
+		if s.ck.every < 0 {
+			return res, nil
+		}
+		return res, s.checkpoint(ctx, true)
+	}
+	if err := s.compactReclaim(ctx, at, gone, &res); err != nil || s.ck.every < 0 {
+		return res, err
+	}
+	if err := s.checkpoint(ctx, true); err != nil {
+		s.log.Warn("file store: cannot write a checkpoint after the compaction", "path", s.path, "err", err)
+	}
+	return res, nil
+}
+
+// compactReclaim writes the log again without the documents of gone (the
+// lines before at are rewritten, those after it copied) and swaps it in.
+func (s *Store) compactReclaim(ctx context.Context, at int64, gone map[varplane.Scope]map[varplane.Revision]bool, res *CompactResult) error {
+	// The checkpoints point into the log this replaces.
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
 	tmp := s.path + compactSuffix
 	nf, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return res, fmt.Errorf("file store: create %s: %w", tmp, err)
+		return fmt.Errorf("file store: create %s: %w", tmp, err)
 	}
 	keep := false
 	defer func() {
@@ -112,22 +155,20 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 		}
 	}()
 	hook("created")
-	tail, blocks, err := s.writeCheckpoint(ctx, nf, scopes, idem, reclaim, &res)
+	moved, err := s.rewrite(ctx, nf, at, gone)
 	if err != nil {
-		return res, err
-	}
-	if _, err := nf.WriteAt(frameStart, tail); err != nil {
-		return res, fmt.Errorf("file store: write %s: %w", tmp, err)
+		return err
 	}
 	if err := s.syncNew(nf, tmp); err != nil {
-		return res, err
+		return err
 	}
-	hook("synced")
+	hook("written")
+	newAt := at - moved.shift(at)
 	// The new log's reader for the bodies it holds, opened before it takes
 	// the log's name (the same file either way).
 	nb, err := openBodies(tmp)
 	if err != nil {
-		return res, err
+		return err
 	}
 	nb.path = s.path
 	swapped := false
@@ -136,16 +177,15 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 			nb.retire()
 		}
 	}()
-	err = s.runOnCommitter(ctx, func() error {
+	return s.runOnCommitter(ctx, func() error {
 		t0 := time.Now()
 		defer func() { res.Paused = time.Since(t0) }()
-		if err := activatedSince(s, scopes, reclaim); err != nil {
+		if err := activatedSince(s, gone); err != nil {
 			return err
 		}
-		// The commits made since the snapshot, whole batches all, after the
-		// frame start of the new log's tail (frame.go).
+		// The commits made since the offset, copied as they are.
 		if n := s.off - at; n > 0 {
-			if _, err := io.Copy(io.NewOffsetWriter(nf, tail+int64(len(frameStart))), io.NewSectionReader(s.f, at, n)); err != nil {
+			if _, err := io.Copy(io.NewOffsetWriter(nf, newAt), io.NewSectionReader(s.f, at, n)); err != nil {
 				return fmt.Errorf("file store: copy the log's tail into %s: %w", tmp, err)
 			}
 			if err := s.syncNew(nf, tmp); err != nil {
@@ -159,10 +199,8 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 		keep = true
 		hook("renamed")
 		old := s.f
-		s.off = tail + int64(len(frameStart)) + (s.off - at)
-		s.size, s.zeroed = s.off, s.off // the new file allocates and zeroes afresh
+		s.off = newAt + (s.off - at)
 		s.used.Store(s.off)
-		s.base = tail
 		s.f = nf
 		fd := int(nf.Fd())
 		if s.noSync {
@@ -179,30 +217,104 @@ func (s *Store) Compact(ctx context.Context, reclaim map[varplane.Scope][]varpla
 			return err
 		}
 		hook("dir-synced")
-		for scope, revs := range reclaim {
-			gone := s.st.Reclaim(scope, revs)
-			s.cold.reclaim(scope, gone)
-			res.Reclaimed += len(gone)
+		// The old checkpoint no longer matches (Open would ignore it,
+		// with a warning); the next is written from the new log.
+		if err := os.Remove(s.path + checkpointSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("file store: cannot remove the checkpoint of the log before its compaction", "path", s.path, "err", err)
 		}
-		// The bodies now live in the new log: re-point the fold at it,
-		// which also drops from memory every body the checkpoint wrote
-		// into a block, then retire the old log's reader (a read that
-		// raced this finds it retired and looks its revision up again).
-		for i := range scopes {
-			var b logstate.RevisionBlock
-			if bl := blocks[i]; bl != nil {
-				b = &fileBlock{src: nb, scope: scopes[i].Scope, blockLine: *bl}
-			}
-			s.st.Rebase(&scopes[i], b)
+		s.resetCheckpointer()
+		for scope, revs := range gone {
+			got := s.st.Reclaim(scope, slices.Collect(maps.Keys(revs)))
+			s.cold.reclaim(scope, got)
+			res.Reclaimed += len(got)
 		}
+		// The bodies now live in the new log, where every line before the
+		// offset moved back by what the rewritten lines before it lost,
+		// and every line after it by what all of them lost.
 		oldBodies := s.bodies
+		s.st.Repoint(func(r logstate.BodyRef) logstate.BodyRef {
+			if r.Src == oldBodies {
+				r.Src, r.Off = nb, r.Off-moved.shift(r.Off)
+			}
+			return r
+		})
 		s.bodies, swapped = nb, true
 		oldBodies.retire()
-		hook("rebased")
+		hook("repointed")
 		res.After = s.off
 		return nil
 	})
-	return res, err
+}
+
+// shifts records, for the lines a compaction wrote shorter, where each
+// ended in the old log and how many bytes the log had lost by then.
+type shifts struct {
+	end  []int64
+	lost []int64
+}
+
+// shift returns how far back the byte at old offset off moved.
+func (m *shifts) shift(off int64) int64 {
+	i := sort.Search(len(m.end), func(i int) bool { return m.end[i] > off })
+	if i == 0 {
+		return 0
+	}
+	return m.lost[i-1]
+}
+
+// rewrite writes the log's lines before offset at into f, the
+// revision-created lines of the revisions in gone without their
+// documents, and reports how the lines moved.
+func (s *Store) rewrite(ctx context.Context, f *os.File, at int64, gone map[varplane.Scope]map[varplane.Revision]bool) (*shifts, error) {
+	w := bufio.NewWriterSize(f, 1<<20)
+	lr := newLineReader(io.NewSectionReader(s.f, 0, at), 0, 0)
+	var (
+		m    shifts
+		lost int64
+		buf  []byte
+	)
+	for {
+		l, err := lr.next()
+		if err != nil {
+			return nil, fmt.Errorf("file store: read %s: %w", s.path, err)
+		}
+		if l.eof {
+			break
+		}
+		if !l.complete || l.long {
+			return nil, fmt.Errorf("file store: compact %s: the line at byte offset %d is not whole", s.path, l.off)
+		}
+		if l.lineNo%4096 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		out := l.b
+		if isCreatedLine(l.b) {
+			var ev varplane.Event
+			if _, n, err := eventjson.DecodeEventLazy(l.b[:len(l.b)-1], &ev, nil); err != nil {
+				return nil, fmt.Errorf("file store: compact %s: line %d: %w", s.path, l.lineNo, err)
+			} else if n > 0 && gone[ev.Scope][ev.Revision] {
+				ev.Document = nil
+				buf = appendLine(buf[:0], &ev, reclaimedMark)
+				out = buf
+				lost += int64(len(l.b) - len(buf))
+				m.end, m.lost = append(m.end, l.off+l.n), append(m.lost, lost)
+			}
+		}
+		if _, err := w.Write(out); err != nil {
+			return nil, fmt.Errorf("file store: write %s%s: %w", s.path, compactSuffix, err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return nil, fmt.Errorf("file store: write %s%s: %w", s.path, compactSuffix, err)
+	}
+	return &m, nil
+}
+
+// isCreatedLine reports whether a log line is a revision-created event's
+// (every line begins with its kind).
+func isCreatedLine(b []byte) bool {
+	const p = `{"kind":"revision-created",`
+	return len(b) > len(p) && string(b[:len(p)]) == p
 }
 
 func (s *Store) syncNew(f *os.File, name string) error {
@@ -213,198 +325,6 @@ func (s *Store) syncNew(f *os.File, name string) error {
 		return fmt.Errorf("file store: sync %s: %w", name, err)
 	}
 	return nil
-}
-
-// writeCheckpoint writes the header, history, revision blocks and state
-// sections of a compacted log to f and returns where its tail starts and
-// each scope's block (nil: none).
-func (s *Store) writeCheckpoint(ctx context.Context, f *os.File, scopes []logstate.ScopeImage, idem []*varplane.IdempotencyRecord,
-	reclaim map[varplane.Scope][]varplane.Revision, res *CompactResult) (int64, []*blockLine, error) {
-	w := bufio.NewWriterSize(f, 1<<20)
-	var (
-		off  int64
-		line []byte
-		err  error
-		crc  uint32
-	)
-	put := func(b []byte) {
-		if err == nil {
-			_, err = w.Write(b)
-			off += int64(len(b))
-			crc = crc32.Update(crc, blockCRC, b)
-		}
-	}
-	put(headerLine(0, 0))
-	var before map[varplane.Scope][]varplane.Event
-	if s.cold != nil {
-		s.cold.mu.RLock()
-		before = maps.Clone(s.cold.hist)
-		s.cold.mu.RUnlock()
-	}
-	headOf := func(img *logstate.ScopeImage) varplane.Revision {
-		if img.Head == nil {
-			return ""
-		}
-		return img.Head.Revision
-	}
-	for i := range scopes {
-		if i%64 == 0 && ctx.Err() != nil {
-			return 0, nil, ctx.Err()
-		}
-		img := &scopes[i]
-		head := headOf(img)
-		for _, part := range [2][]varplane.Event{before[img.Scope], img.History} {
-			for j := range part {
-				ev := part[j]
-				// A revision-created event whose body is reclaimed (before,
-				// or by this compaction) is marked, so that Open leaves its
-				// document out even if the revision is created again.
-				mark := ev.Kind == varplane.EventRevisionCreated && (ev.Document == nil ||
-					(slices.Contains(reclaim[img.Scope], ev.Revision) && ev.Revision != head))
-				ev.Document = nil
-				line = eventjson.AppendEvent(line[:0], &ev)
-				if mark {
-					line = append(line[:len(line)-1], reclaimedMark...)
-				}
-				line = append(line, '\n')
-				put(line)
-				res.Events++
-			}
-		}
-	}
-	hook("history")
-	revLine := func(rec *varplane.RevisionRecord, doc []byte) {
-		ev := varplane.Event{Kind: varplane.EventRevisionCreated, Scope: rec.Scope, Revision: rec.Revision, Document: doc,
-			SchemaID: rec.SchemaID, SchemaVersion: rec.SchemaVersion, Actor: rec.Actor, Timestamp: rec.CreatedAt}
-		line = append(eventjson.AppendEvent(line[:0], &ev), '\n')
-		put(line)
-	}
-	body := func(img *logstate.ScopeImage, k int) ([]byte, error) {
-		if doc := img.Revisions[k].Document; doc != nil {
-			return doc, nil
-		}
-		if k >= len(img.Bodies) || img.Bodies[k].Src == nil {
-			return nil, fmt.Errorf("file store: compact %s: revision %s of scope %q has no document", s.path, img.Revisions[k].Revision, img.Scope)
-		}
-		return img.Bodies[k].Src.ReadBody(img.Bodies[k].Off, img.Bodies[k].Len)
-	}
-	// The revision blocks: every retained revision but the head, per scope.
-	blocksAt := off
-	blocks := make([]*blockLine, len(scopes))
-	gone := make([]map[varplane.Revision]bool, len(scopes))
-	for i := range scopes {
-		if i%64 == 0 && ctx.Err() != nil {
-			return 0, nil, ctx.Err()
-		}
-		img := &scopes[i]
-		head := headOf(img)
-		gone[i] = map[varplane.Revision]bool{}
-		for _, r := range reclaim[img.Scope] {
-			if r != head {
-				gone[i][r] = true
-			}
-		}
-		at, n := off, 0
-		crc = 0
-		if fb, ok := img.Block.(*fileBlock); ok {
-			// Not loaded since the last compaction: copied as it is,
-			// once its checksum holds.
-			raw, rerr := fb.src.ReadBody(fb.At, int(fb.End-fb.At))
-			if rerr == nil && crc32.Checksum(raw, blockCRC) != fb.CRC {
-				rerr = fb.damaged(fb.At, "checksum")
-			}
-			if rerr != nil {
-				return 0, nil, fmt.Errorf("file store: compact %s: %w", s.path, rerr)
-			}
-			put(raw)
-			n += fb.N
-		} else if img.Block != nil {
-			return 0, nil, fmt.Errorf("file store: compact %s: scope %q has a revision block of another store", s.path, img.Scope)
-		}
-		for k, rec := range img.Revisions {
-			if rec.Revision == head || gone[i][rec.Revision] {
-				continue
-			}
-			doc, berr := body(img, k)
-			if berr != nil {
-				return 0, nil, berr
-			}
-			revLine(rec, doc)
-			n++
-		}
-		// What retention reclaimed in the scope, before or now: in the
-		// block, which Open does not read.
-		var gl goneLine
-		gl.Reclaimed = slices.Clone(img.Reclaimed)
-		for _, rec := range img.Revisions {
-			if gone[i][rec.Revision] {
-				gl.Reclaimed = append(gl.Reclaimed, rec.Revision)
-			}
-		}
-		if len(gl.Reclaimed) > 0 {
-			slices.Sort(gl.Reclaimed)
-			gl.Reclaimed = slices.Compact(gl.Reclaimed)
-			putJSON(put, gl)
-		}
-		if off > at {
-			blocks[i] = &blockLine{At: at, End: off, N: n, CRC: crc}
-		}
-	}
-	state := off
-	var end endLine
-	end.End.Blocks = blocksAt
-	for i := range scopes {
-		img := &scopes[i]
-		head := headOf(img)
-		var sl scopeLine
-		for k, rec := range img.Revisions {
-			switch {
-			case gone[i][rec.Revision]:
-			case rec.Revision == head:
-				doc, berr := body(img, k)
-				if berr != nil {
-					return 0, nil, berr
-				}
-				revLine(rec, doc)
-				sl.ScopeState.Revisions++
-			}
-		}
-		sl.ScopeState.Scope, sl.ScopeState.Generation = img.Scope, img.Generation
-		sl.ScopeState.Head, sl.ScopeState.Rejected = img.Head, img.Rejected
-		sl.ScopeState.Block = blocks[i]
-		putJSON(put, sl)
-		end.End.Revisions += sl.ScopeState.Revisions
-		if blocks[i] != nil {
-			end.End.Revisions += blocks[i].N
-		}
-	}
-	for _, r := range idem {
-		var l idemLine
-		l.Idem.Key, l.Idem.RequestHash, l.Idem.Generation, l.Idem.Event = r.Key, r.RequestHash, r.Generation, r.Event
-		l.Idem.Event.Document = nil // the record needs the event's identity, not its body
-		putJSON(put, l)
-	}
-	end.End.Scopes, end.End.Idem, end.End.History = len(scopes), len(idem), res.Events
-	putJSON(put, end)
-	hook("state")
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		_, err = f.WriteAt(headerLine(state, off), 0)
-	}
-	if err != nil {
-		return 0, nil, fmt.Errorf("file store: write %s%s: %w", s.path, compactSuffix, err)
-	}
-	return off, blocks, nil
-}
-
-func putJSON(put func([]byte), v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("file store: checkpoint line: %v", err)) // plain structs of strings, numbers and events
-	}
-	put(append(b, '\n'))
 }
 
 // runOnCommitter runs fn on the committer goroutine between two batches, so
@@ -419,29 +339,20 @@ func (s *Store) runStep(r *request) {
 	close(r.done)
 }
 
-// LogSize returns the size of the log in bytes up to its last line (the
-// space allocated ahead of it not counted), for the log-size metric.
+// LogSize returns the size of the log in bytes, for the log-size metric.
 func (s *Store) LogSize() (int64, error) {
 	return s.used.Load(), nil
 }
 
-// activatedSince refuses a compaction when a commit made since its snapshot
-// activated a revision it leaves out: the tail would name a body the
-// checkpoint does not hold. The next pass chooses again.
-func activatedSince(s *Store, scopes []logstate.ScopeImage, reclaim map[varplane.Scope][]varplane.Revision) error {
-	if len(reclaim) == 0 {
-		return nil
-	}
-	seen := make(map[varplane.Scope]int, len(scopes))
-	for i := range scopes {
-		seen[scopes[i].Scope] = len(scopes[i].History)
-	}
-	for scope, revs := range reclaim {
-		hist := s.st.History(scope)
-		for _, ev := range hist[min(seen[scope], len(hist)):] {
-			if ev.Kind == varplane.EventActivated && slices.Contains(revs, ev.Revision) {
-				return fmt.Errorf("file store: compact %s: revision %s of scope %q was activated meanwhile; not reclaimed", s.path, ev.Revision, scope)
-			}
+// activatedSince refuses a compaction when a commit made since its offset
+// made a revision it leaves out the head: a head is served from its body,
+// which the new log would not hold. (An activation of it that a later one
+// replaced is history, which replay reads without the body.) The next pass
+// chooses again. On the committer.
+func activatedSince(s *Store, gone map[varplane.Scope]map[varplane.Revision]bool) error {
+	for scope, revs := range gone {
+		if h := s.st.State(scope).Head; h != nil && revs[h.Revision] {
+			return fmt.Errorf("file store: compact %s: revision %s of scope %q was activated meanwhile; not reclaimed", s.path, h.Revision, scope)
 		}
 	}
 	return nil

@@ -15,13 +15,11 @@ import (
 )
 
 // TestCompactionMatchesMemory: any sequence of commits, compactions (with
-// any revisions to reclaim) and restarts, with zeros written ahead of the
-// log between them, leaves the file store answering exactly what the
-// memory store answers after the same commits and reclamations.
+// any revisions to reclaim) and restarts leaves the file store answering
+// exactly what the memory store answers after the same commits and
+// reclamations.
 func TestCompactionMatchesMemory(t *testing.T) {
 	scopes := []varplane.Scope{"p", "p.a", "p.a.b", "q"}
-	// Decode every state section in parts, as a large one is.
-	defer file.SetStateParallelMin(file.SetStateParallelMin(1))
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx := context.Background()
 		path := logPath(t)
@@ -30,9 +28,6 @@ func TestCompactionMatchesMemory(t *testing.T) {
 			rt.Fatal(err)
 		}
 		defer func() { _ = fs.Close() }()
-		// Tiny pieces of zeros ahead, so that the zeroer runs between the
-		// commits and compactions and is overtaken by them (zero.go).
-		file.SetZeroAhead(fs, 64, 256)
 		mem := memory.New()
 		ts := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 		both := func(fn func(s varplane.Store) error) {
@@ -98,7 +93,6 @@ func TestCompactionMatchesMemory(t *testing.T) {
 				if fs, err = file.Open(ctx, path, file.Options{NoSync: true}); err != nil {
 					rt.Fatalf("reopen: %v", err)
 				}
-				file.SetZeroAhead(fs, 64, 256)
 			}
 			if got, want := snapshotOf(t, fs, keys), snapshotOf(t, mem, keys); got != want {
 				rt.Fatalf("after op %d, file:\n%s\nmemory:\n%s", i, got, want)

@@ -5,19 +5,27 @@ package file
 // before the first commit.
 func SetSyncFunc(s *Store, f func() error) { s.syncf = f }
 
-// SetZeroAhead sets how many bytes of zeros the zeroer writes at a time
-// (at most its buffer) and how far past the last line; tests make both
-// small so that the zeroer races the committer.
-func SetZeroAhead(s *Store, piece, ahead int64) {
-	s.commitMu.Lock()
-	s.zeroPiece, s.zeroAhead = min(piece, int64(len(zeros))), ahead
-	s.commitMu.Unlock()
+// SetMaxLineBytes sets the longest line the log holds, and returns the
+// previous bound; tests lower it to write a line past it cheaply.
+func SetMaxLineBytes(n int) int {
+	old := maxLineBytes
+	maxLineBytes = n
+	return old
 }
 
-// ZeroState returns where the last line ends, where the zeros written
-// ahead of it end, and the allocated end of the log.
-func ZeroState(s *Store) (off, zeroed, size int64) {
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	return s.off, s.zeroed, s.size
+// CheckpointedAt returns the log offset of the checkpoint Open started
+// from, or -1 when it replayed the whole log.
+func CheckpointedAt(s *Store) int64 {
+	if s.ck.from == nil {
+		return -1
+	}
+	return s.ck.from.hdr.Log
+}
+
+// SetDigestChunk sets the size of the log chunks a checkpoint's digest is
+// made of, and returns the previous one.
+func SetDigestChunk(n int64) int64 {
+	old := digestChunk
+	digestChunk = n
+	return old
 }

@@ -9,11 +9,6 @@ import (
 	"github.com/varplane/varplane"
 )
 
-// compactTail is the tail size (bytes of events after the checkpoint) past
-// which FinishReclaim compacts even when nothing is to be reclaimed, so that
-// restart time stays bounded by the live state.
-const compactTail = 16 << 20
-
 // reclaimList is the file store's to-delete list: revisions a reclamation
 // pass chose, whose bodies leave the log at the next compaction.
 type reclaimList struct {
@@ -50,9 +45,9 @@ func (s *Store) ReclaimRevisions(ctx context.Context, scope varplane.Scope, revs
 	return 0, nil
 }
 
-// FinishReclaim compacts the log when revisions are on the to-delete list
-// or the tail has grown past compactTail, leaving the listed bodies out. On
-// failure the list is kept for the next pass, and the error is a
+// FinishReclaim compacts the log when revisions are on the to-delete list,
+// leaving the listed bodies out (see Compact); with none it does nothing.
+// On failure the list is kept for the next pass, and the error is a
 // retention FailedError counting them (see varplane.ReclaimFinisher).
 func (s *Store) FinishReclaim(ctx context.Context) (int, error) {
 	s.reclaimMu.Lock()
@@ -63,10 +58,7 @@ func (s *Store) FinishReclaim(ctx context.Context) (int, error) {
 		n += len(revs)
 	}
 	if n == 0 {
-		var tail int64
-		if err := s.runOnCommitter(ctx, func() error { tail = s.off - s.base; return nil }); err != nil || tail < compactTail {
-			return 0, err
-		}
+		return 0, nil
 	}
 	res, err := s.Compact(ctx, pending)
 	if err != nil {

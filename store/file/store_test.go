@@ -83,17 +83,30 @@ func TestSecondWriterIsLockedOut(t *testing.T) {
 func TestLogLinesAreEventJSON(t *testing.T) {
 	path := logPath(t)
 	b := writeSample(t, path)
-	if !strings.HasPrefix(string(b), file.FrameStart) {
-		t.Errorf("the log does not begin with its frame start: %.60q", b)
-	}
-	lines := strings.Split(strings.TrimSuffix(string(unframed(b)), "\n"), "\n")
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 	if len(lines) != 6 {
 		t.Fatalf("log has %d event lines, want 6", len(lines))
 	}
-	for _, want := range []string{`"kind":"activated"`, `"scope":"agentic.lanes.vinci"`, `"generation":3`, `"previousGeneration":2`} {
+	for _, want := range []string{`"kind":"activated"`, `"scope":"agentic.lanes.vinci"`, `"generation":3`, `"previousGeneration":2`, `"seq":6,"hash":"`} {
 		if !strings.Contains(lines[5], want) {
 			t.Errorf("last line %s lacks %s", lines[5], want)
 		}
+	}
+	// Each line is the event's JSON and nothing else (no member the
+	// decoder skips), and the chain holds.
+	var hist []varplane.Event
+	for i, l := range lines {
+		var ev varplane.Event
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		if got := string(eventjson.Event(&ev)); got != l {
+			t.Errorf("line %d is not the event's JSON:\n%s\n%s", i+1, l, got)
+		}
+		hist = append(hist, ev)
+	}
+	if v, err := varplane.VerifyChain("agentic.lanes.vinci", hist); err != nil || v.Head.Seq != 6 {
+		t.Errorf("the log's chain: %+v, %v", v, err)
 	}
 }
 
@@ -102,13 +115,13 @@ func captureLog() (*slog.Logger, *bytes.Buffer) {
 	return slog.New(slog.NewTextHandler(&buf, nil)), &buf
 }
 
-// TestTornTailIsCut appends fragments without a newline to a log of format
-// 1 (no sync lines), as a crash during a write leaves them: Open cuts
-// exactly the fragment, keeps every earlier event, logs a warning, and
-// starts framing after the last line.
+// TestTornTailIsCut appends what a crash during a write leaves after the
+// last line (fragments without a newline, zeros where the file grew without
+// its data, lines that hold such zeros): Open cuts exactly that, keeps
+// every earlier event, and logs a warning unless it cut zeros only.
 func TestTornTailIsCut(t *testing.T) {
 	path0 := logPath(t)
-	good0 := unframed(writeSample(t, path0))
+	good0 := writeSample(t, path0)
 	lastLine := good0[bytes.LastIndexByte(good0[:len(good0)-1], '\n')+1:]
 	for name, tail := range map[string]string{
 		"no newline": `{"kind":"activated","scope":"agentic.lanes.vinci","revis`,
@@ -116,10 +129,16 @@ func TestTornTailIsCut(t *testing.T) {
 		// A whole event without its newline was not acknowledged either:
 		// its newline was part of the same write and fdatasync.
 		"event without newline": string(lastLine[:len(lastLine)-1]),
+		"fragment and zeros":    `{"kind":"activ` + strings.Repeat("\x00", 3000),
+		// Lines whose blocks did not all reach the disk, with no whole
+		// line after them.
+		"zeroed lines":       "\x00\x00\x00\x00" + string(lastLine[4:]) + "\x00\x00\n",
+		"line holding zeros": "{\"kind\":\"activ\x00\x00\n",
+		"line of zeros":      "\x00\x00\x00\x00\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := logPath(t)
-			good := unframed(writeSample(t, path))
+			good := writeSample(t, path)
 			if err := os.WriteFile(path, append(append([]byte{}, good...), tail...), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -129,23 +148,26 @@ func TestTornTailIsCut(t *testing.T) {
 			if st.Generation != 3 || st.Head == nil {
 				t.Errorf("recovered state = gen %d head %v, want gen 3 with a head", st.Generation, st.Head)
 			}
-			if !strings.Contains(out.String(), "torn") || !strings.Contains(out.String(), "level=WARN") {
-				t.Errorf("no warning logged: %q", out.String())
+			warned := strings.Contains(out.String(), "torn") && strings.Contains(out.String(), "level=WARN")
+			if zerosOnly := strings.Trim(tail, "\x00") == ""; warned == zerosOnly {
+				t.Errorf("warned %v for a tail of zeros only %v: %q", warned, zerosOnly, out.String())
 			}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if b, _ := os.ReadFile(path); string(b) != string(good)+file.FrameStart {
-				t.Errorf("log after open has %d bytes, want the %d good ones and the frame start", len(b), len(good))
+			if b, _ := os.ReadFile(path); string(b) != string(good) {
+				t.Errorf("log after open has %d bytes, want the %d good ones", len(b), len(good))
 			}
 		})
 	}
 }
 
-// TestDamagedLineStopsOpen damages one complete line (ending in a newline)
-// of a log of format 1, in the middle of the log or as its last line: it
-// may be an acknowledged event, so Open fails naming the line and its byte
-// offset, and leaves the file byte for byte as it was.
+// TestDamagedLineStopsOpen damages one complete line (ending in a newline),
+// in the middle of the log or as its last line, where no crash can: a line
+// without a zero byte that does not decode or does not link, or a line of
+// zeros that a whole line follows. It may be an acknowledged event, so Open
+// fails naming the line and its byte offset, and leaves the file byte for
+// byte as it was.
 func TestDamagedLineStopsOpen(t *testing.T) {
 	gap := func(i int) func(l []string) []string {
 		return func(l []string) []string {
@@ -161,8 +183,8 @@ func TestDamagedLineStopsOpen(t *testing.T) {
 		{"garbage", func(l []string) []string { l[1] = `{"kind":"revision-cre` + "\x00"; return l }, 2},
 		{"blank", func(l []string) []string { l[2] = ""; return l }, 3},
 		{"generation gap", gap(3), 4},
-		{"garbage last line", func(l []string) []string { l[5] = "{\"kind\":\"activ\x00\x00"; return l }, 6},
-		{"zeros last line", func(l []string) []string { l[5] = "\x00\x00\x00\x00"; return l }, 6},
+		{"zeros in the middle", func(l []string) []string { l[3] = strings.Repeat("\x00", len(l[3])); return l }, 4},
+		{"garbage last line", func(l []string) []string { l[5] = "{\"kind\":\"activ!!"; return l }, 6},
 		{"blank last line", func(l []string) []string { return append(l, "") }, 7},
 		{"truncated last line", func(l []string) []string { l[5] = l[5][:len(l[5])/2]; return l }, 6},
 		{"generation gap last line", gap(5), 6},
@@ -170,7 +192,7 @@ func TestDamagedLineStopsOpen(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			path := logPath(t)
-			good := unframed(writeSample(t, path))
+			good := writeSample(t, path)
 			lines := strings.Split(strings.TrimSuffix(string(good), "\n"), "\n")
 			damaged := strings.Join(tc.damage(lines), "\n") + "\n"
 			if err := os.WriteFile(path, []byte(damaged), 0o600); err != nil {
@@ -198,14 +220,15 @@ func TestDamagedLineStopsOpen(t *testing.T) {
 	}
 }
 
-// TestCrashAtOffsetsOfLastLines cuts a log of format 1 within its last three lines,
+// TestCrashAtOffsetsOfLastLines cuts a log within its last three lines,
 // as a crash during a group commit that wrote them in one write could (at
 // every byte of the last line, and around every newline and every 16th byte
-// of the two before), and checks the torn-tail rule: Open keeps every
-// complete line and cuts only the fragment after the last newline.
+// of the two before, every other cut followed by zeros), and checks the
+// torn-tail rule: Open keeps every complete line and cuts only the fragment
+// after the last newline, warning unless it cut zeros only.
 func TestCrashAtOffsetsOfLastLines(t *testing.T) {
 	dir := t.TempDir()
-	good := unframed(writeSample(t, filepath.Join(dir, "src.jsonl")))
+	good := writeSample(t, filepath.Join(dir, "src.jsonl"))
 	lines := strings.SplitAfter(string(good), "\n")
 	from := len(good) - len(lines[3]) - len(lines[4]) - len(lines[5])
 	lastStart := len(good) - len(lines[5])
@@ -215,7 +238,9 @@ func TestCrashAtOffsetsOfLastLines(t *testing.T) {
 			continue
 		}
 		path := filepath.Join(dir, fmt.Sprintf("cut-%d.jsonl", cut))
-		if err := os.WriteFile(path, good[:cut], 0o600); err != nil {
+		// Every other cut with zeros after it, where the file grew
+		// without its data.
+		if err := os.WriteFile(path, append(append([]byte{}, good[:cut]...), make([]byte, 4096*(cut%2))...), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		logger, out := captureLog()
@@ -239,8 +264,8 @@ func TestCrashAtOffsetsOfLastLines(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if b, _ := os.ReadFile(path); string(b) != string(good[:wantLen])+file.FrameStart {
-			t.Errorf("cut at %d: log is %d bytes after open, want the first %d and the frame start", cut, len(b), wantLen)
+		if b, _ := os.ReadFile(path); string(b) != string(good[:wantLen]) {
+			t.Errorf("cut at %d: log is %d bytes after open, want the first %d", cut, len(b), wantLen)
 		}
 	}
 }
@@ -303,7 +328,7 @@ func TestFailedSyncIsFailStop(t *testing.T) {
 	if err := s.Append(ctx, ev, 0); err != nil {
 		t.Fatal(err)
 	}
-	good := logBytes(t, path)
+	good := readLog(t, path)
 	fail := true
 	var mu sync.Mutex
 	file.SetSyncFunc(s, func() error {
@@ -327,7 +352,7 @@ func TestFailedSyncIsFailStop(t *testing.T) {
 	if err := s.Append(ctx, storetest.ActivatedEvent("k.a", ev.Revision, 0), 0); !errors.Is(err, varplane.ErrUnavailable) {
 		t.Errorf("Append after a failed sync: err = %v, want store-unavailable (fail-stop)", err)
 	}
-	if b := logBytes(t, path); !bytes.Equal(b, good) {
+	if b := readLog(t, path); !bytes.Equal(b, good) {
 		t.Errorf("the failed batch was left in the log (%d bytes, want %d)", len(b), len(good))
 	}
 	if err := s.Close(); err != nil {
@@ -443,19 +468,22 @@ func TestGroupCommit(t *testing.T) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// FuzzTornTail appends arbitrary bytes to a good log: Open never panics, a
-// tail without a newline is always cut, only the bytes after the last
-// newline are ever cut, and an Open that fails names the line and its offset
-// and leaves the log as it was.
+// FuzzTornTail appends arbitrary bytes, and zeros, to a good log: Open
+// never panics and never loses a good event; a failed Open names a line and
+// its offset and changes nothing; what Open cuts is only ever what a crash
+// leaves (a fragment without a newline, lines holding zero bytes with no
+// whole line after them), and the log it leaves holds no zero byte.
 func FuzzTornTail(f *testing.F) {
-	good := unframed(writeSample(f, filepath.Join(f.TempDir(), "good.jsonl")))
+	good := writeSample(f, filepath.Join(f.TempDir(), "good.jsonl"))
 	lastLine := good[bytes.LastIndexByte(good[:len(good)-1], '\n')+1:]
-	f.Add([]byte(`{"kind":"activ`))
-	f.Add([]byte("\n"))
-	f.Add(lastLine[:len(lastLine)-1])
-	f.Add(append([]byte("garbage\n"), lastLine...))
-	f.Fuzz(func(t *testing.T, tail []byte) {
-		in := append(append([]byte{}, good...), tail...)
+	f.Add([]byte(`{"kind":"activ`), uint16(0))
+	f.Add([]byte("\n"), uint16(16))
+	f.Add(lastLine[:len(lastLine)-1], uint16(0))
+	f.Add(lastLine[:len(lastLine)-3], uint16(4096))
+	f.Add(append([]byte("garbage\n"), lastLine...), uint16(0))
+	f.Add(append([]byte("\x00\x00\n"), lastLine...), uint16(0))
+	f.Fuzz(func(t *testing.T, tail []byte, zeros uint16) {
+		in := append(append(append([]byte{}, good...), tail...), make([]byte, zeros)...)
 		b, opened := openFuzzed(t, in, file.Options{Logger: quiet, NoSync: true})
 		if !opened {
 			if !bytes.Contains(tail, []byte("\n")) {
@@ -466,14 +494,59 @@ func FuzzTornTail(f *testing.F) {
 		if !bytes.HasPrefix(b, good) {
 			t.Fatal("the good lines were changed")
 		}
-		// Open starts framing after the last line, unless the tail did.
-		b = bytes.TrimSuffix(b, []byte(file.FrameStart))
-		if !bytes.Contains(tail, []byte("\n")) && !bytes.Equal(b, good) {
-			t.Fatalf("a tail without newline was kept: %q", b[len(good):])
+		if bytes.IndexByte(b, 0) >= 0 {
+			t.Fatal("zeros were kept in the log")
 		}
-		// Only the fragment after the last newline may have been cut.
-		if want := len(good) + bytes.LastIndexByte(tail, '\n') + 1; len(b) != want && len(b)+len(file.FrameStart) != want {
-			t.Fatalf("the log is %d bytes after Open, want %d: a complete line was cut", len(b), want)
+		cut := in[len(b):]
+		lines := bytes.SplitAfter(cut, []byte("\n"))
+		for i, l := range lines[:len(lines)-1] {
+			if bytes.IndexByte(l, 0) < 0 && (i > 0 || !bytes.HasSuffix(l, []byte(`,"publish":true}`+"\n"))) {
+				t.Fatalf("a whole line without zeros was cut: %q", l)
+			}
 		}
 	})
+}
+
+// openFuzzed writes in as a log and opens it, for the fuzz tests. When Open
+// fails it checks that the error names a line and its offset and that the
+// log is unchanged, and reports false; otherwise it checks that the six
+// events of writeSample survived, closes the store and returns the log.
+func openFuzzed(t *testing.T, in []byte, opts file.Options) ([]byte, bool) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "log.jsonl")
+	if err := os.WriteFile(path, in, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := file.Open(context.Background(), path, opts)
+	if err != nil {
+		if !strings.Contains(err.Error(), "line ") || !strings.Contains(err.Error(), "byte offset ") {
+			t.Fatalf("error does not name a line and its offset: %v", err)
+		}
+		if b, _ := os.ReadFile(path); !bytes.Equal(b, in) {
+			t.Fatal("a failed Open changed the log")
+		}
+		return nil, false
+	}
+	h, _ := s.History(context.Background(), "agentic.lanes.vinci")
+	if len(h) < 6 {
+		t.Fatalf("only %d of the 6 good events survived", len(h))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, true
+}
+
+// readLog returns the bytes of the log at path.
+func readLog(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

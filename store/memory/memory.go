@@ -52,7 +52,8 @@ func (s *Store) Name() string { return "memory" }
 
 // Append commits ev with the checks of varplane.Store.Append. The stored
 // event is a normalised copy (UTC timestamp, compacted document, generation
-// fields filled in from expected when unset); ev is not modified. It returns
+// fields filled in from expected when unset) linked into its scope's chain;
+// of ev, only Seq and Hash are set, to the stored event's link. It returns
 // ErrClosed after Close and the context's error if ctx is already done.
 func (s *Store) Append(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
 	_, err := s.commit(ctx, ev, expected, false)
@@ -60,8 +61,9 @@ func (s *Store) Append(ctx context.Context, ev *varplane.Event, expected varplan
 }
 
 // AppendSubtreeDeactivation commits the deactivation of ev.Scope and of every
-// active descendant, all at once, and sets ev.Cascade to the descendants it
-// deactivated. Errors as Append.
+// active descendant, all at once, as one event of ev.Scope's chain, and sets
+// ev.Cascade to the descendants it deactivated and ev.Seq, ev.Hash to its
+// link. Errors as Append.
 func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
 	stored, err := s.commit(ctx, ev, expected, true)
 	if err == nil {
@@ -72,7 +74,9 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 
 // AppendPublish commits created (unless its revision is already stored)
 // and its activation at expected+1 together, all or nothing, and reports
-// whether the revision was created. Errors as Append.
+// whether the revision was created. It sets the Seq and Hash of each event
+// to its link (created's to zero when it was not appended). Errors as
+// Append.
 func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.Event, expected varplane.Generation) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -82,12 +86,17 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	if s.IsShut() {
 		return false, varplane.ErrClosed
 	}
-	c, _, err := s.tx.AppendPublish(created, activated, expected)
+	c, a, err := s.tx.AppendPublish(created, activated, expected)
 	if err != nil {
 		s.tx.Discard()
 		return false, err
 	}
 	s.watchers.Notify(s.tx.Commit())
+	created.Seq, created.Hash = 0, ""
+	if c != nil {
+		created.Seq, created.Hash = c.Seq, c.Hash
+	}
+	activated.Seq, activated.Hash = a.Seq, a.Hash
 	return c != nil, nil
 }
 
@@ -112,6 +121,7 @@ func (s *Store) commit(ctx context.Context, ev *varplane.Event, expected varplan
 		return nil, err
 	}
 	s.watchers.Notify(s.tx.Commit())
+	ev.Seq, ev.Hash = stored.Seq, stored.Hash
 	return stored, nil
 }
 
