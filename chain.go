@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"slices"
 	"strconv"
 	"strings"
@@ -279,23 +280,62 @@ func CheckCascade(entry, parent *Event) bool {
 // left out.
 func ChainDigest(heads map[Scope]ChainHead) string {
 	scopes := make([]Scope, 0, len(heads))
-	for s, h := range heads {
-		if h.Seq > 0 {
-			scopes = append(scopes, s)
-		}
+	for s := range heads {
+		scopes = append(scopes, s)
 	}
 	slices.Sort(scopes)
-	d := sha256.New()
-	var b []byte
+	d := NewChainDigester()
 	for _, s := range scopes {
-		h := heads[s]
-		b = canonical.AppendString(b[:0], string(s))
-		b = append(b, ' ')
-		b = strconv.AppendUint(b, h.Seq, 10)
-		b = append(b, ' ')
-		b = append(b, h.Hash...)
-		b = append(b, '\n')
-		d.Write(b)
+		d.Add(s, heads[s])
 	}
-	return canonical.DigestPrefix + hex.EncodeToString(d.Sum(nil))
+	return d.Sum()
+}
+
+// ChainDigester computes ChainDigest from scopes given one at a time in
+// bytewise order (as Store.Scopes lists them), without holding them all.
+type ChainDigester struct {
+	h      hash.Hash
+	b      []byte
+	last   Scope
+	added  bool
+	scopes int
+	events uint64
+}
+
+// NewChainDigester returns an empty ChainDigester.
+func NewChainDigester() *ChainDigester { return &ChainDigester{h: sha256.New()} }
+
+// Add adds scope's chain head. Scopes must come in bytewise order, each
+// once; a head with Seq 0 is skipped, as ChainDigest skips it. Add panics on
+// a scope out of order, which would give a digest nobody else computes.
+func (d *ChainDigester) Add(scope Scope, h ChainHead) {
+	if d.added && scope <= d.last {
+		panic(fmt.Sprintf("varplane: ChainDigester.Add: scope %q after %q", scope, d.last))
+	}
+	d.last, d.added = scope, true
+	if h.Seq == 0 {
+		return
+	}
+	d.scopes++
+	d.events += h.Seq
+	b := canonical.AppendString(d.b[:0], string(scope))
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, h.Seq, 10)
+	b = append(b, ' ')
+	b = append(b, h.Hash...)
+	b = append(b, '\n')
+	d.h.Write(b)
+	d.b = b
+}
+
+// Scopes is how many scopes with a chained event were added; Events the
+// sum of their Seqs (the chained events they cover).
+func (d *ChainDigester) Scopes() int { return d.scopes }
+
+// Events is the number of chained events the added heads cover.
+func (d *ChainDigester) Events() uint64 { return d.events }
+
+// Sum returns the digest of what was added ("sha256:" and 64 hex digits).
+func (d *ChainDigester) Sum() string {
+	return canonical.DigestPrefix + hex.EncodeToString(d.h.Sum(nil))
 }

@@ -221,3 +221,25 @@ func TestChainDigest(t *testing.T) {
 		t.Fatal("a moved head left the digest as it was")
 	}
 }
+
+// TestChainDigester: scopes added one at a time in order give ChainDigest's
+// value; one out of order is refused.
+func TestChainDigester(t *testing.T) {
+	heads := map[varplane.Scope]varplane.ChainHead{"a": {Seq: 1, Hash: strings.Repeat("a", 64)}, "a.b": {}, "b": {Seq: 4, Hash: strings.Repeat("b", 64)}}
+	d := varplane.NewChainDigester()
+	for _, s := range []varplane.Scope{"a", "a.b", "b"} {
+		d.Add(s, heads[s])
+	}
+	if got, want := d.Sum(), varplane.ChainDigest(heads); got != want {
+		t.Fatalf("digester %s, ChainDigest %s", got, want)
+	}
+	if d.Scopes() != 2 || d.Events() != 5 {
+		t.Fatalf("scopes %d events %d, want 2 and 5", d.Scopes(), d.Events())
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a scope out of order was added")
+		}
+	}()
+	d.Add("a.c", varplane.ChainHead{})
+}

@@ -678,10 +678,15 @@ type Status struct {
 	Revision     Revision   `json:"revision,omitempty"`
 	Source       string     `json:"source"`
 	LastRejected *Event     `json:"lastRejected,omitempty"`
+	// Chain is the head of the scope's event chain: the link of its last
+	// event, which an outside system records to anchor the scope's history
+	// (a later `varplane verify` must find that link in it).
+	Chain ChainHead `json:"chain"`
 }
 
 // Status returns whether scope has a head, its generation and revision, the
-// store that serves it (source) and its last rejected revision.
+// store that serves it (source), its last rejected revision and the head of
+// its event chain.
 func (e *Engine) Status(ctx context.Context, scope Scope) (Status, error) {
 	if err := validateScope(string(scope)); err != nil {
 		return Status{}, err
@@ -690,7 +695,7 @@ func (e *Engine) Status(ctx context.Context, scope Scope) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	s := Status{Scope: scope, Generation: st.Generation, Source: e.store.Name(), LastRejected: st.LastRejected}
+	s := Status{Scope: scope, Generation: st.Generation, Source: e.store.Name(), LastRejected: st.LastRejected, Chain: st.Chain}
 	if st.Head != nil {
 		s.Active, s.Revision = true, st.Head.Revision
 	}

@@ -227,6 +227,7 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h.handle("GET "+b+"/admin/history", loud, h.handleHistory)
 	h.handle("GET "+b+"/admin/replay", loud, h.handleReplay)
 	h.handle("GET "+b+"/admin/scopes", loud, h.handleScopes)
+	h.handle("GET "+b+"/admin/chain", loud, h.handleChain)
 	if h.ctl != nil {
 		h.controlRoutes(b + "/control")
 	}

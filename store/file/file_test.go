@@ -69,8 +69,6 @@ func cutLastLine(tb testing.TB, path string) {
 // after Open (cold.go).
 func TestConformance(t *testing.T) {
 	storetest.Run(t, harness(file.Options{}))
-	// Not yet part of Run while the shared stores learn chains.
-	t.Run("Chain", func(t *testing.T) { storetest.RunChain(t, harness(file.Options{})) })
 }
 
 // TestConformanceFullReplay runs the suite without checkpoints: every
@@ -78,5 +76,4 @@ func TestConformance(t *testing.T) {
 func TestConformanceFullReplay(t *testing.T) {
 	h := harness(file.Options{CheckpointEvery: -1})
 	storetest.Run(t, h)
-	t.Run("Chain", func(t *testing.T) { storetest.RunChain(t, h) })
 }

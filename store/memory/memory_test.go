@@ -14,8 +14,6 @@ var harness = storetest.Harness{
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, harness)
-	// Not yet part of Run while the shared stores learn chains.
-	t.Run("Chain", func(t *testing.T) { storetest.RunChain(t, harness) })
 }
 
 func TestNotReplayer(t *testing.T) {

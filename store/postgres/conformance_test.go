@@ -24,9 +24,3 @@ func conformanceHarness(t *testing.T) storetest.Harness {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, conformanceHarness(t))
 }
-
-// TestChainConformance runs the chain's conformance suite, which
-// storetest.Run does not include yet.
-func TestChainConformance(t *testing.T) {
-	storetest.RunChain(t, conformanceHarness(t))
-}

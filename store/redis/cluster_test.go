@@ -37,7 +37,6 @@ func TestClusterConformance(t *testing.T) {
 		},
 	}
 	storetest.Run(t, h)
-	t.Run("Chain", func(t *testing.T) { storetest.RunChain(t, h) })
 	t.Run("ChainTwoReplicas", func(t *testing.T) {
 		prefix := clusterPrefix()
 		storetest.ChainReplicas(t, openStore(t, c.URL(prefix), Options{}), openStore(t, c.URL(prefix), Options{}))

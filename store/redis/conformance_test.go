@@ -26,12 +26,6 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, conformanceHarness(t))
 }
 
-// TestChainConformance runs the chain's conformance suite, which
-// storetest.Run does not include yet.
-func TestChainConformance(t *testing.T) {
-	storetest.RunChain(t, conformanceHarness(t))
-}
-
 // TestChainTwoReplicas races commits of every kind on one scope and its
 // subtree through two store values on one Redis prefix: every chain comes
 // out gapless and sound, whatever retries the compare-and-set of the chain

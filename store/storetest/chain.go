@@ -18,7 +18,7 @@ import (
 // synthesised in descendants' histories carry none.
 
 // RunChain runs the chain's conformance tests against the stores h opens.
-// Run includes them; a store that is being taught chains runs them alone.
+// Run includes them.
 func RunChain(t *testing.T, h Harness) {
 	for _, tc := range []struct {
 		name string

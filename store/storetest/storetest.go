@@ -80,6 +80,7 @@ func Run(t *testing.T, h Harness) {
 		{"RollbackTarget", testRollbackTarget},
 		{"WriteReady", testWriteReady},
 		{"Capabilities", testCapabilities},
+		{"Chain", RunChain},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
