@@ -16,9 +16,8 @@ import (
 
 // chainedStore is a store whose histories a test breaks by hand, as no
 // store would let it: History returns the inner store's history linked
-// (the memory store's events, when it does not link them itself, are
-// linked here as a store would have, from linkFrom on; the events before
-// are left unchained, as written before chains existed), then passed
+// afresh (from linkFrom on, as a store would have; the events before are
+// left unchained, as written before chains existed), then passed
 // through edit. State reports the head of the unedited chain, as a store
 // keeps it apart from the history, passed through kept; Revision passes
 // the inner store's answer through rec.

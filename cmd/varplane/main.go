@@ -108,10 +108,11 @@ var commands = []commandInfo{
 	{"config", "component configuration: deploy manifests, conceal secrets", func(m *Main) command { return &ConfigCommand{m: m} }},
 	{"token", "manage the principals held in the store: create, list, revoke", func(m *Main) command { return &TokenCommand{m: m} }},
 	{"migrate", "publish a directory into a store, bootstrap the first administrator, export", func(m *Main) command { return &MigrateCommand{m: m} }},
+	{"verify", "check the audit log's chain end to end: a log file, a store or an export", func(m *Main) command { return &VerifyCommand{m: m} }},
 	{"version", "print the version and VCS revision of this build", func(m *Main) command { return &VersionCommand{m: m} }},
 	{"completion", "print a shell completion script (bash, zsh or fish)", func(m *Main) command { return &CompletionCommand{m: m} }},
 	{"change", "reviewed changes: propose, show, list, approve, reject, withdraw, publish, rebase", func(m *Main) command { return &ChangeCommand{m: m} }},
-	{"compact", "compact a file store's log offline (checkpoint; optionally reclaim old revisions first)", func(m *Main) command { return &CompactCommand{m: m} }},
+	{"compact", "reclaim old revisions' documents from a file store's log offline (every event kept)", func(m *Main) command { return &CompactCommand{m: m} }},
 }
 
 // Run runs the command named by args[0] and returns the process exit code.

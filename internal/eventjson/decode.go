@@ -69,7 +69,7 @@ func (d *decoder) fail(format string, args ...any) error {
 
 // DecodeEvent decodes the JSON form of one event (a log line without its
 // newline, or a stored event body) into ev, which is reset first. Unknown
-// fields are skipped; a field given twice takes its last value. Every byte
+// fields are skipped; a member of the event given twice is refused. Every byte
 // slice of ev is freshly allocated (ev does not alias b).
 func DecodeEvent(b []byte, ev *varplane.Event) error {
 	return DecodeEventWith(b, ev, nil)
@@ -101,7 +101,66 @@ func DecodeRecord(b []byte, rec *varplane.RevisionRecord) error {
 
 func (d *decoder) event(ev *varplane.Event) error {
 	*ev = varplane.Event{}
-	return d.object(func(key []byte) error { return d.field(key, ev) })
+	// A member named twice is refused: varplane never writes one, and
+	// readers disagree on which value counts (this one kept the last),
+	// so a line edited by appending "actor":"someone" would read one way
+	// here, under a chain that verifies, and another way elsewhere.
+	var seen uint32
+	return d.object(func(key []byte) error {
+		if bit := eventMemberBit(key); bit != 0 {
+			if seen&bit != 0 {
+				return d.fail("member %q appears twice", key)
+			}
+			seen |= bit
+		}
+		return d.field(key, ev)
+	})
+}
+
+// eventMemberBit is a bit of its own for each member an event has (0 for
+// any other name, which the decoder skips).
+func eventMemberBit(key []byte) uint32 {
+	switch string(key) {
+	case "kind":
+		return 1 << 0
+	case "scope":
+		return 1 << 1
+	case "revision":
+		return 1 << 2
+	case "document":
+		return 1 << 3
+	case "schemaId":
+		return 1 << 4
+	case "schemaVersion":
+		return 1 << 5
+	case "generation":
+		return 1 << 6
+	case "previousGeneration":
+		return 1 << 7
+	case "actor":
+		return 1 << 8
+	case "onBehalfOf":
+		return 1 << 9
+	case "reason":
+		return 1 << 10
+	case "idempotencyKey":
+		return 1 << 11
+	case "requestHash":
+		return 1 << 12
+	case "rejectionReason":
+		return 1 << 13
+	case "cascade":
+		return 1 << 14
+	case "timestamp":
+		return 1 << 15
+	case "unauthenticated":
+		return 1 << 16
+	case "seq":
+		return 1 << 17
+	case "hash":
+		return 1 << 18
+	}
+	return 0
 }
 
 func (d *decoder) record(rec *varplane.RevisionRecord) error {

@@ -75,6 +75,7 @@ func TestDecodeRefuses(t *testing.T) {
 		`{"generation":01}`, `{"generation":18446744073709551616}`, `{"document":{"a":}}`, `{"document":[1,]}`,
 		`{"scope":"\x00"}`, `{"scope":"\q"}`, `{"timestamp":"yesterday"}`, `{"kind":"x"} trailing`, "{\"scope\":\"\xff\"}",
 		`{"cascade":[{"scope":"a.b","generation":"2"}]}`, `{"document":01}`, `{"document":tru}`,
+		`{"actor":"ops","kind":"activated","actor":"mallory"}`, `{"kind":"activated","\u006bind":"rejected"}`, `{"seq":1,"seq":2}`,
 		`{"unauthenticated":1}`, `{"unauthenticated":"true"}`, `{"unauthenticated":fals}`, `{"seq":-1}`, `{"seq":"1"}`, `{"hash":1}`,
 	} {
 		var ev varplane.Event

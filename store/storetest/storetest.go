@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/canonical"
 )
 
 // Harness tells the suite how to get stores.
@@ -99,10 +100,15 @@ func Doc(i int) json.RawMessage {
 	return json.RawMessage(fmt.Sprintf(`{"enabled":true,"n":%d,"model_target_ref":"secret.ops.model"}`, i))
 }
 
-// RevisionOf returns a revision digest for doc. The stores do not verify
-// digests (the engine computes them over canonical JSON); any well-formed
-// digest that is unique per document will do.
+// RevisionOf returns the revision of doc as the engine computes it (the
+// digest of its canonical JSON), so that what the suite stores verifies
+// (varplane.VerifyStore, varplane verify); a doc with no canonical form
+// gets the digest of its bytes. The stores themselves do not check
+// digests.
 func RevisionOf(doc []byte) varplane.Revision {
+	if d, err := canonical.Digest(doc); err == nil {
+		return varplane.Revision(d)
+	}
 	sum := sha256.Sum256(doc)
 	return varplane.Revision("sha256:" + hex.EncodeToString(sum[:]))
 }
