@@ -64,6 +64,11 @@ SCOPE may also be given as --scope.`)
 				reason = strings.TrimSpace(reason + " (also " + strings.Join(names, ", ") + ")")
 			}
 			actor := dash(ev.Actor)
+			if ev.Unauthenticated {
+				// A server without tokens records what the client
+				// claimed; say so, as the event does.
+				actor += " (unauthenticated)"
+			}
 			if ev.OnBehalfOf != "" {
 				actor += " for " + ev.OnBehalfOf
 			}

@@ -247,9 +247,12 @@ func (c *MigrateExportCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.newFlagSet("migrate export", "--from STORE_URL --out DIR [--root SCOPE] [flags]", `
 Write every head of the store into DIR (new or empty) as a directory
 migrate publish accepts: the root scope's head as root.json, every other
-head as scopes/<scope>.json, and report.json with each file's SHA-256 and
-the schema each head names. With publish, a deployment moves between
-stores (file → Redis → PostgreSQL) with one command each way.`)
+head as scopes/<scope>.json, and report.json with each file's SHA-256, the
+schema each head names and the chain heads with their digest. history.jsonl
+holds every scope's events with their links, so that "varplane verify DIR"
+checks the export offline; the export refuses a store whose chain is
+broken. With publish, a deployment moves between stores (file → Redis →
+PostgreSQL) with one command each way.`)
 	from := fs.String("from", "", "store URL to export: file:PATH or redis://HOST:PORT")
 	out := fs.String("out", "", "directory to write (new or empty)")
 	root := fs.String("root", string(migrate.DefaultRoot), "the scope written as root.json")

@@ -46,6 +46,9 @@ be given as --scope.`)
 		if r := st.LastRejected; r != nil {
 			fmt.Fprintf(w, "rejected:    %s (%s)\n", r.RejectionReason, shortTime(r.Timestamp))
 		}
+		if st.Chain.Seq > 0 {
+			fmt.Fprintf(w, "chain:       seq %d %s\n", st.Chain.Seq, st.Chain.Hash)
+		}
 		return nil
 	})
 }
