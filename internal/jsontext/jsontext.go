@@ -14,7 +14,16 @@ import (
 const hexDigits = "0123456789abcdef"
 
 // AppendString appends s as a JSON string.
-func AppendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte { return appendString(b, s, false) }
+
+// AppendCanonicalString appends s as RFC 8785 (section 3.2.2.2) serializes a
+// string: only '"', '\\' and the controls below U+0020 escaped (\b, \t, \n,
+// \f, \r or \u00xx), U+2028 and U+2029 as they are, and invalid UTF-8 as
+// the character U+FFFD, so that the output is the canonical form of what
+// AppendString writes. The event chain hashes it (canonical.AppendString).
+func AppendCanonicalString(b []byte, s string) []byte { return appendString(b, s, true) }
+
+func appendString(b []byte, s string, jcs bool) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -48,12 +57,16 @@ func AppendString(b []byte, s string) []byte {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
 			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
+			if jcs {
+				b = append(b, "\uFFFD"...)
+			} else {
+				b = append(b, `\ufffd`...)
+			}
 			i += size
 			start = i
 			continue
 		}
-		if r == '\u2028' || r == '\u2029' {
+		if !jcs && (r == '\u2028' || r == '\u2029') {
 			b = append(b, s[start:i]...)
 			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
 			i += size

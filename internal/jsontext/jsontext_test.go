@@ -1,7 +1,10 @@
 package jsontext
 
 import (
+	"encoding/json"
 	"testing"
+
+	"github.com/gowebpki/jcs"
 )
 
 func TestAppendString(t *testing.T) {
@@ -36,4 +39,25 @@ func FuzzAppendString(f *testing.F) {
 			t.Fatalf("AppendString(%q) = %s, Marshal = %s", s, got, want)
 		}
 	})
+}
+
+// TestAppendCanonicalString: the canonical form of a string is what RFC
+// 8785 makes of AppendString's output (U+2028 and U+2029 unescaped, the
+// replacement of invalid UTF-8 as the character itself), and both decode to
+// the same text.
+func TestAppendCanonicalString(t *testing.T) {
+	for _, s := range []string{"", "plain", "q\"b\\s", "\x00\x1f\n\t\b\f\r", "\u2028\u2029", "é日\x7f", "bad \xff byte", "<&>"} {
+		ours := AppendString(nil, s)
+		want, err := jcs.Transform(ours)
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if got := AppendCanonicalString(nil, s); string(got) != string(want) {
+			t.Errorf("%q: canonical %s, RFC 8785 gives %s", s, got, want)
+		}
+		var a, b string
+		if json.Unmarshal(ours, &a) != nil || json.Unmarshal(want, &b) != nil || a != b {
+			t.Errorf("%q: the two forms decode to %q and %q", s, a, b)
+		}
+	}
 }
