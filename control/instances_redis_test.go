@@ -264,8 +264,16 @@ func TestPropagationOnRedis(t *testing.T) {
 		want(t, "propagation", st, b, 200, "")
 		return p
 	}
-	if p := prop(1); p.Live != 2 || p.Installed != 2 || p.Unknown != "" {
-		t.Fatalf("propagation of 1 = %+v, want 2 of 2", p)
+	// An instance lists itself from its heartbeat loop, which New starts:
+	// wait for both listings before counting.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p := prop(1)
+		if p.Live == 2 && p.Installed == 2 && p.Unknown == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("propagation of 1 = %+v, want 2 of 2", p)
+		}
 	}
 	e.publish("app.flags", `{"a":2}`)
 	waitGeneration(t, i1, "app.flags", 2)
