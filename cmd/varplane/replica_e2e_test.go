@@ -53,7 +53,9 @@ func TestReadReplica(t *testing.T) {
 			t.Logf("--redis-read-only replica logs:\n%s", old.logs())
 		}
 	}()
-	for _, s := range []*server{b, old} {
+	// The control plane learns of the deletion the same way the replicas
+	// do (a revalidation or a notification), so each is waited for.
+	for _, s := range []*server{a, b, old} {
 		eventually(t, 5*time.Second, "the vanished head failing closed on "+s.URL, func() (bool, string) {
 			ans := call(t, "GET", s.Base+"?key="+q("app.a"), nil)
 			return ans.status == 503, fmt.Sprintf("%d %s", ans.status, ans.body)
