@@ -72,6 +72,11 @@ const (
 	// request again with the same idempotency key, which answers the first
 	// result if it did commit.
 	CodeOutcomeUnknown Code = "outcome-unknown"
+	// CodeCheckUnavailable: a check the operator runs outside the server
+	// (a webhook, `serve --check`) did not answer a result, so the
+	// proposal was not recorded; nothing changed. Try again when it
+	// answers.
+	CodeCheckUnavailable Code = "check-unavailable"
 )
 
 // Error is the one error type of the domain. Its Code decides the HTTP status

@@ -130,6 +130,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// DefaultDetectTimeout bounds the comparison after a publish by default.
+const DefaultDetectTimeout = 10 * time.Second
+
 // DefaultExpireAfter is how long an open change lives by default.
 const DefaultExpireAfter = 7 * 24 * time.Hour
 
@@ -155,7 +158,7 @@ func New(engine *varplane.Engine, guard *Guard, opts Options) *Service {
 		opts.ExpireAfter = DefaultExpireAfter
 	}
 	if opts.DetectTimeout <= 0 {
-		opts.DetectTimeout = 10 * time.Second
+		opts.DetectTimeout = DefaultDetectTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

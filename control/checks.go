@@ -68,10 +68,17 @@ func (in *CheckInput) Head(ctx context.Context, scope varplane.Scope) (*varplane
 	if st.Head != nil {
 		r.Revision = st.Head.Revision
 	}
+	in.Record(r)
+	return st.Head, nil
+}
+
+// Record records a head the check read by other means (an outside check
+// that reads heads through the API declares them in its answer), so that
+// after a publish it is compared like the heads read through Head.
+func (in *CheckInput) Record(r HeadRead) {
 	in.mu.Lock()
 	in.reads = append(in.reads, r)
 	in.mu.Unlock()
-	return st.Head, nil
 }
 
 // CheckResult is the outcome of one check, recorded on the change.
@@ -99,6 +106,15 @@ func (svc *Service) runChecks(ctx context.Context, c *Change) error {
 		c.Revision = ""
 		return nil
 	}
+	// The hooks run before the revision is stored: one that cannot answer
+	// fails the proposal, and then nothing was written.
+	for _, chk := range svc.opts.Checks {
+		r, err := svc.runHook(ctx, chk, c)
+		if err != nil {
+			return err
+		}
+		c.Checks = append(c.Checks, r)
+	}
 	if c.Revision == "" {
 		created, err := svc.engine.CreateRevision(ctx, varplane.CreateRevisionRequest{
 			Scope: c.Scope, Document: c.Document, SchemaID: c.SchemaID,
@@ -108,13 +124,6 @@ func (svc *Service) runChecks(ctx context.Context, c *Change) error {
 			return err
 		}
 		c.Revision = created.Revision
-	}
-	for _, chk := range svc.opts.Checks {
-		r, err := svc.runHook(ctx, chk, c)
-		if err != nil {
-			return err
-		}
-		c.Checks = append(c.Checks, r)
 	}
 	return nil
 }
@@ -134,19 +143,38 @@ func (c *Change) checksPassed() bool {
 
 // The outcomes of the comparison after a publish.
 const (
-	HeadsUnchanged    = "heads-unchanged"
-	HeadsMoved        = "heads-moved"
-	ReviewNeeded      = "review-needed"
+	HeadsUnchanged = "heads-unchanged"
+	HeadsMoved     = "heads-moved"
+	ReviewNeeded   = "review-needed"
+)
+
+// The reasons a comparison escalates to review-needed.
+const (
+	// NewIssues: a check re-run on the current heads found issues.
+	NewIssues = "new-issues"
+	// CheckFailed: a check could not be run again (an error), so a
+	// person decides.
+	CheckFailed = "check-failed"
+	// DetectionTimedOut: the comparison did not finish within
+	// Options.DetectTimeout; what moved is unknown, so a person decides.
+	// It is told apart from a head that moved by this reason.
 	DetectionTimedOut = "detection-timed-out"
 )
 
 // Detection is what the comparison of read heads found right after a
 // publish: nothing moved, heads moved but the re-run checks find nothing
-// new, they find more (review-needed), or it did not finish in time.
+// new, or review-needed with its Reason (they find more, cannot run, or the
+// comparison did not finish in time).
 type Detection struct {
 	Outcome string           `json:"outcome"`
+	Reason  string           `json:"reason,omitempty"`
 	Moved   []varplane.Scope `json:"moved,omitempty"`
 	Issues  []varplane.Issue `json:"issues,omitempty"`
+}
+
+// timedOut is the outcome of a comparison cut short by its bound.
+func timedOut(moved []varplane.Scope) Detection {
+	return Detection{Outcome: ReviewNeeded, Reason: DetectionTimedOut, Moved: moved}
 }
 
 // detectAfterPublish compares the heads c's checks read with the current
@@ -177,7 +205,7 @@ func (svc *Service) detect(ctx context.Context, c *Change) Detection {
 		for _, h := range r.Reads {
 			st, err := svc.store.State(ctx, h.Scope)
 			if ctx.Err() != nil {
-				return Detection{Outcome: DetectionTimedOut}
+				return timedOut(sortedScopes(moved))
 			}
 			cur := varplane.Revision("")
 			if err == nil && st.Head != nil {
@@ -194,11 +222,7 @@ func (svc *Service) detect(ctx context.Context, c *Change) Detection {
 	if len(moved) == 0 {
 		return Detection{Outcome: HeadsUnchanged}
 	}
-	d := Detection{Outcome: HeadsMoved}
-	for sc := range moved {
-		d.Moved = append(d.Moved, sc)
-	}
-	slices.Sort(d.Moved)
+	d := Detection{Outcome: HeadsMoved, Moved: sortedScopes(moved)}
 	for i, chk := range svc.opts.Checks {
 		if !rerun[i] {
 			continue
@@ -206,12 +230,26 @@ func (svc *Service) detect(ctx context.Context, c *Change) Detection {
 		r, err := svc.runHook(ctx, chk, c)
 		switch {
 		case ctx.Err() != nil:
-			return Detection{Outcome: DetectionTimedOut, Moved: d.Moved}
+			return timedOut(d.Moved)
 		case err != nil:
-			d.Outcome = ReviewNeeded // the check could not run: a person decides
+			// The check could not run: a person decides. A reason already
+			// given (new issues) is kept: it says more.
+			d.Outcome = ReviewNeeded
+			if d.Reason == "" {
+				d.Reason = CheckFailed
+			}
 		case len(r.Issues) > 0:
-			d.Outcome, d.Issues = ReviewNeeded, append(d.Issues, r.Issues...)
+			d.Outcome, d.Reason, d.Issues = ReviewNeeded, NewIssues, append(d.Issues, r.Issues...)
 		}
 	}
 	return d
+}
+
+func sortedScopes(set map[varplane.Scope]bool) []varplane.Scope {
+	var out []varplane.Scope
+	for sc := range set {
+		out = append(out, sc)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -272,7 +272,7 @@ func TestChecks(t *testing.T) {
 	e.publish("platform.caps", `{"max":10}`)
 	st, b, pub := e.act("alice", ok.ID, "publish", nil)
 	want(t, "publish", st, b, 200, "")
-	if pub.AfterPublish == nil || pub.AfterPublish.Outcome != control.ReviewNeeded || fmt.Sprint(pub.AfterPublish.Moved) != "[platform.caps]" {
+	if a := pub.AfterPublish; a == nil || a.Outcome != control.ReviewNeeded || a.Reason != control.NewIssues || fmt.Sprint(a.Moved) != "[platform.caps]" {
 		t.Fatalf("after publish = %+v", pub.AfterPublish)
 	}
 	// A head that moved without changing the verdict is heads-moved.
@@ -456,7 +456,8 @@ func TestPublishCutShort(t *testing.T) {
 }
 
 // TestDetectionTimedOut: a comparison after publish that does not finish
-// in time is recorded as detection-timed-out, and the publish stands.
+// in time is recorded as review-needed with the reason detection-timed-out
+// (told apart from a head that moved), and the publish stands.
 func TestDetectionTimedOut(t *testing.T) {
 	var calls atomic.Int32
 	hook := control.CheckFunc{CheckName: "slow", Fn: func(ctx context.Context, in *control.CheckInput) ([]varplane.Issue, error) {
@@ -475,7 +476,7 @@ func TestDetectionTimedOut(t *testing.T) {
 	e.publish("platform.caps", `{"max":2}`)
 	s, b, pub := e.act("alice", c.ID, "publish", nil)
 	want(t, "publish", s, b, 200, "")
-	if pub.AfterPublish == nil || pub.AfterPublish.Outcome != control.DetectionTimedOut {
+	if a := pub.AfterPublish; a == nil || a.Outcome != control.ReviewNeeded || a.Reason != control.DetectionTimedOut {
 		t.Fatalf("after publish = %+v", pub.AfterPublish)
 	}
 	if headOf(t, e, "app.x").Generation != 1 {

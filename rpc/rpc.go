@@ -295,7 +295,8 @@ func CodeOf(code varplane.Code) connect.Code {
 	case varplane.CodeStoreUnsupported, varplane.CodeMethodNotAllowed:
 		return connect.CodeUnimplemented
 	case varplane.CodeTooManyRequests, varplane.CodeStoreUnavailable,
-		varplane.CodeDocumentFailed, varplane.CodeDocumentStale, varplane.CodeNotReady:
+		varplane.CodeDocumentFailed, varplane.CodeDocumentStale, varplane.CodeNotReady,
+		varplane.CodeCheckUnavailable:
 		return connect.CodeUnavailable
 	case varplane.CodeOutcomeUnknown:
 		// gRPC's own word for "may have completed": a client must not read

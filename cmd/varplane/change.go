@@ -47,7 +47,9 @@ type changeView struct {
 		By         string `json:"by"`
 	} `json:"published"`
 	AfterPublish *struct {
-		Outcome string `json:"outcome"`
+		Outcome string   `json:"outcome"`
+		Reason  string   `json:"reason"`
+		Moved   []string `json:"moved"`
 	} `json:"afterPublish"`
 	Canary *client.CanaryWindow `json:"canary"`
 }
@@ -351,7 +353,14 @@ func printChange(w io.Writer, ch *changeView) error {
 		fmt.Fprintf(&b, "  published as generation %d by %s\n", p.Generation, p.By)
 	}
 	if a := ch.AfterPublish; a != nil {
-		fmt.Fprintf(&b, "  after publish: %s\n", a.Outcome)
+		fmt.Fprintf(&b, "  after publish: %s", a.Outcome)
+		if a.Reason != "" {
+			fmt.Fprintf(&b, " (%s)", a.Reason)
+		}
+		if len(a.Moved) > 0 {
+			fmt.Fprintf(&b, "; moved: %s", strings.Join(a.Moved, ", "))
+		}
+		b.WriteString("\n")
 	}
 	if ch.State != "published" && !ch.ExpiresAt.IsZero() {
 		fmt.Fprintf(&b, "  expires: %s\n", ch.ExpiresAt.Format(time.RFC3339))

@@ -17,6 +17,7 @@ import (
 	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/control"
+	"github.com/varplane/varplane/control/hook"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/gctune"
 	"github.com/varplane/varplane/internal/wire"
@@ -78,12 +79,16 @@ type serveConfig struct {
 	tls             tlsServeFlags
 	tlsConfig       *tls.Config // built from tls after parsing
 
-	ui              bool          // --ui: the console under /ui/
-	control         bool          // --control: reviewed changes under {base}/control
-	changeExpiry    time.Duration // --change-expiry
-	accessControl   bool          // --access-control: principals held in the store
-	components      string        // --components: the values service's deployment
-	rpcAddr         string        // --rpc-addr: an extra gRPC/Connect listener
+	ui              bool            // --ui: the console under /ui/
+	control         bool            // --control: reviewed changes under {base}/control
+	changeExpiry    time.Duration   // --change-expiry
+	checks          listFlag        // --check NAME=URL: check webhooks
+	hooks           []control.Check // built from checks after parsing
+	checkTimeout    time.Duration   // --check-timeout
+	detectTimeout   time.Duration   // --detect-timeout
+	accessControl   bool            // --access-control: principals held in the store
+	components      string          // --components: the values service's deployment
+	rpcAddr         string          // --rpc-addr: an extra gRPC/Connect listener
 	grpc            rpc.GRPCOptions
 	reclaimInterval time.Duration // --reclaim-interval
 	policy          policyFlags   // the retention policy
@@ -144,6 +149,9 @@ Stores (--store):
 	fs.BoolVar(&cfg.ui, "ui", true, "serve the operator console at /ui/ (sign in with an API token)")
 	fs.BoolVar(&cfg.control, "control", true, "serve the control API under {base}/control (reviewed changes, review policies, paged history, diff)")
 	fs.DurationVar(&cfg.changeExpiry, "change-expiry", control.DefaultExpireAfter, "how long after it was proposed an open change request expires")
+	fs.Var(&cfg.checks, "check", "NAME=URL: a check webhook every proposed change is posted to (repeatable); it answers the issues it finds and the heads it read, which are compared again after each publish (env VARPLANE_CHECK_TOKEN: a bearer token sent to it)")
+	fs.DurationVar(&cfg.checkTimeout, "check-timeout", hook.DefaultTimeout, "how long one call of a check webhook may take; past it the proposal fails with check-unavailable")
+	fs.DurationVar(&cfg.detectTimeout, "detect-timeout", control.DefaultDetectTimeout, "how long the comparison of the checks' heads after a publish may take; past it the change is marked review-needed (detection-timed-out)")
 	fs.BoolVar(&cfg.accessControl, "access-control", false, "authorize by the principals held in the store (varplane token, varplane migrate bootstrap) as well as --tokens: a token is looked up in the tokens file first, then in the store; serves {base}/access/tokens")
 	fs.StringVar(&cfg.components, "components", "", "deployment declaration (JSON, from `varplane config deploy`); serves the component configuration values service at /configuration/values/ and its page at /.configuration (with the console on, a redirect to /ui/components)")
 	registerRPCFlags(fs, &cfg.rpcAddr, &cfg.grpc)
@@ -181,6 +189,9 @@ Stores (--store):
 		return err
 	}
 	if err := cfg.check(); err != nil {
+		return err
+	}
+	if cfg.hooks, err = checkHooks(cfg, c.m.Getenv, log); err != nil {
 		return err
 	}
 	return c.serve(ctx, cfg, base, log)
@@ -238,6 +249,12 @@ func (cfg *serveConfig) check() (err error) {
 	}
 	if cfg.control && cfg.changeExpiry <= 0 {
 		return usagef("--change-expiry must be positive")
+	}
+	if cfg.checkTimeout <= 0 || cfg.detectTimeout <= 0 {
+		return usagef("--check-timeout and --detect-timeout must be positive")
+	}
+	if len(cfg.checks) > 0 && !cfg.control {
+		return usagef("--check needs the control API (--control)")
 	}
 	if cfg.reclaimInterval < 0 {
 		return usagef("--reclaim-interval must not be negative")
@@ -322,7 +339,8 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		// reports from the store of record; a store without them says so
 		// (control.ErrNoHeartbeats) instead of counting 0 of 0. The
 		// policies record is written by the first policy, never at start.
-		ctl = control.New(engine, guard, control.Options{ExpireAfter: cfg.changeExpiry, Logger: log, Instances: control.StoreInstances(engine)})
+		ctl = control.New(engine, guard, control.Options{ExpireAfter: cfg.changeExpiry, Logger: log, Instances: control.StoreInstances(engine),
+			Checks: cfg.hooks, DetectTimeout: cfg.detectTimeout})
 		defer runControlPasses(ctx, ctl, store, log)()
 		log.Info("control API served", "path", base+"/control/", "change-expiry", cfg.changeExpiry)
 	}
@@ -533,4 +551,29 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, usagef("--log-format %q: want text or json", format)
+}
+
+// checkHooks builds the --check webhooks, in the order given; a name given
+// twice is a usage error. Each is logged by name, host and path (never
+// with the URL's user information or query, which may hold a secret).
+func checkHooks(cfg serveConfig, getenv func(string) string, log *slog.Logger) ([]control.Check, error) {
+	var out []control.Check
+	seen := map[string]bool{}
+	for _, spec := range cfg.checks {
+		name, target, ok := strings.Cut(spec, "=")
+		if !ok {
+			return nil, usagef("--check: want NAME=URL")
+		}
+		if seen[name] {
+			return nil, usagef("--check %s: the name is given twice", name)
+		}
+		seen[name] = true
+		chk, err := hook.New(name, target, hook.Options{Timeout: cfg.checkTimeout, Token: getenv("VARPLANE_CHECK_TOKEN"), Logger: log})
+		if err != nil {
+			return nil, usagef("--check: %v", err)
+		}
+		log.Info("check webhook", "check", name, "url", chk.Where(), "timeout", cfg.checkTimeout)
+		out = append(out, chk)
+	}
+	return out, nil
 }

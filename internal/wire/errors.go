@@ -49,7 +49,8 @@ func Status(code varplane.Code) int {
 		varplane.CodeUnknownComponent, varplane.CodeInvalidConfiguration:
 		return http.StatusUnprocessableEntity
 	case varplane.CodeStoreUnavailable, varplane.CodeTooManyRequests,
-		varplane.CodeDocumentFailed, varplane.CodeDocumentStale, varplane.CodeNotReady:
+		varplane.CodeDocumentFailed, varplane.CodeDocumentStale, varplane.CodeNotReady,
+		varplane.CodeCheckUnavailable:
 		return http.StatusServiceUnavailable
 	case varplane.CodeOutcomeUnknown:
 		return http.StatusGatewayTimeout
