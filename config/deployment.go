@@ -46,9 +46,10 @@ type Deployment struct {
 	Components map[string]*DeployedComponent `json:"components"`
 }
 
-// Component returns the declaration of component and whether it is declared.
+// Component returns the declaration of component (namespace.name, or a bare
+// name for the default namespace) and whether it is declared.
 func (d *Deployment) Component(component string) (*DeployedComponent, bool) {
-	c, ok := d.Components[component]
+	c, ok := d.Components[QualifiedComponent(component)]
 	return c, ok
 }
 
@@ -85,7 +86,9 @@ func (d *Deployment) JSON() ([]byte, error) {
 // first; then each key must name a manifest's component (or be
 // ResourcesKey), and each component's value must be an object: it becomes
 // that component's defaults in place of the manifest's, and must fit the
-// schema (a secret reference is checked as the string it is). Any violation
+// schema (at a secret reference's place, the consumer checks the secret's
+// value: a reference may stand where the schema wants a number). A bare key
+// (no namespace) names a component of the default namespace. Any violation
 // is a *ManifestError naming the annotation file and the key.
 func NewDeployment(manifests []*Manifest, annotation *Annotation, env string) (*Deployment, error) {
 	if env != "" && !ValidEnvironment(env) {
@@ -114,7 +117,13 @@ func NewDeployment(manifests []*Manifest, annotation *Annotation, env string) (*
 			d.Resources = r
 			continue
 		}
-		c, ok := d.Components[key]
+		name := QualifiedComponent(key)
+		if name != key {
+			if _, both := resolved[name]; both {
+				return nil, manifestErr(file, at, "%q and %q name the same component", key, name)
+			}
+		}
+		c, ok := d.Components[name]
 		if !ok {
 			return nil, manifestErr(file, at, "%q names no known component", key)
 		}
@@ -231,6 +240,13 @@ func ParseDeployment(file string, data []byte) (*Deployment, error) {
 	}
 	return d, nil
 }
+
+// ValuesVariables are the environment variables `varplane serve` reads the
+// deployment declaration from when --components names no file, in order:
+// ours, then the reference system's (its values service is deployed with
+// TOA_CONFIGURATION_VALUES holding every component's epoch, schema and
+// defaults, the form ParseDeployment reads).
+var ValuesVariables = []string{"VARPLANE_CONFIGURATION_VALUES", "TOA_CONFIGURATION_VALUES"}
 
 // LoadDeployment reads the deployment declaration at path (what `varplane
 // serve --components FILE` loads); see ParseDeployment.

@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/canonical"
+	"github.com/varplane/varplane/config/secret"
 	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/schema"
 )
@@ -25,6 +27,17 @@ const DefaultNamespace = "default"
 // segmentRE bounds each part of a component name so that the component fits
 // in a scope with its epoch and maps onto an environment variable name.
 var segmentRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+
+// QualifiedComponent returns component with its namespace: a bare name
+// (no '.') is shorthand for DefaultNamespace.name, as in the reference's
+// annotation, where a component really named "resources" is written
+// "default.resources".
+func QualifiedComponent(component string) string {
+	if strings.Contains(component, ".") {
+		return component
+	}
+	return DefaultNamespace + "." + component
+}
 
 // ValidComponent reports whether component has the form namespace.name, each
 // part a letter or digit followed by up to 62 letters, digits, '_' or '-'.
@@ -221,7 +234,127 @@ func validateDoc(s *schema.Schema, doc json.RawMessage) ([]varplane.Issue, error
 	if s == nil {
 		return nil, errors.New("config: no schema to validate against")
 	}
-	return s.Validate(doc)
+	issues, err = s.Validate(doc)
+	if err != nil || len(issues) == 0 {
+		return issues, err
+	}
+	// A secret reference stands for a value only the consumer knows: what
+	// the schema says of the place it stands is checked there, once the
+	// value is substituted (ValidateResolved), as the reference system
+	// deploys `bar: $BAZ_VALUE` into a number.
+	v, err := DecodeJSON(doc)
+	if err != nil {
+		return issues, nil
+	}
+	refs := secret.Paths(v)
+	if len(refs) == 0 {
+		return issues, nil
+	}
+	kept := issues[:0]
+	for _, is := range issues {
+		if _, ref := refs[is.Path]; !ref {
+			kept = append(kept, is)
+		}
+	}
+	return kept, nil
+}
+
+// ValidateResolved checks doc once its secrets are known, as the consumer
+// does before it substitutes them: each reference is put in place as its
+// value, as a string or, where the schema refuses the string, as the JSON
+// scalar the value spells (a number, true, false or null), and the whole
+// must fit. An issue at a reference's place names the secret's variable,
+// never its value. References whose variable is missing are left for
+// secret.Substitute to report.
+func (m *Manifest) ValidateResolved(doc json.RawMessage, lookup func(string) (string, bool)) ([]varplane.Issue, error) {
+	return validateResolved(m.compiled, doc, lookup)
+}
+
+func validateResolved(s *schema.Schema, doc json.RawMessage, lookup func(string) (string, bool)) ([]varplane.Issue, error) {
+	v, err := DecodeJSON(doc)
+	if err != nil {
+		return nil, err
+	}
+	refs := secret.Paths(v)
+	if len(refs) == 0 {
+		return validateDoc(s, doc)
+	}
+	values := map[string]string{}
+	for at, name := range refs {
+		if val, ok := secret.Lookup(lookup, name); ok {
+			values[at] = val
+		}
+	}
+	check := func(asScalar map[string]bool) ([]varplane.Issue, error) {
+		resolved := replaceAt(v, "", func(at string) (any, bool) {
+			val, ok := values[at]
+			if !ok {
+				return nil, false
+			}
+			if asScalar[at] {
+				if x, err := DecodeJSON([]byte(val)); err == nil {
+					return x, true
+				}
+			}
+			return val, true
+		})
+		b, err := jsontext.Marshal(resolved)
+		if err != nil {
+			return nil, err
+		}
+		if s == nil {
+			return nil, errors.New("config: no schema to validate against")
+		}
+		return s.Validate(b)
+	}
+	issues, err := check(nil)
+	if err != nil || len(issues) == 0 {
+		return issues, err
+	}
+	retry := map[string]bool{}
+	for _, is := range issues {
+		if val, ok := values[is.Path]; ok {
+			x, err := DecodeJSON([]byte(val))
+			switch x.(type) {
+			case json.Number, bool, nil:
+				retry[is.Path] = err == nil
+			}
+		}
+	}
+	if len(retry) > 0 {
+		if issues, err = check(retry); err != nil || len(issues) == 0 {
+			return issues, err
+		}
+	}
+	for i, is := range issues {
+		if name, ok := refs[is.Path]; ok {
+			issues[i].Message = fmt.Sprintf("the value of secret $%s (%s) does not fit here: %s", name, secret.EnvName(name), is.Message)
+		}
+	}
+	return issues, nil
+}
+
+// replaceAt returns a copy of v with the values at the places fn answers
+// for replaced.
+func replaceAt(v any, at string, fn func(at string) (any, bool)) any {
+	if x, ok := fn(at); ok {
+		return x
+	}
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[k] = replaceAt(x, at+"/"+canonical.EscapeToken(k), fn)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = replaceAt(x, at+"/"+strconv.Itoa(i), fn)
+		}
+		return out
+	}
+	return v
 }
 
 // LoadManifest reads the manifest file at path; see ParseManifest.

@@ -229,6 +229,7 @@ func (s *Service) OnCreated(fn func(CreatedEvent)) (unsubscribe func()) {
 // the deployed one, else none (ok false). The schema is set only for the
 // deployed epoch. An epoch that is not 64 lowercase hex is bad-request.
 func (s *Service) Get(ctx context.Context, component, epoch string) (Value, bool, error) {
+	component = QualifiedComponent(component)
 	c, declared := s.dep.Component(component)
 	if epoch == "" {
 		if !declared {
@@ -306,11 +307,13 @@ func (s *Service) List(ctx context.Context) ([]Listed, error) {
 // event follows through the commit seam. It returns an unknown-component
 // error for a component the deployment does not declare, and
 // invalid-configuration error with the issues when the configuration does not fit
-// the schema (secret references are checked as the strings they are) or is
+// the schema (at a secret reference's place the schema is checked by the
+// consumer, on the secret's value) or is
 // not valid JSON; a configuration beyond the engine's limits is
 // limit-exceeded (or payload-too-large). Concurrent creates all succeed, each
 // with its own created.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error) {
+	req.Component = QualifiedComponent(req.Component)
 	c, ok := s.dep.Component(req.Component)
 	if !ok {
 		return Created{}, &varplane.Error{Code: CodeUnknownComponent, Message: fmt.Sprintf("component %q is not declared", req.Component)}

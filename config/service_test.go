@@ -130,7 +130,7 @@ func TestServiceCreateErrors(t *testing.T) {
 		{"unknown component", "dummies.nope", `{}`, CodeUnknownComponent, "", ""},
 		{"wrong type", "dummies.dummy", `{"foo":1}`, CodeInvalidConfiguration, "/foo", "document.type"},
 		{"missing required", "alpha.bare", `{}`, CodeInvalidConfiguration, "/n", "document.required"},
-		{"secret where a number goes", "dummies.dummy", `{"bar":"$BAR"}`, CodeInvalidConfiguration, "/bar", "document.type"},
+		{"secret where a number goes, and a wrong type beside it", "dummies.dummy", `{"bar":"$BAR","foo":1}`, CodeInvalidConfiguration, "/foo", "document.type"},
 		{"number beyond 2^53", "alpha.bare", `{"n":9007199254740993}`, CodeInvalidConfiguration, "/n", varplane.IssueNumberPrecision},
 		{"not JSON", "alpha.bare", `{`, CodeInvalidConfiguration, "", varplane.IssueSyntax},
 	}

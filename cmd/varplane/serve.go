@@ -288,11 +288,9 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	if err != nil {
 		return err
 	}
-	var dep *config.Deployment
-	if cfg.components != "" {
-		if dep, err = config.LoadDeployment(cfg.components); err != nil {
-			return &usageError{err: fmt.Errorf("--components: %w", err)}
-		}
+	dep, err := loadDeployment(&cfg, c.m.Getenv)
+	if err != nil {
+		return err
 	}
 
 	// The store.
@@ -354,7 +352,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		if values, err = config.NewService(engine, dep); err != nil {
 			return fmt.Errorf("--components %s: %w", cfg.components, err)
 		}
-		log.Info("component configuration served", "file", cfg.components, "components", len(dep.Components), "environment", dep.Environment, "path", "/configuration/values/")
+		log.Info("component configuration served", "from", cfg.components, "components", len(dep.Components), "environment", dep.Environment, "path", "/configuration/values/")
 	}
 	runner, stopRetention, err := startRetention(ctx, cfg, engine, store, log)
 	if err != nil {
@@ -576,4 +574,33 @@ func checkHooks(cfg serveConfig, getenv func(string) string, log *slog.Logger) (
 		out = append(out, chk)
 	}
 	return out, nil
+}
+
+// loadDeployment reads the values service's deployment declaration: the
+// file --components names, or else the variable the reference system
+// deploys its values service with (config.ValuesVariables: ours, then
+// TOA_CONFIGURATION_VALUES), whose content is the declaration itself. It
+// answers nil when none is given; cfg.components then names the source
+// for the log and errors.
+func loadDeployment(cfg *serveConfig, getenv func(string) string) (*config.Deployment, error) {
+	if cfg.components != "" {
+		dep, err := config.LoadDeployment(cfg.components)
+		if err != nil {
+			return nil, &usageError{err: fmt.Errorf("--components: %w", err)}
+		}
+		return dep, nil
+	}
+	for _, name := range config.ValuesVariables {
+		text := getenv(name)
+		if text == "" {
+			continue
+		}
+		cfg.components = "$" + name
+		dep, err := config.ParseDeployment(cfg.components+".json", []byte(text))
+		if err != nil {
+			return nil, &usageError{err: fmt.Errorf("%s: %w", name, err)}
+		}
+		return dep, nil
+	}
+	return nil, nil
 }

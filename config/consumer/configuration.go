@@ -21,18 +21,78 @@ import (
 // '_'.
 const OverridePrefix = "VARPLANE_CONFIGURATION_"
 
+// ReferenceOverridePrefix is the reference system's name for the same
+// variable (TOA_CONFIGURATION_<NAMESPACE>_<NAME>), read when ours is not set.
+const ReferenceOverridePrefix = "TOA_CONFIGURATION_"
+
 // OverrideVariable returns the local override variable of component
 // (namespace.name).
 func OverrideVariable(component string) string {
+	return OverridePrefix + overrideSuffix(component)
+}
+
+func overrideSuffix(component string) string {
 	ns, name, _ := strings.Cut(component, ".")
 	up := func(s string) string { return strings.ReplaceAll(strings.ToUpper(s), "-", "_") }
-	return OverridePrefix + up(ns) + "_" + up(name)
+	return up(ns) + "_" + up(name)
+}
+
+// lookupOverride returns the override of component and the variable that
+// held it: ours, or else the reference system's.
+func lookupOverride(lookup func(string) (string, bool), component string) (string, string, bool) {
+	for _, p := range []string{OverridePrefix, ReferenceOverridePrefix} {
+		name := p + overrideSuffix(component)
+		if v, ok := lookup(name); ok {
+			return v, name, true
+		}
+	}
+	return "", "", false
+}
+
+// vault holds the secret variables of the process. The first Configuration
+// opened on the process environment takes every secret variable
+// (secret.IsVariable: VARPLANE_CONFIGURATION__NAME and TOA_CONFIGURATION__NAME)
+// into it and removes them from the environment, so that other code in the
+// process (a dependency that dumps os.Environ, a child process) cannot read
+// them; every Configuration then reads its secrets from here.
+type vault struct {
+	once    sync.Once
+	environ func() []string
+	unset   func(string) error
+	log     *slog.Logger
+	values  map[string]string
+}
+
+var processVault = &vault{environ: os.Environ, unset: os.Unsetenv}
+
+func (v *vault) take() {
+	v.values = map[string]string{}
+	for _, kv := range v.environ() {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || !secret.IsVariable(k) {
+			continue
+		}
+		v.values[k] = val
+		if err := v.unset(k); err != nil && v.log != nil {
+			v.log.Warn("consumer: a secret variable could not be removed from the environment", "variable", k, "err", err)
+		}
+	}
+}
+
+// lookup reads the vault (taking the environment's secrets the first time).
+func (v *vault) lookup(name string) (string, bool) {
+	v.once.Do(v.take)
+	val, ok := v.values[name]
+	return val, ok
 }
 
 // Options tune a Configuration.
 type Options struct {
-	// LookupEnv reads the process environment: the secrets and the local
-	// override. os.LookupEnv when nil.
+	// LookupEnv reads the secrets and the local override. When nil, the
+	// override is read from the process environment and the secrets from
+	// the process's vault: the first Open moves every secret variable out
+	// of the environment into memory (os.Getenv no longer sees them), as
+	// the reference system keeps them from the component's code.
 	LookupEnv func(string) (string, bool)
 	// Logger receives updates and rejected values; slog.Default when nil.
 	Logger *slog.Logger
@@ -68,6 +128,9 @@ type Configuration struct {
 	log      *slog.Logger
 	local    bool
 	unsub    func()
+	// secrets reads the secrets' variables (the vault, or
+	// Options.LookupEnv).
+	secrets func(string) (string, bool)
 
 	mu      sync.Mutex
 	held    bool
@@ -92,16 +155,23 @@ type Configuration struct {
 // newer created order replaces the held value; a value that does not fit, or
 // lacks a secret, is logged and the previous one kept.
 func Open(ctx context.Context, client *Client, m *config.Manifest, opts Options) (*Configuration, error) {
-	if opts.LookupEnv == nil {
-		opts.LookupEnv = os.LookupEnv
-	}
 	c := &Configuration{manifest: m, opts: opts, log: opts.Logger}
 	if c.log == nil {
 		c.log = slog.Default()
 	}
+	env := os.LookupEnv
+	c.secrets = processVault.lookup
+	if opts.LookupEnv != nil {
+		env, c.secrets = opts.LookupEnv, opts.LookupEnv
+	} else {
+		processVault.once.Do(func() {
+			processVault.log = c.log
+			processVault.take()
+		})
+	}
 	component := m.Component()
-	if text, ok := opts.LookupEnv(OverrideVariable(component)); ok {
-		if err := c.openLocal(text); err != nil {
+	if text, variable, ok := lookupOverride(env, component); ok {
+		if err := c.openLocal(text, variable); err != nil {
 			return nil, err
 		}
 		return c, nil
@@ -128,14 +198,14 @@ func Open(ctx context.Context, client *Client, m *config.Manifest, opts Options)
 	return c, nil
 }
 
-func (c *Configuration) openLocal(text string) error {
+func (c *Configuration) openLocal(text, variable string) error {
 	component := c.manifest.Component()
 	if strings.TrimSpace(text) == "" {
 		text = "{}"
 	}
 	v, err := config.DecodeJSON([]byte(text))
 	if err != nil {
-		return fmt.Errorf("consumer: %s is not JSON: %w", OverrideVariable(component), err)
+		return fmt.Errorf("consumer: %s is not JSON: %w", variable, err)
 	}
 	if c.manifest.Defaults != nil {
 		defaults, err := config.DecodeJSON(c.manifest.Defaults)
@@ -143,18 +213,18 @@ func (c *Configuration) openLocal(text string) error {
 			return fmt.Errorf("consumer: defaults of %s: %w", component, err)
 		}
 		if v, err = FillDefaults(v, defaults); err != nil {
-			return fmt.Errorf("consumer: %s: %w", OverrideVariable(component), err)
+			return fmt.Errorf("consumer: %s: %w", variable, err)
 		}
 	}
 	raw, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("consumer: %s: %w", OverrideVariable(component), err)
+		return fmt.Errorf("consumer: %s: %w", variable, err)
 	}
 	c.local = true
 	if err := c.apply(Update{Configuration: raw}); err != nil {
 		return err
 	}
-	c.log.Info("configuration resolved locally", "component", component, "variable", OverrideVariable(component))
+	c.log.Info("configuration resolved locally", "component", component, "variable", variable)
 	return nil
 }
 
@@ -231,9 +301,16 @@ func (c *Configuration) apply(u Update) error {
 	if err != nil {
 		return fmt.Errorf("consumer: configuration of %s: %w", component, err)
 	}
-	sub, err := secret.Substitute(v, c.opts.LookupEnv)
+	sub, err := secret.Substitute(v, c.secrets)
 	if err != nil {
 		return fmt.Errorf("consumer: configuration of %s: %w", component, err)
+	}
+	// Where a secret stands, the schema is checked on its value: the
+	// service and the deployment could only see the reference.
+	if issues, err = c.manifest.ValidateResolved(u.Configuration, c.secrets); err != nil {
+		return fmt.Errorf("consumer: validate configuration of %s: %w", component, err)
+	} else if len(issues) > 0 {
+		return &IssuesError{Component: component, Issues: issues}
 	}
 	c.held, c.value, c.raw, c.created = true, sub, u.Configuration, u.Created
 	return nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -317,6 +318,21 @@ func TestOpenFirstValueRules(t *testing.T) {
 		{name: "no coercion", served: `{"n":"1"}`, wantErr: "/n document.type"},
 		{name: "not fitting", served: `{"foo":1}`, wantErr: "does not fit its schema"},
 		{name: "missing secret", served: `{"key":"$API_KEY"}`, wantErr: "VARPLANE_CONFIGURATION__API_KEY"},
+		{name: "secret where a number goes", served: `{"n":"$N"}`, vars: map[string]string{"VARPLANE_CONFIGURATION__N": "7"},
+			check: func(t *testing.T, c *Configuration) {
+				if n, _ := c.Get("n"); fmt.Sprint(n) != secret.Redacted {
+					t.Errorf("n = %#v, want a Secret", n)
+				} else if n.(secret.Secret).Unwrap() != "7" {
+					t.Errorf("n unwraps to %q", n.(secret.Secret).Unwrap())
+				}
+			}},
+		{name: "secret whose value does not fit", served: `{"n":"$N"}`, vars: map[string]string{"VARPLANE_CONFIGURATION__N": "s3cr3t"}, wantErr: "secret $N"},
+		{name: "the reference system's secret variable", served: `{"key":"$API_KEY"}`, vars: map[string]string{"TOA_CONFIGURATION__API_KEY": "k3y"},
+			check: func(t *testing.T, c *Configuration) {
+				if k, _ := c.Get("key"); k.(secret.Secret).Unwrap() != "k3y" {
+					t.Errorf("key = %#v", k)
+				}
+			}},
 		{name: "secret substituted", served: `{"key":"$API_KEY","foo":"$plain"}`, vars: map[string]string{"VARPLANE_CONFIGURATION__API_KEY": "k3y"},
 			check: func(t *testing.T, c *Configuration) {
 				k, _ := c.Get("key")
@@ -342,8 +358,8 @@ func TestOpenFirstValueRules(t *testing.T) {
 			c := newClient(t, src, &fakeSubscriber{}, nil)
 			conf, err := Open(context.Background(), c, manifest(t), Options{LookupEnv: env(tt.vars), Logger: quietLogger(nil)})
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || strings.Contains(err.Error(), "s3cr3t") {
+					t.Fatalf("err = %v, want %q (and no secret value)", err, tt.wantErr)
 				}
 				return
 			}
@@ -405,6 +421,22 @@ func TestLocalOverride(t *testing.T) {
 			}
 		})
 	}
+	// The reference system's name for the variable is read too.
+	conf, err := Open(context.Background(), nil, m, Options{LookupEnv: env(map[string]string{"TOA_CONFIGURATION_DUMMIES_DUMMY": `{"foo":"toa"}`}), Logger: quietLogger(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := conf.Get("foo"); f != "toa" || !conf.Local() {
+		t.Errorf("foo = %v from TOA_CONFIGURATION_DUMMIES_DUMMY", f)
+	}
+	// Ours wins when both are set.
+	conf, err = Open(context.Background(), nil, m, Options{LookupEnv: env(map[string]string{variable: `{"foo":"ours"}`, "TOA_CONFIGURATION_DUMMIES_DUMMY": `{"foo":"toa"}`}), Logger: quietLogger(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := conf.Get("foo"); f != "ours" {
+		t.Errorf("foo = %v with both variables set", f)
+	}
 	// Without the variable and without a client there is nothing to use.
 	if _, err := Open(context.Background(), nil, m, Options{LookupEnv: env(nil)}); err == nil {
 		t.Error("Open without client or override succeeded")
@@ -420,4 +452,67 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return bytes.TrimSpace(buf.Bytes())
+}
+
+// TestVaultTakesSecretVariables: the vault moves every secret variable
+// (both prefixes) out of the environment on first use, leaves the others,
+// and answers the secrets from memory afterwards.
+func TestVaultTakesSecretVariables(t *testing.T) {
+	environ := map[string]string{
+		"VARPLANE_CONFIGURATION__API_KEY":      "k3y",
+		"TOA_CONFIGURATION__OLD":               "o1d",
+		"VARPLANE_CONFIGURATION_DUMMIES_DUMMY": `{"foo":1}`, // an override, not a secret
+		"HOME":                                 "/home/x",
+		"VARPLANE_CONFIGURATION__bad-name":     "kept",
+	}
+	v := &vault{
+		environ: func() []string {
+			var out []string
+			for k, x := range environ {
+				out = append(out, k+"="+x)
+			}
+			return out
+		},
+		unset: func(k string) error { delete(environ, k); return nil },
+	}
+	if val, ok := v.lookup("VARPLANE_CONFIGURATION__API_KEY"); !ok || val != "k3y" {
+		t.Fatalf("lookup = %q %v", val, ok)
+	}
+	if val, ok := v.lookup("TOA_CONFIGURATION__OLD"); !ok || val != "o1d" {
+		t.Fatalf("lookup TOA_ = %q %v", val, ok)
+	}
+	for _, k := range []string{"VARPLANE_CONFIGURATION__API_KEY", "TOA_CONFIGURATION__OLD"} {
+		if _, still := environ[k]; still {
+			t.Errorf("%s is still in the environment", k)
+		}
+	}
+	for _, k := range []string{"VARPLANE_CONFIGURATION_DUMMIES_DUMMY", "HOME", "VARPLANE_CONFIGURATION__bad-name"} {
+		if _, still := environ[k]; !still {
+			t.Errorf("%s was taken from the environment", k)
+		}
+	}
+	// A variable set after the first use is not read: the vault was filled once.
+	environ["VARPLANE_CONFIGURATION__LATE"] = "l"
+	if _, ok := v.lookup("VARPLANE_CONFIGURATION__LATE"); ok {
+		t.Error("the vault read the environment again")
+	}
+}
+
+// TestOpenUnsetsSecretVariables: opened on the process environment, a
+// configuration substitutes its secret and the variable is gone from the
+// environment afterwards.
+func TestOpenUnsetsSecretVariables(t *testing.T) {
+	t.Setenv("VARPLANE_CONFIGURATION_DUMMIES_DUMMY", `{"key":"$VAULT_TEST"}`)
+	t.Setenv("VARPLANE_CONFIGURATION__VAULT_TEST", "v4lue")
+	processVault = &vault{environ: os.Environ, unset: os.Unsetenv}
+	conf, err := Open(context.Background(), nil, manifest(t), Options{Logger: quietLogger(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := conf.Get("key"); k.(secret.Secret).Unwrap() != "v4lue" {
+		t.Fatalf("key = %#v", k)
+	}
+	if v, ok := os.LookupEnv("VARPLANE_CONFIGURATION__VAULT_TEST"); ok {
+		t.Fatalf("the secret variable is still set (%d bytes)", len(v))
+	}
 }

@@ -25,11 +25,62 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/varplane/varplane/canonical"
 	"go.yaml.in/yaml/v3"
 )
 
 // EnvPrefix starts the environment variable that carries a secret's value.
 const EnvPrefix = "VARPLANE_CONFIGURATION__"
+
+// ReferencePrefix starts the same variable under the reference system's
+// name (TOA_CONFIGURATION__NAME), read when ours is not set, so that a
+// deployment moving over keeps its variables.
+const ReferencePrefix = "TOA_CONFIGURATION__"
+
+// Lookup returns the value of secret name from lookup: the variable
+// EnvName(name), or else the reference system's alias.
+func Lookup(lookup func(string) (string, bool), name string) (string, bool) {
+	if v, ok := lookup(EnvPrefix + name); ok {
+		return v, true
+	}
+	return lookup(ReferencePrefix + name)
+}
+
+// IsVariable reports whether the environment variable named key carries a
+// secret (under either prefix).
+func IsVariable(key string) bool {
+	for _, p := range []string{EnvPrefix, ReferencePrefix} {
+		if rest, ok := strings.CutPrefix(key, p); ok && ValidName(rest) {
+			return true
+		}
+	}
+	return false
+}
+
+// Paths returns the secret references of v, a decoded JSON value, by the
+// JSON Pointer of where each stands (the name without its "$").
+func Paths(v any) map[string]string {
+	out := map[string]string{}
+	paths(v, "", out)
+	return out
+}
+
+func paths(v any, at string, out map[string]string) {
+	switch t := v.(type) {
+	case string:
+		if IsReference(t) {
+			out[at] = t[1:]
+		}
+	case map[string]any:
+		for k, x := range t {
+			paths(x, at+"/"+canonical.EscapeToken(k), out)
+		}
+	case []any:
+		for i, x := range t {
+			paths(x, at+"/"+strconv.Itoa(i), out)
+		}
+	}
+}
 
 // Redacted is what every printed, logged or marshalled form of a Secret shows.
 const Redacted = "<REDACTED>"
@@ -147,7 +198,7 @@ func (e *MissingError) Error() string {
 
 // Substitute returns a copy of v, a decoded JSON value, in which every secret
 // reference is replaced by a Secret holding the value of its environment
-// variable, as lookup (os.LookupEnv in production) reports it. Other strings
+// variable (or its TOA_ alias, see Lookup), as lookup reports it. Other strings
 // stay plain strings. When any variable is missing it returns a *MissingError
 // naming all of them, and no value.
 func Substitute(v any, lookup func(string) (string, bool)) (any, error) {
@@ -172,10 +223,9 @@ func substitute(v any, lookup func(string) (string, bool), missing *[]string) an
 		if !IsReference(t) {
 			return t
 		}
-		name := EnvName(t[1:])
-		val, ok := lookup(name)
+		val, ok := Lookup(lookup, t[1:])
 		if !ok {
-			*missing = append(*missing, name)
+			*missing = append(*missing, EnvName(t[1:]))
 			return nil
 		}
 		return New(val)
