@@ -196,6 +196,17 @@ type Options struct {
 	// (canary.go).
 	Canary *CanaryOptions
 
+	// Servers are more servers of the same fleet (same base path, same
+	// token), tried in order after New's when the one in use cannot be
+	// reached (no connection, or 502, 503, 504), round and round.
+	Servers []string
+	// OnConnection, when set, is called each time the client reaches its
+	// server after failing to, or fails to after reaching it (err then
+	// says why); the first outcome is reported too. The client logs both
+	// (a warning when it is lost, info when it is back). It runs on the
+	// client's goroutines: return quickly.
+	OnConnection func(connected bool, err error)
+
 	// Logger receives warnings and errors; slog.Default when nil.
 	Logger *slog.Logger
 	// Getenv reads override variables; os.Getenv when nil.
@@ -215,7 +226,8 @@ var ErrNotStarted = errors.New("client: not started")
 // Client is a consumer of one varplane server. Create it with New, Register
 // the scopes to follow, Start it, and Stop it when done.
 type Client struct {
-	base    *url.URL
+	bases   []*url.URL    // New's server, then Options.Servers
+	cur     atomic.Uint32 // index (mod len) of the one in use (reach.go)
 	opts    Options
 	http    *http.Client
 	log     *slog.Logger
@@ -236,6 +248,11 @@ type Client struct {
 
 	connected atomic.Bool
 	running   atomic.Bool
+
+	smu       sync.Mutex // guards the reach state below (reach.go)
+	heard     bool       // reached was called once
+	reachable bool
+	downSince time.Time
 
 	canary *canaryState // nil without Options.Canary
 }
@@ -261,6 +278,10 @@ type slot struct {
 	stale    json.RawMessage
 	staleGen varplane.Generation
 	staleRev varplane.Revision
+	// refused: the server refused a fetch of the scope for good (401,
+	// 403, 404), so the stream leaves it out until a fetch succeeds;
+	// otherwise one refused scope would refuse the stream of all.
+	refused bool
 }
 
 // entry is immutable once published.
@@ -274,15 +295,17 @@ type typedBox struct{ v any }
 // New returns a client of the server at serverURL ("http://host:8790").
 // It returns an error for a URL that is not absolute http(s).
 func New(serverURL string, opts Options) (*Client, error) {
-	u, err := url.Parse(serverURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("client: server URL %q must be an absolute http(s) URL", serverURL)
-	}
 	if opts.Base == "" {
 		opts.Base = "/vars"
 	}
-	u.Path = strings.TrimRight(u.Path, "/") + "/" + strings.Trim(opts.Base, "/")
-	u.Path = strings.TrimRight(u.Path, "/")
+	var bases []*url.URL
+	for _, su := range append([]string{serverURL}, opts.Servers...) {
+		u, err := parseServer(su, opts.Base)
+		if err != nil {
+			return nil, fmt.Errorf("client: server URL %q %v", su, err)
+		}
+		bases = append(bases, u)
+	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 10 * time.Second
 	}
@@ -318,7 +341,7 @@ func New(serverURL string, opts Options) (*Client, error) {
 	if opts.MaxEventBytes <= 0 {
 		opts.MaxEventBytes = wire.MaxEventBytes
 	}
-	c := &Client{base: u, opts: opts, http: opts.HTTPClient, log: opts.Logger, getenv: opts.Getenv,
+	c := &Client{bases: bases, opts: opts, http: opts.HTTPClient, log: opts.Logger, getenv: opts.Getenv,
 		kick: make(chan struct{}, 1), fetchq: make(chan *fetchReq, 256)}
 	if c.http == nil {
 		c.http = wire.NewHTTPClient(opts.TLS, -1)
@@ -572,6 +595,10 @@ func (c *Client) applyHead(sc varplane.Scope, gen varplane.Generation, rev varpl
 		return
 	}
 	s.gen = gen
+	if s.refused {
+		s.refused = false
+		c.signalKick()
+	}
 	if c.opts.Validate != nil {
 		if err := c.opts.Validate(sc, doc); err != nil {
 			c.log.Error("varplane value does not fit its schema; keeping the previous value", "scope", string(sc), "generation", uint64(gen), "err", err)
@@ -642,7 +669,7 @@ func (c *Client) held() (keys, groups []varplane.Scope, gens map[varplane.Scope]
 	defer c.wmu.Unlock()
 	gens = map[varplane.Scope]varplane.Generation{}
 	for sc, s := range *c.slots.Load() {
-		if s.override {
+		if s.override || s.refused {
 			continue
 		}
 		if sc.IsGroup() {
@@ -666,15 +693,20 @@ func (c *Client) backoff(attempt int) time.Duration {
 // newRequest builds a request for path under the base, with the query, a
 // JSON body when body is not nil, and the token.
 func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body any) (*http.Request, error) {
-	u := *c.base
+	u := *c.server()
 	u.Path += path
 	u.RawQuery = q.Encode()
 	return wire.NewRequest(ctx, method, u.String(), c.opts.Token, body)
 }
 
 // do sends req; an error answer is the *varplane.Error the server sent.
+// A server that cannot answer is left for the next of Options.Servers.
 func (c *Client) do(req *http.Request) (*http.Response, error) {
-	return wire.Do(c.http, req)
+	resp, err := wire.Do(c.http, req)
+	if unreachable(err) && req.Context().Err() == nil {
+		c.failedOn(req.URL, err)
+	}
+	return resp, err
 }
 
 // decodeValues extracts the document of sc from a read's values object:

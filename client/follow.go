@@ -20,7 +20,25 @@ import (
 // MaxBatch is the most scopes one batch request names.
 const MaxBatch = 256
 
-type fetchReq struct{ scope varplane.Scope }
+type fetchReq struct {
+	scope varplane.Scope
+	// done receives the error that ends the fetch when the server refuses
+	// the scope for good (401, 403, 404); buffered, written once.
+	done chan error
+}
+
+// final reports whether err, the server's answer to a read, ends a fetch
+// at once instead of being retried: the token is not accepted, may not
+// read the scope, or the server has no such route (a wrong base path).
+// A scope without a head is not final: a fetch waits until it is served.
+func final(err error) bool {
+	switch varplane.ErrorCode(err) {
+	case varplane.CodeUnauthorized, varplane.CodeForbidden, varplane.CodeNotFound:
+		var ve *varplane.Error
+		return errors.As(err, &ve)
+	}
+	return false
+}
 
 // Fetch registers scope and waits until the server serves a head for it
 // ("retry until served"), logging a warning every Options.WarnEvery-th
@@ -45,8 +63,9 @@ func (c *Client) Fetch(ctx context.Context, scope varplane.Scope) (Value, error)
 	if !c.running.Load() {
 		return Value{}, ErrNotStarted
 	}
+	req := &fetchReq{scope: scope, done: make(chan error, 1)}
 	select {
-	case c.fetchq <- &fetchReq{scope: scope}:
+	case c.fetchq <- req:
 	case <-ctx.Done():
 		return Value{}, ctx.Err()
 	case <-c.ctx.Done():
@@ -56,6 +75,8 @@ func (c *Client) Fetch(ctx context.Context, scope varplane.Scope) (Value, error)
 	case <-served:
 		v, _ := c.Value(scope)
 		return v, nil
+	case err := <-req.done:
+		return Value{}, fmt.Errorf("client: fetch %s: %w", scope, err)
 	case <-ctx.Done():
 		return Value{}, ctx.Err()
 	case <-c.ctx.Done():
@@ -66,14 +87,28 @@ func (c *Client) Fetch(ctx context.Context, scope varplane.Scope) (Value, error)
 type retryState struct {
 	attempts int
 	due      time.Time
+	waiters  []chan error // the fetches waiting for the scope
+}
+
+// fail ends every fetch waiting for st's scope with err.
+func (st *retryState) fail(err error) {
+	for _, w := range st.waiters {
+		w <- err
+	}
+	st.waiters = nil
 }
 
 // batcher gathers fetches into batch requests and retries the unserved.
 func (c *Client) batcher() {
 	pending := map[varplane.Scope]*retryState{}
 	add := func(r *fetchReq) {
-		if _, ok := pending[r.scope]; !ok {
-			pending[r.scope] = &retryState{}
+		st, ok := pending[r.scope]
+		if !ok {
+			st = &retryState{}
+			pending[r.scope] = st
+		}
+		if r.done != nil {
+			st.waiters = append(st.waiters, r.done)
 		}
 	}
 	retry := time.NewTimer(time.Hour)
@@ -133,22 +168,69 @@ func (c *Client) runBatch(pending map[varplane.Scope]*retryState) {
 		chunk := due[:n]
 		due = due[n:]
 		served, err := c.batch(chunk)
-		for _, sc := range chunk {
-			if served[sc] || c.isServed(sc) {
-				delete(pending, sc)
-				continue
+		switch {
+		case err == nil:
+			c.reached(true, nil)
+		case unreachable(err):
+			c.reached(false, err)
+		case final(err) && len(chunk) > 1:
+			// One refused scope fails the whole batch: ask for each alone,
+			// so that only the refused ones end.
+			for _, sc := range chunk {
+				one := []varplane.Scope{sc}
+				served, err := c.batch(one)
+				c.settle(pending, one, served, err)
 			}
-			st := pending[sc]
-			st.attempts++
-			st.due = time.Now().Add(c.backoff(st.attempts - 1))
-			if st.attempts%c.opts.WarnEvery == 0 {
-				reason := "no head"
-				if err != nil {
-					reason = err.Error()
-				}
-				c.log.Warn("varplane scope not served yet; still trying", "scope", string(sc), "attempts", st.attempts, "reason", reason)
-			}
+			continue
 		}
+		c.settle(pending, chunk, served, err)
+	}
+}
+
+// settle records the outcome of a batch for chunk: served scopes leave
+// pending; a scope refused for good (a single-scope batch answered 401,
+// 403 or 404) ends its fetches with the server's error; the others are
+// retried with backoff, with a warning every WarnEvery-th attempt.
+func (c *Client) settle(pending map[varplane.Scope]*retryState, chunk []varplane.Scope, served map[varplane.Scope]bool, err error) {
+	for _, sc := range chunk {
+		st := pending[sc]
+		if st == nil {
+			continue
+		}
+		if len(chunk) == 1 && final(err) {
+			c.log.Warn("varplane scope refused by the server; the fetch ends", "scope", string(sc), "err", err)
+			c.refuse(sc)
+			st.fail(err)
+			delete(pending, sc)
+			continue
+		}
+		if served[sc] || c.isServed(sc) {
+			delete(pending, sc)
+			continue
+		}
+		st.attempts++
+		st.due = time.Now().Add(c.backoff(st.attempts - 1))
+		if st.attempts%c.opts.WarnEvery == 0 {
+			reason := "no head"
+			if err != nil {
+				reason = err.Error()
+			}
+			c.log.Warn("varplane scope not served yet; still trying", "scope", string(sc), "attempts", st.attempts, "reason", reason)
+		}
+	}
+}
+
+// refuse leaves sc out of the stream until a fetch of it succeeds.
+func (c *Client) refuse(sc varplane.Scope) {
+	c.wmu.Lock()
+	s := c.slot(sc)
+	kick := s != nil && !s.refused
+	if kick {
+		s.refused = true
+	}
+	c.wmu.Unlock()
+	if kick {
+		c.signalKick()
 	}
 }
 
@@ -241,8 +323,20 @@ func (c *Client) follow() {
 			}
 			continue
 		}
+		server := c.server()
 		established, err := c.stream(keys, groups, gens)
 		c.connected.Store(false)
+		if !established && c.ctx.Err() == nil && !errors.Is(err, errNoWatch) && !errors.Is(err, errKicked) {
+			if unreachable(err) {
+				c.failedOn(server, err)
+				c.reached(false, err)
+			} else {
+				// Reached, and refused (a token that may not read a
+				// scope, say): the held values stay, and the reason is
+				// worth a warning on each retry.
+				c.log.Warn("varplane stream refused; retrying", "err", err)
+			}
+		}
 		switch {
 		case c.ctx.Err() != nil:
 			return
@@ -311,6 +405,7 @@ func (c *Client) stream(keys, groups []varplane.Scope, gens map[varplane.Scope]v
 		return false, fmt.Errorf("connect stream: %w", err)
 	}
 	c.connected.Store(true)
+	c.reached(true, nil)
 
 	var kicked atomic.Bool
 	var wg sync.WaitGroup
@@ -459,12 +554,17 @@ func (c *Client) pollOne(sc varplane.Scope, s *slot) {
 	if err != nil {
 		clearETag()
 		if errors.Is(err, varplane.ErrNoHead) {
+			c.reached(true, nil)
 			c.applyNoHead(sc, 0, true)
 			return
+		}
+		if unreachable(err) && c.ctx.Err() == nil {
+			c.reached(false, err)
 		}
 		c.log.Debug("varplane poll failed", "scope", string(sc), "err", err)
 		return
 	}
+	c.reached(true, nil)
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusNotModified:

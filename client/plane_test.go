@@ -53,7 +53,8 @@ type planeOptions struct {
 	hub     push.Options
 	stream  httpapi.StreamOptions
 	noWatch bool
-	store   varplane.Store // nil: a memory store
+	store   varplane.Store      // nil: a memory store
+	authz   varplane.Authorizer // nil: varplane.AllowAll
 	// maxConnAge, when set, ages the plane's connections as serve's
 	// --max-connection-age does (GOAWAY, then a close after the grace).
 	maxConnAge, maxConnAgeGrace time.Duration
@@ -75,7 +76,11 @@ func startPlane(t testing.TB, o planeOptions) *plane {
 	if !o.noWatch {
 		hub = p.hub
 	}
-	p.api = httpapi.NewHandler(e, httpapi.Options{Authorizer: varplane.AllowAll, Hub: hub, Stream: o.stream, DisableOps: true, Logger: quiet})
+	authz := o.authz
+	if authz == nil {
+		authz = varplane.AllowAll
+	}
+	p.api = httpapi.NewHandler(e, httpapi.Options{Authorizer: authz, Hub: hub, Stream: o.stream, DisableOps: true, Logger: quiet})
 	p.grpc = rpc.NewGRPCServer(p.hub, nil, rpc.GRPCOptions{Logger: quiet})
 	p.rpc = rpc.NewServer("127.0.0.1:0", p.hub, nil)
 	if err := p.rpc.Open(); err != nil {

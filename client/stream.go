@@ -29,8 +29,16 @@ type Stream interface {
 // safe for concurrent use.
 type Follower struct{ c *Client }
 
-// Server returns the server's URL (Options' server).
-func (f *Follower) Server() *url.URL { u := *f.c.base; return &u }
+// Server returns the URL of the server in use (New's, or one of
+// Options.Servers after a failover), with the base path.
+func (f *Follower) Server() *url.URL { u := *f.c.server(); return &u }
+
+// Unreachable records that the server at u could not be reached (err): the
+// next of Options.Servers is used from now on, and the loss is reported.
+func (f *Follower) Unreachable(u *url.URL, err error) {
+	f.c.failedOn(u, err)
+	f.c.reached(false, err)
+}
 
 // Token returns the bearer token (Options.Token), "" for none.
 func (f *Follower) Token() string { return f.c.opts.Token }
@@ -59,8 +67,14 @@ func (f *Follower) Registered() <-chan struct{} { return f.c.kick }
 // first after a failure), within Options' bounds (internal/backoff).
 func (f *Follower) Backoff(attempt int) time.Duration { return f.c.backoff(attempt) }
 
-// SetConnected records whether the stream is established (Connected).
-func (f *Follower) SetConnected(ok bool) { f.c.connected.Store(ok) }
+// SetConnected records whether the stream is established (Connected); an
+// established stream reports the server reached.
+func (f *Follower) SetConnected(ok bool) {
+	f.c.connected.Store(ok)
+	if ok {
+		f.c.reached(true, nil)
+	}
+}
 
 // ApplyHead applies a head of scope at generation gen: revision rev with
 // its read values (the "values" member of the read body, as every

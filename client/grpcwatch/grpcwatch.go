@@ -49,23 +49,39 @@ func dial(f *client.Follower) (*grpc.ClientConn, error) {
 // a watch for every followed scope (re-created with the generations held
 // after a reconnect or a drop). A server it cannot dial is polled instead.
 func (Stream) Follow(ctx context.Context, f *client.Follower) {
-	cc, err := dial(f)
-	if err != nil {
-		f.Logger().Error("varplane gRPC transport cannot dial; polling instead", "err", err)
-		f.Poll()
-		return
-	}
-	defer cc.Close()
-	pc := v1.NewPushServiceClient(cc)
 	attempt := 0
+	var cc *grpc.ClientConn
+	defer func() {
+		if cc != nil {
+			_ = cc.Close()
+		}
+	}()
+	var host string
 	for ctx.Err() == nil {
-		established, err := watchOnce(ctx, f, pc)
+		// The server in use changes when one of several cannot be
+		// reached (Options.Servers): follow it.
+		server := f.Server()
+		if cc == nil || server.Host != host {
+			if cc != nil {
+				_ = cc.Close()
+			}
+			var err error
+			if cc, err = dial(f); err != nil {
+				f.Logger().Error("varplane gRPC transport cannot dial; polling instead", "err", err)
+				f.Poll()
+				return
+			}
+			host = server.Host
+		}
+		established, err := watchOnce(ctx, f, v1.NewPushServiceClient(cc))
 		f.SetConnected(false)
 		if ctx.Err() != nil {
 			return
 		}
 		if established {
 			attempt = 0
+		} else {
+			f.Unreachable(server, err)
 		}
 		d := f.Backoff(attempt)
 		attempt++
