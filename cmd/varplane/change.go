@@ -54,7 +54,7 @@ type changeView struct {
 	Canary *client.CanaryWindow `json:"canary"`
 }
 
-const changeUsage = `propose|show|list|approve|reject|withdraw|publish|rebase ...`
+const changeUsage = `propose|rollback|show|list|approve|reject|withdraw|publish|rebase ...`
 
 // Run dispatches to the subcommand.
 func (c *ChangeCommand) Run(ctx context.Context, args []string) error {
@@ -77,6 +77,8 @@ func (c *ChangeCommand) Run(ctx context.Context, args []string) error {
 		return c.transition(ctx, sub, rest)
 	case "rebase":
 		return c.rebase(ctx, rest)
+	case "rollback":
+		return c.rollback(ctx, rest)
 	}
 	return usagef("varplane change: unknown subcommand %q (%s)", sub, changeUsage)
 }
@@ -85,6 +87,9 @@ const changeHelp = `Subcommands:
   propose SCOPE [-f FILE] [--base-generation N] [--note TEXT] [--schema-id ID]
                         propose a document (JSON or YAML; stdin without -f) on base generation N
                         (default: the scope's current generation)
+  rollback SCOPE [--to-generation N] [--note TEXT]
+                        propose a change whose document is generation N's (default: the one
+                        before the current generation): a rollback under a review policy
   show ID               show a change (and its canary window's reports, per instance)
   list [--scope S] [--state open|STATE]
                         list changes, newest first
@@ -148,6 +153,51 @@ func (c *ChangeCommand) propose(ctx context.Context, args []string) error {
 	}{scope, base.value, doc, *schemaID, *note}
 	var ch json.RawMessage
 	if err := a.Call(ctx, http.MethodPost, "/control/changes", nil, req, &ch); err != nil {
+		return classify(ctx, err)
+	}
+	return c.show(&cf, ch)
+}
+
+// rollback proposes a change that makes scope what it was at a generation
+// (POST {base}/control/documents/{scope}:rollback): the way to roll back a
+// scope under a review policy. It is checked, approved and published like
+// any change.
+func (c *ChangeCommand) rollback(ctx context.Context, args []string) error {
+	var cf clientFlags
+	fs := c.flags("rollback", "SCOPE [--to-generation N] [--note TEXT] [flags]", "Propose a change whose document is the one SCOPE had at generation N (default: the generation before the current one); it is checked, approved and published like any change.", &cf)
+	var to uintFlag
+	fs.Var(&to, "to-generation", "the generation whose document the change brings back (default: the one before the current)")
+	note := fs.String("note", "", "why the change is made")
+	scope, args := firstArg(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlag("scope (the first argument)", scope); err != nil {
+		return err
+	}
+	a, err := cf.admin(c.m)
+	if err != nil {
+		return err
+	}
+	if !to.set {
+		cur, err := currentGeneration(ctx, a, scope)
+		if err != nil {
+			return err
+		}
+		if cur < 2 {
+			return usagef("%s is at generation %d: there is no earlier generation to roll back to", scope, cur)
+		}
+		to.value = cur - 1
+		if !cf.json() {
+			fmt.Fprintf(c.m.Stderr, "change rollback: %s is at generation %d; proposing generation %d's document\n", scope, cur, to.value)
+		}
+	}
+	body := struct {
+		Revision uint64 `json:"revision"`
+		Note     string `json:"note,omitempty"`
+	}{to.value, *note}
+	var ch json.RawMessage
+	if err := a.Call(ctx, http.MethodPost, "/control/documents/"+url.PathEscape(scope)+":rollback", nil, body, &ch); err != nil {
 		return classify(ctx, err)
 	}
 	return c.show(&cf, ch)

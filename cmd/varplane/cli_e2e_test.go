@@ -275,7 +275,11 @@ func TestCLICommands(t *testing.T) {
 		if r := run(t, 0, "", "deactivate", "agentic", "--dry-run"); !strings.Contains(r.stdout, "would deactivate nothing") {
 			t.Fatalf("dry run after:\n%s", r.stdout)
 		}
-		run(t, 2, "", "deactivate", "agentic")
+		// Without --expected-generation the generation is read first,
+		// and said (TestCLICoversTheWorkflow).
+		if r := run(t, 0, "", "deactivate", "agentic"); !strings.Contains(r.stderr, "deactivate: agentic is at generation 2 (read now") {
+			t.Fatalf("deactivate without a generation: %q", r.stderr)
+		}
 	})
 
 	t.Run("-o json errors are one JSON object on stderr", func(t *testing.T) {

@@ -295,6 +295,42 @@ func (g *guardedFlags) check() error {
 	return nil
 }
 
+// generation returns --expected-generation, or, when it was not given, the
+// scope's current generation read now, saying so on stderr (unless -o
+// json): the guard then still refuses a change made between the read and
+// the write. set, rollback and deactivate read it this way.
+func (g *guardedFlags) generation(ctx context.Context, m *Main, a *client.Admin, verb string) (varplane.Generation, error) {
+	if g.expected.set {
+		return varplane.Generation(g.expected.value), nil
+	}
+	return readGeneration(ctx, m, a, varplane.Scope(g.scope), verb, g.json())
+}
+
+// readGeneration reads scope's current generation for verb and says so on
+// stderr unless quiet.
+func readGeneration(ctx context.Context, m *Main, a *client.Admin, scope varplane.Scope, verb string, quiet bool) (varplane.Generation, error) {
+	st, err := a.Status(ctx, scope)
+	if err != nil {
+		return 0, classify(ctx, err)
+	}
+	if !quiet {
+		fmt.Fprintf(m.Stderr, "%s: %s is at generation %d (read now; --expected-generation %d guards against a change in between)\n", verb, scope, st.Generation, st.Generation)
+	}
+	return st.Generation, nil
+}
+
+// underPolicy adds to a change-required refusal of a direct write the way
+// to make the same change through review (hint), as the CLI spells it.
+func underPolicy(err error, hint string) error {
+	var ve *varplane.Error
+	if errors.As(err, &ve) && ve.Code == varplane.CodeChangeRequired && ve.Hint == "" {
+		cp := *ve
+		cp.Hint = hint
+		return &cp
+	}
+	return err
+}
+
 // requireScope returns a usage error when no scope was given.
 func requireScope(scope string) error {
 	if scope == "" {

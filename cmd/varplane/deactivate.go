@@ -21,10 +21,12 @@ type DeactivateCommand struct {
 // cascade would clear; in a terminal, a cascade over more than one scope
 // asks first unless --yes.
 func (c *DeactivateCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.newFlagSet("deactivate", "SCOPE --expected-generation N [--dry-run] [--yes] [flags]", `
+	fs := c.m.newFlagSet("deactivate", "SCOPE [--expected-generation N] [--dry-run] [--yes] [flags]", `
 Clear the head of a scope so that it serves nothing, together with every active
 descendant (deactivating "a" clears "a.b" and "a.b.c") in one atomic commit.
-Each cleared scope takes its own next generation. Guarded like activate.
+Each cleared scope takes its own next generation. Guarded by
+--expected-generation; without it the scope's current generation is read
+first (and said on stderr).
 
 --dry-run lists the scopes the commit would clear (the scope and its active
 descendants, as the server lists them now) and changes nothing. When stdin is
@@ -44,14 +46,19 @@ for confirmation first; --yes skips the question (scripts never get it).`)
 	if err := requireScope(g.scope); err != nil {
 		return err
 	}
-	if !g.expected.set && !*dryRun {
-		return g.check()
-	}
 	a, err := g.admin(c.m)
 	if err != nil {
 		return err
 	}
 	scope := varplane.Scope(g.scope)
+	var expected varplane.Generation
+	if !*dryRun {
+		// Read before the cascade is listed, so that the question shows
+		// what the guarded commit will clear.
+		if expected, err = g.generation(ctx, c.m, a, "deactivate"); err != nil {
+			return err
+		}
+	}
 	terminal := c.m.terminal
 	if terminal == nil {
 		terminal = isTerminal
@@ -89,7 +96,7 @@ for confirmation first; --yes skips the question (scripts never get it).`)
 			}
 		}
 	}
-	out, err := a.Deactivate(ctx, varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: varplane.Generation(g.expected.value),
+	out, err := a.Deactivate(ctx, varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: expected,
 		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey})
 	if err != nil {
 		return classify(ctx, err)

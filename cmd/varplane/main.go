@@ -111,7 +111,8 @@ var commands = []commandInfo{
 	{"verify", "check the audit log's chain end to end: a log file, a store or an export", func(m *Main) command { return &VerifyCommand{m: m} }},
 	{"version", "print the version and VCS revision of this build", func(m *Main) command { return &VersionCommand{m: m} }},
 	{"completion", "print a shell completion script (bash, zsh or fish)", func(m *Main) command { return &CompletionCommand{m: m} }},
-	{"change", "reviewed changes: propose, show, list, approve, reject, withdraw, publish, rebase", func(m *Main) command { return &ChangeCommand{m: m} }},
+	{"change", "reviewed changes: propose, rollback, show, list, approve, reject, withdraw, publish, rebase", func(m *Main) command { return &ChangeCommand{m: m} }},
+	{"policy", "review policies: list, get, set, delete", func(m *Main) command { return &PolicyCommand{m: m} }},
 	{"compact", "reclaim old revisions' documents from a file store's log offline (every event kept)", func(m *Main) command { return &CompactCommand{m: m} }},
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/varplane/varplane"
 )
@@ -15,12 +16,14 @@ type RollbackCommand struct {
 // Run parses args and rolls back. A missing target is a not-found
 // *varplane.Error, a stale generation a revision-conflict one.
 func (c *RollbackCommand) Run(ctx context.Context, args []string) error {
-	fs := c.m.newFlagSet("rollback", "SCOPE --expected-generation N [--to-revision REV | --to-generation G] [flags]", `
+	fs := c.m.newFlagSet("rollback", "SCOPE [--expected-generation N] [--to-revision REV | --to-generation G] [flags]", `
 Re-activate an earlier revision of a scope as a NEW generation: history only
 grows. The target is --to-revision (sha256:… or a unique prefix of its
 digits), or the revision activated at --to-generation, or by default the
 revision that was active before the current one. Guarded by
---expected-generation like activate.`)
+--expected-generation; without it the scope's current generation is read
+first (and said on stderr). A scope under a review policy refuses a direct
+rollback: propose it with varplane change rollback.`)
 	var g guardedFlags
 	g.register(fs, c.m.Getenv, "roll back")
 	toRevision := fs.String("to-revision", "", "revision to re-activate: sha256:… or a unique prefix")
@@ -33,7 +36,7 @@ revision that was active before the current one. Guarded by
 	if err := scopeArg(pos, &g.scope); err != nil {
 		return err
 	}
-	if err := g.check(); err != nil {
+	if err := requireScope(g.scope); err != nil {
 		return err
 	}
 	if *toRevision != "" && toGeneration.set {
@@ -44,7 +47,11 @@ revision that was active before the current one. Guarded by
 		return err
 	}
 	scope := varplane.Scope(g.scope)
-	req := varplane.RollbackRequest{Scope: scope, ExpectedGeneration: varplane.Generation(g.expected.value),
+	expected, err := g.generation(ctx, c.m, a, "rollback")
+	if err != nil {
+		return err
+	}
+	req := varplane.RollbackRequest{Scope: scope, ExpectedGeneration: expected,
 		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey}
 	if *toRevision != "" {
 		if req.ToRevision, err = resolveRevision(ctx, a, scope, *toRevision); err != nil {
@@ -57,7 +64,11 @@ revision that was active before the current one. Guarded by
 	}
 	out, err := a.Rollback(ctx, req)
 	if err != nil {
-		return classify(ctx, err)
+		target := ""
+		if toGeneration.set {
+			target = fmt.Sprintf(" --to-generation %d", toGeneration.value)
+		}
+		return classify(ctx, underPolicy(err, fmt.Sprintf("%s is under a review policy: propose the rollback as a change with `varplane change rollback %s%s`, then have it approved and published", scope, scope, target)))
 	}
 	return emit(c.m.Stdout, g.json(), out, func() error { return printActivation(c.m, "rolled back", out) })
 }

@@ -47,19 +47,16 @@ It may be JSON or YAML, as for create. SCOPE may also be given as --scope.`)
 	}
 	sc := varplane.Scope(*scope)
 	if !expected.set {
-		st, err := a.Status(ctx, sc)
+		gen, err := readGeneration(ctx, c.m, a, sc, "set", cf.json())
 		if err != nil {
-			return classify(ctx, err)
+			return err
 		}
-		expected.value = uint64(st.Generation)
-		if !cf.json() {
-			fmt.Fprintf(c.m.Stderr, "set: %s is at generation %d (read now; --expected-generation %d guards against a change in between)\n", sc, st.Generation, st.Generation)
-		}
+		expected.value = uint64(gen)
 	}
 	out, err := a.Publish(ctx, varplane.PublishRequest{Scope: sc, Document: doc, ExpectedGeneration: varplane.Generation(expected.value),
 		SchemaID: *schemaID, SchemaVersion: *schemaVersion, Actor: mf.actor, Reason: mf.reason, IdempotencyKey: mf.idempotencyKey})
 	if err != nil {
-		return classify(ctx, err)
+		return classify(ctx, underPolicy(err, fmt.Sprintf("%s is under a review policy: propose the document as a change with `varplane change propose %s -f FILE`, then have it approved and published", sc, sc)))
 	}
 	return emit(c.m.Stdout, cf.json(), out, func() error {
 		how := "created"
