@@ -149,8 +149,9 @@ func unreported(fresh []string, reports []varplane.CanaryReport) []string {
 	return out
 }
 
-// OpenCanary opens a canary window on a checked change: the candidate is
-// staged where instances read it, and the window pass decides it.
+// OpenCanary opens a canary window on a checked (or approved) change: the
+// candidate is staged where instances read it, and the window pass decides
+// it.
 func (svc *Service) OpenCanary(ctx context.Context, by varplane.Identity, id string, d time.Duration, minInstances int) (*Change, error) {
 	if svc.opts.Instances == nil {
 		return nil, varplane.Errorf(varplane.CodeStoreUnsupported, "no instances report to this control plane: canary windows are unavailable")
@@ -159,7 +160,9 @@ func (svc *Service) OpenCanary(ctx context.Context, by varplane.Identity, id str
 		return nil, varplane.Errorf(varplane.CodeBadRequest, "a window needs a duration of up to %v and minInstances >= 0", MaxWindow)
 	}
 	return svc.transition(ctx, id, "canary", func(c *Change, _ Policy, _ bool) error {
-		if c.State != StateChecked {
+		// An approved change may still need a window: a policy that asks
+		// for one since it was approved decides when it publishes.
+		if c.State != StateChecked && c.State != StateApproved {
 			return stateError(c, "open a canary window")
 		}
 		now := svc.now()
@@ -217,12 +220,8 @@ func (svc *Service) CanaryPass(ctx context.Context, holder string) error {
 		c.Canary = &w
 		switch state {
 		case WindowPassed:
-			need := 1
-			if has {
-				need = pol.Approvals
-			}
 			to := StateChecked
-			if len(c.Approvals) >= need {
+			if countedApprovals(c, pol, has) >= neededApprovals(pol, has) {
 				to = StateApproved
 			}
 			c.move(to, holder, svc.now(), "canary passed")
