@@ -209,7 +209,8 @@ type Service struct {
 	listed listedInstances // the instances FileStatus listed, and when
 }
 
-// New returns a Service over engine and binds guard to the engine's store.
+// New returns a Service over engine and binds guard to the engine: its
+// store, and the scopes its other Owners reserve (which no policy covers).
 func New(engine *varplane.Engine, guard *Guard, opts Options) *Service {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -223,7 +224,7 @@ func New(engine *varplane.Engine, guard *Guard, opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	guard.Bind(engine.Store())
+	guard.bindEngine(engine)
 	return &Service{engine: engine, store: engine.Store(), guard: guard, opts: opts}
 }
 
