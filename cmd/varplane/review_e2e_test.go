@@ -139,3 +139,38 @@ func TestReviewReservedScopes(t *testing.T) {
 		t.Fatalf("policies = %v", pols["policies"])
 	}
 }
+
+// TestReviewOneWindowPerScope: through the real server, a second canary
+// window on a scope with one open is 409 canary-window-open naming the
+// change that holds it, and nothing more is staged; a window on another
+// scope opens, and once the first change is withdrawn the slot is free.
+func TestReviewOneWindowPerScope(t *testing.T) {
+	_, as := reviewServer(t)
+	window := map[string]any{"duration": "10m", "minInstances": 0}
+	first := proposeAs(t, as, "alice-token", "app.flags", 0, map[string]any{"v": 1})
+	second := proposeAs(t, as, "bob-token", "app.flags", 0, map[string]any{"v": 2})
+	other := proposeAs(t, as, "bob-token", "app.other", 0, map[string]any{"v": 3})
+	expect(t, as("POST", "/control/changes/"+first+":canary", "alice-token", window), 200, "")
+
+	refused := expect(t, as("POST", "/control/changes/"+second+":canary", "bob-token", window), 409, "canary-window-open")
+	if refused["change"] != first || refused["scope"] != "app.flags" || !strings.Contains(str(t, refused, "error"), first) {
+		t.Fatalf("the refusal does not name change %s: %v", first, refused)
+	}
+	windows := func() []any {
+		w := expect(t, as("GET", "/control/windows", "alice-token", nil), 200, "")
+		list, _ := w["windows"].([]any)
+		return list
+	}
+	if got := windows(); len(got) != 1 || !strings.Contains(fmt.Sprint(got), first) {
+		t.Fatalf("windows after the refusal: %v", got)
+	}
+	if c := expect(t, as("GET", "/control/changes/"+second, "bob-token", nil), 200, ""); c["state"] != "checked" {
+		t.Fatalf("the refused change: %v", c["state"])
+	}
+	expect(t, as("POST", "/control/changes/"+other+":canary", "bob-token", window), 200, "")
+	expect(t, as("POST", "/control/changes/"+first+":withdraw", "alice-token", nil), 200, "")
+	expect(t, as("POST", "/control/changes/"+second+":canary", "bob-token", window), 200, "")
+	if got := windows(); len(got) != 2 || strings.Contains(fmt.Sprint(got), first) {
+		t.Fatalf("windows after the slot was freed: %v", got)
+	}
+}
