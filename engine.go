@@ -800,6 +800,20 @@ type Owner struct {
 	Code Code
 }
 
+// Reserved reports the name of the subsystem that reserves scope: the first
+// of Options.Owners whose Code is scope-owned (or empty) and that owns it.
+// Owners with another code, such as the scopes under a review policy, guard
+// scopes rather than own them and are not asked, so a guard may ask
+// Reserved from its own Owns.
+func (e *Engine) Reserved(scope Scope) (string, bool) {
+	for _, o := range e.owners {
+		if (o.Code == "" || o.Code == CodeScopeOwned) && o.Owns(scope) {
+			return o.Name, true
+		}
+	}
+	return "", false
+}
+
 // refusal is the error of a write to scope that o refuses.
 func (o Owner) refusal(scope Scope, msg string) *Error {
 	code := o.Code

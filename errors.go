@@ -48,6 +48,10 @@ const (
 	// CodeChangeRequired: the scope is under a review policy, so its head
 	// changes only by publishing an approved change request.
 	CodeChangeRequired Code = "change-required"
+	// CodeCanaryWindowOpen: a canary window cannot open on a scope that
+	// already has one open (one staging slot per scope); the error names
+	// the scope and the change whose window holds it (Error.Change).
+	CodeCanaryWindowOpen Code = "canary-window-open"
 	// CodeChangeState: a change request is not in a state that allows the
 	// transition asked for (approving a rejected change, say).
 	CodeChangeState Code = "change-state"
@@ -97,6 +101,10 @@ type Error struct {
 
 	// Limit names the limit passed, for limit-exceeded.
 	Limit string
+
+	// Change names the change request the error is about, for
+	// canary-window-open (the change whose window holds the scope).
+	Change string
 
 	// Hint is an optional sentence that helps the caller recover (the base a
 	// server is mounted under, say); it is safe to show.

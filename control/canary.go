@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/varplane/varplane"
@@ -20,8 +23,11 @@ type Instances interface {
 	// that reported (the latest write of each).
 	Reports(ctx context.Context, window string) ([]varplane.CanaryReport, error)
 	// Stage puts the candidate of an opened window where instances read
-	// it; Unstage removes it once the window closes, only while it is
-	// still the window's.
+	// it, one window per scope: while another change's window is staged
+	// on the scope it refuses with canary-window-open naming that change
+	// (ErrCanaryWindowOpen, with Error.Change), atomically with staging.
+	// Unstage removes it once the window closes, only while it is still
+	// the window's.
 	Stage(ctx context.Context, w Window, c *Change) error
 	Unstage(ctx context.Context, w Window, c *Change) error
 }
@@ -149,8 +155,40 @@ func unreported(fresh []string, reports []varplane.CanaryReport) []string {
 	return out
 }
 
-// OpenCanary opens a canary window on a checked change: the candidate is
-// staged where instances read it, and the window pass decides it.
+// ErrCanaryWindowOpen matches the refusal to open a second canary window
+// on a scope (errors.Is): its *varplane.Error names the scope and, in
+// Change, the change whose window holds it.
+var ErrCanaryWindowOpen = &varplane.Error{Code: varplane.CodeCanaryWindowOpen}
+
+// stageInSlot adds w's candidate (of change c) to the staged windows st,
+// keeping one staging slot per scope, as the reference keeps one per
+// document: instances never evaluate two candidates of one document at
+// once. It reports whether st changed. A window of another change on c's
+// scope refuses it with canary-window-open naming that change; an earlier
+// window of c itself is over (c is opening another) and is replaced.
+// Instances.Stage implementations call it inside their compare-and-set,
+// so two changes opening at once cannot both take the slot.
+func stageInSlot(st *varplane.StagedWindows, w Window, c *Change) (bool, error) {
+	if slices.ContainsFunc(st.Windows, func(x varplane.StagedWindow) bool { return x.Window == w.ID }) {
+		return false, nil
+	}
+	for _, x := range st.Windows {
+		if x.Scope == c.Scope && x.Change != c.ID {
+			return false, &varplane.Error{Code: varplane.CodeCanaryWindowOpen, Scope: c.Scope, Change: x.Change,
+				Message: fmt.Sprintf("scope %q already has an open canary window (%s) of change %s: one window per scope at a time; wait for it to close, or withdraw or reject that change", c.Scope, x.Window, x.Change)}
+		}
+	}
+	st.Windows = slices.DeleteFunc(st.Windows, func(x varplane.StagedWindow) bool { return x.Change == c.ID })
+	st.Windows = append(st.Windows, varplane.StagedWindow{Window: w.ID, Change: c.ID, Scope: c.Scope,
+		Revision: c.Revision, Base: c.Base, ClosesAt: w.ClosesAt})
+	return true, nil
+}
+
+// OpenCanary opens a canary window on a checked (or approved) change: the
+// candidate is staged where instances read it, and the window pass decides
+// it. A scope has one staging slot: while another change's window is open
+// on it, opening is refused with canary-window-open (ErrCanaryWindowOpen),
+// naming that change, and nothing changes.
 func (svc *Service) OpenCanary(ctx context.Context, by varplane.Identity, id string, d time.Duration, minInstances int) (*Change, error) {
 	if svc.opts.Instances == nil {
 		return nil, varplane.Errorf(varplane.CodeStoreUnsupported, "no instances report to this control plane: canary windows are unavailable")
@@ -159,18 +197,77 @@ func (svc *Service) OpenCanary(ctx context.Context, by varplane.Identity, id str
 		return nil, varplane.Errorf(varplane.CodeBadRequest, "a window needs a duration of up to %v and minInstances >= 0", MaxWindow)
 	}
 	return svc.transition(ctx, id, "canary", func(c *Change, _ Policy, _ bool) error {
-		if c.State != StateChecked {
+		// An approved change may still need a window: a policy that asks
+		// for one since it was approved decides when it publishes.
+		if c.State != StateChecked && c.State != StateApproved {
 			return stateError(c, "open a canary window")
 		}
 		now := svc.now()
 		w := Window{ID: fmt.Sprintf("%s-%d", c.ID, c.Version+1), Duration: d, MinInstances: minInstances, OpenedAt: now, ClosesAt: now.Add(d), State: WindowOpen}
-		if err := svc.opts.Instances.Stage(ctx, w, c); err != nil {
+		if err := svc.stage(ctx, w, c); err != nil {
 			return err
 		}
 		c.Canary = &w
 		c.move(StateCanary, by.ID, now, fmt.Sprintf("window %s for %v", w.ID, d))
 		return nil
 	})
+}
+
+// stage stages w's candidate of c. When the slot of c's scope is held by
+// a staged window that its change no longer has open (the change's record
+// moved past the version that would have recorded the window, without it:
+// a transition whose record write lost its compare-and-set after staging,
+// or an unstage that failed), that stale entry is removed and staging is
+// tried once more; a window still being opened (its change's record not
+// yet written) is left alone.
+func (svc *Service) stage(ctx context.Context, w Window, c *Change) error {
+	err := svc.opts.Instances.Stage(ctx, w, c)
+	var held *varplane.Error
+	if !errors.As(err, &held) || held.Code != varplane.CodeCanaryWindowOpen || held.Change == "" {
+		return err
+	}
+	holder, lerr := svc.load(ctx, held.Change)
+	if lerr != nil && !errors.Is(lerr, errNoRecord) {
+		return lerr
+	}
+	stale, window := svc.staleSlot(ctx, held.Change, holder)
+	if !stale {
+		return err
+	}
+	if holder == nil {
+		holder = &Change{ID: held.Change}
+	}
+	if uerr := svc.opts.Instances.Unstage(ctx, Window{ID: window}, holder); uerr != nil {
+		return uerr
+	}
+	return svc.opts.Instances.Stage(ctx, w, c)
+}
+
+// staleSlot reports whether the staged window of change id (whose record
+// is holder, nil when there is none) on its scope is stale, and which
+// window that is. A window's id is "<change>-<version>", the version its
+// change's record takes when it records the window.
+func (svc *Service) staleSlot(ctx context.Context, id string, holder *Change) (bool, string) {
+	var st varplane.StagedWindows
+	if _, _, err := readRecord(ctx, svc.store, varplane.StagedScope, &st); err != nil {
+		return false, ""
+	}
+	for _, x := range st.Windows {
+		if x.Change != id {
+			continue
+		}
+		if holder == nil {
+			return true, x.Window
+		}
+		if holder.State == StateCanary && holder.Canary != nil && holder.Canary.ID == x.Window && holder.Canary.State == WindowOpen {
+			return false, ""
+		}
+		v, err := strconv.ParseUint(strings.TrimPrefix(x.Window, id+"-"), 10, 64)
+		if err == nil && varplane.Generation(v) <= holder.Version {
+			return true, x.Window
+		}
+	}
+	return false, ""
 }
 
 // CanaryPass decides every open window once, under CanaryLease held by
@@ -217,12 +314,8 @@ func (svc *Service) CanaryPass(ctx context.Context, holder string) error {
 		c.Canary = &w
 		switch state {
 		case WindowPassed:
-			need := 1
-			if has {
-				need = pol.Approvals
-			}
 			to := StateChecked
-			if len(c.Approvals) >= need {
+			if countedApprovals(c, pol, has) >= neededApprovals(pol, has) {
 				to = StateApproved
 			}
 			c.move(to, holder, svc.now(), "canary passed")

@@ -91,6 +91,69 @@ type Change struct {
 type Approval struct {
 	By string    `json:"by"`
 	At time.Time `json:"at"`
+	// Roles are the roles By held when approving. Publish counts the
+	// approval toward a policy that asks for roles only when one of these
+	// holds one of them (Identity.Has): the policy in force at publish
+	// decides, not the one in force at approval.
+	Roles []string `json:"roles,omitempty"`
+}
+
+// countedApprovals returns how many of c's approvals the policy pol counts
+// (has: whether one applies): each by a distinct identity other than the
+// author and, when pol lists roles, by an identity that held one of them
+// when it approved. Approve and Publish both decide with it, so the state
+// "approved" and the publish never count differently.
+func countedApprovals(c *Change, pol Policy, has bool) int {
+	seen := make(map[string]bool, len(c.Approvals))
+	n := 0
+	for _, a := range c.Approvals {
+		if a.By == c.Author || seen[a.By] {
+			continue
+		}
+		seen[a.By] = true
+		if has && len(pol.Roles) > 0 && !slices.ContainsFunc(pol.Roles, varplane.Identity{ID: a.By, Roles: a.Roles}.Has) {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// neededApprovals is how many counted approvals a change needs: the
+// policy's count, or one without a policy (approving a change of a scope
+// without a policy approves it).
+func neededApprovals(pol Policy, has bool) int {
+	if has {
+		return pol.Approvals
+	}
+	return 1
+}
+
+// publishable reports why c may not publish now under pol (has: whether
+// one applies), or nil: with no policy a checked or approved change
+// publishes; under a policy it needs pol.Approvals counted approvals
+// (countedApprovals) and, when pol.Canary, a passed canary window. Publish
+// asks it with the policy read at the moment it publishes, so a policy
+// raised after the approvals is the one that decides.
+func publishable(c *Change, pol Policy, has bool) error {
+	if c.State != StateChecked && c.State != StateApproved && c.State != StatePublishing {
+		return stateError(c, "publish")
+	}
+	if !has {
+		return nil
+	}
+	if n := countedApprovals(c, pol, has); n < pol.Approvals {
+		msg := fmt.Sprintf("change %s has %d of %d approvals that the policy of %q in force now counts (distinct identities other than the author", c.ID, n, pol.Approvals, pol.Scope)
+		if len(pol.Roles) > 0 {
+			msg += ", holding one of the roles " + strings.Join(pol.Roles, ", ")
+		}
+		msg += ")"
+		return varplane.Errorf(varplane.CodeChangeState, "%s", msg)
+	}
+	if pol.Canary && !c.Canary.passed() {
+		return &varplane.Error{Code: varplane.CodeStoreUnavailable, Message: fmt.Sprintf("change %s needs a passed canary window", c.ID)}
+	}
+	return nil
 }
 
 // Publication records the publish of a change.
@@ -149,7 +212,8 @@ type Service struct {
 	listed listedInstances // the instances FileStatus listed, and when
 }
 
-// New returns a Service over engine and binds guard to the engine's store.
+// New returns a Service over engine and binds guard to the engine: its
+// store, and the scopes its other Owners reserve (which no policy covers).
 func New(engine *varplane.Engine, guard *Guard, opts Options) *Service {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -163,7 +227,7 @@ func New(engine *varplane.Engine, guard *Guard, opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	guard.Bind(engine.Store())
+	guard.bindEngine(engine)
 	return &Service{engine: engine, store: engine.Store(), guard: guard, opts: opts}
 }
 
@@ -282,13 +346,15 @@ func (svc *Service) ExpireDue(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// Approve records by's approval. The author never approves their own
-// change; under a policy by must hold one of its roles; an identity
-// approves once. Once the policy's count is reached the change is
-// approved. With no policy one approval approves.
+// Approve records by's approval, with the roles by holds. The author never
+// approves their own change; under a policy by must hold one of its roles;
+// an identity approves once. Once the policy's count is reached the change
+// is approved. With no policy one approval approves. An approved change
+// still takes approvals: a policy raised since may ask for more, and
+// Publish counts them under the policy in force when it publishes.
 func (svc *Service) Approve(ctx context.Context, by varplane.Identity, id, note string) (*Change, error) {
 	return svc.transition(ctx, id, "approve", func(c *Change, pol Policy, hasPolicy bool) error {
-		if c.State != StateChecked && c.State != StateCanary {
+		if c.State != StateChecked && c.State != StateCanary && c.State != StateApproved {
 			return stateError(c, "approve")
 		}
 		if by.ID == c.Author {
@@ -301,12 +367,8 @@ func (svc *Service) Approve(ctx context.Context, by varplane.Identity, id, note 
 			return varplane.Errorf(varplane.CodeChangeState, "%s already approved change %s", by.ID, c.ID)
 		}
 		now := svc.now()
-		c.Approvals = append(c.Approvals, Approval{By: by.ID, At: now})
-		need := 1
-		if hasPolicy {
-			need = pol.Approvals
-		}
-		if len(c.Approvals) >= need && c.State != StateCanary {
+		c.Approvals = append(c.Approvals, Approval{By: by.ID, At: now, Roles: slices.Clone(by.Roles)})
+		if c.State == StateChecked && countedApprovals(c, pol, hasPolicy) >= neededApprovals(pol, hasPolicy) {
 			c.move(StateApproved, by.ID, now, note)
 		} else {
 			c.Transitions = append(c.Transitions, Transition{From: c.State, To: c.State, By: by.ID, At: now, Note: "approval " + note})
@@ -371,34 +433,34 @@ func (svc *Service) Rebase(ctx context.Context, by varplane.Identity, id string,
 }
 
 // Publish activates the change's candidate at base+1, as by. It needs the
-// approvals (and the canary) its policy asks for; with no policy a checked
-// change publishes. When the base moved the change becomes conflicted and
-// the answer is revision-conflict carrying the current generation: the
-// head is untouched.
+// approvals (and the canary) the policy in force now asks for
+// (publishable), whatever the policy was when the change was approved;
+// with no policy a checked change publishes. When the base moved the
+// change becomes conflicted and the answer is revision-conflict carrying
+// the current generation: the head is untouched.
 //
 // It takes three steps, each a compare-and-set: the change is claimed
 // (publishing), so no reject or withdraw can land while the head moves;
 // the candidate is activated, with an idempotency key of the change and its
 // base; the change is recorded published (or conflicted). A publish cut
 // short after its claim is finished by the next publish of the change: the
-// key makes the activation answer what it did the first time.
+// key makes the activation answer what it did the first time. That next
+// publish judges the change again under the policy then in force when the
+// activation has not happened yet (the scope is still at the base); one
+// the policy now refuses goes back to checked, with its approvals.
 func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string) (*Change, error) {
 	c, err := svc.load(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if c.State != StatePublishing {
+	if c.State == StatePublishing {
+		if c, err = svc.recheckClaim(ctx, by, c); err != nil {
+			return nil, err
+		}
+	} else {
 		if c, err = svc.transition(ctx, id, "publish", func(c *Change, pol Policy, hasPolicy bool) error {
-			switch {
-			case c.State == StateApproved:
-			case c.State == StateChecked && !hasPolicy:
-			case c.State == StateChecked || c.State == StateCanary:
-				return varplane.Errorf(varplane.CodeChangeState, "change %s has %d of %d approvals", c.ID, len(c.Approvals), pol.Approvals)
-			default:
-				return stateError(c, "publish")
-			}
-			if hasPolicy && pol.Canary && !c.Canary.passed() {
-				return &varplane.Error{Code: varplane.CodeStoreUnavailable, Message: fmt.Sprintf("change %s needs a passed canary window", c.ID)}
+			if err := publishable(c, pol, hasPolicy); err != nil {
+				return err
 			}
 			c.move(StatePublishing, by.ID, svc.now(), "")
 			return nil
@@ -429,6 +491,36 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	}
 	svc.detectAfterPublish(ctx, c)
 	return c, nil
+}
+
+// recheckClaim judges a publishing change again before its publish is
+// finished: while the scope is still at the change's base (the activation
+// has not happened), the policy in force now must allow it, or the change
+// goes back to checked (its approvals kept) and the refusal is answered.
+// Once the scope moved, the activation happened (or the base moved):
+// finishing it only records what the store did.
+func (svc *Service) recheckClaim(ctx context.Context, by varplane.Identity, c *Change) (*Change, error) {
+	st, err := svc.store.State(ctx, c.Scope)
+	if err != nil {
+		return nil, err
+	}
+	if st.Generation != c.Base {
+		return c, nil
+	}
+	pol, has, err := svc.PolicyFor(ctx, c.Scope)
+	if err != nil {
+		return nil, err
+	}
+	refusal := publishable(c, pol, has)
+	if refusal == nil {
+		return c, nil
+	}
+	version := c.Version
+	c.move(StateChecked, by.ID, svc.now(), "the policy in force refused the publish: "+varplane.ErrorMessage(refusal))
+	if err := svc.save(ctx, c, version, "publish refused"); err != nil {
+		return nil, err
+	}
+	return nil, refusal
 }
 
 // changeReason is the reason of the activation that publishes change id;

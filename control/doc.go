@@ -24,7 +24,15 @@
 // Guard reserves those scopes to this package (scope-owned for anyone else)
 // and refuses, with change-required, every direct write to a scope under a
 // review policy (create, activate, publish, deactivate, rollback) through
-// the engine's Owners, so no transport can bypass a policy.
+// the engine's Owners, so no transport can bypass a policy. No policy
+// covers a scope another subsystem of the engine reserves
+// (Engine.Reserved: the access control's principals, the values service's
+// configurations), so a policy never locks their administrators out.
+//
+// Publish decides under the policy in force when it publishes: the
+// approvals it counts (distinct identities other than the author, holding
+// one of the policy's roles when they approved) and the canary; a scope
+// has one canary window open at a time.
 //
 // Concurrency contract: Service and Guard are safe for concurrent use by
 // many requests and replicas; transitions race by compare-and-set on the

@@ -49,6 +49,8 @@ var identities = map[string]varplane.Identity{
 	"admin": {ID: "admin", Roles: []string{"*"}},
 	// reader is a consumer: it may only read (and say who it is).
 	"reader": {ID: "reader"},
+	// mallory may write (and say who she is) but not audit or read.
+	"mallory": {ID: "mallory", Roles: []string{"reviewer"}},
 }
 
 var authz = varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (varplane.Identity, error) {
@@ -61,6 +63,9 @@ var authz = varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (
 	}
 	if id.ID == "reader" && a.Kind != varplane.KindRead && a.Kind != varplane.KindIdentify {
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "read only")
+	}
+	if id.ID == "mallory" && a.Kind != varplane.KindMutate && a.Kind != varplane.KindIdentify {
+		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "mutate only")
 	}
 	if a.Scope == "secret" && id.ID != "admin" {
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "no access")
@@ -102,6 +107,9 @@ type envOpts struct {
 	// storeInstances gives the service control.StoreInstances of its
 	// engine (the store of record's heartbeats), as serve does.
 	storeInstances bool
+	// owners are reservations of other subsystems, given to the engine
+	// before the guard's.
+	owners []varplane.Owner
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -112,7 +120,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	t.Cleanup(func() { _ = o.store.Close() })
 	clk := newClock()
 	guard := control.NewGuard()
-	eng := varplane.NewEngine(o.store, varplane.Options{Validator: rejectBad{}, Now: clk.Now, Owners: guard.Owners()})
+	eng := varplane.NewEngine(o.store, varplane.Options{Validator: rejectBad{}, Now: clk.Now, Owners: append(o.owners, guard.Owners()...)})
 	t.Cleanup(eng.Close)
 	if o.storeInstances {
 		o.instances = control.StoreInstances(eng)

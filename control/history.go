@@ -38,20 +38,32 @@ func (svc *Service) Head(ctx context.Context, scope varplane.Scope) (*DocumentHe
 	out := &DocumentHead{
 		Scope: scope, Generation: h.Generation, Revision: h.Revision, SchemaID: h.SchemaID,
 		EffectiveAt: h.EffectiveAt, Document: h.Document, PublishedBy: h.Actor, Reason: h.Reason,
-		Change: changeOf(h.Reason), ApprovedBy: []string{},
+		ApprovedBy: []string{},
 	}
-	if out.Change != "" {
-		c, err := svc.load(ctx, out.Change)
+	// The reason is only a claim (any writer of a scope without a policy
+	// may give "change <id>"): the head names a change, and shows its
+	// approvers, only when that change's record says it published this
+	// very generation and revision of this scope.
+	if id := changeOf(h.Reason); id != "" {
+		c, err := svc.load(ctx, id)
 		if err != nil && !errors.Is(err, errNoRecord) {
 			return nil, err
 		}
-		if c != nil {
+		if c != nil && c.publishedAs(scope, h.Generation, h.Revision) {
+			out.Change = c.ID
 			for _, a := range c.Approvals {
 				out.ApprovedBy = append(out.ApprovedBy, a.By)
 			}
 		}
 	}
 	return out, nil
+}
+
+// publishedAs reports whether c's record says it published revision rev
+// of scope as generation gen.
+func (c *Change) publishedAs(scope varplane.Scope, gen varplane.Generation, rev varplane.Revision) bool {
+	return c.State == StatePublished && c.Published != nil && c.Scope == scope &&
+		c.Published.Generation == gen && c.Revision == rev
 }
 
 // RevisionEntry is one generation of a document: an activation (with its

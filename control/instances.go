@@ -101,19 +101,22 @@ func (si *storeInstances) Reports(ctx context.Context, window string) ([]varplan
 }
 
 // Stage adds w's candidate to the staged record (a compare-and-set,
-// retried when another window moved it meanwhile).
+// retried when another window moved it meanwhile), one window per scope
+// (stageInSlot: canary-window-open while another change's is staged).
 func (si *storeInstances) Stage(ctx context.Context, w Window, c *Change) error {
 	if si.heartbeats == nil || si.reports == nil {
 		return ErrNoHeartbeats
 	}
-	return si.updateStaged(ctx, "stage "+w.ID, func(st *varplane.StagedWindows) bool {
-		if slices.ContainsFunc(st.Windows, func(x varplane.StagedWindow) bool { return x.Window == w.ID }) {
-			return false
-		}
-		st.Windows = append(st.Windows, varplane.StagedWindow{Window: w.ID, Change: c.ID, Scope: c.Scope,
-			Revision: c.Revision, Base: c.Base, ClosesAt: w.ClosesAt})
-		return true
+	var refused error
+	err := si.updateStaged(ctx, "stage "+w.ID, func(st *varplane.StagedWindows) bool {
+		changed, err := stageInSlot(st, w, c)
+		refused = err
+		return changed
 	})
+	if refused != nil {
+		return refused
+	}
+	return err
 }
 
 // Unstage removes w's candidate, only when the staged entry is still w's.

@@ -202,6 +202,14 @@ func TestCanaryWindowsOnRedis(t *testing.T) {
 	if rs[0].CandidateError == "" || rs[1].CandidateError == "" {
 		t.Fatalf("reports of an undecodable candidate: %+v", rs)
 	}
+	// The pass blocks it, which frees the scope's one staging slot for
+	// the next window.
+	if err := e.svc.CanaryPass(ctx, "pass"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ = e.svc.Get(ctx, undec.ID); got.State != control.StateFailed {
+		t.Fatalf("after an undecodable candidate: %s %+v, want failed", got.State, got.Canary)
+	}
 
 	// A doubtful report (filed under i1, naming another instance) keeps a
 	// window open past its end.

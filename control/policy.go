@@ -109,10 +109,18 @@ func (svc *Service) PolicyFor(ctx context.Context, scope varplane.Scope) (Policy
 }
 
 // PutPolicy sets the policy of p.Scope (replacing one there), as by. by
-// needs PolicyRole; the caller authorized mutate access on p.Scope.
+// needs PolicyRole; the caller authorized mutate access on p.Scope. A
+// policy on a reserved scope (one a subsystem of the engine owns, such as
+// the access control's principals) is bad-request: its owner's rules
+// guard it, and a policy there could only lock its administrators out. A
+// policy on an ancestor is accepted and does not cover the reserved scopes
+// below it.
 func (svc *Service) PutPolicy(ctx context.Context, by varplane.Identity, p Policy) (Policy, error) {
 	if err := checkPolicy(p); err != nil {
 		return Policy{}, err
+	}
+	if owner, ok := svc.engine.Reserved(p.Scope); ok {
+		return Policy{}, varplane.Errorf(varplane.CodeBadRequest, "scope %q is reserved to the %s, whose own rules guard it: a review policy cannot cover it", p.Scope, owner)
 	}
 	err := svc.editPolicies(ctx, by, "policy put "+string(p.Scope), func(list []Policy) ([]Policy, bool) {
 		list = slices.DeleteFunc(list, func(q Policy) bool { return q.Scope == p.Scope })

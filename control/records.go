@@ -93,14 +93,41 @@ type Guard struct {
 	cached atomic.Pointer[policySet]
 }
 
-type storeRef struct{ s varplane.Store }
+// storeRef is what a Guard is bound to: the store it reads the policies
+// from and, once bound to an engine, who reserves which scope.
+type storeRef struct {
+	s        varplane.Store
+	reserved func(varplane.Scope) (string, bool)
+}
 
 // NewGuard returns a Guard bound to no store yet: until Bind, no scope is
 // under a policy (the record scopes are reserved from the start).
 func NewGuard() *Guard { return &Guard{} }
 
 // Bind makes g read the review policies from s.
-func (g *Guard) Bind(s varplane.Store) { g.store.Store(&storeRef{s}) }
+func (g *Guard) Bind(s varplane.Store) { g.store.Store(&storeRef{s: s}) }
+
+// bindEngine makes g read the review policies from e's store and leave
+// alone the scopes another subsystem of e reserves (Engine.Reserved).
+func (g *Guard) bindEngine(e *varplane.Engine) {
+	g.store.Store(&storeRef{s: e.Store(), reserved: e.Reserved})
+}
+
+// reserved reports whether s is reserved to a subsystem of the engine g is
+// bound to (the access control's principals, the values service's
+// configurations, this package's records): no review policy covers it,
+// so no policy can lock out the administrators of that subsystem.
+func (g *Guard) reserved(s varplane.Scope) bool {
+	if isRecordScope(s) {
+		return true
+	}
+	ref := g.store.Load()
+	if ref == nil || ref.reserved == nil {
+		return false
+	}
+	_, ok := ref.reserved(s)
+	return ok
+}
 
 // Owners returns the two reservations to give varplane.Options.Owners: the
 // record scopes (scope-owned) and every scope under a review policy
@@ -115,13 +142,15 @@ func (g *Guard) Owners() []varplane.Owner {
 func isRecordScope(s varplane.Scope) bool { return s == RecordRoot || s.IsDescendantOf(RecordRoot) }
 
 // underPolicy reports whether a policy covers s, as the store holds the
-// policies now. When the store cannot be reached it judges by the policies
+// policies now. A reserved scope is never under a policy (whatever the
+// policies record holds, even when it does not decode): its owner's own
+// rules guard it. When the store cannot be reached it judges by the policies
 // it last read (none when it never read them): the write it guards goes to
 // that same store, which refuses it with store-unavailable, so the caller
 // is told the truth rather than change-required. Any other failure to read
 // them (a record that does not decode) refuses the write.
 func (g *Guard) underPolicy(s varplane.Scope) bool {
-	if isRecordScope(s) {
+	if g.reserved(s) {
 		return false
 	}
 	ps, err := g.policies(context.Background())

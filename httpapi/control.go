@@ -259,6 +259,9 @@ type controlRollbackBody struct {
 }
 
 // handleControlRollback serves POST {base}/control/documents/{scope}:rollback.
+// It proposes a change (mutate) whose document is a past generation's and
+// answers it, so it also needs audit on the scope: a token that may only
+// mutate never reads a past body through it.
 func (h *Handler) handleControlRollback(w http.ResponseWriter, r *http.Request) error {
 	scope, err := pathScope(r, ":rollback")
 	if err != nil {
@@ -266,6 +269,9 @@ func (h *Handler) handleControlRollback(w http.ResponseWriter, r *http.Request) 
 	}
 	id, err := h.authorize(r, varplane.KindMutate, scope, false)
 	if err != nil {
+		return err
+	}
+	if _, err := h.authorize(r, varplane.KindAudit, scope, false); err != nil {
 		return err
 	}
 	var b controlRollbackBody
@@ -401,7 +407,9 @@ type transitionBody struct {
 
 // handleControlTransition serves POST {base}/control/changes/{id}:{op}: it
 // authorizes mutate on the change's scope, as the identity that makes the
-// transition.
+// transition. The change is answered without its document to a caller that
+// may not audit the scope: the candidate (a past body, for a rollback) is
+// shown only to who may read the scope's history.
 func (h *Handler) handleControlTransition(w http.ResponseWriter, r *http.Request) error {
 	idop := r.PathValue("id")
 	i := strings.LastIndexByte(idop, ':')
@@ -453,6 +461,15 @@ func (h *Handler) handleControlTransition(w http.ResponseWriter, r *http.Request
 	}
 	if err != nil {
 		return err
+	}
+	audit, err := h.mayAudit(r, c.Scope, false)
+	if err != nil {
+		return err
+	}
+	if !audit {
+		shown := *c
+		shown.Document = nil
+		c = &shown
 	}
 	writeJSON(w, http.StatusOK, c)
 	return nil

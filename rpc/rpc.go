@@ -284,7 +284,7 @@ func CodeOf(code varplane.Code) connect.Code {
 		return connect.CodeNotFound
 	case varplane.CodeRevisionReclaimed:
 		return connect.CodeNotFound
-	case varplane.CodeChangeRequired, varplane.CodeChangeState:
+	case varplane.CodeChangeRequired, varplane.CodeChangeState, varplane.CodeCanaryWindowOpen:
 		return connect.CodeFailedPrecondition
 	case varplane.CodeRevisionConflict:
 		return connect.CodeAborted

@@ -37,7 +37,7 @@ func Status(code varplane.Code) int {
 		return http.StatusNotFound
 	case varplane.CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case varplane.CodeRevisionConflict, varplane.CodeChangeState:
+	case varplane.CodeRevisionConflict, varplane.CodeChangeState, varplane.CodeCanaryWindowOpen:
 		return http.StatusConflict
 	case varplane.CodeRevisionReclaimed:
 		return http.StatusGone
@@ -102,6 +102,7 @@ type ErrorBody struct {
 	Issues             []varplane.Issue     `json:"issues,omitempty"`
 	Limit              string               `json:"limit,omitempty"`
 	Hint               string               `json:"hint,omitempty"`
+	Change             string               `json:"change,omitempty"`
 }
 
 // BodyOf builds the client-safe body of err. Anything that is not a
@@ -114,7 +115,7 @@ func BodyOf(err error) ErrorBody {
 	if code == varplane.CodeInternal || !errors.As(err, &e) {
 		return b
 	}
-	b.Hint, b.Limit, b.Scope = e.Hint, e.Limit, e.Scope
+	b.Hint, b.Limit, b.Scope, b.Change = e.Hint, e.Limit, e.Scope, e.Change
 	switch code {
 	case varplane.CodeRevisionConflict:
 		b.ExpectedGeneration, b.CurrentGeneration = e.Expected, e.Current
@@ -133,7 +134,7 @@ func (b ErrorBody) Err() *varplane.Error {
 	return &varplane.Error{
 		Code: b.Code, Message: b.Error, Scope: b.Scope,
 		Expected: b.ExpectedGeneration, Current: b.CurrentGeneration,
-		Issues: b.Issues, Limit: b.Limit, Hint: b.Hint,
+		Issues: b.Issues, Limit: b.Limit, Hint: b.Hint, Change: b.Change,
 	}
 }
 

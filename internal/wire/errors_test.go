@@ -107,7 +107,7 @@ func TestStatusTable(t *testing.T) {
 		varplane.CodeDocumentFailed: 503, varplane.CodeDocumentStale: 503, varplane.CodeNotReady: 503,
 		varplane.CodeInternal: 500, "no-such-code": 500,
 		varplane.CodeChangeRequired: 403, varplane.CodeChangeState: 409, varplane.CodeRevisionReclaimed: 410,
-		varplane.CodeOutcomeUnknown: 504,
+		varplane.CodeOutcomeUnknown: 504, varplane.CodeCanaryWindowOpen: 409,
 	}
 	for code, status := range want {
 		if got := Status(code); got != status {
@@ -121,6 +121,20 @@ func TestStatusTable(t *testing.T) {
 	}
 	if Status(codeOfStatus(http.StatusTeapot)) != 500 {
 		t.Error("an unknown status must read back as internal")
+	}
+}
+
+// A canary-window-open answer names the scope and the change that holds
+// its slot, and both cross the wire back.
+func TestCanaryWindowOpenRoundTrip(t *testing.T) {
+	body := BodyOf(&varplane.Error{Code: varplane.CodeCanaryWindowOpen, Scope: "app.x", Change: "ch-0123456789abcdef", Message: "held"})
+	b, _ := json.Marshal(body)
+	if !bytes.Contains(b, []byte(`"change":"ch-0123456789abcdef"`)) || !bytes.Contains(b, []byte(`"scope":"app.x"`)) {
+		t.Fatalf("body %s does not name the scope and the change", b)
+	}
+	err := ParseError(Status(body.Code), b)
+	if err.Code != varplane.CodeCanaryWindowOpen || err.Change != "ch-0123456789abcdef" || err.Scope != "app.x" {
+		t.Fatalf("read back as %+v", err)
 	}
 }
 
