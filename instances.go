@@ -19,6 +19,14 @@ import (
 // it.
 const StagedScope Scope = "varplane-control.canary"
 
+// InstanceRole is the role of an instance identity: the one role that may
+// file statuses and canary reports over HTTP, and the only filer whose
+// reports count as a canary window's evidence (docs/control.md, "Trust
+// model"). An operator gives it per instance (a principal or a tokens-file
+// grant of its own, as the reference gives each instance its own ACL
+// user); it must be given by name (Identity.Holds): "*" does not hold it.
+const InstanceRole = "varplane:instance"
+
 // Intervals and bounds of the protocol.
 const (
 	// HeartbeatInterval is how often an instance writes its status.
