@@ -80,6 +80,14 @@ func (svc *Service) FileStatus(ctx context.Context, id string, st varplane.Insta
 	return hs.WriteStatus(ctx, id, b)
 }
 
+// CheckName answers limit-exceeded, as FileStatus and FileReport would,
+// when identity holds varplane.MaxInstanceNames names other than id now,
+// without holding id: a transport asks before it reads a body to file, so
+// that a name past the bound costs no body.
+func (svc *Service) CheckName(identity, id string) error {
+	return svc.listed.check(identity, id, svc.now())
+}
+
 // StagedWindows returns the open canary windows, as staged for the
 // instances (varplane.StagedScope).
 func (svc *Service) StagedWindows(ctx context.Context) ([]varplane.StagedWindow, error) {
@@ -168,6 +176,29 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
+// check answers what claim would at now, holding nothing.
+func (l *listedInstances) check(identity, name string, now time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	held := 0
+	for n, t := range l.names[identity] {
+		if n == name && now.Before(t) {
+			return nil
+		}
+		if now.Before(t) {
+			held++
+		}
+	}
+	if held >= varplane.MaxInstanceNames {
+		return nameLimit(identity)
+	}
+	return nil
+}
+
+func nameLimit(identity string) error {
+	return varplane.Errorf(varplane.CodeLimitExceeded, "identity %q files under at most %d instance names at a time; a name is free again two minutes after its last status, once the windows it reported on closed", identity, varplane.MaxInstanceNames)
+}
+
 // claim holds name for identity until until (or keeps a later hold), and
 // answers limit-exceeded when identity already holds
 // varplane.MaxInstanceNames other names at now, or when maxListed
@@ -189,7 +220,7 @@ func (l *listedInstances) claim(identity, name string, now, until time.Time) err
 		return nil
 	}
 	if len(held) >= varplane.MaxInstanceNames {
-		return varplane.Errorf(varplane.CodeLimitExceeded, "identity %q files under at most %d instance names at a time; a name is free again two minutes after its last status, once the windows it reported on closed", identity, varplane.MaxInstanceNames)
+		return nameLimit(identity)
 	}
 	if held == nil {
 		if len(l.names) >= maxListed {

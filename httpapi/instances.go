@@ -58,6 +58,9 @@ func (h *Handler) handleFileStatus(w http.ResponseWriter, r *http.Request) error
 	if err := h.ctl.CheckHeartbeats(); err != nil {
 		return err
 	}
+	if err := h.ctl.CheckName(who.ID, id); err != nil {
+		return err
+	}
 	var st varplane.InstanceStatus
 	if err := h.readBodyMax(w, r, &st, varplane.MaxStatusBytes); err != nil {
 		return err
@@ -154,6 +157,9 @@ func (h *Handler) handleFileReport(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	if err := h.ctl.CheckHeartbeats(); err != nil {
+		return err
+	}
+	if err := h.ctl.CheckName(who.ID, id); err != nil {
 		return err
 	}
 	sw, err := h.stagedWindow(r)
