@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,7 +64,7 @@ func (svc *Service) FileStatus(ctx context.Context, id string, st varplane.Insta
 		st.Documents = []varplane.InstanceDocument{}
 	}
 	now := svc.now()
-	if err := svc.listed.claim(st.Identity, id, now, now.Add(statusHold)); err != nil {
+	if err := svc.claim(ctx, st.Identity, id, now, now.Add(statusHold)); err != nil {
 		return err
 	}
 	st.WrittenAt = now
@@ -78,6 +79,41 @@ func (svc *Service) FileStatus(ctx context.Context, id string, st varplane.Insta
 		}
 	}
 	return hs.WriteStatus(ctx, id, b)
+}
+
+// claim holds name id for identity until until. A name this process does
+// not hold yet is counted against the statuses in the store of record
+// too, so that servers sharing a store hold an identity to one bound: the
+// names it holds there are the ids of statuses written less than
+// statusHold ago that are its id or start with its id and ':'.
+func (svc *Service) claim(ctx context.Context, identity, id string, now, until time.Time) error {
+	if identity != "" && svc.listed.check(identity, id, now) == nil && !svc.listed.holds(identity, id, now) {
+		hs, ok := varplane.StoreAs[varplane.StatusReader](svc.store)
+		if ok {
+			raw, err := hs.InstanceStatuses(ctx)
+			if err != nil {
+				return err
+			}
+			n := 0
+			for other, b := range raw {
+				if other == id || (other != identity && !strings.HasPrefix(other, identity+":")) {
+					continue
+				}
+				// Held as this process holds a name: until statusHold past
+				// the status's writing (by this clock, as FileStatus sets it).
+				var st struct {
+					WrittenAt time.Time `json:"writtenAt"`
+				}
+				if json.Unmarshal(b, &st) == nil && now.Before(st.WrittenAt.Add(statusHold)) {
+					n++
+				}
+			}
+			if n >= varplane.MaxInstanceNames {
+				return nameLimit(identity)
+			}
+		}
+	}
+	return svc.listed.claim(identity, id, now, until)
 }
 
 // CheckName answers limit-exceeded, as FileStatus and FileReport would,
@@ -136,7 +172,7 @@ func (svc *Service) FileReport(ctx context.Context, sw varplane.StagedWindow, id
 		return err
 	}
 	now := svc.now()
-	if err := svc.listed.claim(rep.Identity, id, now, later(now.Add(statusHold), sw.ClosesAt)); err != nil {
+	if err := svc.claim(ctx, rep.Identity, id, now, later(now.Add(statusHold), sw.ClosesAt)); err != nil {
 		return err
 	}
 	b, err := json.Marshal(rep)
@@ -154,9 +190,10 @@ func (svc *Service) FileReport(ctx context.Context, sw varplane.StagedWindow, id
 //
 // It also holds the names each instance identity files under (claim), so
 // that one identity fills the store with at most varplane.MaxInstanceNames
-// statuses and reports per window. The table is this process's: behind
-// several servers sharing a store, an identity holds that many names on
-// each.
+// statuses and reports per window. The table is this process's; a name new
+// to it is also counted against the store's statuses (Service.claim), so
+// that servers sharing a store keep one bound, give or take the names
+// claimed at the same moment on different servers.
 type listedInstances struct {
 	mu    sync.Mutex
 	at    map[string]time.Time
@@ -174,6 +211,14 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// holds reports whether identity holds name at now.
+func (l *listedInstances) holds(identity, name string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.names[identity][name]
+	return ok && now.Before(t)
 }
 
 // check answers what claim would at now, holding nothing.

@@ -213,3 +213,22 @@ func TestCanaryEvidence(t *testing.T) {
 		})
 	}
 }
+
+// TestFilingNamesShared: two servers sharing a store of record hold an
+// instance identity to one bound of names, not one each.
+func TestFilingNamesShared(t *testing.T) {
+	prefix := redisPrefix(t)
+	a, b := redisEnv(t, prefix), redisEnv(t, prefix)
+	for i := 0; i < varplane.MaxInstanceNames; i++ {
+		s, body := a.do("PUT", fmt.Sprintf("/v1/control/instances/reader:a%d/status", i), "reader", status(), nil)
+		want(t, "status on server a", s, body, http.StatusNoContent, "")
+	}
+	s, body := b.do("PUT", "/v1/control/instances/reader:b0/status", "reader", status(), nil)
+	want(t, "a new name on server b", s, body, http.StatusBadRequest, varplane.CodeLimitExceeded)
+	if got := statuses(t, b); len(got) != varplane.MaxInstanceNames || got["reader:b0"] != nil {
+		t.Fatalf("the store holds %d statuses, want %d without reader:b0", len(got), varplane.MaxInstanceNames)
+	}
+	// A name the identity holds through a is its own on b too.
+	s, body = b.do("PUT", "/v1/control/instances/reader:a3/status", "reader", status(), nil)
+	want(t, "a held name on server b", s, body, http.StatusNoContent, "")
+}
