@@ -112,10 +112,16 @@ func TestAttackTrust(t *testing.T) {
 			unchanged(t, 0)
 			s.checkRSS(t)
 
-			// An instance identity files under its bounded names with
-			// bodies at the bound, then under more: the first
-			// varplane.MaxInstanceNames are stored, every other is 400
-			// limit-exceeded; a body past the bound is 413.
+			// An instance identity's body past the bound is 413.
+			got = flood(t, s, "pod-token", 50, func(int) string { return "/control/instances/pod-a/status" }, big)
+			if got["413 payload-too-large"] != 50 {
+				t.Fatalf("an instance filing 1 MiB statuses: answers %v, want 50 × 413 payload-too-large", got)
+			}
+			unchanged(t, 0)
+
+			// It files under its bounded names with bodies at the bound,
+			// then under more: varplane.MaxInstanceNames are stored, every
+			// other is 400 limit-exceeded.
 			doc := make([]map[string]any, 0, varplane.MaxStatusDocuments)
 			for len(doc) < varplane.MaxStatusDocuments {
 				doc = append(doc, map[string]any{"scope": "safe.scope", "generation": 1, "revision": "sha256:" + strings.Repeat("a", 64), "lagSeconds": 0})
@@ -124,11 +130,6 @@ func TestAttackTrust(t *testing.T) {
 			got = flood(t, s, "pod-token", 300, func(i int) string { return fmt.Sprintf("/control/instances/pod-a:%d/status", i) }, okBody)
 			if got["204 "] != varplane.MaxInstanceNames || got["400 limit-exceeded"] != 300-varplane.MaxInstanceNames {
 				t.Fatalf("an instance flooding names: answers %v, want %d × 204 and the rest 400 limit-exceeded", got, varplane.MaxInstanceNames)
-			}
-			unchanged(t, varplane.MaxInstanceNames)
-			got = flood(t, s, "pod-token", 50, func(int) string { return "/control/instances/pod-a:1/status" }, big)
-			if got["413 payload-too-large"] != 50 {
-				t.Fatalf("an instance filing 1 MiB statuses: answers %v, want 50 × 413 payload-too-large", got)
 			}
 			unchanged(t, varplane.MaxInstanceNames)
 			s.checkRSS(t)
