@@ -65,6 +65,19 @@ func (id Identity) Has(role string) bool {
 	return false
 }
 
+// Holds reports whether role is one of the identity's roles as given:
+// neither "*" nor an ancestor holds it. A role that stands for a fact about
+// the caller (InstanceRole: "this token is a data-plane instance") is
+// judged by Holds, so that an administrator's "*" does not make it one.
+func (id Identity) Holds(role string) bool {
+	for _, r := range id.Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
 // Authorizer decides whether a request may proceed, and as whom. Authorize
 // returns the caller's identity to allow; a *Error with code forbidden (403)
 // or unauthorized (401) to deny; any other error (or a panic) fails the

@@ -19,6 +19,14 @@ import (
 // it.
 const StagedScope Scope = "varplane-control.canary"
 
+// InstanceRole is the role of an instance identity: the one role that may
+// file statuses and canary reports over HTTP, and the only filer whose
+// reports count as a canary window's evidence (docs/control.md, "Trust
+// model"). An operator gives it per instance (a principal or a tokens-file
+// grant of its own, as the reference gives each instance its own ACL
+// user); it must be given by name (Identity.Holds): "*" does not hold it.
+const InstanceRole = "varplane:instance"
+
 // Intervals and bounds of the protocol.
 const (
 	// HeartbeatInterval is how often an instance writes its status.
@@ -33,6 +41,16 @@ const (
 	MaxStatusDocuments = 1024
 	// MaxInstanceID bounds the length of an instance id filed over HTTP.
 	MaxInstanceID = 256
+	// MaxStatusBytes bounds the body of a status filed over HTTP: room for
+	// MaxStatusDocuments documents of the longest scope.
+	MaxStatusBytes = 512 << 10
+	// MaxReportBytes bounds the body of a canary report filed over HTTP.
+	MaxReportBytes = 16 << 10
+	// MaxInstanceNames bounds the instance ids one identity files under at
+	// a time over HTTP (its own id and "<id>:<name>"s): a name is held while
+	// its status lives (two minutes after its last write) and while a
+	// window it reported on is open.
+	MaxInstanceNames = 16
 )
 
 // InstanceStatus is the heartbeat value an instance writes: what it has
@@ -44,6 +62,10 @@ type InstanceStatus struct {
 	Ready     bool               `json:"ready"`
 	Root      Scope              `json:"root"`
 	Documents []InstanceDocument `json:"documents"`
+	// Identity is the instance identity that filed the status over HTTP,
+	// set by the control plane whatever the body said; empty when the
+	// instance wrote it to the store itself.
+	Identity string `json:"identity,omitempty"`
 }
 
 // InstanceDocument is one installed document in an InstanceStatus.
@@ -90,9 +112,22 @@ type CanaryReport struct {
 	Errors         int64     `json:"errors"`
 	CandidateError string    `json:"candidateError,omitempty"`
 	At             time.Time `json:"at"`
+	// Identity is the instance identity that filed the report over HTTP,
+	// and MayRead whether it may read the window's scope, both set by the
+	// control plane whatever the body said; Identity is empty when the
+	// instance wrote the report to the store itself (store credentials are
+	// an instance's). A report filed by the change's author, or by an
+	// identity that may not read the scope, never counts toward the
+	// window's minimum (docs/control.md, "Trust model").
+	Identity string `json:"identity,omitempty"`
+	MayRead  bool   `json:"mayRead,omitempty"`
 	// FiledAs is the instance id the store filed the report under (not
 	// part of the value): a report whose Instance differs is doubtful.
 	FiledAs string `json:"-"`
+	// Discount says why the report does not count toward the window's
+	// minimum ("" when it counts): set by the control plane when it judges
+	// a window, not part of the value.
+	Discount string `json:"-"`
 }
 
 // CanaryReportEntry is one instance's report as the control plane judges
@@ -113,4 +148,9 @@ type CanaryReportEntry struct {
 	At             time.Time `json:"at"`
 	Doubtful       bool      `json:"doubtful"`
 	Doubt          string    `json:"doubt,omitempty"`
+	// Identity is the identity that filed the report over HTTP (empty:
+	// the instance wrote it to the store itself); Discount says why the
+	// report does not count toward the window's minimum ("" when it does).
+	Identity string `json:"identity,omitempty"`
+	Discount string `json:"discount,omitempty"`
 }

@@ -39,7 +39,7 @@ func TestCreateAuthorizeRevoke(t *testing.T) {
 			svc := access.NewService(e)
 			az := access.NewAuthorizer(s)
 
-			c, err := svc.Create(ctx, "reader", access.Binding{Kinds: []varplane.Kind{varplane.KindRead}, Prefixes: []string{"app."}, Roles: []string{"r1"}}, "tester", "")
+			c, err := svc.Create(ctx, "reader", access.Binding{Kinds: []varplane.Kind{varplane.KindRead}, Prefixes: []string{"app."}, Roles: []string{"r1"}}, access.Root("tester"), "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,15 +78,15 @@ func TestCreateAuthorizeRevoke(t *testing.T) {
 
 			// Refusals write nothing.
 			st0, _ := s.State(ctx, access.Scope)
-			_, err = svc.Create(ctx, "reader", access.Binding{}, "tester", "")
+			_, err = svc.Create(ctx, "reader", access.Binding{}, access.Root("tester"), "")
 			wantCode(t, "create an existing id", err, varplane.CodeBadRequest)
-			_, err = svc.Create(ctx, "bad id", access.Binding{}, "tester", "")
+			_, err = svc.Create(ctx, "bad id", access.Binding{}, access.Root("tester"), "")
 			wantCode(t, "create a bad id", err, varplane.CodeBadRequest)
-			_, err = svc.Create(ctx, "k", access.Binding{Kinds: []varplane.Kind{"write"}}, "tester", "")
+			_, err = svc.Create(ctx, "k", access.Binding{Kinds: []varplane.Kind{"write"}}, access.Root("tester"), "")
 			wantCode(t, "create a bad kind", err, varplane.CodeBadRequest)
-			_, err = svc.Create(ctx, "k", access.Binding{Prefixes: []string{"a..b"}}, "tester", "")
+			_, err = svc.Create(ctx, "k", access.Binding{Prefixes: []string{"a..b"}}, access.Root("tester"), "")
 			wantCode(t, "create a bad prefix", err, varplane.CodeBadRequest)
-			_, err = svc.Revoke(ctx, "nobody", "tester", "")
+			_, err = svc.Revoke(ctx, "nobody", access.Root("tester"), "")
 			wantCode(t, "revoke an unknown id", err, varplane.CodeNotFound)
 			if st, _ := s.State(ctx, access.Scope); st.Generation != st0.Generation {
 				t.Fatalf("refusals moved the access scope from %d to %d", st0.Generation, st.Generation)
@@ -96,7 +96,7 @@ func TestCreateAuthorizeRevoke(t *testing.T) {
 			if err != nil || len(list) != 1 || list[0].ID != "reader" || list[0].CreatedBy != "tester" {
 				t.Fatalf("List = %+v, %v", list, err)
 			}
-			if _, err := svc.Revoke(ctx, "reader", "tester", ""); err != nil {
+			if _, err := svc.Revoke(ctx, "reader", access.Root("tester"), ""); err != nil {
 				t.Fatal(err)
 			}
 			// Refused at once on the replica that wrote the revocation.
@@ -169,7 +169,7 @@ func TestCombine(t *testing.T) {
 	ctx := context.Background()
 	s := stores[0].open(t)(t)
 	svc := access.NewService(newEngine(t, s))
-	c, err := svc.Create(ctx, "alice", access.Binding{Kinds: []varplane.Kind{varplane.KindAudit}}, "t", "")
+	c, err := svc.Create(ctx, "alice", access.Binding{Kinds: []varplane.Kind{varplane.KindAudit}}, access.Root("t"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

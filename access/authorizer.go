@@ -88,24 +88,58 @@ func (a *Authorizer) current(ctx context.Context) (*table, error) {
 	return t, nil
 }
 
+// GrantOf implements GrantSource: the grant of the principal holding
+// token (without the token), false when none does.
+func (a *Authorizer) GrantOf(ctx context.Context, token string) (Grant, bool, error) {
+	t, err := a.current(ctx)
+	if err != nil {
+		return Grant{}, false, err
+	}
+	e, ok := t.byDigest[Digest(token)]
+	return e.grant, ok, nil
+}
+
+// Combined is the authorizer serve uses when both sources are on (see
+// Combine).
+type Combined struct {
+	file  *ScopedAuthorizer
+	store *Authorizer
+}
+
 // Combine returns the authorizer serve uses when both sources are on: a
 // token is looked up in the static tokens file first, and the file decides
 // for every token it holds (its grant, its identity); any other token is
 // looked up in the store's access document. file or store may be nil (that
 // source is off); with both nil every request is refused.
-func Combine(file *ScopedAuthorizer, store *Authorizer) varplane.Authorizer {
-	return varplane.AuthorizerFunc(func(ctx context.Context, req varplane.Access) (varplane.Identity, error) {
-		if req.Token == "" {
-			return varplane.Identity{}, varplane.Errorf(varplane.CodeUnauthorized, "a bearer token is required")
+func Combine(file *ScopedAuthorizer, store *Authorizer) *Combined {
+	return &Combined{file: file, store: store}
+}
+
+// Authorize implements varplane.Authorizer (see Combine).
+func (c *Combined) Authorize(ctx context.Context, req varplane.Access) (varplane.Identity, error) {
+	if req.Token == "" {
+		return varplane.Identity{}, varplane.Errorf(varplane.CodeUnauthorized, "a bearer token is required")
+	}
+	if c.file != nil {
+		if _, ok := c.file.Lookup(req.Token); ok || c.store == nil {
+			return c.file.Authorize(ctx, req)
 		}
-		if file != nil {
-			if _, ok := file.Lookup(req.Token); ok || store == nil {
-				return file.Authorize(ctx, req)
-			}
+	}
+	if c.store != nil {
+		return c.store.Authorize(ctx, req)
+	}
+	return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token is not accepted")
+}
+
+// GrantOf implements GrantSource by the same order as Authorize.
+func (c *Combined) GrantOf(ctx context.Context, token string) (Grant, bool, error) {
+	if c.file != nil {
+		if g, ok, _ := c.file.GrantOf(ctx, token); ok || c.store == nil {
+			return g, ok, nil
 		}
-		if store != nil {
-			return store.Authorize(ctx, req)
-		}
-		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token is not accepted")
-	})
+	}
+	if c.store != nil {
+		return c.store.GrantOf(ctx, token)
+	}
+	return Grant{}, false, nil
 }

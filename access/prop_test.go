@@ -31,7 +31,7 @@ func TestPropLiveTokensOnly(t *testing.T) {
 			id := ids.Draw(rt, "id")
 			switch rapid.IntRange(0, 2).Draw(rt, "op") {
 			case 0:
-				c, err := svc.Create(ctx, id, access.Binding{}, "t", "")
+				c, err := svc.Create(ctx, id, access.Binding{}, access.Root("t"), "")
 				if _, held := live[id]; held != (err != nil) {
 					rt.Fatalf("create %s: held %v, err %v", id, held, err)
 				}
@@ -39,7 +39,7 @@ func TestPropLiveTokensOnly(t *testing.T) {
 					live[id] = c.Token
 				}
 			case 1:
-				_, err := svc.Revoke(ctx, id, "t", "")
+				_, err := svc.Revoke(ctx, id, access.Root("t"), "")
 				if _, held := live[id]; held != (err == nil) {
 					rt.Fatalf("revoke %s: held %v, err %v", id, held, err)
 				}

@@ -28,7 +28,7 @@ func TestRevokedOnAnotherReplica(t *testing.T) {
 	engB := newEngine(t, b)
 	azB := access.NewAuthorizer(b)
 
-	c, err := svcA.Create(ctx, "ci", access.Binding{Kinds: []varplane.Kind{varplane.KindRead}}, "t", "")
+	c, err := svcA.Create(ctx, "ci", access.Binding{Kinds: []varplane.Kind{varplane.KindRead}}, access.Root("t"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestRevokedOnAnotherReplica(t *testing.T) {
 			installed <- cm
 		}
 	})()
-	res, err := svcA.Revoke(ctx, "ci", "t", "")
+	res, err := svcA.Revoke(ctx, "ci", access.Root("t"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestRevokedWithoutInvalidation(t *testing.T) {
 	b := openRedis(t, "redis://replica:replica-pw@"+p.addr+"/0?prefix=access", redis.Options{RevalidateInterval: interval})
 	svcA := access.NewService(newEngine(t, a))
 	azB := access.NewAuthorizer(b)
-	c, err := svcA.Create(ctx, "ci", access.Binding{}, "t", "")
+	c, err := svcA.Create(ctx, "ci", access.Binding{}, access.Root("t"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestRevokedWithoutInvalidation(t *testing.T) {
 	p.do(t, "ACL", "SETUSER", "replica", "resetchannels")
 	time.Sleep(2 * interval)
 	heard := b.Stats().Invalidations
-	if _, err := svcA.Revoke(ctx, "ci", "t", ""); err != nil {
+	if _, err := svcA.Revoke(ctx, "ci", access.Root("t"), ""); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*interval+5*time.Second, "replica B to refuse the revoked token", func() bool {

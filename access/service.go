@@ -54,15 +54,20 @@ type Created struct {
 }
 
 // Create adds principal id with binding b and a new token, recorded as
-// written by actor. An id already held is bad-request (revoke it first); an
-// invalid id or binding is bad-request.
-func (s *Service) Create(ctx context.Context, id string, b Binding, actor, reason string) (Created, error) {
+// written by by.ID. An id already held is bad-request (revoke it first); an
+// invalid id or binding is bad-request; a binding wider than by holds
+// (Creator.MayGive) is forbidden.
+func (s *Service) Create(ctx context.Context, id string, b Binding, by Creator, reason string) (Created, error) {
 	if err := checkID(id); err != nil {
 		return Created{}, err
 	}
 	if err := checkBinding(b.Kinds, b.Prefixes, b.Roles); err != nil {
 		return Created{}, err
 	}
+	if err := by.MayGive(b); err != nil {
+		return Created{}, err
+	}
+	actor := by.ID
 	if reason == "" {
 		reason = "create " + id
 	}
@@ -114,15 +119,20 @@ func (s *Service) issue(ctx context.Context, id string, b Binding, actor, reason
 }
 
 // Revoke removes principal id: its token is refused from the revision on.
-// An unknown id is not-found. The history keeps the earlier revisions (by
-// digest, never by token).
-func (s *Service) Revoke(ctx context.Context, id, actor, reason string) (varplane.ActivationResult, error) {
+// An unknown id is not-found; a principal wider than by could give
+// (Creator.MayGive) is forbidden: by revokes only what it could create.
+// The history keeps the earlier revisions (by digest, never by token).
+func (s *Service) Revoke(ctx context.Context, id string, by Creator, reason string) (varplane.ActivationResult, error) {
 	if reason == "" {
 		reason = "revoke " + id
 	}
-	return s.update(ctx, actor, reason, func(d *Document) error {
-		if _, ok := d.Principals[id]; !ok {
+	return s.update(ctx, by.ID, reason, func(d *Document) error {
+		p, ok := d.Principals[id]
+		if !ok {
 			return varplane.Errorf(varplane.CodeNotFound, "no principal %q", id)
+		}
+		if err := by.MayGive(Binding{Kinds: p.Kinds, Prefixes: p.Prefixes, Roles: p.Roles}); err != nil {
+			return err
 		}
 		delete(d.Principals, id)
 		return nil

@@ -154,6 +154,13 @@ func (a *ScopedAuthorizer) Lookup(token string) (Grant, bool) {
 	return g.grant, true
 }
 
+// GrantOf implements GrantSource: the grant of token without the token.
+func (a *ScopedAuthorizer) GrantOf(_ context.Context, token string) (Grant, bool, error) {
+	g, ok := a.Lookup(token)
+	g.Token = ""
+	return g, ok, nil
+}
+
 func (a *ScopedAuthorizer) lookup(token string) *scopedGrant {
 	d := sha256.Sum256([]byte(token))
 	found := -1

@@ -30,11 +30,12 @@ import (
 // CanaryOptions make a Client take part in canary windows (Options.Canary).
 type CanaryOptions struct {
 	// InstanceID is the id the status and reports are filed under: the
-	// identity the server knows Options.Token as ("anonymous" without
-	// authorization), or that identity followed by ':' and a name of this
-	// process ("billing-reader:pod-7"), so that processes sharing a token
-	// count as distinct instances. The server refuses any other (403).
-	// Required.
+	// identity the server knows Options.Token as, or that identity
+	// followed by ':' and a name of this process ("billing-reader:pod-7"),
+	// so that processes sharing a token count as distinct instances (at
+	// most varplane.MaxInstanceNames at a time). The token must be an
+	// instance identity, one given varplane.InstanceRole by name; the
+	// server refuses any other token or id (403). Required.
 	InstanceID string
 	// Interval is the time between heartbeats; varplane.HeartbeatInterval
 	// (30s) when zero. A heartbeat that failed is tried again sooner, after

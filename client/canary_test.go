@@ -23,7 +23,8 @@ import (
 )
 
 // canaryAuthz: alice and bob write; the cons-* tokens are consumers that
-// may only read (and say who they are), as a narrowed read token would.
+// may only read (and say who they are), as a narrowed read token would,
+// and are instance identities (they file statuses and reports).
 var canaryAuthz = varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (varplane.Identity, error) {
 	switch {
 	case a.Token == "":
@@ -34,7 +35,7 @@ var canaryAuthz = varplane.AuthorizerFunc(func(_ context.Context, a varplane.Acc
 		if a.Kind != varplane.KindRead && a.Kind != varplane.KindIdentify {
 			return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "read only")
 		}
-		return varplane.Identity{ID: a.Token}, nil
+		return varplane.Identity{ID: a.Token, Roles: []string{varplane.InstanceRole}}, nil
 	}
 	return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "unknown token")
 })

@@ -73,7 +73,8 @@ const CanaryLease = "control:canary-windows"
 
 // Evaluate decides a window at now from the instances' statuses and its
 // reports: blocked by any candidate error; open while it runs, while fewer
-// than MinInstances instances have a fresh status, while one of them has
+// than MinInstances instances have a fresh status and a report that counts
+// (no Discount: see judge), while one of them has
 // not reported, or while a report is doubtful (it names another window or
 // instance than where it was found, or carries a negative count); passed
 // otherwise.
@@ -95,8 +96,8 @@ func Evaluate(w Window, now time.Time, statuses []InstanceStatus, reports []varp
 	if missing := unreported(fresh, reports); len(missing) > 0 {
 		return WindowOpen, fmt.Sprintf("instance %q has a fresh status but no report", missing[0])
 	}
-	if len(fresh) < w.MinInstances {
-		return WindowOpen, fmt.Sprintf("%d of %d instances have a fresh status", len(fresh), w.MinInstances)
+	if n := counted(fresh, reports); n < w.MinInstances {
+		return WindowOpen, fmt.Sprintf("%d of %d instances have a fresh status and a report that counts", n, w.MinInstances)
 	}
 	return WindowPassed, ""
 }
@@ -300,7 +301,7 @@ func (svc *Service) CanaryPass(ctx context.Context, holder string) error {
 		if err != nil {
 			return err
 		}
-		state, reason := Evaluate(*c.Canary, svc.now(), statuses, reports)
+		state, reason := Evaluate(*c.Canary, svc.now(), statuses, judge(c, reports))
 		if state == c.Canary.State && reason == c.Canary.Reason {
 			return nil
 		}

@@ -47,10 +47,17 @@ var identities = map[string]varplane.Identity{
 	"carol": {ID: "carol", Roles: []string{"reviewer"}},
 	"dave":  {ID: "dave"},
 	"admin": {ID: "admin", Roles: []string{"*"}},
-	// reader is a consumer: it may only read (and say who it is).
-	"reader": {ID: "reader"},
 	// mallory may write (and say who she is) but not audit or read.
 	"mallory": {ID: "mallory", Roles: []string{"reviewer"}},
+	// reader is a consumer: it may only read (and say who it is), and it
+	// is an instance identity (it files statuses and reports).
+	"reader": {ID: "reader", Roles: []string{varplane.InstanceRole}},
+	// viewer may only read, and is no instance.
+	"viewer": {ID: "viewer"},
+	// erin proposes changes and is an instance identity too.
+	"erin": {ID: "erin", Roles: []string{"dev", varplane.InstanceRole}},
+	// pod is an instance identity that may read below app. only.
+	"pod": {ID: "pod", Roles: []string{varplane.InstanceRole}},
 }
 
 var authz = varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (varplane.Identity, error) {
@@ -61,11 +68,14 @@ var authz = varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (
 	if !ok {
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "unknown token")
 	}
-	if id.ID == "reader" && a.Kind != varplane.KindRead && a.Kind != varplane.KindIdentify {
+	if (id.ID == "reader" || id.ID == "viewer" || id.ID == "pod") && a.Kind != varplane.KindRead && a.Kind != varplane.KindIdentify {
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "read only")
 	}
 	if id.ID == "mallory" && a.Kind != varplane.KindMutate && a.Kind != varplane.KindIdentify {
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "mutate only")
+	}
+	if id.ID == "pod" && a.Kind == varplane.KindRead && !strings.HasPrefix(string(a.Scope), "app.") {
+		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "app. only")
 	}
 	if a.Scope == "secret" && id.ID != "admin" {
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "no access")

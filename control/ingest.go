@@ -3,6 +3,8 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,10 +16,12 @@ import (
 // routes) takes part in canary windows, as an instance cache does through
 // the store (docs/control.md, "Instances over HTTP"): it files its status
 // and its reports, and reads the open windows and their candidates. The
-// transport authenticates the caller and checks that it files under its
-// own id; what the body says is stored as is (a report naming another
-// instance or window than where it was filed is doubtful: Evaluate keeps
-// the window open).
+// transport authenticates the caller, checks that it is an instance
+// identity (varplane.InstanceRole) filing under its own id, bounds the
+// body, and sets the Identity of what it files; the service holds each
+// identity to varplane.MaxInstanceNames names. What the body says is
+// otherwise stored as is (a report naming another instance or window than
+// where it was filed is doubtful: Evaluate keeps the window open).
 
 // beatStores finds what the store of record writes statuses and reports
 // with, through wrappers (varplane.StoreAs); ErrNoHeartbeats on a store
@@ -44,8 +48,10 @@ func (svc *Service) CheckHeartbeats() error {
 // clock is off would otherwise count as no instance, or as one long gone),
 // and lists id among the instances once every varplane.ListInterval. It
 // answers ErrNoHeartbeats on a store that keeps none, and limit-exceeded
-// for a status listing more than varplane.MaxStatusDocuments documents.
-// The caller authorized id and every scope st lists.
+// for a status listing more than varplane.MaxStatusDocuments documents or
+// when st.Identity holds varplane.MaxInstanceNames other names. The caller
+// authorized st.Identity as an instance identity, id as one of its names,
+// and every scope st lists.
 func (svc *Service) FileStatus(ctx context.Context, id string, st varplane.InstanceStatus) error {
 	hs, _, err := svc.beatStores()
 	if err != nil {
@@ -58,6 +64,9 @@ func (svc *Service) FileStatus(ctx context.Context, id string, st varplane.Insta
 		st.Documents = []varplane.InstanceDocument{}
 	}
 	now := svc.now()
+	if err := svc.claim(ctx, st.Identity, id, now, now.Add(statusHold)); err != nil {
+		return err
+	}
 	st.WrittenAt = now
 	b, err := json.Marshal(st)
 	if err != nil {
@@ -70,6 +79,49 @@ func (svc *Service) FileStatus(ctx context.Context, id string, st varplane.Insta
 		}
 	}
 	return hs.WriteStatus(ctx, id, b)
+}
+
+// claim holds name id for identity until until. A name this process does
+// not hold yet is counted against the statuses in the store of record
+// too, so that servers sharing a store hold an identity to one bound: the
+// names it holds there are the ids of statuses written less than
+// statusHold ago that are its id or start with its id and ':'.
+func (svc *Service) claim(ctx context.Context, identity, id string, now, until time.Time) error {
+	if identity != "" && svc.listed.check(identity, id, now) == nil && !svc.listed.holds(identity, id, now) {
+		hs, ok := varplane.StoreAs[varplane.StatusReader](svc.store)
+		if ok {
+			raw, err := hs.InstanceStatuses(ctx)
+			if err != nil {
+				return err
+			}
+			n := 0
+			for other, b := range raw {
+				if other == id || (other != identity && !strings.HasPrefix(other, identity+":")) {
+					continue
+				}
+				// Held as this process holds a name: until statusHold past
+				// the status's writing (by this clock, as FileStatus sets it).
+				var st struct {
+					WrittenAt time.Time `json:"writtenAt"`
+				}
+				if json.Unmarshal(b, &st) == nil && now.Before(st.WrittenAt.Add(statusHold)) {
+					n++
+				}
+			}
+			if n >= varplane.MaxInstanceNames {
+				return nameLimit(identity)
+			}
+		}
+	}
+	return svc.listed.claim(identity, id, now, until)
+}
+
+// CheckName answers limit-exceeded, as FileStatus and FileReport would,
+// when identity holds varplane.MaxInstanceNames names other than id now,
+// without holding id: a transport asks before it reads a body to file, so
+// that a name past the bound costs no body.
+func (svc *Service) CheckName(identity, id string) error {
+	return svc.listed.check(identity, id, svc.now())
 }
 
 // StagedWindows returns the open canary windows, as staged for the
@@ -109,11 +161,18 @@ func (svc *Service) Candidate(ctx context.Context, sw varplane.StagedWindow) (*v
 
 // FileReport writes rep as instance id's cumulative report of the open
 // window sw (each write replaces the previous one). It answers
-// ErrNoHeartbeats on a store that keeps no reports. The caller authorized
-// id, and reading sw's scope when rep counts anything.
+// ErrNoHeartbeats on a store that keeps no reports, and limit-exceeded when
+// rep.Identity holds varplane.MaxInstanceNames other names (a name that
+// reported holds its place until sw closes). The caller authorized
+// rep.Identity as an instance identity and id as one of its names, set
+// rep.MayRead, and authorized reading sw's scope when rep counts anything.
 func (svc *Service) FileReport(ctx context.Context, sw varplane.StagedWindow, id string, rep varplane.CanaryReport) error {
 	_, rs, err := svc.beatStores()
 	if err != nil {
+		return err
+	}
+	now := svc.now()
+	if err := svc.claim(ctx, rep.Identity, id, now, later(now.Add(statusHold), sw.ClosesAt)); err != nil {
 		return err
 	}
 	b, err := json.Marshal(rep)
@@ -128,12 +187,102 @@ func (svc *Service) FileReport(ctx context.Context, sw varplane.StagedWindow, id
 // varplane.ListInterval as an instance cache does (on Redis a listing is a
 // script over the whole list). It is bounded: past maxListed entries it is
 // cleared, which only lists instances again.
+//
+// It also holds the names each instance identity files under (claim), so
+// that one identity fills the store with at most varplane.MaxInstanceNames
+// statuses and reports per window. The table is this process's; a name new
+// to it is also counted against the store's statuses (Service.claim), so
+// that servers sharing a store keep one bound, give or take the names
+// claimed at the same moment on different servers.
 type listedInstances struct {
-	mu sync.Mutex
-	at map[string]time.Time
+	mu    sync.Mutex
+	at    map[string]time.Time
+	names map[string]map[string]time.Time // identity → name → held until
 }
 
 const maxListed = 1 << 16
+
+// statusHold is how long a status holds its name: the stores' lifetime of
+// a status (two minutes after its last write).
+const statusHold = 2 * time.Minute
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// holds reports whether identity holds name at now.
+func (l *listedInstances) holds(identity, name string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.names[identity][name]
+	return ok && now.Before(t)
+}
+
+// check answers what claim would at now, holding nothing.
+func (l *listedInstances) check(identity, name string, now time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	held := 0
+	for n, t := range l.names[identity] {
+		if n == name && now.Before(t) {
+			return nil
+		}
+		if now.Before(t) {
+			held++
+		}
+	}
+	if held >= varplane.MaxInstanceNames {
+		return nameLimit(identity)
+	}
+	return nil
+}
+
+func nameLimit(identity string) error {
+	return varplane.Errorf(varplane.CodeLimitExceeded, "identity %q files under at most %d instance names at a time; a name is free again two minutes after its last status, once the windows it reported on closed", identity, varplane.MaxInstanceNames)
+}
+
+// claim holds name for identity until until (or keeps a later hold), and
+// answers limit-exceeded when identity already holds
+// varplane.MaxInstanceNames other names at now, or when maxListed
+// identities hold names. It refuses an empty identity (forbidden): only an
+// authenticated instance identity files over HTTP.
+func (l *listedInstances) claim(identity, name string, now, until time.Time) error {
+	if identity == "" {
+		return varplane.Errorf(varplane.CodeForbidden, "statuses and reports are filed by an instance identity only")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.names == nil {
+		l.names = map[string]map[string]time.Time{}
+	}
+	held := l.names[identity]
+	maps.DeleteFunc(held, func(_ string, t time.Time) bool { return !now.Before(t) })
+	if t, ok := held[name]; ok {
+		held[name] = later(t, until)
+		return nil
+	}
+	if len(held) >= varplane.MaxInstanceNames {
+		return nameLimit(identity)
+	}
+	if held == nil {
+		if len(l.names) >= maxListed {
+			maps.DeleteFunc(l.names, func(_ string, m map[string]time.Time) bool {
+				maps.DeleteFunc(m, func(_ string, t time.Time) bool { return !now.Before(t) })
+				return len(m) == 0
+			})
+			if len(l.names) >= maxListed {
+				return varplane.Errorf(varplane.CodeLimitExceeded, "%d instance identities are filing; no other may", maxListed)
+			}
+		}
+		held = map[string]time.Time{}
+		l.names[identity] = held
+	}
+	held[name] = until
+	return nil
+}
 
 // due reports whether id is due for a listing, and records it as listed
 // at now.

@@ -151,13 +151,10 @@ func TestIngestStatus(t *testing.T) {
 // a report that counts needs read on the window's scope.
 func TestIngestReports(t *testing.T) {
 	e := newEnv(t, envOpts{storeInstances: true})
-	e.publish("app.flags", `{"a":1}`)
-	c := e.propose("alice", "app.flags", 1, `{"a":2}`)
-	st, body, c := e.act("alice", c.ID, "canary", map[string]any{"duration": "10m", "minInstances": 1})
-	want(t, "open a window", st, body, 200, "")
+	c := e.window("alice", "app.flags", 1)
 	win := c.Canary.ID
 	sec := e.propose("admin", "secret", 0, `{"secret.a":1}`)
-	st, body, sec = e.act("admin", sec.ID, "canary", map[string]any{"duration": "10m", "minInstances": 1})
+	st, body, sec := e.act("admin", sec.ID, "canary", map[string]any{"duration": "10m", "minInstances": 1})
 	want(t, "open a window on secret", st, body, 200, "")
 	secWin := sec.Canary.ID
 

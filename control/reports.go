@@ -53,6 +53,7 @@ func (svc *Service) WindowReports(ctx context.Context, c *Change) (*WindowReport
 		return cmp.Or(cmp.Compare(a.FiledAs, b.FiledAs), cmp.Compare(a.Instance, b.Instance))
 	})
 	out := &WindowReports{Change: c.ID, Window: w, Reports: make([]varplane.CanaryReportEntry, len(reports)), Unreported: []string{}}
+	reports = judge(c, reports)
 	for i, d := range doubts(w, reports) {
 		r := reports[i]
 		filed := r.FiledAs
@@ -60,7 +61,7 @@ func (svc *Service) WindowReports(ctx context.Context, c *Change) (*WindowReport
 			filed = r.Instance
 		}
 		out.Reports[i] = varplane.CanaryReportEntry{Instance: r.Instance, FiledAs: filed, Window: r.Window, Decoded: r.Decoded, Errors: r.Errors,
-			CandidateError: r.CandidateError, At: r.At, Doubtful: d != "", Doubt: d}
+			CandidateError: r.CandidateError, At: r.At, Doubtful: d != "", Doubt: d, Identity: r.Identity, Discount: r.Discount}
 	}
 	out.Unreported = append(out.Unreported, unreported(freshInstances(svc.now(), statuses), reports)...)
 	slices.Sort(out.Unreported)

@@ -15,9 +15,11 @@ import (
 //	POST   /tokens       create one; the answer holds its token, once (mutate)
 //	DELETE /tokens/{id}  revoke one (mutate)
 //
-// A request is allowed when the caller holds access.AdminRole, or when its
-// token allows the route's kind on access.Scope. Every write is recorded in
-// the scope's history with the caller's identity as actor.
+// Administration is a role of its own: every route needs access.AdminRole
+// (kinds on access.Scope do not suffice), and a create or revoke is
+// refused when the binding is wider than the caller holds
+// (access.Creator.MayGive). Every write is recorded in the scope's history
+// with the caller's identity as actor.
 func (h *Handler) accessRoutes(prefix string) {
 	h.handleErr("GET "+prefix+"/tokens", loud, h.handleAccessList)
 	h.handleErr("POST "+prefix+"/tokens", loud, h.handleAccessCreate)
@@ -27,19 +29,22 @@ func (h *Handler) accessRoutes(prefix string) {
 // maxAccessRequestBytes bounds a create request: an id, a few lists.
 const maxAccessRequestBytes = 64 << 10
 
-// authorizeAccess allows an administrator, or a token allowing kind on
-// access.Scope.
-func (h *Handler) authorizeAccess(r *http.Request, kind varplane.Kind) (varplane.Identity, error) {
+// authorizeAccess allows an administrator (access.AdminRole) only, and
+// returns what it may give.
+func (h *Handler) authorizeAccess(r *http.Request) (access.Creator, error) {
 	id, err := h.identify(r)
-	if err != nil || id.Has(access.AdminRole) {
-		return id, err
+	if err != nil {
+		return access.Creator{}, err
 	}
-	return h.authorize(r, kind, access.Scope, false)
+	if !id.Has(access.AdminRole) {
+		return access.Creator{}, varplane.Errorf(varplane.CodeForbidden, "the access API needs the %s role", access.AdminRole)
+	}
+	return access.CreatorOf(r.Context(), h.auth, id, wire.RequestBearer(r))
 }
 
 // handleAccessList serves GET {base}/access/tokens.
 func (h *Handler) handleAccessList(w http.ResponseWriter, r *http.Request) error {
-	if _, err := h.authorizeAccess(r, varplane.KindAudit); err != nil {
+	if _, err := h.authorizeAccess(r); err != nil {
 		return err
 	}
 	ps, err := h.access.List(r.Context())
@@ -64,7 +69,7 @@ type accessCreateRequest struct {
 // handleAccessCreate serves POST {base}/access/tokens: 201 with the new
 // principal and its token, shown this once.
 func (h *Handler) handleAccessCreate(w http.ResponseWriter, r *http.Request) error {
-	id, err := h.authorizeAccess(r, varplane.KindMutate)
+	by, err := h.authorizeAccess(r)
 	if err != nil {
 		return err
 	}
@@ -79,7 +84,7 @@ func (h *Handler) handleAccessCreate(w http.ResponseWriter, r *http.Request) err
 	if err := wire.DecodeStrict(body, &req, h.limits); err != nil {
 		return err
 	}
-	created, err := h.access.Create(r.Context(), req.ID, access.Binding{Kinds: req.Kinds, Prefixes: req.Prefixes, Roles: req.Roles}, id.ID, req.Reason)
+	created, err := h.access.Create(r.Context(), req.ID, access.Binding{Kinds: req.Kinds, Prefixes: req.Prefixes, Roles: req.Roles}, by, req.Reason)
 	if err != nil {
 		return err
 	}
@@ -89,12 +94,12 @@ func (h *Handler) handleAccessCreate(w http.ResponseWriter, r *http.Request) err
 
 // handleAccessRevoke serves DELETE {base}/access/tokens/{id}?reason=.
 func (h *Handler) handleAccessRevoke(w http.ResponseWriter, r *http.Request) error {
-	id, err := h.authorizeAccess(r, varplane.KindMutate)
+	by, err := h.authorizeAccess(r)
 	if err != nil {
 		return err
 	}
 	name := r.PathValue("id")
-	res, err := h.access.Revoke(r.Context(), name, id.ID, r.URL.Query().Get("reason"))
+	res, err := h.access.Revoke(r.Context(), name, by, r.URL.Query().Get("reason"))
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,7 @@ func TestAccessRoutes(t *testing.T) {
 
 			// The file's admin creates an administrator in the store, which
 			// creates a reader; the reader may read, not administer.
-			st, body := accessCall(t, srv, "POST", "/vars/access/tokens", "file-admin", map[string]any{"id": "ops", "roles": []string{"admin"}, "prefixes": []string{"ops."}})
+			st, body := accessCall(t, srv, "POST", "/vars/access/tokens", "file-admin", map[string]any{"id": "ops", "roles": []string{"admin"}, "prefixes": []string{"ops.", "app."}})
 			if st != 201 {
 				t.Fatalf("create ops: %d %s", st, body)
 			}
@@ -133,7 +133,7 @@ func TestAccessRoutes(t *testing.T) {
 				{"POST", "/vars/access/tokens", reader.Token, map[string]any{"id": "x"}, 403},
 				{"DELETE", "/vars/access/tokens/ops", reader.Token, nil, 403},
 				{"POST", "/vars/access/tokens", ops.Token, map[string]any{"id": "x", "token": "chosen"}, 400},
-				{"POST", "/vars/access/tokens", ops.Token, map[string]any{"id": "reader"}, 400},
+				{"POST", "/vars/access/tokens", ops.Token, map[string]any{"id": "reader", "prefixes": []string{"app."}}, 400},
 				{"DELETE", "/vars/access/tokens/nobody", ops.Token, nil, 404},
 				{"GET", "/vars/access/other", ops.Token, nil, 404},
 				{"PUT", "/vars/access/tokens", ops.Token, nil, 405},

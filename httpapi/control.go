@@ -86,10 +86,16 @@ func allowed(_ varplane.Identity, err error) (bool, error) {
 // readBody checks the media type, reads a bounded body and strictly decodes
 // it into dst.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, dst any) error {
+	return h.readBodyMax(w, r, dst, h.limits.MaxBodyBytes)
+}
+
+// readBodyMax is readBody with a body of at most max bytes (and never more
+// than the handler's limit).
+func (h *Handler) readBodyMax(w http.ResponseWriter, r *http.Request, dst any, max int64) error {
 	if err := wire.CheckContentType(r, "application/json"); err != nil {
 		return err
 	}
-	b, err := wire.ReadBody(w, r, h.limits.MaxBodyBytes)
+	b, err := wire.ReadBody(w, r, min(h.limits.MaxBodyBytes, max))
 	if err != nil {
 		return err
 	}

@@ -17,25 +17,33 @@ import (
 //	GET /windows/{window}/candidate          varplane.CanaryCandidate
 //	PUT /windows/{window}/reports/{id}       varplane.CanaryReport → 204
 //
-// {id} is never taken on trust: it must be the caller's authenticated
-// identity, or that identity followed by ':' and a name of the process
-// (several processes sharing one token), so that no token files under
-// another identity's id.
+// Only an instance identity files (the two PUTs): one holding
+// varplane.InstanceRole by name, which an operator gives per instance; any
+// other token, read-only or administrator, is 403 forbidden. {id} is never
+// taken on trust: it must be the caller's authenticated identity, or that
+// identity followed by ':' and a name of the process (several processes
+// sharing one token, at most varplane.MaxInstanceNames at a time), so that
+// no token files under another identity's id. Bodies are bounded by
+// varplane.MaxStatusBytes and varplane.MaxReportBytes (413).
 
-// ownInstance authenticates the caller and checks that it may file under
-// id: its identity, or its identity followed by ':' and a name.
-func (h *Handler) ownInstance(r *http.Request, id string) error {
+// ownInstance authenticates the caller, checks that it is an instance
+// identity and that it may file under id (its identity, or its identity
+// followed by ':' and a name), and returns it.
+func (h *Handler) ownInstance(r *http.Request, id string) (varplane.Identity, error) {
 	who, err := h.identify(r)
 	if err != nil {
-		return err
+		return who, err
+	}
+	if !who.Holds(varplane.InstanceRole) {
+		return who, varplane.Errorf(varplane.CodeForbidden, "statuses and reports are filed by instance identities only: a token given the %s role", varplane.InstanceRole)
 	}
 	if len(id) > varplane.MaxInstanceID || strings.ContainsFunc(id, func(c rune) bool { return c <= ' ' || c == 0x7f || c == '{' || c == '}' }) {
-		return wire.BadRequest("an instance id is 1 to %d printable characters without braces or spaces", varplane.MaxInstanceID)
+		return who, wire.BadRequest("an instance id is 1 to %d printable characters without braces or spaces", varplane.MaxInstanceID)
 	}
 	if name, ok := strings.CutPrefix(id, who.ID); !ok || (name != "" && (len(name) < 2 || name[0] != ':')) {
-		return varplane.Errorf(varplane.CodeForbidden, "this identity files only under its own id: %q or %q", who.ID, who.ID+":<name>")
+		return who, varplane.Errorf(varplane.CodeForbidden, "this identity files only under its own id: %q or %q", who.ID, who.ID+":<name>")
 	}
-	return nil
+	return who, nil
 }
 
 // handleFileStatus serves PUT {base}/control/instances/{id}/status. Each
@@ -43,16 +51,21 @@ func (h *Handler) ownInstance(r *http.Request, id string) error {
 // a generation of a scope it cannot see (propagation counts these).
 func (h *Handler) handleFileStatus(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	if err := h.ownInstance(r, id); err != nil {
+	who, err := h.ownInstance(r, id)
+	if err != nil {
 		return err
 	}
 	if err := h.ctl.CheckHeartbeats(); err != nil {
 		return err
 	}
-	var st varplane.InstanceStatus
-	if err := h.readBody(w, r, &st); err != nil {
+	if err := h.ctl.CheckName(who.ID, id); err != nil {
 		return err
 	}
+	var st varplane.InstanceStatus
+	if err := h.readBodyMax(w, r, &st, varplane.MaxStatusBytes); err != nil {
+		return err
+	}
+	st.Identity = who.ID
 	// The count bounds the authorizer calls below.
 	if len(st.Documents) > varplane.MaxStatusDocuments {
 		return varplane.Errorf(varplane.CodeLimitExceeded, "a status lists at most %d documents", varplane.MaxStatusDocuments)
@@ -139,10 +152,14 @@ func (h *Handler) handleCandidate(w http.ResponseWriter, r *http.Request) error 
 // does not concern me".
 func (h *Handler) handleFileReport(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	if err := h.ownInstance(r, id); err != nil {
+	who, err := h.ownInstance(r, id)
+	if err != nil {
 		return err
 	}
 	if err := h.ctl.CheckHeartbeats(); err != nil {
+		return err
+	}
+	if err := h.ctl.CheckName(who.ID, id); err != nil {
 		return err
 	}
 	sw, err := h.stagedWindow(r)
@@ -150,14 +167,17 @@ func (h *Handler) handleFileReport(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	var rep varplane.CanaryReport
-	if err := h.readBody(w, r, &rep); err != nil {
+	if err := h.readBodyMax(w, r, &rep, varplane.MaxReportBytes); err != nil {
 		return err
 	}
-	if rep.Decoded != 0 || rep.Errors != 0 || rep.CandidateError != "" {
-		if _, err := h.authorize(r, varplane.KindRead, sw.Scope, false); err != nil {
-			return err
-		}
+	mayRead, err := allowed(h.authorize(r, varplane.KindRead, sw.Scope, false))
+	if err != nil {
+		return err
 	}
+	if !mayRead && (rep.Decoded != 0 || rep.Errors != 0 || rep.CandidateError != "") {
+		return varplane.Errorf(varplane.CodeForbidden, "a report that counts anything needs read on the window's scope")
+	}
+	rep.Identity, rep.MayRead = who.ID, mayRead
 	if err := h.ctl.FileReport(r.Context(), sw, id, rep); err != nil {
 		return err
 	}

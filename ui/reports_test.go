@@ -71,6 +71,7 @@ func TestChangeReportsTable(t *testing.T) {
 		varplane.CanaryReport{Window: c.Canary.ID, Instance: "i1", FiledAs: "i1", Decoded: 7, At: now},
 		varplane.CanaryReport{Window: c.Canary.ID, Instance: "i9", FiledAs: "i2", Decoded: 1, At: now},
 		varplane.CanaryReport{Window: c.Canary.ID, Instance: "i4", FiledAs: "i4", Errors: 1, CandidateError: "max out of range", At: now},
+		varplane.CanaryReport{Window: c.Canary.ID, Instance: "i5", FiledAs: "i5", At: now, Identity: "alice", MayRead: true},
 	)
 	_, page = b.do("GET", "/ui/change?id="+c.ID, nil)
 	for _, tc := range []struct {
@@ -81,6 +82,7 @@ func TestChangeReportsTable(t *testing.T) {
 		{"i1", []string{"<code>i1</code>", ">7<", "Counts"}, []string{"Doubtful"}},
 		{"i2", []string{"<code>i9</code>", `Doubtful:</strong> a report filed under instance "i2" names instance "i9"`}, nil},
 		{"i4", []string{"max out of range", "Blocks the window"}, []string{"Doubtful"}},
+		{"i5", []string{`Does not count: filed by "alice", the change's author`}, []string{"Doubtful", "Counts"}},
 	} {
 		row := rowOf(t, page, tc.instance)
 		for _, w := range tc.want {

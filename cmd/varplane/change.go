@@ -250,7 +250,8 @@ func (c *ChangeCommand) transition(ctx context.Context, sub string, args []strin
 }
 
 // showReports prints, under a change that opened a canary window, each
-// instance's report (the doubtful ones marked with why) and the fresh
+// instance's report (the doubtful ones and those that do not count toward
+// the window's minimum marked with why) and the fresh
 // instances that have not reported. The JSON output stays the change's
 // own answer; the reports route is GET {base}/control/changes/{id}/reports.
 func (c *ChangeCommand) showReports(ctx context.Context, a *client.Admin, body json.RawMessage) error {
@@ -283,8 +284,14 @@ func printReports(w io.Writer, rep *client.ChangeReports) error {
 		if r.CandidateError != "" {
 			fmt.Fprintf(&b, ", candidate error: %s", r.CandidateError)
 		}
+		if r.Identity != "" {
+			fmt.Fprintf(&b, ", filed by %s", r.Identity)
+		}
 		if r.Doubtful {
 			fmt.Fprintf(&b, " (doubtful: %s)", r.Doubt)
+		}
+		if r.Discount != "" {
+			fmt.Fprintf(&b, " (does not count: %s)", r.Discount)
 		}
 		b.WriteString("\n")
 	}

@@ -79,7 +79,8 @@ func TestChangeCLI(t *testing.T) {
 }
 
 // TestPrintReports: change show's canary lines name every report, mark a
-// doubtful one with why, and list the fresh instances that are silent.
+// doubtful one and one that does not count with why, and list the fresh
+// instances that are silent.
 func TestPrintReports(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	rep := client.ChangeReports{
@@ -87,6 +88,7 @@ func TestPrintReports(t *testing.T) {
 		Reports: []client.CanaryReport{
 			{Instance: "i1", FiledAs: "i1", Decoded: 4, At: at},
 			{Instance: "i9", FiledAs: "i2", Decoded: 1, Errors: 1, CandidateError: "boom", At: at, Doubtful: true, Doubt: "named another"},
+			{Instance: "alice:x", FiledAs: "alice:x", At: at, Identity: "alice", Discount: "filed by \"alice\", the change's author"},
 		},
 		Unreported: []string{"i3"},
 	}
@@ -99,6 +101,7 @@ func TestPrintReports(t *testing.T) {
 		"reason: a report filed under",
 		"report of i1: decoded 4, errors 0, at 2026-03-01T12:00:00Z\n",
 		"report of i2: decoded 1, errors 1, at 2026-03-01T12:00:00Z, naming instance i9, candidate error: boom (doubtful: named another)\n",
+		"report of alice:x: decoded 0, errors 0, at 2026-03-01T12:00:00Z, filed by alice (does not count: filed by \"alice\", the change's author)\n",
 		"no report from i3 (its status is fresh)\n",
 	} {
 		if !strings.Contains(b.String(), want) {

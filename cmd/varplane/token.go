@@ -64,8 +64,9 @@ Create a principal in the store and print its bearer token. The token is
 shown this once: the store keeps only its SHA-256 digest. Without --kinds
 the token allows every kind (read, audit, mutate), without --prefixes every
 scope; --roles are its roles on role-guarded routes (admin administers
-tokens). Needs a token that holds the admin role, or mutate on the
-varplane.access scope.`)
+tokens; varplane:instance files instance statuses and canary reports).
+Needs a token that holds the admin role, and gives only kinds, prefixes
+and roles that token holds itself.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
 	id := fs.String("id", "", "the principal's id, recorded as the actor of what it writes (letters, digits, . _ @ -)")
