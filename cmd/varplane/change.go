@@ -108,6 +108,20 @@ func (c *ChangeCommand) flags(sub, synopsis, what string, cf *clientFlags) *flag
 	return fs
 }
 
+// scoped parses a subcommand that names a scope first: the scope, and the
+// client of the flags.
+func (c *ChangeCommand) scoped(fs *flag.FlagSet, cf *clientFlags, args []string) (string, *client.Admin, error) {
+	scope, args := firstArg(args)
+	if err := parseFlags(fs, args); err != nil {
+		return "", nil, err
+	}
+	if err := requireFlag("scope (the first argument)", scope); err != nil {
+		return "", nil, err
+	}
+	a, err := cf.admin(c.m)
+	return scope, a, err
+}
+
 // firstArg takes a leading positional argument off args.
 func firstArg(args []string) (string, []string) {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -124,14 +138,7 @@ func (c *ChangeCommand) propose(ctx context.Context, args []string) error {
 	fs.Var(&base, "base-generation", "generation the change is proposed on (default: the scope's current one)")
 	note := fs.String("note", "", "why the change is made")
 	schemaID := fs.String("schema-id", "", "schemaId to validate the document against")
-	scope, args := firstArg(args)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := requireFlag("scope (the first argument)", scope); err != nil {
-		return err
-	}
-	a, err := cf.admin(c.m)
+	scope, a, err := c.scoped(fs, &cf, args)
 	if err != nil {
 		return err
 	}
@@ -168,14 +175,7 @@ func (c *ChangeCommand) rollback(ctx context.Context, args []string) error {
 	var to uintFlag
 	fs.Var(&to, "to-generation", "the generation whose document the change brings back (default: the one before the current)")
 	note := fs.String("note", "", "why the change is made")
-	scope, args := firstArg(args)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := requireFlag("scope (the first argument)", scope); err != nil {
-		return err
-	}
-	a, err := cf.admin(c.m)
+	scope, a, err := c.scoped(fs, &cf, args)
 	if err != nil {
 		return err
 	}
