@@ -95,7 +95,7 @@ func (svc *Service) Revisions(ctx context.Context, scope varplane.Scope, before 
 	case limit < 0:
 		return nil, varplane.Errorf(varplane.CodeBadRequest, "limit must be positive")
 	}
-	events, err := svc.engine.History(ctx, scope)
+	events, err := svc.events(ctx, scope)
 	if err != nil {
 		return nil, err
 	}
@@ -121,37 +121,56 @@ func entryOf(ev *varplane.Event) RevisionEntry {
 	}
 }
 
-// Revision returns generation n of scope with its document: not-found when
-// scope never reached n, revision-reclaimed (410) when n's document is no
-// longer kept.
-func (svc *Service) Revision(ctx context.Context, scope varplane.Scope, n varplane.Generation) (*RevisionEntry, error) {
-	events, err := svc.engine.History(ctx, scope)
+// events returns scope's events without their documents (the paged
+// history reads metadata only, whatever the scope's revisions weigh).
+func (svc *Service) events(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	if _, err := varplane.ParseScope(string(scope)); err != nil {
+		return nil, err
+	}
+	return svc.store.EventHistory(ctx, scope)
+}
+
+// generation returns the event that allocated generation n of scope (an
+// activation or a deactivation), read from the metadata alone; not-found
+// when scope never reached n.
+func (svc *Service) generation(ctx context.Context, scope varplane.Scope, n varplane.Generation) (*varplane.Event, error) {
+	events, err := svc.events(ctx, scope)
 	if err != nil {
 		return nil, err
 	}
-	for i := range events {
-		ev := &events[i]
-		if ev.Generation != n || n == 0 {
-			continue
+	for i := len(events) - 1; i >= 0 && n != 0; i-- {
+		if ev := &events[i]; ev.Generation == n && ev.Kind != varplane.EventRevisionCreated {
+			return ev, nil
 		}
-		e := entryOf(ev)
-		if ev.Kind != varplane.EventActivated {
-			return &e, nil
-		}
-		rec, err := svc.store.Revision(ctx, scope, ev.Revision)
-		switch {
-		case errors.Is(err, varplane.ErrReclaimed), errors.Is(err, varplane.ErrNotFound):
-			// The log names the revision, so it was stored: its body is
-			// what is gone.
-			return nil, &varplane.Error{Code: varplane.CodeRevisionReclaimed, Scope: scope,
-				Message: fmt.Sprintf("the document of generation %d of %q was reclaimed", n, scope)}
-		case err != nil:
-			return nil, err
-		}
-		e.Document, e.SchemaID = rec.Document, rec.SchemaID
-		return &e, nil
 	}
 	return nil, varplane.Errorf(varplane.CodeNotFound, "scope %q has no generation %d", scope, n)
+}
+
+// Revision returns generation n of scope with its document: not-found when
+// scope never reached n, revision-reclaimed (410) when n's document is no
+// longer kept. It reads the history's metadata and the one body it
+// returns.
+func (svc *Service) Revision(ctx context.Context, scope varplane.Scope, n varplane.Generation) (*RevisionEntry, error) {
+	ev, err := svc.generation(ctx, scope, n)
+	if err != nil {
+		return nil, err
+	}
+	e := entryOf(ev)
+	if ev.Kind != varplane.EventActivated {
+		return &e, nil
+	}
+	rec, err := svc.store.Revision(ctx, scope, ev.Revision)
+	switch {
+	case errors.Is(err, varplane.ErrReclaimed), errors.Is(err, varplane.ErrNotFound):
+		// The log names the revision, so it was stored: its body is
+		// what is gone.
+		return nil, &varplane.Error{Code: varplane.CodeRevisionReclaimed, Scope: scope,
+			Message: fmt.Sprintf("the document of generation %d of %q was reclaimed", n, scope)}
+	case err != nil:
+		return nil, err
+	}
+	e.Document, e.SchemaID = rec.Document, rec.SchemaID
+	return &e, nil
 }
 
 // documentAt returns scope's document at generation n: null for a
@@ -205,7 +224,7 @@ type Propagation struct {
 // on a store that keeps no heartbeats (ErrNoHeartbeats), both counts are 0
 // and Unknown says why.
 func (svc *Service) Propagation(ctx context.Context, scope varplane.Scope, n varplane.Generation) (*Propagation, error) {
-	if _, err := svc.Revision(ctx, scope, n); err != nil && varplane.ErrorCode(err) != varplane.CodeRevisionReclaimed {
+	if _, err := svc.generation(ctx, scope, n); err != nil {
 		return nil, err
 	}
 	p := &Propagation{Generation: n}

@@ -314,6 +314,37 @@ func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane
 // History returns every event of scope in log order, read from the events
 // table.
 func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	return s.history(ctx, scope, "SELECT body FROM events WHERE scope = $1 ORDER BY seq")
+}
+
+// EventHistory returns every event of scope in log order without their
+// documents: the server cuts a revision-created event's document out of
+// the row before sending it, so no body crosses the connection.
+func (s *Store) EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	return s.history(ctx, scope, eventHistoryQuery)
+}
+
+// eventHistoryQuery selects scope's event bodies in log order, each
+// revision-created body without its document. It works on the text, not
+// with PostgreSQL's JSON functions: they refuse a document holding \u0000
+// (json_each and -> convert it to text), and a cast to jsonb would rewrite
+// numbers. The body is the event as eventjson writes it:
+// {"kind":…,"scope":…,"revision":…,"document":D,…}. What precedes D ends at
+// the first ,"document": (the strings before it are escaped, so they hold
+// no such text); what follows D is the event's other members, strings,
+// numbers and booleans, matched at the end of the text after
+// "document": (12 bytes), which cannot reach into D: D ends with a
+// bracket or a scalar, and a string of D holds no unescaped quote.
+// A body of any other shape is sent whole (the contract lets the document
+// come along).
+const eventHistoryQuery = `SELECT CASE WHEN kind = 'revision-created' AND p > 0 THEN COALESCE(
+		substr(t, 1, p - 1) || substring(substr(t, p + 12) from '(?:,"[A-Za-z]+":(?:"(?:[^"\\]|\\.)*"|true|false|-?[0-9]+))*}$'),
+		t) ELSE t END
+	FROM events, LATERAL (SELECT body::text AS t) b, LATERAL (SELECT strpos(t, ',"document":') AS p) d
+	WHERE scope = $1 ORDER BY seq`
+
+// history runs query, which selects scope's event bodies in log order.
+func (s *Store) history(ctx context.Context, scope varplane.Scope, query string) ([]varplane.Event, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -322,7 +353,7 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 	}
 	cctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(cctx, "SELECT body FROM events WHERE scope = $1 ORDER BY seq", string(scope))
+	rows, err := s.pool.Query(cctx, query, string(scope))
 	if err != nil {
 		return nil, s.readFailure("history", scope, err)
 	}
