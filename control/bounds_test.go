@@ -2,8 +2,13 @@ package control_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/varplane/varplane"
@@ -149,4 +154,130 @@ func TestChangesListFiltersBeforeLoading(t *testing.T) {
 			t.Errorf("%s %s loaded %d candidate bodies, want %d", tc.token, tc.query, got, tc.bodies)
 		}
 	}
+}
+
+// allChanged returns two documents of n settings (in groups of 1,000, the
+// member limit being 10,000) whose every value differs.
+func allChanged(n int) (a, b string) {
+	var x, y strings.Builder
+	for i := 0; i < n; i++ {
+		sep := ","
+		switch {
+		case i == 0:
+			sep = `{"group_000":{`
+		case i%1000 == 0:
+			sep = fmt.Sprintf(`},"group_%03d":{`, i/1000)
+		}
+		x.WriteString(sep)
+		y.WriteString(sep)
+		fmt.Fprintf(&x, `"setting_%06d":{"value":%d,"label":"value number %d"}`, i, i, i)
+		fmt.Fprintf(&y, `"setting_%06d":{"value":%d,"label":"value number %d"}`, i, i+1, i)
+	}
+	x.WriteString("}}")
+	y.WriteString("}}")
+	return x.String(), y.String()
+}
+
+// mallocs returns how many heap allocations fn made (the process's, which
+// the test leaves otherwise idle): a measure of work that no machine's
+// speed changes.
+func mallocs(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.Mallocs - before.Mallocs
+}
+
+// TestDiffLinear: the diff of two documents whose every value changed
+// costs work in proportion to their size (counted as allocations), up to
+// a document of 1 MiB: it once decoded the old document again for every
+// changed value.
+func TestDiffLinear(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, n := range []int{3_000, 17_000} {
+		scope := varplane.Scope(fmt.Sprintf("app.all%d", n))
+		a, b := allChanged(n)
+		e.publish(scope, a)
+		e.publish(scope, b)
+		for _, old := range []bool{false, true} {
+			var ops []control.PatchOp
+			var err error
+			work := mallocs(func() { ops, err = e.svc.Diff(context.Background(), scope, 1, 2, old) })
+			if err != nil || len(ops) != n {
+				t.Fatalf("%d values (%d bytes): %d operations, %v; want %d", n, len(a), len(ops), err, n)
+			}
+			// About 24 allocations a member here: decoding its object
+			// in both documents, and one operation.
+			if limit := uint64(40 * n); work > limit {
+				t.Fatalf("%d values (%d bytes, old %v): %d allocations, want %d at most", n, len(a), old, work, limit)
+			}
+			t.Logf("%d values (%d bytes, old %v): %d allocations", n, len(a), old, work)
+		}
+	}
+}
+
+// TestDiffStopsWhenContextDone: the diff looks at its context while it
+// works, and stops once it is done.
+func TestDiffStopsWhenContextDone(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	a, b := allChanged(17_000)
+	e.publish("app.big", a)
+	e.publish("app.big", b)
+	ctx := &countdown{Context: context.Background(), left: 3}
+	ops, err := e.svc.Diff(ctx, "app.big", 1, 2, true)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("diff with a context done half-way: %d operations, %v; want context.Canceled", len(ops), err)
+	}
+	if n := ctx.asked.Load(); n < 3 {
+		t.Fatalf("the diff looked at its context %d times", n)
+	}
+}
+
+// countdown is a context that is done from its left-th look on.
+type countdown struct {
+	context.Context
+	left  int64
+	asked atomic.Int64
+}
+
+func (c *countdown) Err() error {
+	if c.asked.Add(1) >= c.left {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestDiffAnswerBounded: a document whose paths are long (deep members
+// with long names) makes a patch far larger than itself; past
+// MaxDiffBytes the route answers limit-exceeded, in both forms, and
+// changes nothing.
+func TestDiffAnswerBounded(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	deep := func(v int) string {
+		name := strings.Repeat("k", 14<<10)
+		var s strings.Builder
+		for i := 0; i < 60; i++ {
+			fmt.Fprintf(&s, `{"v":%d,"%s%02d":`, v, name, i)
+		}
+		s.WriteString("0" + strings.Repeat("}", 60))
+		return s.String()
+	}
+	e.publish("app.deep", deep(1))
+	e.publish("app.deep", deep(2))
+	before := headOf(t, e, "app.deep")
+	for _, format := range []string{"", "&format=text"} {
+		st, b := e.do("GET", "/v1/control/documents/app.deep/diff?from=1&to=2"+format, "dave", nil, nil)
+		want(t, "diff of long paths"+format, st, b[:min(len(b), 300)], http.StatusBadRequest, varplane.CodeLimitExceeded)
+		if !strings.Contains(string(b), `"limit":"diff-bytes"`) {
+			t.Errorf("the answer does not name the limit: %s", b)
+		}
+	}
+	if after := headOf(t, e, "app.deep"); after.Generation != before.Generation {
+		t.Fatalf("the diff moved the scope from %d to %d", before.Generation, after.Generation)
+	}
+	// A diff within the bound is answered.
+	e.publish("app.deep", strings.Replace(deep(2), `"v":2`, `"v":3`, 1))
+	st, b := e.do("GET", "/v1/control/documents/app.deep/diff?from=2&to=3", "dave", nil, nil)
+	want(t, "diff of one long path", st, b, http.StatusOK, "")
 }

@@ -128,6 +128,11 @@ type Options struct {
 	Instances Instances
 	// Logger receives failures of background work; slog.Default when nil.
 	Logger *slog.Logger
+	// MaxDiffBytes bounds the patch Diff answers (DefaultMaxDiffBytes
+	// when zero); MaxDiffs bounds the diffs computed at once
+	// (DefaultMaxDiffs when zero). Together they bound a diff's memory.
+	MaxDiffBytes int64
+	MaxDiffs     int
 }
 
 // DefaultExpireAfter is how long an open change lives by default.
@@ -144,6 +149,7 @@ type Service struct {
 	guard  *Guard
 	opts   Options
 	listed listedInstances // the instances FileStatus listed, and when
+	diffs  chan struct{}   // one token per diff being computed
 }
 
 // New returns a Service over engine and binds guard to the engine's store.
@@ -160,8 +166,14 @@ func New(engine *varplane.Engine, guard *Guard, opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.MaxDiffBytes <= 0 {
+		opts.MaxDiffBytes = DefaultMaxDiffBytes
+	}
+	if opts.MaxDiffs <= 0 {
+		opts.MaxDiffs = DefaultMaxDiffs
+	}
 	guard.Bind(engine.Store())
-	return &Service{engine: engine, store: engine.Store(), guard: guard, opts: opts}
+	return &Service{engine: engine, store: engine.Store(), guard: guard, opts: opts, diffs: make(chan struct{}, opts.MaxDiffs)}
 }
 
 func (svc *Service) now() time.Time { return svc.opts.Now().UTC() }

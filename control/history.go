@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/jsonpatch"
 )
 
 // DocumentHead is the head of a document as the control API answers it:
@@ -186,9 +187,30 @@ func (svc *Service) documentAt(ctx context.Context, scope varplane.Scope, n varp
 	return e.Document, nil
 }
 
+// DefaultMaxDiffBytes is Options.MaxDiffBytes when zero: the patch of two
+// wholly different documents of the default size limit (1 MiB) fits.
+const DefaultMaxDiffBytes = 16 << 20
+
+// DefaultMaxDiffs is Options.MaxDiffs when zero.
+const DefaultMaxDiffs = 2
+
 // Diff returns the RFC 6902 JSON Patch that turns scope's document at from
-// into the one at to (to 0: the current generation).
-func (svc *Service) Diff(ctx context.Context, scope varplane.Scope, from, to varplane.Generation) ([]PatchOp, error) {
+// into the one at to (to 0: the current generation), with each remove's
+// and replace's Old when old (the text form shows them). It loads the two
+// documents and nothing else of the history, takes time linear in their
+// size and the patch's, and stops with ctx's error once ctx is done. A
+// patch past Options.MaxDiffBytes (its operations' paths and values, see
+// jsonpatch.Bounds) is limit-exceeded, limit "diff-bytes". At most
+// Options.MaxDiffs diffs are computed at once; the others wait, as long as
+// their ctx lets them.
+func (svc *Service) Diff(ctx context.Context, scope varplane.Scope, from, to varplane.Generation, old bool) ([]PatchOp, error) {
+	// The wait comes first, so that a diff waiting holds no document.
+	select {
+	case svc.diffs <- struct{}{}:
+		defer func() { <-svc.diffs }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	if to == 0 {
 		st, err := svc.store.State(ctx, scope)
 		if err != nil {
@@ -204,7 +226,12 @@ func (svc *Service) Diff(ctx context.Context, scope varplane.Scope, from, to var
 	if err != nil {
 		return nil, err
 	}
-	return Diff(a, b)
+	ops, err := diff(ctx, a, b, jsonpatch.Bounds{MaxBytes: svc.opts.MaxDiffBytes, Old: old})
+	if errors.Is(err, jsonpatch.ErrTooLarge) {
+		return nil, &varplane.Error{Code: varplane.CodeLimitExceeded, Limit: "diff-bytes", Scope: scope,
+			Message: fmt.Sprintf("the diff of generations %d and %d of %q is larger than %d bytes: compare nearer generations, or read the two revisions", from, to, scope, svc.opts.MaxDiffBytes)}
+	}
+	return ops, err
 }
 
 // Propagation is how far a generation has reached: of the instances whose

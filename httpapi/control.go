@@ -231,7 +231,10 @@ func (h *Handler) handleControlDiff(w http.ResponseWriter, r *http.Request) erro
 	if format != "" && format != "json-patch" && format != "text" {
 		return wire.BadRequest("format must be json-patch or text")
 	}
-	ops, err := h.ctl.Diff(r.Context(), scope, from, to)
+	ops, err := h.ctl.Diff(r.Context(), scope, from, to, format == "text")
+	if err != nil && r.Context().Err() != nil {
+		return nil // the client left: nobody to answer
+	}
 	if err != nil {
 		return err
 	}
