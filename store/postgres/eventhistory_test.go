@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/varplane/varplane"
@@ -25,9 +26,17 @@ func TestEventHistoryCutsDocuments(t *testing.T) {
 		`{"nul":"x\u0000y","q":"\\"}`,
 		`true`,
 	}
+	reasons := []string{
+		`why: "quoted", back\slash\`,
+		`a reason past the window: ` + strings.Repeat(`\"x`, tailWindow), // read whole
+		`},"document":"`,
+		`ends with a backslash \`,
+		`\\\"`,
+		"",
+	}
 	for i, d := range docs {
 		ev := storetest.CreatedEvent(scope, json.RawMessage(d))
-		ev.Reason = `why: "quoted", back\slash` + string(rune('a'+i))
+		ev.Reason = reasons[i]
 		ev.OnBehalfOf = "someone"
 		if err := s.Append(ctx, ev, 0); err != nil {
 			t.Fatalf("create %s: %v", d, err)
@@ -60,6 +69,37 @@ func TestEventHistoryCutsDocuments(t *testing.T) {
 		}
 		if g.Kind != varplane.EventRevisionCreated {
 			t.Errorf("event %d is %s", i, g.Kind)
+		}
+	}
+}
+
+// TestTailAfterDocument: where the members after the document begin, read
+// backwards from the end of an event's text, or false when the text does
+// not say.
+func TestTailAfterDocument(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want string // the tail; "" for false
+	}{
+		{`{"kind":"k","document":{"a":1},"actor":"x","timestamp":"t"}`, `,"actor":"x","timestamp":"t"}`},
+		{`{"kind":"k","document":[1,"b"],"seq":12,"unauthenticated":true}`, `,"seq":12,"unauthenticated":true}`},
+		{`{"kind":"k","document":"s,\"actor\":\"x\"","reason":"r"}`, `,"reason":"r"}`},
+		{`{"kind":"k","document":12,"reason":"a\\"}`, `,"reason":"a\\"}`},
+		{`{"kind":"k","document":true,"reason":"\""}`, `,"reason":"\""}`},
+		{`{"kind":"k","document":null,"reason":"x"}`, `,"reason":"x"}`},
+		{`{"kind":"k","document":{"reason":"x"},"reason":"},\"document\":1"}`, `,"reason":"},\"document\":1"}`},
+		{`"reason":"cut by the window"}`, ""},
+		{`\"x","reason":"y"}`, ""},
+		{`{"kind":"k","document":{},"n":1.5}`, ""},
+		{``, ""},
+	} {
+		at, ok := tailAfterDocument([]byte(tc.text))
+		got := ""
+		if ok {
+			got = tc.text[at:]
+		}
+		if got != tc.want {
+			t.Errorf("tailAfterDocument(%s) = %q, %v; want %q", tc.text, got, ok, tc.want)
 		}
 	}
 }

@@ -318,30 +318,156 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 }
 
 // EventHistory returns every event of scope in log order without their
-// documents: the server cuts a revision-created event's document out of
-// the row before sending it, so no body crosses the connection.
+// documents. A revision-created body is sent in two pieces, never whole:
+// the text before its document (up to the first ,"document":, which the
+// escaped strings before it cannot hold) and the last tailWindow
+// characters, where the event's members after the document are found
+// (tailAfterDocument). PostgreSQL's JSON functions cannot do this cut:
+// they refuse a document holding \u0000, and its regular expressions
+// convert the whole text first (hundreds of milliseconds a MiB). A body
+// whose members after the document do not fit the window is read whole
+// (one more query) and its document dropped here.
 func (s *Store) EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
-	return s.history(ctx, scope, eventHistoryQuery)
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := checkScope(scope); err != nil {
+		return nil, err
+	}
+	cctx, cancel := s.cmdCtx(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(cctx, eventHistoryQuery, string(scope), tailWindow)
+	if err != nil {
+		return nil, s.readFailure("history", scope, err)
+	}
+	defer rows.Close()
+	var out []varplane.Event
+	var whole []int // indexes of out to read whole, by seq
+	var seqs []int64
+	for rows.Next() {
+		var (
+			seq        int64
+			head, tail []byte
+		)
+		if err := rows.Scan(&seq, &head, &tail); err != nil {
+			return nil, s.readFailure("history", scope, err)
+		}
+		b := head
+		if tail != nil {
+			at, ok := tailAfterDocument(tail)
+			if !ok {
+				whole, seqs = append(whole, len(out)), append(seqs, seq)
+				out = append(out, varplane.Event{})
+				continue
+			}
+			b = append(head, tail[at:]...)
+		}
+		var ev varplane.Event
+		if err := eventjson.DecodeEvent(b, &ev); err != nil {
+			return nil, s.decodeFailure(fmt.Sprintf("history entry %d", len(out)), scope, err)
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readFailure("history", scope, err)
+	}
+	rows.Close()
+	for k, i := range whole {
+		var b []byte
+		if err := s.pool.QueryRow(cctx, "SELECT body FROM events WHERE seq = $1", seqs[k]).Scan(&b); err != nil {
+			return nil, s.readFailure("history", scope, err)
+		}
+		if err := eventjson.DecodeEvent(b, &out[i]); err != nil {
+			return nil, s.decodeFailure(fmt.Sprintf("history entry %d", i), scope, err)
+		}
+		out[i].Document = nil
+	}
+	return out, nil
 }
 
-// eventHistoryQuery selects scope's event bodies in log order, each
-// revision-created body without its document. It works on the text, not
-// with PostgreSQL's JSON functions: they refuse a document holding \u0000
-// (json_each and -> convert it to text), and a cast to jsonb would rewrite
-// numbers. The body is the event as eventjson writes it:
-// {"kind":…,"scope":…,"revision":…,"document":D,…}. What precedes D ends at
-// the first ,"document": (the strings before it are escaped, so they hold
-// no such text); what follows D is the event's other members, strings,
-// numbers and booleans, matched at the end of the text after
-// "document": (12 bytes), which cannot reach into D: D ends with a
-// bracket or a scalar, and a string of D holds no unescaped quote.
-// A body of any other shape is sent whole (the contract lets the document
-// come along).
-const eventHistoryQuery = `SELECT CASE WHEN kind = 'revision-created' AND p > 0 THEN COALESCE(
-		substr(t, 1, p - 1) || substring(substr(t, p + 12) from '(?:,"[A-Za-z]+":(?:"(?:[^"\\]|\\.)*"|true|false|-?[0-9]+))*}$'),
-		t) ELSE t END
-	FROM events, LATERAL (SELECT body::text AS t) b, LATERAL (SELECT strpos(t, ',"document":') AS p) d
+// tailWindow is how many characters of a revision-created body's end
+// EventHistory reads to find the members after its document.
+const tailWindow = 4096
+
+// eventHistoryQuery selects scope's events in log order: seq, then the
+// body whole (and no tail), or for a revision-created body the text before
+// its document and its last $2 characters.
+const eventHistoryQuery = `SELECT seq, CASE WHEN cut THEN left(t, p - 1) ELSE t END, CASE WHEN cut THEN right(t, $2) END
+	FROM events, LATERAL (SELECT body::text AS t) b, LATERAL (SELECT strpos(t, ',"document":') AS p) d,
+		LATERAL (SELECT kind = 'revision-created' AND p > 0 AS cut) c
 	WHERE scope = $1 ORDER BY seq`
+
+// tailAfterDocument finds, in w, the end of an event's JSON text as
+// eventjson writes it ({…,"document":D,…}), where the members after the
+// document D begin: it reads the members backwards from the closing brace
+// (their values are strings, integers and booleans; a name is letters),
+// and stops at the end of D (a bracket, or null) or at a member named
+// document (D a scalar, which is then read as a value). It returns false
+// when w ends before that, or holds anything else: the caller then reads
+// the body whole.
+func tailAfterDocument(w []byte) (int, bool) {
+	i := len(w) - 1
+	if i < 0 || w[i] != '}' {
+		return 0, false
+	}
+	i--
+	for {
+		if i < 0 {
+			return 0, false
+		}
+		end := i // the last byte of the value
+		switch c := w[i]; {
+		case c == '"':
+			k := i - 1
+			for ; ; k-- {
+				if k < 0 {
+					return 0, false
+				}
+				if w[k] != '"' {
+					continue
+				}
+				m := k - 1
+				for m >= 0 && w[m] == '\\' {
+					m--
+				}
+				if m < 0 {
+					return 0, false // the backslashes may go on before w
+				}
+				if (k-1-m)%2 == 0 {
+					break
+				}
+			}
+			i = k - 1
+		case c >= '0' && c <= '9':
+			for i >= 0 && (w[i] >= '0' && w[i] <= '9' || w[i] == '-') {
+				i--
+			}
+		case c == 'e' && i >= 3 && string(w[i-3:i+1]) == "true":
+			i -= 4
+		case c == 'e' && i >= 4 && string(w[i-4:i+1]) == "false":
+			i -= 5
+		case c == '}' || c == ']' || c == 'l':
+			return end + 1, true // the end of D
+		default:
+			return 0, false
+		}
+		// i is at the colon before the value; the name is before it.
+		if i < 2 || w[i] != ':' || w[i-1] != '"' {
+			return 0, false
+		}
+		n := i - 2
+		for n >= 0 && (w[n] >= 'a' && w[n] <= 'z' || w[n] >= 'A' && w[n] <= 'Z') {
+			n--
+		}
+		if n < 1 || w[n] != '"' || w[n-1] != ',' {
+			return 0, false
+		}
+		if string(w[n+1:i-1]) == "document" {
+			return end + 1, true
+		}
+		i = n - 2 // the end of the value before the comma
+	}
+}
 
 // history runs query, which selects scope's event bodies in log order.
 func (s *Store) history(ctx context.Context, scope varplane.Scope, query string) ([]varplane.Event, error) {
