@@ -314,7 +314,7 @@ func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane
 // History returns every event of scope in log order, read from the events
 // table.
 func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
-	return s.history(ctx, scope, "SELECT body FROM events WHERE scope = $1 ORDER BY seq")
+	return s.history(ctx, scope, false)
 }
 
 // EventHistory returns every event of scope in log order without their
@@ -328,6 +328,12 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 // whose members after the document do not fit the window is read whole
 // (one more query) and its document dropped here.
 func (s *Store) EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	return s.history(ctx, scope, true)
+}
+
+// history reads scope's events in log order, their documents cut out
+// when cut (EventHistory).
+func (s *Store) history(ctx context.Context, scope varplane.Scope, cut bool) ([]varplane.Event, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -336,7 +342,11 @@ func (s *Store) EventHistory(ctx context.Context, scope varplane.Scope) ([]varpl
 	}
 	cctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(cctx, eventHistoryQuery, string(scope), tailWindow)
+	query, args := historyQuery, []any{string(scope)}
+	if cut {
+		query, args = eventHistoryQuery, append(args, tailWindow)
+	}
+	rows, err := s.pool.Query(cctx, query, args...)
 	if err != nil {
 		return nil, s.readFailure("history", scope, err)
 	}
@@ -388,6 +398,10 @@ func (s *Store) EventHistory(ctx context.Context, scope varplane.Scope) ([]varpl
 // tailWindow is how many characters of a revision-created body's end
 // EventHistory reads to find the members after its document.
 const tailWindow = 4096
+
+// historyQuery selects scope's events in log order: seq, the body, no
+// tail (as eventHistoryQuery does for a body it does not cut).
+const historyQuery = `SELECT seq, body, NULL::text FROM events WHERE scope = $1 ORDER BY seq`
 
 // eventHistoryQuery selects scope's events in log order: seq, then the
 // body whole (and no tail), or for a revision-created body the text before
@@ -467,39 +481,6 @@ func tailAfterDocument(w []byte) (int, bool) {
 		}
 		i = n - 2 // the end of the value before the comma
 	}
-}
-
-// history runs query, which selects scope's event bodies in log order.
-func (s *Store) history(ctx context.Context, scope varplane.Scope, query string) ([]varplane.Event, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
-	if err := checkScope(scope); err != nil {
-		return nil, err
-	}
-	cctx, cancel := s.cmdCtx(ctx)
-	defer cancel()
-	rows, err := s.pool.Query(cctx, query, string(scope))
-	if err != nil {
-		return nil, s.readFailure("history", scope, err)
-	}
-	defer rows.Close()
-	var out []varplane.Event
-	for rows.Next() {
-		var b []byte
-		if err := rows.Scan(&b); err != nil {
-			return nil, s.readFailure("history", scope, err)
-		}
-		var ev varplane.Event
-		if err := eventjson.DecodeEvent(b, &ev); err != nil {
-			return nil, s.decodeFailure(fmt.Sprintf("history entry %d", len(out)), scope, err)
-		}
-		out = append(out, ev)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.readFailure("history", scope, err)
-	}
-	return out, nil
 }
 
 // Idempotency returns what was recorded for key, or an error matching
