@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
@@ -280,4 +281,65 @@ func TestDiffAnswerBounded(t *testing.T) {
 	e.publish("app.deep", strings.Replace(deep(2), `"v":2`, `"v":3`, 1))
 	st, b := e.do("GET", "/v1/control/documents/app.deep/diff?from=2&to=3", "dave", nil, nil)
 	want(t, "diff of one long path", st, b, http.StatusOK, "")
+}
+
+// blockingStore is a store whose Revision of scope "app.slow" waits until
+// release is closed, having said so on entered.
+type blockingStore struct {
+	varplane.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingStore) Revision(ctx context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {
+	if scope == "app.slow" {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.Store.Revision(ctx, scope, rev)
+}
+
+// TestDiffsAtOnceBounded: past Options.MaxDiffs, a diff waits for a turn
+// holding nothing, and stops waiting when its context is done.
+func TestDiffsAtOnceBounded(t *testing.T) {
+	st := &blockingStore{Store: memory.New(), entered: make(chan struct{}, 4), release: make(chan struct{})}
+	eng := varplane.NewEngine(st, varplane.Options{})
+	t.Cleanup(eng.Close)
+	svc := control.New(eng, control.NewGuard(), control.Options{MaxDiffs: 1})
+	ctx := context.Background()
+	for _, sc := range []varplane.Scope{"app.slow", "app.fast"} {
+		for i := 0; i < 2; i++ {
+			if _, err := eng.Publish(ctx, varplane.PublishRequest{Scope: sc, Document: []byte(fmt.Sprintf(`{"i":%d}`, i)), ExpectedGeneration: varplane.Generation(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := svc.Diff(ctx, "app.slow", 1, 2, false)
+		first <- err
+	}()
+	<-st.entered // the first diff holds the only turn
+	waiting, cancel := context.WithCancel(ctx)
+	second := make(chan error, 1)
+	go func() {
+		_, err := svc.Diff(waiting, "app.fast", 1, 2, false)
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		t.Fatalf("a second diff ran beside the first: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	cancel()
+	if err := <-second; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiting diff whose context is done: %v, want context.Canceled", err)
+	}
+	close(st.release)
+	if err := <-first; err != nil {
+		t.Fatalf("the first diff: %v", err)
+	}
+	if ops, err := svc.Diff(ctx, "app.fast", 1, 2, false); err != nil || len(ops) != 1 {
+		t.Fatalf("a diff once the turn is free: %v, %v", ops, err)
+	}
 }
