@@ -120,13 +120,6 @@ func WriteReady(ctx context.Context, s Store) error {
 	return nil
 }
 
-// EventHistorian is a store that can list a scope's events without reading
-// their documents (the file store keeps old bodies on disk): History
-// without Document, for callers that need kinds, revisions and times only.
-type EventHistorian interface {
-	EventHistory(ctx context.Context, scope Scope) ([]Event, error)
-}
-
 // ReadOnlyStore is a store that may be opened as a data-plane replica which
 // refuses every mutation; ReadOnly reports whether this one was.
 type ReadOnlyStore interface {

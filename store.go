@@ -33,6 +33,15 @@ type Store interface {
 	// for it (reason CascadeReason(parent)).
 	History(ctx context.Context, scope Scope) ([]Event, error)
 
+	// EventHistory returns History's events, in the same order, without
+	// reading a revision body: a revision-created event carries its
+	// Document only when the store holds it in memory anyway, and callers
+	// must not count on it (Revision reads one body). Callers that need
+	// kinds, generations, revisions and times (paged history, retention)
+	// use it, so that a scope of many large revisions costs them its
+	// events' metadata, not its bodies.
+	EventHistory(ctx context.Context, scope Scope) ([]Event, error)
+
 	// Idempotency returns what the store recorded for key, or ErrNotFound.
 	Idempotency(ctx context.Context, key string) (*IdempotencyRecord, error)
 

@@ -191,6 +191,11 @@ type Options struct {
 	Instances Instances
 	// Logger receives failures of background work; slog.Default when nil.
 	Logger *slog.Logger
+	// MaxDiffBytes bounds the patch Diff answers (DefaultMaxDiffBytes
+	// when zero); MaxDiffs bounds the diffs computed at once
+	// (DefaultMaxDiffs when zero). Together they bound a diff's memory.
+	MaxDiffBytes int64
+	MaxDiffs     int
 }
 
 // DefaultDetectTimeout bounds the comparison after a publish by default.
@@ -210,6 +215,7 @@ type Service struct {
 	guard  *Guard
 	opts   Options
 	listed listedInstances // the instances FileStatus listed, and when
+	diffs  chan struct{}   // one token per diff being computed
 }
 
 // New returns a Service over engine and binds guard to the engine: its
@@ -227,8 +233,14 @@ func New(engine *varplane.Engine, guard *Guard, opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.MaxDiffBytes <= 0 {
+		opts.MaxDiffBytes = DefaultMaxDiffBytes
+	}
+	if opts.MaxDiffs <= 0 {
+		opts.MaxDiffs = DefaultMaxDiffs
+	}
 	guard.bindEngine(engine)
-	return &Service{engine: engine, store: engine.Store(), guard: guard, opts: opts}
+	return &Service{engine: engine, store: engine.Store(), guard: guard, opts: opts, diffs: make(chan struct{}, opts.MaxDiffs)}
 }
 
 func (svc *Service) now() time.Time { return svc.opts.Now().UTC() }
@@ -300,10 +312,15 @@ func (svc *Service) Get(ctx context.Context, id string) (*Change, error) {
 type ListRequest struct {
 	Scope varplane.Scope
 	State string
+	// Visible, when set, is asked of each change's scope that passes the
+	// other filters (the caller's authorization): false leaves the change
+	// out, an error ends the list with it.
+	Visible func(varplane.Scope) (bool, error)
 }
 
 // List returns the changes that match, newest first. Changes whose time is
-// up are expired first (an open list never shows them).
+// up are expired first (an open list never shows them). A change's
+// candidate document is read only once the change passed every filter.
 func (svc *Service) List(ctx context.Context, req ListRequest) ([]*Change, error) {
 	if req.State != "" && req.State != "open" && !validState(State(req.State)) {
 		return nil, varplane.Errorf(varplane.CodeBadRequest, "state %q is not a change state (nor open)", req.State)
@@ -318,6 +335,14 @@ func (svc *Service) List(ctx context.Context, req ListRequest) ([]*Change, error
 		case req.State == "open" && !c.State.Open():
 		case req.State != "" && req.State != "open" && string(c.State) != req.State:
 		default:
+			if req.Visible != nil {
+				if ok, err := req.Visible(c.Scope); !ok || err != nil {
+					return err
+				}
+			}
+			if err := svc.readCandidate(ctx, c); err != nil {
+				return err
+			}
 			out = append(out, c)
 		}
 		return nil
@@ -583,8 +608,8 @@ func (c *Change) move(to State, by string, at time.Time, note string) {
 	c.State = to
 }
 
-// each calls fn with every stored change, in the order of their record
-// scopes. The changes are found from the store's scope list: a store of
+// each calls fn with every stored change, without its candidate document
+// (readCandidate reads it), in the order of their record scopes. The changes are found from the store's scope list: a store of
 // many changes makes this a scan, which the list of open changes of a
 // later contract addition can replace.
 func (svc *Service) each(ctx context.Context, fn func(*Change) error) error {
@@ -597,7 +622,7 @@ func (svc *Service) each(ctx context.Context, fn func(*Change) error) error {
 		if !ok || !validID(id) {
 			continue
 		}
-		c, err := svc.load(ctx, id)
+		c, err := svc.loadRecord(ctx, id)
 		if errors.Is(err, errNoRecord) {
 			continue
 		}
@@ -641,7 +666,18 @@ func (svc *Service) expire(ctx context.Context, c *Change) (bool, error) {
 	return err == nil, err
 }
 
+// load returns change id with its candidate document.
 func (svc *Service) load(ctx context.Context, id string) (*Change, error) {
+	c, err := svc.loadRecord(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c, svc.readCandidate(ctx, c)
+}
+
+// loadRecord returns change id as its record holds it: without the
+// candidate document.
+func (svc *Service) loadRecord(ctx context.Context, id string) (*Change, error) {
 	if !validID(id) {
 		return nil, varplane.Errorf(varplane.CodeNotFound, "no change %q", id)
 	}
@@ -654,16 +690,22 @@ func (svc *Service) load(ctx context.Context, id string) (*Change, error) {
 		return nil, &varplane.Error{Code: varplane.CodeNotFound, Message: fmt.Sprintf("no change %q", id), Err: errNoRecord}
 	}
 	c.Version = version
-	if c.Revision != "" {
-		rec, err := svc.store.Revision(ctx, c.Scope, c.Revision)
-		switch {
-		case err == nil:
-			c.Document = rec.Document
-		case !errors.Is(err, varplane.ErrNotFound) && !errors.Is(err, varplane.ErrReclaimed):
-			return nil, err
-		}
-	}
 	return &c, nil
+}
+
+// readCandidate sets c.Document from its revision, when stored.
+func (svc *Service) readCandidate(ctx context.Context, c *Change) error {
+	if c.Revision == "" {
+		return nil
+	}
+	rec, err := svc.store.Revision(ctx, c.Scope, c.Revision)
+	switch {
+	case err == nil:
+		c.Document = rec.Document
+	case !errors.Is(err, varplane.ErrNotFound) && !errors.Is(err, varplane.ErrReclaimed):
+		return err
+	}
+	return nil
 }
 
 // save writes c guarded by version and sets its new version.

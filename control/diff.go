@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -21,20 +22,21 @@ type PatchOp struct {
 // Diff returns the JSON Patch that turns document a into b, computed by
 // internal/jsonpatch (the one diff of the project, which `varplane diff`
 // uses too), with the old value of every remove and replace for the text
-// form. Applying the patch to a gives b.
+// form. Applying the patch to a gives b. It takes time linear in the two
+// documents and the patch, and has no bound on the patch (Service.Diff
+// has).
 func Diff(a, b json.RawMessage) ([]PatchOp, error) {
-	p, err := jsonpatch.Diff(a, b)
+	return diff(context.Background(), a, b, jsonpatch.Bounds{Old: true})
+}
+
+func diff(ctx context.Context, a, b json.RawMessage, bounds jsonpatch.Bounds) ([]PatchOp, error) {
+	p, err := jsonpatch.DiffBounded(ctx, a, b, bounds)
 	if err != nil {
 		return nil, fmt.Errorf("control: diff: %w", err)
 	}
 	ops := make([]PatchOp, len(p))
 	for i, o := range p {
-		ops[i] = PatchOp{Op: o.Op, Path: o.Path, Value: o.Value}
-		if o.Op == jsonpatch.OpRemove || o.Op == jsonpatch.OpReplace {
-			// The diff removes array elements from the end, so a path
-			// still names the element it had in a.
-			ops[i].Old, _ = jsonpatch.Get(a, o.Path)
-		}
+		ops[i] = PatchOp{Op: o.Op, Path: o.Path, Value: o.Value, Old: o.Old}
 	}
 	return ops, nil
 }

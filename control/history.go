@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/internal/jsonpatch"
 )
 
 // DocumentHead is the head of a document as the control API answers it:
@@ -107,7 +108,7 @@ func (svc *Service) Revisions(ctx context.Context, scope varplane.Scope, before 
 	case limit < 0:
 		return nil, varplane.Errorf(varplane.CodeBadRequest, "limit must be positive")
 	}
-	events, err := svc.engine.History(ctx, scope)
+	events, err := svc.events(ctx, scope)
 	if err != nil {
 		return nil, err
 	}
@@ -133,37 +134,56 @@ func entryOf(ev *varplane.Event) RevisionEntry {
 	}
 }
 
-// Revision returns generation n of scope with its document: not-found when
-// scope never reached n, revision-reclaimed (410) when n's document is no
-// longer kept.
-func (svc *Service) Revision(ctx context.Context, scope varplane.Scope, n varplane.Generation) (*RevisionEntry, error) {
-	events, err := svc.engine.History(ctx, scope)
+// events returns scope's events without their documents (the paged
+// history reads metadata only, whatever the scope's revisions weigh).
+func (svc *Service) events(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	if _, err := varplane.ParseScope(string(scope)); err != nil {
+		return nil, err
+	}
+	return svc.store.EventHistory(ctx, scope)
+}
+
+// generation returns the event that allocated generation n of scope (an
+// activation or a deactivation), read from the metadata alone; not-found
+// when scope never reached n.
+func (svc *Service) generation(ctx context.Context, scope varplane.Scope, n varplane.Generation) (*varplane.Event, error) {
+	events, err := svc.events(ctx, scope)
 	if err != nil {
 		return nil, err
 	}
-	for i := range events {
-		ev := &events[i]
-		if ev.Generation != n || n == 0 {
-			continue
+	for i := len(events) - 1; i >= 0 && n != 0; i-- {
+		if ev := &events[i]; ev.Generation == n && ev.Kind != varplane.EventRevisionCreated {
+			return ev, nil
 		}
-		e := entryOf(ev)
-		if ev.Kind != varplane.EventActivated {
-			return &e, nil
-		}
-		rec, err := svc.store.Revision(ctx, scope, ev.Revision)
-		switch {
-		case errors.Is(err, varplane.ErrReclaimed), errors.Is(err, varplane.ErrNotFound):
-			// The log names the revision, so it was stored: its body is
-			// what is gone.
-			return nil, &varplane.Error{Code: varplane.CodeRevisionReclaimed, Scope: scope,
-				Message: fmt.Sprintf("the document of generation %d of %q was reclaimed", n, scope)}
-		case err != nil:
-			return nil, err
-		}
-		e.Document, e.SchemaID = rec.Document, rec.SchemaID
-		return &e, nil
 	}
 	return nil, varplane.Errorf(varplane.CodeNotFound, "scope %q has no generation %d", scope, n)
+}
+
+// Revision returns generation n of scope with its document: not-found when
+// scope never reached n, revision-reclaimed (410) when n's document is no
+// longer kept. It reads the history's metadata and the one body it
+// returns.
+func (svc *Service) Revision(ctx context.Context, scope varplane.Scope, n varplane.Generation) (*RevisionEntry, error) {
+	ev, err := svc.generation(ctx, scope, n)
+	if err != nil {
+		return nil, err
+	}
+	e := entryOf(ev)
+	if ev.Kind != varplane.EventActivated {
+		return &e, nil
+	}
+	rec, err := svc.store.Revision(ctx, scope, ev.Revision)
+	switch {
+	case errors.Is(err, varplane.ErrReclaimed), errors.Is(err, varplane.ErrNotFound):
+		// The log names the revision, so it was stored: its body is
+		// what is gone.
+		return nil, &varplane.Error{Code: varplane.CodeRevisionReclaimed, Scope: scope,
+			Message: fmt.Sprintf("the document of generation %d of %q was reclaimed", n, scope)}
+	case err != nil:
+		return nil, err
+	}
+	e.Document, e.SchemaID = rec.Document, rec.SchemaID
+	return &e, nil
 }
 
 // documentAt returns scope's document at generation n: null for a
@@ -179,9 +199,30 @@ func (svc *Service) documentAt(ctx context.Context, scope varplane.Scope, n varp
 	return e.Document, nil
 }
 
+// DefaultMaxDiffBytes is Options.MaxDiffBytes when zero: the patch of two
+// wholly different documents of the default size limit (1 MiB) fits.
+const DefaultMaxDiffBytes = 16 << 20
+
+// DefaultMaxDiffs is Options.MaxDiffs when zero.
+const DefaultMaxDiffs = 2
+
 // Diff returns the RFC 6902 JSON Patch that turns scope's document at from
-// into the one at to (to 0: the current generation).
-func (svc *Service) Diff(ctx context.Context, scope varplane.Scope, from, to varplane.Generation) ([]PatchOp, error) {
+// into the one at to (to 0: the current generation), with each remove's
+// and replace's Old when old (the text form shows them). It loads the two
+// documents and nothing else of the history, takes time linear in their
+// size and the patch's, and stops with ctx's error once ctx is done. A
+// patch past Options.MaxDiffBytes (its operations' paths and values, see
+// jsonpatch.Bounds) is limit-exceeded, limit "diff-bytes". At most
+// Options.MaxDiffs diffs are computed at once; the others wait, as long as
+// their ctx lets them.
+func (svc *Service) Diff(ctx context.Context, scope varplane.Scope, from, to varplane.Generation, old bool) ([]PatchOp, error) {
+	// The wait comes first, so that a diff waiting holds no document.
+	select {
+	case svc.diffs <- struct{}{}:
+		defer func() { <-svc.diffs }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	if to == 0 {
 		st, err := svc.store.State(ctx, scope)
 		if err != nil {
@@ -197,7 +238,12 @@ func (svc *Service) Diff(ctx context.Context, scope varplane.Scope, from, to var
 	if err != nil {
 		return nil, err
 	}
-	return Diff(a, b)
+	ops, err := diff(ctx, a, b, jsonpatch.Bounds{MaxBytes: svc.opts.MaxDiffBytes, Old: old})
+	if errors.Is(err, jsonpatch.ErrTooLarge) {
+		return nil, &varplane.Error{Code: varplane.CodeLimitExceeded, Limit: "diff-bytes", Scope: scope,
+			Message: fmt.Sprintf("the diff of generations %d and %d of %q is larger than %d bytes: compare nearer generations, or read the two revisions", from, to, scope, svc.opts.MaxDiffBytes)}
+	}
+	return ops, err
 }
 
 // Propagation is how far a generation has reached: of the instances whose
@@ -217,7 +263,7 @@ type Propagation struct {
 // on a store that keeps no heartbeats (ErrNoHeartbeats), both counts are 0
 // and Unknown says why.
 func (svc *Service) Propagation(ctx context.Context, scope varplane.Scope, n varplane.Generation) (*Propagation, error) {
-	if _, err := svc.Revision(ctx, scope, n); err != nil && varplane.ErrorCode(err) != varplane.CodeRevisionReclaimed {
+	if _, err := svc.generation(ctx, scope, n); err != nil {
 		return nil, err
 	}
 	p := &Propagation{Generation: n}

@@ -27,7 +27,7 @@ func (svc *Service) RevisionsInUse(ctx context.Context) (map[varplane.Scope][]va
 		h, ok := histories[c.Scope]
 		if !ok {
 			var err error
-			if h, err = svc.store.History(ctx, c.Scope); err != nil {
+			if h, err = svc.store.EventHistory(ctx, c.Scope); err != nil {
 				return err
 			}
 			histories[c.Scope] = h

@@ -237,7 +237,10 @@ func (h *Handler) handleControlDiff(w http.ResponseWriter, r *http.Request) erro
 	if format != "" && format != "json-patch" && format != "text" {
 		return wire.BadRequest("format must be json-patch or text")
 	}
-	ops, err := h.ctl.Diff(r.Context(), scope, from, to)
+	ops, err := h.ctl.Diff(r.Context(), scope, from, to, format == "text")
+	if err != nil && r.Context().Err() != nil {
+		return nil // the client left: nobody to answer
+	}
 	if err != nil {
 		return err
 	}
@@ -353,24 +356,16 @@ func (h *Handler) handleControlChanges(w http.ResponseWriter, r *http.Request) e
 		}
 	}
 	req.State = q["state"]
+	if req.Scope == "" {
+		// Asked before the service reads a change's candidate: a change
+		// the caller may not see costs its record only.
+		req.Visible = func(scope varplane.Scope) (bool, error) { return h.mayAudit(r, scope, false) }
+	}
 	list, err := h.ctl.List(r.Context(), req)
 	if err != nil {
 		return err
 	}
-	out := list[:0]
-	for _, c := range list {
-		if req.Scope == "" {
-			ok, err := h.mayAudit(r, c.Scope, false)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				continue
-			}
-		}
-		out = append(out, c)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"changes": out})
+	writeJSON(w, http.StatusOK, map[string]any{"changes": list})
 	return nil
 }
 

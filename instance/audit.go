@@ -20,6 +20,15 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 	return s.Store.History(ctx, scope)
 }
 
+// EventHistory answers the store's history without documents once the
+// cache is ready.
+func (s *Store) EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	if err := s.cache.Ready(); err != nil {
+		return nil, err
+	}
+	return s.Store.EventHistory(ctx, scope)
+}
+
 // Scopes answers the store's scope list once the cache is ready.
 func (s *Store) Scopes(ctx context.Context) ([]varplane.Scope, error) {
 	if err := s.cache.Ready(); err != nil {

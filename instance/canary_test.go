@@ -172,7 +172,8 @@ func TestAuditReadsWaitForRoot(t *testing.T) {
 		_, e2 := s.Scopes(ctx)
 		_, e3 := s.Replay(ctx, "app.a", 1)
 		_, e4 := s.Revision(ctx, "app.a", h[0].Revision)
-		return map[string]error{"history": e1, "scopes": e2, "replay": e3, "revision": e4}
+		_, e5 := s.EventHistory(ctx, "app.a")
+		return map[string]error{"history": e1, "scopes": e2, "replay": e3, "revision": e4, "event history": e5}
 	}
 	for what, err := range checks() {
 		if code(err) != varplane.CodeNotReady {

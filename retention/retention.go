@@ -287,12 +287,7 @@ func (r *Runner) scope(ctx context.Context, scope varplane.Scope, now time.Time,
 	if err != nil {
 		return 0, false, err
 	}
-	var hist []varplane.Event
-	if eh, ok := r.store.(varplane.EventHistorian); ok {
-		hist, err = eh.EventHistory(ctx, scope)
-	} else {
-		hist, err = r.store.History(ctx, scope)
-	}
+	hist, err := r.store.EventHistory(ctx, scope)
 	if err != nil {
 		return 0, false, err
 	}

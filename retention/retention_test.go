@@ -203,14 +203,14 @@ func (s *stealing) FinishReclaim(ctx context.Context) (int, error) {
 	return 0, nil
 }
 
-func (s *stealing) History(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+func (s *stealing) EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
 	if err := s.Reclaimer.ReleaseLease(ctx, "reclaim:"+string(scope), "replica-a"); err != nil {
 		return nil, fmt.Errorf("steal: %w", err)
 	}
 	if err := s.Reclaimer.AcquireLease(ctx, "reclaim:"+string(scope), "replica-b", time.Minute); err != nil {
 		return nil, fmt.Errorf("steal: %w", err)
 	}
-	return s.Reclaimer.History(ctx, scope)
+	return s.Reclaimer.EventHistory(ctx, scope)
 }
 
 // TestFileRestartKeepsReclaimed: on the file store the pass compacts, and a

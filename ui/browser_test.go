@@ -210,11 +210,14 @@ func TestBrowserScopesAndScopePage(t *testing.T) {
 	run(t, ctx, chromedp.SetValue(chromedp.CSS("#q"), "checkout"), chromedp.Submit(chromedp.CSS("#q")), chromedp.WaitVisible(chromedp.CSS("#scopes")))
 	wantText(t, ctx, "#scopes caption", "1 of 4 scopes")
 
-	// The scope page: head, timeline, the diff of the last two generations.
+	// The scope page: head, timeline, and the form that compares the last
+	// two generations (no diff is computed before it is asked for).
 	clickAndLoad(t, ctx, `a[href="/ui/scope?s=shop.front.checkout"]`, "#head")
 	wantText(t, ctx, "#generation", "2")
 	wantText(t, ctx, "#published-by", "setup")
 	wantText(t, ctx, "#timeline", "slow upstream")
+	wantText(t, ctx, "#compare", "Choose two generations to compare")
+	clickAndLoad(t, ctx, `#compare button[type="submit"]`, "#diff")
 	wantText(t, ctx, "#diff caption", "#1 → #2")
 	wantText(t, ctx, "#diff tr.mod .l", `"retries": 2`)
 	wantText(t, ctx, "#diff tr.mod .r", `"retries": 3`)

@@ -75,9 +75,9 @@ func docPath(scope varplane.Scope, rest string) string {
 }
 
 // handleScope shows one scope: its head (who published it, who approved),
-// the history as a timeline, a side-by-side diff between two generations,
-// and, for a token that may write it, the publish (or propose) form and
-// the rollback and deactivate links.
+// the history as a timeline, the form that compares two generations (the
+// side-by-side diff once asked for), and, for a token that may write it,
+// the publish (or propose) form and the rollback and deactivate links.
 func (h *Handler) handleScope(w http.ResponseWriter, r *http.Request, q *request) {
 	scope, err := scopeParam(r)
 	if err != nil {
@@ -109,13 +109,17 @@ func (h *Handler) handleScope(w http.ResponseWriter, r *http.Request, q *request
 	}
 	v.Revisions, v.Older = page.Revisions, page.Next
 	v.From, v.To = genParam(r, "from"), genParam(r, "to")
+	// The page computes no diff unless asked (the compare form): a diff
+	// loads two documents and aligns their lines, which a page view,
+	// however many, should not cost. The form offers the last two.
+	asked := v.From != 0 || v.To != 0
 	if v.To == 0 {
 		v.To = v.Status.Generation
 	}
 	if v.From == 0 && v.To > 1 {
 		v.From = previousActivation(v.Revisions, v.To)
 	}
-	if v.From > 0 && v.To > 0 && v.From != v.To {
+	if asked && v.From > 0 && v.To > 0 && v.From != v.To {
 		d, err := h.diff(ctx, q.api, scope, v.From, v.To)
 		if err != nil {
 			h.renderError(w, r, q.s, err)

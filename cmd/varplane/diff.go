@@ -94,7 +94,7 @@ works on every store.`)
 	if err != nil {
 		return err
 	}
-	patch, err := jsonpatch.Diff(orNull(from.document), orNull(to.document))
+	patch, err := jsonpatch.DiffBounded(ctx, orNull(from.document), orNull(to.document), jsonpatch.Bounds{Old: !cf.json()})
 	if err != nil {
 		return fmt.Errorf("diff: %w", err)
 	}
@@ -157,7 +157,7 @@ func diffEnd(scope varplane.Scope, events []varplane.Event, arg string) (diffSid
 }
 
 // printPatch writes the patch one operation a line, with the old value of
-// what it removes or replaces taken from the FROM document.
+// what it removes or replaces (the patch's Old).
 func printPatch(w io.Writer, scope varplane.Scope, from, to diffSide, patch jsonpatch.Patch, colour bool) error {
 	paint := func(code, s string) string {
 		if !colour {
@@ -171,24 +171,13 @@ func printPatch(w io.Writer, scope varplane.Scope, from, to diffSide, patch json
 		_, err := fmt.Fprintln(w, "no differences")
 		return err
 	}
-	old := func(path string) []byte {
-		v, err := jsonpatch.Get(orNull(from.document), path)
-		if err != nil {
-			return []byte("?")
-		}
-		return v
-	}
 	colours := map[string]string{jsonpatch.OpAdd: colorGreen, jsonpatch.OpRemove: colorRed}
 	for _, op := range patch {
-		var o []byte
-		if op.Op != jsonpatch.OpAdd {
-			o = old(op.Path)
-		}
 		c, ok := colours[op.Op]
 		if !ok {
 			c = colorYellow
 		}
-		if _, err := fmt.Fprintln(w, paint(c, jsonpatch.Line(op.Op, op.Path, o, op.Value, "(document)", "→"))); err != nil {
+		if _, err := fmt.Fprintln(w, paint(c, jsonpatch.Line(op.Op, op.Path, op.Old, op.Value, "(document)", "→"))); err != nil {
 			return err
 		}
 	}

@@ -15,7 +15,9 @@ package jsonpatch
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -38,12 +40,15 @@ const (
 
 // Operation is one RFC 6902 operation. Value is set for add, replace and
 // test (JSON null is the four bytes null, never omitted); From for move and
-// copy. Paths are RFC 6901 JSON Pointers.
+// copy. Paths are RFC 6901 JSON Pointers. Old, which is not part of the
+// patch, is the value a remove or replace of DiffBounded takes away, when
+// Bounds.Old asked for it (for a text form).
 type Operation struct {
 	Op    string          `json:"op"`
 	Path  string          `json:"path"`
 	From  string          `json:"from,omitempty"`
 	Value json.RawMessage `json:"value,omitempty"`
+	Old   json.RawMessage `json:"-"`
 }
 
 // Patch is an RFC 6902 document: operations applied in order.
@@ -53,16 +58,49 @@ type Patch []Operation
 // when they are equal. It returns an error when either is not one JSON
 // value.
 func Diff(from, to []byte) (Patch, error) {
+	return DiffBounded(context.Background(), from, to, Bounds{})
+}
+
+// Bounds bound the work and the patch of DiffBounded.
+type Bounds struct {
+	// MaxBytes bounds the patch's size, each operation counting its
+	// path, its values (Value and Old) and OpCost bytes: about the size
+	// of its JSON text, or of its text form. 0 is no bound.
+	MaxBytes int64
+	// Old asks for each remove's and replace's Old.
+	Old bool
+}
+
+// OpCost is what an operation counts towards Bounds.MaxBytes beyond its
+// path and values: its JSON's members and punctuation.
+const OpCost = 48
+
+// ErrTooLarge is DiffBounded's error for a patch past Bounds.MaxBytes.
+var ErrTooLarge = errors.New("jsonpatch: the patch is larger than its bound")
+
+// checkEvery is how many values the diff visits between two looks at its
+// context.
+const checkEvery = 1024
+
+// DiffBounded is Diff in time linear in the size of from, to and the
+// patch: each value of either document is visited once, and a path is
+// written out only for an operation. It looks at ctx as it goes and
+// returns ctx's error once ctx is done, and ErrTooLarge (wrapped) as soon
+// as the patch passes b.MaxBytes.
+func DiffBounded(ctx context.Context, from, to []byte, b Bounds) (Patch, error) {
 	a, err := decode(from)
 	if err != nil {
 		return nil, fmt.Errorf("jsonpatch: from: %w", err)
 	}
-	b, err := decode(to)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	y, err := decode(to)
 	if err != nil {
 		return nil, fmt.Errorf("jsonpatch: to: %w", err)
 	}
-	d := differ{patch: Patch{}}
-	if err := d.diff("", a, b); err != nil {
+	d := differ{ctx: ctx, bounds: b, patch: Patch{}}
+	if err := d.diff(a, y); err != nil {
 		return nil, err
 	}
 	return d.patch, nil
@@ -134,18 +172,67 @@ func decode(b []byte) (any, error) {
 
 func encode(v any) ([]byte, error) { return jsontext.Marshal(v) }
 
-type differ struct{ patch Patch }
+// differ walks two decoded documents. The path of the value it visits is
+// kept as a stack of escaped tokens and joined only for an operation, so
+// a deep document costs no path for what is unchanged.
+type differ struct {
+	ctx    context.Context
+	bounds Bounds
+	patch  Patch
+	toks   []string
+	size   int64 // of the patch so far, as Bounds.MaxBytes counts it
+	steps  int
+}
 
-func (d *differ) add(op, path string, v any) error {
-	raw, err := encode(v)
-	if err != nil {
-		return err
+// path returns the JSON Pointer of the value visited.
+func (d *differ) path() string {
+	n := 0
+	for _, t := range d.toks {
+		n += len(t) + 1
 	}
-	d.patch = append(d.patch, Operation{Op: op, Path: path, Value: raw})
+	var b strings.Builder
+	b.Grow(n)
+	for _, t := range d.toks {
+		b.WriteByte('/')
+		b.WriteString(t)
+	}
+	return b.String()
+}
+
+// emit appends op at the path visited, or at its member or element tok
+// (an escaped token) when child, with value v when hasValue and, for a
+// remove or replace when Bounds.Old, old.
+func (d *differ) emit(op string, child bool, tok string, v any, hasValue bool, old any) error {
+	if child {
+		d.toks = append(d.toks, tok)
+		defer func() { d.toks = d.toks[:len(d.toks)-1] }()
+	}
+	o := Operation{Op: op, Path: d.path()}
+	var err error
+	if hasValue {
+		if o.Value, err = encode(v); err != nil {
+			return err
+		}
+	}
+	if d.bounds.Old && op != OpAdd {
+		if o.Old, err = encode(old); err != nil {
+			return err
+		}
+	}
+	d.size += int64(len(o.Path)+len(o.Value)+len(o.Old)) + OpCost
+	if d.bounds.MaxBytes > 0 && d.size > d.bounds.MaxBytes {
+		return fmt.Errorf("%w (%d bytes)", ErrTooLarge, d.bounds.MaxBytes)
+	}
+	d.patch = append(d.patch, o)
 	return nil
 }
 
-func (d *differ) diff(path string, a, b any) error {
+func (d *differ) diff(a, b any) error {
+	if d.steps++; d.steps%checkEvery == 0 {
+		if err := d.ctx.Err(); err != nil {
+			return err
+		}
+	}
 	switch x := a.(type) {
 	case map[string]any:
 		y, ok := b.(map[string]any)
@@ -163,20 +250,21 @@ func (d *differ) diff(path string, a, b any) error {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			p := AppendPointer(path, k)
 			av, inA := x[k]
 			bv, inB := y[k]
+			var err error
 			switch {
 			case !inB:
-				d.patch = append(d.patch, Operation{Op: OpRemove, Path: p})
+				err = d.emit(OpRemove, true, canonical.EscapeToken(k), nil, false, av)
 			case !inA:
-				if err := d.add(OpAdd, p, bv); err != nil {
-					return err
-				}
+				err = d.emit(OpAdd, true, canonical.EscapeToken(k), bv, true, nil)
 			default:
-				if err := d.diff(p, av, bv); err != nil {
-					return err
-				}
+				d.toks = append(d.toks, canonical.EscapeToken(k))
+				err = d.diff(av, bv)
+				d.toks = d.toks[:len(d.toks)-1]
+			}
+			if err != nil {
+				return err
 			}
 		}
 		return nil
@@ -187,15 +275,20 @@ func (d *differ) diff(path string, a, b any) error {
 		}
 		n := min(len(x), len(y))
 		for i := 0; i < n; i++ {
-			if err := d.diff(path+"/"+strconv.Itoa(i), x[i], y[i]); err != nil {
+			d.toks = append(d.toks, strconv.Itoa(i))
+			err := d.diff(x[i], y[i])
+			d.toks = d.toks[:len(d.toks)-1]
+			if err != nil {
 				return err
 			}
 		}
 		for i := len(x) - 1; i >= n; i-- {
-			d.patch = append(d.patch, Operation{Op: OpRemove, Path: path + "/" + strconv.Itoa(i)})
+			if err := d.emit(OpRemove, true, strconv.Itoa(i), nil, false, x[i]); err != nil {
+				return err
+			}
 		}
 		for i := n; i < len(y); i++ {
-			if err := d.add(OpAdd, path+"/-", y[i]); err != nil {
+			if err := d.emit(OpAdd, true, "-", y[i], true, nil); err != nil {
 				return err
 			}
 		}
@@ -204,7 +297,7 @@ func (d *differ) diff(path string, a, b any) error {
 	if equal(a, b) {
 		return nil
 	}
-	return d.add(OpReplace, path, b)
+	return d.emit(OpReplace, false, "", b, true, a)
 }
 
 func equal(a, b any) bool {

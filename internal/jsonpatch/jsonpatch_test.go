@@ -1,7 +1,9 @@
 package jsonpatch
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -34,6 +36,8 @@ func TestDiff(t *testing.T) {
 		{"numbers by text", `{"n":1}`, `{"n":1.0}`, `[{"op":"replace","path":"/n","value":1.0}]`},
 		{"big numbers keep their digits", `{"n":12345678901234567890}`, `{"n":12345678901234567891}`, `[{"op":"replace","path":"/n","value":12345678901234567891}]`},
 		{"no HTML escaping", `{"s":"a"}`, `{"s":"<b>&"}`, `[{"op":"replace","path":"/s","value":"<b>&"}]`},
+		{"empty keys", `{"":{"":1},"x":{"":1}}`, `{"":{"":2}}`, `[{"op":"replace","path":"//","value":2},{"op":"remove","path":"/x"}]`},
+		{"empty key removed and added", `{"":1}`, `{"a":{"":[]}}`, `[{"op":"remove","path":"/"},{"op":"add","path":"/a","value":{"":[]}}]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -179,4 +183,69 @@ func TestGet(t *testing.T) {
 			t.Errorf("Get(%q) succeeded", ptr)
 		}
 	}
+}
+
+// TestDiffBounded: the old values of a text form, the bound on the
+// patch's size, and a context looked at during the work.
+func TestDiffBounded(t *testing.T) {
+	ctx := context.Background()
+	from, to := `{"a":1,"b":[1,{"c":"x"}],"gone":{"deep":true}}`, `{"a":2,"b":[1]}`
+	p, err := DiffBounded(ctx, []byte(from), []byte(to), Bounds{Old: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, o := range p {
+		lines = append(lines, Line(o.Op, o.Path, o.Old, o.Value, "/", "->"))
+	}
+	if got, want := strings.Join(lines, "\n"), "~ /a: 1 -> 2\n- /b/1: {\"c\":\"x\"}\n- /gone: {\"deep\":true}"; got != want {
+		t.Fatalf("lines\n%s\nwant\n%s", got, want)
+	}
+	if b := patchText(t, p); strings.Contains(b, "old") || strings.Contains(b, "deep") {
+		t.Fatalf("the patch carries the old values: %s", b)
+	}
+	// Each operation counts its path, values and OpCost: 3 operations of
+	// the patch above fit in their sum, and not in one byte less.
+	size := int64(0)
+	for _, o := range p {
+		size += int64(len(o.Path)+len(o.Value)+len(o.Old)) + OpCost
+	}
+	if _, err := DiffBounded(ctx, []byte(from), []byte(to), Bounds{Old: true, MaxBytes: size}); err != nil {
+		t.Fatalf("at the bound: %v", err)
+	}
+	if _, err := DiffBounded(ctx, []byte(from), []byte(to), Bounds{Old: true, MaxBytes: size - 1}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("past the bound: %v, want ErrTooLarge", err)
+	}
+
+	// A context done half-way stops the walk.
+	var b strings.Builder
+	b.WriteString("[")
+	for i := 0; i < 10*checkEvery; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("1")
+	}
+	b.WriteString("]")
+	cc := &countdown{Context: ctx, left: 3}
+	if _, err := DiffBounded(cc, []byte(b.String()), []byte(strings.ReplaceAll(b.String(), "1", "2")), Bounds{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a context done during the diff: %v, want context.Canceled", err)
+	}
+	if cc.asked < 3 {
+		t.Fatalf("the diff looked at its context %d times", cc.asked)
+	}
+}
+
+// countdown is a context that is done from its left-th look on.
+type countdown struct {
+	context.Context
+	left, asked int
+}
+
+func (c *countdown) Err() error {
+	c.asked++
+	if c.asked >= c.left {
+		return context.Canceled
+	}
+	return nil
 }

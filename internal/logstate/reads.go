@@ -53,6 +53,12 @@ func (r *Reads) History(_ context.Context, scope varplane.Scope) ([]varplane.Eve
 	return r.st.History(scope), nil
 }
 
+// EventHistory is History: the documents are held in memory already, so
+// the events carry them at no cost (see varplane.Store.EventHistory).
+func (r *Reads) EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	return r.History(ctx, scope)
+}
+
 // Idempotency returns the record of key, a not-found error, or ErrClosed.
 func (r *Reads) Idempotency(_ context.Context, key string) (*varplane.IdempotencyRecord, error) {
 	if r.down.Load() {

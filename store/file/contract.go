@@ -9,7 +9,6 @@ var (
 	_ varplane.HeartbeatStore   = (*Store)(nil)
 	_ varplane.Reclaimer        = (*Store)(nil)
 	_ varplane.ReclaimFinisher  = (*Store)(nil)
-	_ varplane.EventHistorian   = (*Store)(nil)
 	_ varplane.Replayer         = (*Store)(nil)
 	_ varplane.CheckedPublisher = (*Store)(nil)
 	_ varplane.WriteReadiness   = (*Store)(nil)

@@ -314,6 +314,26 @@ func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane
 // History returns every event of scope in log order, read from the events
 // table.
 func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	return s.history(ctx, scope, false)
+}
+
+// EventHistory returns every event of scope in log order without their
+// documents. A revision-created body is sent in two pieces, never whole:
+// the text before its document (up to the first ,"document":, which the
+// escaped strings before it cannot hold) and the last tailWindow
+// characters, where the event's members after the document are found
+// (tailAfterDocument). PostgreSQL's JSON functions cannot do this cut:
+// they refuse a document holding \u0000, and its regular expressions
+// convert the whole text first (hundreds of milliseconds a MiB). A body
+// whose members after the document do not fit the window is read whole
+// (one more query) and its document dropped here.
+func (s *Store) EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	return s.history(ctx, scope, true)
+}
+
+// history reads scope's events in log order, their documents cut out
+// when cut (EventHistory).
+func (s *Store) history(ctx context.Context, scope varplane.Scope, cut bool) ([]varplane.Event, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -322,16 +342,35 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 	}
 	cctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(cctx, "SELECT body FROM events WHERE scope = $1 ORDER BY seq", string(scope))
+	query, args := historyQuery, []any{string(scope)}
+	if cut {
+		query, args = eventHistoryQuery, append(args, tailWindow)
+	}
+	rows, err := s.pool.Query(cctx, query, args...)
 	if err != nil {
 		return nil, s.readFailure("history", scope, err)
 	}
 	defer rows.Close()
 	var out []varplane.Event
+	var whole []int // indexes of out to read whole, by seq
+	var seqs []int64
 	for rows.Next() {
-		var b []byte
-		if err := rows.Scan(&b); err != nil {
+		var (
+			seq        int64
+			head, tail []byte
+		)
+		if err := rows.Scan(&seq, &head, &tail); err != nil {
 			return nil, s.readFailure("history", scope, err)
+		}
+		b := head
+		if tail != nil {
+			at, ok := tailAfterDocument(tail)
+			if !ok {
+				whole, seqs = append(whole, len(out)), append(seqs, seq)
+				out = append(out, varplane.Event{})
+				continue
+			}
+			b = append(head, tail[at:]...)
 		}
 		var ev varplane.Event
 		if err := eventjson.DecodeEvent(b, &ev); err != nil {
@@ -342,7 +381,106 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 	if err := rows.Err(); err != nil {
 		return nil, s.readFailure("history", scope, err)
 	}
+	rows.Close()
+	for k, i := range whole {
+		var b []byte
+		if err := s.pool.QueryRow(cctx, "SELECT body FROM events WHERE seq = $1", seqs[k]).Scan(&b); err != nil {
+			return nil, s.readFailure("history", scope, err)
+		}
+		if err := eventjson.DecodeEvent(b, &out[i]); err != nil {
+			return nil, s.decodeFailure(fmt.Sprintf("history entry %d", i), scope, err)
+		}
+		out[i].Document = nil
+	}
 	return out, nil
+}
+
+// tailWindow is how many characters of a revision-created body's end
+// EventHistory reads to find the members after its document.
+const tailWindow = 4096
+
+// historyQuery selects scope's events in log order: seq, the body, no
+// tail (as eventHistoryQuery does for a body it does not cut).
+const historyQuery = `SELECT seq, body, NULL::text FROM events WHERE scope = $1 ORDER BY seq`
+
+// eventHistoryQuery selects scope's events in log order: seq, then the
+// body whole (and no tail), or for a revision-created body the text before
+// its document and its last $2 characters.
+const eventHistoryQuery = `SELECT seq, CASE WHEN cut THEN left(t, p - 1) ELSE t END, CASE WHEN cut THEN right(t, $2) END
+	FROM events, LATERAL (SELECT body::text AS t) b, LATERAL (SELECT strpos(t, ',"document":') AS p) d,
+		LATERAL (SELECT kind = 'revision-created' AND p > 0 AS cut) c
+	WHERE scope = $1 ORDER BY seq`
+
+// tailAfterDocument finds, in w, the end of an event's JSON text as
+// eventjson writes it ({…,"document":D,…}), where the members after the
+// document D begin: it reads the members backwards from the closing brace
+// (their values are strings, integers and booleans; a name is letters),
+// and stops at the end of D (a bracket, or null) or at a member named
+// document (D a scalar, which is then read as a value). It returns false
+// when w ends before that, or holds anything else: the caller then reads
+// the body whole.
+func tailAfterDocument(w []byte) (int, bool) {
+	i := len(w) - 1
+	if i < 0 || w[i] != '}' {
+		return 0, false
+	}
+	i--
+	for {
+		if i < 0 {
+			return 0, false
+		}
+		end := i // the last byte of the value
+		switch c := w[i]; {
+		case c == '"':
+			k := i - 1
+			for ; ; k-- {
+				if k < 0 {
+					return 0, false
+				}
+				if w[k] != '"' {
+					continue
+				}
+				m := k - 1
+				for m >= 0 && w[m] == '\\' {
+					m--
+				}
+				if m < 0 {
+					return 0, false // the backslashes may go on before w
+				}
+				if (k-1-m)%2 == 0 {
+					break
+				}
+			}
+			i = k - 1
+		case c >= '0' && c <= '9':
+			for i >= 0 && (w[i] >= '0' && w[i] <= '9' || w[i] == '-') {
+				i--
+			}
+		case c == 'e' && i >= 3 && string(w[i-3:i+1]) == "true":
+			i -= 4
+		case c == 'e' && i >= 4 && string(w[i-4:i+1]) == "false":
+			i -= 5
+		case c == '}' || c == ']' || c == 'l':
+			return end + 1, true // the end of D
+		default:
+			return 0, false
+		}
+		// i is at the colon before the value; the name is before it.
+		if i < 2 || w[i] != ':' || w[i-1] != '"' {
+			return 0, false
+		}
+		n := i - 2
+		for n >= 0 && (w[n] >= 'a' && w[n] <= 'z' || w[n] >= 'A' && w[n] <= 'Z') {
+			n--
+		}
+		if n < 1 || w[n] != '"' || w[n-1] != ',' {
+			return 0, false
+		}
+		if string(w[n+1:i-1]) == "document" {
+			return end + 1, true
+		}
+		i = n - 2 // the end of the value before the comma
+	}
 }
 
 // Idempotency returns what was recorded for key, or an error matching

@@ -285,6 +285,12 @@ func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane
 
 // History returns every event of scope, oldest first, read from Redis.
 func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	return s.history(ctx, scope, true)
+}
+
+// history reads scope's history list, with the documents attached from
+// their revision records when withDocuments.
+func (s *Store) history(ctx context.Context, scope varplane.Scope, withDocuments bool) ([]varplane.Event, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -303,10 +309,21 @@ func (s *Store) History(ctx context.Context, scope varplane.Scope) ([]varplane.E
 			return nil, s.decodeFailure(fmt.Sprintf("history entry %d", i), scope, err)
 		}
 	}
+	if !withDocuments {
+		return out, nil
+	}
 	if err := s.attachDocuments(cctx, scope, out); err != nil { // history.go
 		return nil, err
 	}
 	return out, nil
+}
+
+// EventHistory returns every event of scope, oldest first, as the history
+// list holds them: without reading the revision records, so a
+// revision-created event carries no document (unless an older store wrote
+// it into the entry).
+func (s *Store) EventHistory(ctx context.Context, scope varplane.Scope) ([]varplane.Event, error) {
+	return s.history(ctx, scope, false)
 }
 
 // idemWire is the stored form of an idempotency record.

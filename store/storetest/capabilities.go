@@ -55,23 +55,6 @@ func testCapabilities(t *testing.T, h Harness) {
 	mustDeactivate(t, s, scope, 1)
 	mustActivate(t, s, scope, rev, 2)
 
-	if eh, ok := s.(varplane.EventHistorian); ok {
-		got, err := eh.EventHistory(ctx, scope)
-		if err != nil {
-			t.Fatalf("EventHistory: %v", err)
-		}
-		want := mustHistory(t, s, scope)
-		if len(got) != len(want) {
-			t.Fatalf("EventHistory has %d events, History %d", len(got), len(want))
-		}
-		for i := range want {
-			g, w := got[i], want[i]
-			g.Document, w.Document = nil, nil
-			if a, b := mustJSON(t, g), mustJSON(t, w); a != b {
-				t.Errorf("EventHistory[%d] = %s, want History's without its document: %s", i, a, b)
-			}
-		}
-	}
 	if f, ok := s.(varplane.Forgetter); ok {
 		// Forgetting drops the store's own copy only: the next read goes
 		// to the store of record and finds the same head.

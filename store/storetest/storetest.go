@@ -80,6 +80,7 @@ func Run(t *testing.T, h Harness) {
 		{"EngineReplaysRejection", testEngineReplaysRejection},
 		{"RollbackTarget", testRollbackTarget},
 		{"WriteReady", testWriteReady},
+		{"EventHistory", testEventHistory},
 		{"Capabilities", testCapabilities},
 		{"Chain", RunChain},
 	}
