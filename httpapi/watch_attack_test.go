@@ -17,30 +17,14 @@ import (
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
+	"github.com/varplane/varplane/push/pushtest"
 )
 
 // storeDigest renders everything the store holds that a request could
 // change: each scope's generation and head revision.
 func storeDigest(t testing.TB, e *varplane.Engine) string {
 	t.Helper()
-	ctx := context.Background()
-	scopes, err := e.Store().Scopes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, sc := range scopes {
-		st, err := e.Store().State(ctx, sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rev := ""
-		if st.Head != nil {
-			rev = string(st.Head.Revision)
-		}
-		fmt.Fprintf(&b, "%s@%d:%s\n", sc, st.Generation, rev)
-	}
-	return b.String()
+	return pushtest.StoreDigest(t, e)
 }
 
 // badWatchQueries are raw query strings every watch entrance must refuse
@@ -260,4 +244,62 @@ func FuzzSSEQuery(f *testing.F) {
 			t.Fatalf("the store changed")
 		}
 	})
+}
+
+// A revoked token's open watch stream ends with a close event whose
+// reason is "revoked" at the hub's next recheck; another token's stream
+// goes on receiving commits.
+func TestSSERevokedTokenStreamEnds(t *testing.T) {
+	e := newEngine(t)
+	h := newHub(t, e, push.Options{RecheckInterval: 50 * time.Millisecond})
+	activate(t, e, "a.x", `{"v":1}`)
+	auth := pushtest.NewTokens("alice", "bob")
+	srv := newSSEServer(t, e, h, sseOptions{Authorizer: auth, Logger: quiet})
+	bearer := func(tok string) http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }
+	alice := openSSE(t, srv, url.Values{"key": {"a.x"}}, bearer("alice"))
+	bob := openSSE(t, srv, url.Values{"key": {"a.x"}}, bearer("bob"))
+	alice.next()
+	bob.next()
+	auth.Revoke("alice")
+	rest := alice.ended()
+	if len(rest) == 0 || rest[len(rest)-1].Event != "close" || !strings.Contains(rest[len(rest)-1].Data, `"revoked"`) {
+		t.Fatalf("the revoked stream ended with %v, want a close event, reason revoked", rest)
+	}
+	activate(t, e, "a.x", `{"v":2}`)
+	if ev := bob.next(); ev.ID != "a.x@2" {
+		t.Errorf("the other stream: %v", ev)
+	}
+	if st := h.Stats(); st.Revoked != 1 || st.Subscribers != 1 {
+		t.Errorf("Revoked %d, Subscribers %d; want 1, 1", st.Revoked, st.Subscribers)
+	}
+}
+
+// Watch streams past the per-address cap are answered 503
+// too-many-subscribers with the cap's name, and nothing stored changes.
+func TestSSEPerAddrCap(t *testing.T) {
+	e := newEngine(t)
+	h := newHub(t, e, push.Options{MaxSubscribersPerAddr: 2})
+	activate(t, e, "a.x", `{"v":1}`)
+	before := storeDigest(t, e)
+	srv := newSSEServer(t, e, h, sseOptions{Logger: quiet})
+	for range 2 {
+		openSSE(t, srv, url.Values{"key": {"a.x"}}, nil).next()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/watch?key=a.x", nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		t.Fatal("a third stream of one address was served")
+	}
+	if e := wire.ResponseError(resp); resp.StatusCode != http.StatusServiceUnavailable || e.Code != varplane.CodeTooManyRequests || e.Limit != push.LimitSubscribersPerAddr {
+		t.Fatalf("third stream of one address: %d %+v, want 503 too-many-subscribers %s", resp.StatusCode, e, push.LimitSubscribersPerAddr)
+	}
+	if after := storeDigest(t, e); after != before {
+		t.Errorf("the store changed")
+	}
 }

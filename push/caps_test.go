@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
+	"github.com/varplane/varplane/push/pushtest"
 )
 
 // subscribeAs subscribes for owner and returns the subscription or the error.
@@ -147,36 +147,6 @@ func TestPerAddrAndPerConnCaps(t *testing.T) {
 	}
 }
 
-// tokenSet is an authorizer over a set of accepted tokens that a test
-// revokes from.
-type tokenSet struct {
-	mu sync.Mutex
-	ok map[string]bool
-}
-
-func newTokenSet(tokens ...string) *tokenSet {
-	s := &tokenSet{ok: map[string]bool{}}
-	for _, tk := range tokens {
-		s.ok[tk] = true
-	}
-	return s
-}
-
-func (s *tokenSet) revoke(token string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.ok, token)
-}
-
-func (s *tokenSet) check(token string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.ok[token] {
-		return varplane.Errorf(varplane.CodeForbidden, "the token is not accepted")
-	}
-	return nil
-}
-
 // A subscription whose recheck is denied ends with ErrRevoked (its error
 // carrying the denial's code) when a commit to a RecheckOn scope arrives,
 // and at the periodic pass; another token's subscription, and one whose
@@ -194,7 +164,7 @@ func TestRecheckEndsRevokedSubscriptions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEngine(t)
 			h := newHub(t, e, tc.opts)
-			tokens := newTokenSet("alice", "bob", "carol")
+			tokens := pushtest.NewTokens("alice", "bob", "carol")
 			var storeDown atomic.Bool
 			sub := func(token string) *push.Subscription {
 				s, err := h.SubscribeWith(context.Background(), push.Filter{Keys: []varplane.Scope{"a.x"}}, nil, push.SubscribeOptions{
@@ -203,7 +173,8 @@ func TestRecheckEndsRevokedSubscriptions(t *testing.T) {
 						if token == "carol" && storeDown.Load() {
 							return errors.New("the access scope cannot be read")
 						}
-						return tokens.check(token)
+						_, err := tokens.Authorize(context.Background(), varplane.Access{Kind: varplane.KindRead, Scope: "a.x", Token: token})
+						return err
 					}})
 				if err != nil {
 					t.Fatal(err)
@@ -212,7 +183,7 @@ func TestRecheckEndsRevokedSubscriptions(t *testing.T) {
 				return s
 			}
 			alice, bob, carol := sub("alice"), sub("bob"), sub("carol")
-			tokens.revoke("alice")
+			tokens.Revoke("alice")
 			storeDown.Store(true)
 			tc.after(t, e)
 			select {

@@ -72,13 +72,16 @@ const (
 	DefaultRecheckInterval = 10 * time.Second
 	// recheckTimeout bounds one subscription's recheck.
 	recheckTimeout = 5 * time.Second
-	// SubscriptionCost is the memory one live subscription costs the server
-	// at most, stream included (its goroutines' stacks, its queue at
-	// MaxPending scopes of shared updates, the transport's buffers), as
-	// measured under the attack suite's floods: the figure the caps are
-	// sized from (docs/limits.md). The default MaxSubscribers is a budget of
-	// about 320 MiB.
-	SubscriptionCost = 32 << 10
+	// SubscriptionCost is the memory one live subscription may cost the
+	// server, its stream included, on the dearest transport: a gRPC
+	// Subscribe stream (grpc-go's goroutines and buffers, the handler's
+	// goroutine, the subscription) measured 44 KiB of RSS each, 51 KiB with
+	// serve's default GC headroom, over 2,048 streams
+	// (cmd/varplane TestAttackStreamBudget); an SSE stream or a watch of a
+	// Watch stream costs less. It is the figure the caps are sized from
+	// (serve --stream-memory-bytes, docs/limits.md): the default
+	// MaxSubscribers is a budget of 625 MiB.
+	SubscriptionCost = 64 << 10
 )
 
 // Options configure a Hub. The zero value selects the defaults.
