@@ -274,7 +274,9 @@ func TestAttackSubscriberSlots(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("greedy-token id=greedy kinds=read\nother-token id=other kinds=read\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startServer(t, "--tokens", tokens, "--max-subscribers", "20", "--max-subscribers-per-token", "5")
+	// Every client here shares the loopback address: the per-address cap
+	// (a quarter of --max-subscribers by default) is TestAttackStreamCaps' case.
+	s := startServer(t, "--tokens", tokens, "--max-subscribers", "20", "--max-subscribers-per-token", "5", "--max-subscribers-per-addr", "20")
 	open := func(token string) (*http.Response, error) {
 		req, _ := http.NewRequest("GET", s.Base+"/watch?key=a.b", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
