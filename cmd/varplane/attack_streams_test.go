@@ -312,26 +312,6 @@ func TestAttackConsoleSigninFlood(t *testing.T) {
 	a.checkRSS(t)
 }
 
-// rss returns the server process's resident set size now, in bytes.
-func (s *server) rss(t testing.TB) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/status")
-	if err != nil {
-		t.Skipf("no /proc to read the server's memory from: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("VmRSS not found")
-	return 0
-}
-
 // TestAttackStreamBudget: with --stream-memory-bytes 128 MiB the server
 // takes 128 MiB / push.SubscriptionCost subscriptions (2,048) and refuses
 // the rest 503/Unavailable too-many-subscribers (max-subscribers); the
@@ -348,7 +328,7 @@ func TestAttackStreamBudget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+malloryToken)
-	before := a.rss(t)
+	before := a.memory(t, "VmRSS")
 	held, refused := 0, 0
 	for i := range want + 200 {
 		s, err := clients[i%len(clients)].Subscribe(ctx, &v1.SubscribeRequest{Keys: []string{"safe.scope"}})
@@ -364,7 +344,7 @@ func TestAttackStreamBudget(t *testing.T) {
 			t.Fatalf("stream %d: %v", i, err)
 		}
 	}
-	grown := a.rss(t) - before
+	grown := a.memory(t, "VmRSS") - before
 	t.Logf("%d streams held, %d refused; RSS grew %d MiB (%d KiB a stream)", held, refused, grown>>20, grown/int64(max(held, 1))>>10)
 	if held != want || refused != 200 {
 		t.Errorf("held %d, refused %d; want %d and 200", held, refused, want)
