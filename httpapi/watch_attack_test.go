@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
 	"github.com/varplane/varplane/push/pushtest"
+	"github.com/varplane/varplane/store/memory"
 )
 
 // storeDigest renders everything the store holds that a request could
@@ -301,5 +303,55 @@ func TestSSEPerAddrCap(t *testing.T) {
 	}
 	if after := storeDigest(t, e); after != before {
 		t.Errorf("the store changed")
+	}
+}
+
+// The values service's stream of created events is a stream like the
+// others: counted by the hub's caps (503 too-many-subscribers past one),
+// and ended with a close event (revoked) once its token is refused.
+func TestValuesWatchCountedAndRevoked(t *testing.T) {
+	st := memory.New()
+	e := varplane.NewEngine(st, varplane.Options{})
+	t.Cleanup(func() { e.Close(); _ = st.Close() })
+	svc, err := config.NewService(e, valuesDeployment(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := newHub(t, e, push.Options{MaxSubscribersPerToken: 1, RecheckInterval: 50 * time.Millisecond})
+	auth := pushtest.NewTokens("alice", "bob")
+	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: auth, Logger: quiet, Values: svc, Hub: hub, DisableOps: true})
+	t.Cleanup(api.Close)
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	open := func(token string) *http.Response {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/configuration/values:watch", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		return resp
+	}
+	alice := open("alice")
+	if alice.StatusCode != http.StatusOK {
+		t.Fatalf("first stream: %d", alice.StatusCode)
+	}
+	second := open("alice")
+	if second.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("second stream of one token: %d, want 503", second.StatusCode)
+	}
+	if e := wire.ResponseError(second); e.Limit != push.LimitSubscribersPerToken {
+		t.Fatalf("second stream of one token: %d, want 503 %s", second.StatusCode, push.LimitSubscribersPerToken)
+	}
+	if bob := open("bob"); bob.StatusCode != http.StatusOK {
+		t.Fatalf("another token: %d", bob.StatusCode)
+	}
+	auth.Revoke("alice")
+	body, _ := io.ReadAll(alice.Body)
+	if !strings.Contains(string(body), "event: close") || !strings.Contains(string(body), `"reason":"revoked"`) {
+		t.Fatalf("the revoked stream ended with:\n%s", body)
 	}
 }

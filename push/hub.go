@@ -398,8 +398,9 @@ type Hub struct {
 	revoked                                                atomic.Uint64
 }
 
-// New returns a Hub following src. It registers one commit listener, which
-// Close removes.
+// New returns a Hub following src. It registers one commit listener and
+// starts the recheck loop (Options.RecheckInterval), which Close removes
+// and stops.
 func New(src Source, opts Options) *Hub {
 	if opts.MaxSubscribers <= 0 {
 		opts.MaxSubscribers = DefaultMaxSubscribers
@@ -705,6 +706,22 @@ func (h *Hub) limit(kind byte) (int, string, string, *atomic.Uint64) {
 	default:
 		return h.opts.MaxSubscribersPerConn, LimitSubscribersPerConn, "this connection", &h.refusedConn
 	}
+}
+
+// Reserve counts a stream the hub does not feed (the values service's
+// created events) under the same caps and rechecks as SubscribeWith: it
+// returns a subscription that matches no scope and never delivers a batch,
+// whose Done is closed when the hub ends it (its token revoked: Err
+// matches ErrRevoked; the hub closed). It returns the refusals of
+// SubscribeWith. The caller must Close it when the stream ends.
+func (h *Hub) Reserve(opts SubscribeOptions) (*Subscription, error) {
+	s := &Subscription{hub: h, keys: capKeys(opts), recheck: opts.Recheck, m: newMatcher(Filter{}),
+		ready: make(chan struct{}, 1), notify: opts.Notify, done: make(chan struct{}),
+		pending: map[varplane.Scope]int{}, delivered: map[varplane.Scope]varplane.Generation{}}
+	if err := h.add(s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func (h *Hub) add(s *Subscription) error {

@@ -81,7 +81,8 @@ func Deactivate(tb testing.TB, e *varplane.Engine, scope varplane.Scope) varplan
 // Tokens is an authorizer over a set of accepted bearer tokens that a test
 // revokes from: no token is unauthorized, a token not in the set (or
 // revoked) forbidden, and an accepted one allowed everything as the
-// identity named by the token. Safe for concurrent use.
+// identity named by the token, which holds every role. Safe for
+// concurrent use.
 type Tokens struct {
 	mu sync.Mutex
 	ok map[string]bool
@@ -113,7 +114,7 @@ func (t *Tokens) Authorize(_ context.Context, a varplane.Access) (varplane.Ident
 	case !t.ok[a.Token]:
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token is not accepted")
 	}
-	return varplane.Identity{ID: a.Token}, nil
+	return varplane.Identity{ID: a.Token, Roles: []string{"*"}}, nil
 }
 
 // StoreDigest renders everything e's store holds that a request could
