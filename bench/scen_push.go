@@ -269,7 +269,7 @@ func scenarioPushWide(ctx context.Context, cfg *config, e *env, rep *Report) {
 		"the varplane server runs with --max-subscribers 20000 --max-subscribers-per-token 20000 (the defaults, 10,000 and a tenth of it per token, refuse a 10,000-watch load from one anonymous client)")
 	var sides []side
 	vp, err := e.startVarplane(ctx, "push-wide", "file:"+filepath.Join(cfg.tmp, "push-wide.jsonl"),
-		"--max-subscribers", "20000", "--max-subscribers-per-token", "20000")
+		"--max-subscribers", "20000", "--max-subscribers-per-token", "20000", "--max-subscribers-per-addr", "20000", "--max-subscribers-per-connection", "20000")
 	var pu *vpPusher
 	if err == nil {
 		defer vp.stop()

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"mime"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/internal/jsontext"
 	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/push"
 )
 
 // valuesRoutes registers the values service of component configuration
@@ -55,7 +57,13 @@ var (
 // needRole authenticates the caller and returns its identity when it holds
 // role (forbidden otherwise).
 func (h *Handler) needRole(r *http.Request, role string) (varplane.Identity, error) {
-	id, err := h.identify(r)
+	return h.tokenRole(r.Context(), wire.RequestBearer(r), role)
+}
+
+// tokenRole is needRole for a token: the identity it authenticates as, or
+// forbidden when that identity lacks role.
+func (h *Handler) tokenRole(ctx context.Context, token, role string) (varplane.Identity, error) {
+	id, err := varplane.Authorize(ctx, h.auth, varplane.Access{Kind: varplane.KindIdentify, Token: token})
 	if err != nil {
 		return varplane.Identity{}, err
 	}
@@ -222,10 +230,29 @@ func isYAMLBody(r *http.Request) bool {
 // "created" per created object (id: its created order, data: the
 // config.CreatedEvent), and a comment every heartbeat. A watcher that falls
 // behind by more than StreamOptions.WatchBuffer gets an event "overflow"
-// and is disconnected rather than slowing commits.
+// and is disconnected rather than slowing commits. With a hub, the stream
+// is counted by its caps (503 too-many-subscribers past one) and ends with
+// an event "close" ({"reason":"revoked"}) once its token no longer holds
+// the role.
 func (h *Handler) handleValuesWatch(w http.ResponseWriter, r *http.Request) error {
 	if _, err := h.needRole(r, config.RoleGet); err != nil {
 		return err
+	}
+	var slot *push.Subscription // the stream's place under the hub's caps
+	var ended <-chan struct{}   // closed when the hub ends it
+	if h.hub != nil {
+		token := wire.RequestBearer(r)
+		var err error
+		slot, err = h.hub.Reserve(push.SubscribeOptions{Owner: push.TokenKey(token), Addr: wire.AddrHost(r.RemoteAddr), Conn: r.RemoteAddr,
+			Recheck: func(ctx context.Context) error {
+				_, err := h.tokenRole(ctx, token, config.RoleGet)
+				return err
+			}})
+		if err != nil {
+			return err
+		}
+		defer slot.Close()
+		ended = slot.Done()
 	}
 	rc := http.NewResponseController(w)
 	events := make(chan config.CreatedEvent, h.stream.WatchBuffer)
@@ -259,6 +286,9 @@ func (h *Handler) handleValuesWatch(w http.ResponseWriter, r *http.Request) erro
 	for {
 		select {
 		case <-r.Context().Done():
+			return nil
+		case <-ended:
+			write(push.CloseFrame(slot.Err()))
 			return nil
 		case <-overflow:
 			write(wire.AppendEvent(nil, "overflow", "", []byte("{}")))

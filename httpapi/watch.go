@@ -65,8 +65,10 @@ func (o StreamOptions) withDefaults() StreamOptions {
 // come from the repeatable since=<scope>@<generation> parameter and the
 // Last-Event-ID header. It answers 404 without a hub, 400 for a bad filter
 // or resume position, the authorizer's 401/403, 503 too-many-subscribers
-// at the hub's caps and 503 store-unavailable when the store cannot be
-// read or the server is shutting down.
+// at the hub's caps (per token, per address, per connection, in all) and
+// 503 store-unavailable when the store cannot be read or the server is
+// shutting down. A stream whose token the authorizer later refuses ends
+// with a close event whose reason is "revoked".
 func (h *Handler) handleWatch(w http.ResponseWriter, r *http.Request) {
 	if err := h.watch(w, r); err != nil {
 		h.writeError(w, r, err)
@@ -102,7 +104,21 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	sub, err := h.hub.SubscribeWith(ctx, push.FilterOf(targets), held, push.SubscribeOptions{Owner: push.TokenKey(wire.RequestBearer(r))})
+	// The stream is counted under its token, its client's address and its
+	// connection, and the hub asks the authorizer again, as above, when
+	// the accepted tokens change and periodically: a revoked token's
+	// stream ends with a close event ("revoked").
+	token := wire.RequestBearer(r)
+	recheck := func(ctx context.Context) error {
+		for _, t := range targets {
+			if _, err := varplane.Authorize(ctx, h.auth, varplane.Access{Kind: varplane.KindRead, Scope: t.Scope, Subtree: t.Subtree, Token: token}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	sub, err := h.hub.SubscribeWith(ctx, push.FilterOf(targets), held, push.SubscribeOptions{
+		Owner: push.TokenKey(token), Addr: wire.AddrHost(r.RemoteAddr), Conn: r.RemoteAddr, Recheck: recheck})
 	if err != nil {
 		return err
 	}

@@ -14,33 +14,19 @@ import (
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
+	"github.com/varplane/varplane/push/pushtest"
+	"github.com/varplane/varplane/store/memory"
 )
 
 // storeDigest renders everything the store holds that a request could
 // change: each scope's generation and head revision.
 func storeDigest(t testing.TB, e *varplane.Engine) string {
 	t.Helper()
-	ctx := context.Background()
-	scopes, err := e.Store().Scopes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, sc := range scopes {
-		st, err := e.Store().State(ctx, sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rev := ""
-		if st.Head != nil {
-			rev = string(st.Head.Revision)
-		}
-		fmt.Fprintf(&b, "%s@%d:%s\n", sc, st.Generation, rev)
-	}
-	return b.String()
+	return pushtest.StoreDigest(t, e)
 }
 
 // badWatchQueries are raw query strings every watch entrance must refuse
@@ -260,4 +246,113 @@ func FuzzSSEQuery(f *testing.F) {
 			t.Fatalf("the store changed")
 		}
 	})
+}
+
+// A revoked token's open watch stream ends with a close event whose
+// reason is "revoked" at the hub's next recheck; another token's stream
+// goes on receiving commits.
+func TestSSERevokedTokenStreamEnds(t *testing.T) {
+	e := newEngine(t)
+	h := newHub(t, e, push.Options{RecheckInterval: 50 * time.Millisecond})
+	activate(t, e, "a.x", `{"v":1}`)
+	auth := pushtest.NewTokens("alice", "bob")
+	srv := newSSEServer(t, e, h, sseOptions{Authorizer: auth, Logger: quiet})
+	bearer := func(tok string) http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }
+	alice := openSSE(t, srv, url.Values{"key": {"a.x"}}, bearer("alice"))
+	bob := openSSE(t, srv, url.Values{"key": {"a.x"}}, bearer("bob"))
+	alice.next()
+	bob.next()
+	auth.Revoke("alice")
+	rest := alice.ended()
+	if len(rest) == 0 || rest[len(rest)-1].Event != "close" || !strings.Contains(rest[len(rest)-1].Data, `"revoked"`) {
+		t.Fatalf("the revoked stream ended with %v, want a close event, reason revoked", rest)
+	}
+	activate(t, e, "a.x", `{"v":2}`)
+	if ev := bob.next(); ev.ID != "a.x@2" {
+		t.Errorf("the other stream: %v", ev)
+	}
+	waitSubscribers(t, h, 1) // the hub removes the ended one just after ending it
+	if st := h.Stats(); st.Revoked != 1 {
+		t.Errorf("Revoked %d, want 1", st.Revoked)
+	}
+}
+
+// Watch streams past the per-address cap are answered 503
+// too-many-subscribers with the cap's name, and nothing stored changes.
+func TestSSEPerAddrCap(t *testing.T) {
+	e := newEngine(t)
+	h := newHub(t, e, push.Options{MaxSubscribersPerAddr: 2})
+	activate(t, e, "a.x", `{"v":1}`)
+	before := storeDigest(t, e)
+	srv := newSSEServer(t, e, h, sseOptions{Logger: quiet})
+	for range 2 {
+		openSSE(t, srv, url.Values{"key": {"a.x"}}, nil).next()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/watch?key=a.x", nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		t.Fatal("a third stream of one address was served")
+	}
+	if e := wire.ResponseError(resp); resp.StatusCode != http.StatusServiceUnavailable || e.Code != varplane.CodeTooManyRequests || e.Limit != push.LimitSubscribersPerAddr {
+		t.Fatalf("third stream of one address: %d %+v, want 503 too-many-subscribers %s", resp.StatusCode, e, push.LimitSubscribersPerAddr)
+	}
+	if after := storeDigest(t, e); after != before {
+		t.Errorf("the store changed")
+	}
+}
+
+// The values service's stream of created events is a stream like the
+// others: counted by the hub's caps (503 too-many-subscribers past one),
+// and ended with a close event (revoked) once its token is refused.
+func TestValuesWatchCountedAndRevoked(t *testing.T) {
+	st := memory.New()
+	e := varplane.NewEngine(st, varplane.Options{})
+	t.Cleanup(func() { e.Close(); _ = st.Close() })
+	svc, err := config.NewService(e, valuesDeployment(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := newHub(t, e, push.Options{MaxSubscribersPerToken: 1, RecheckInterval: 50 * time.Millisecond})
+	auth := pushtest.NewTokens("alice", "bob")
+	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: auth, Logger: quiet, Values: svc, Hub: hub, DisableOps: true})
+	t.Cleanup(api.Close)
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	open := func(token string) *http.Response {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/configuration/values:watch", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		return resp
+	}
+	alice := open("alice")
+	if alice.StatusCode != http.StatusOK {
+		t.Fatalf("first stream: %d", alice.StatusCode)
+	}
+	second := open("alice")
+	if second.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("second stream of one token: %d, want 503", second.StatusCode)
+	}
+	if e := wire.ResponseError(second); e.Limit != push.LimitSubscribersPerToken {
+		t.Fatalf("second stream of one token: %d, want 503 %s", second.StatusCode, push.LimitSubscribersPerToken)
+	}
+	if bob := open("bob"); bob.StatusCode != http.StatusOK {
+		t.Fatalf("another token: %d", bob.StatusCode)
+	}
+	auth.Revoke("alice")
+	body, _ := io.ReadAll(alice.Body)
+	if !strings.Contains(string(body), "event: close") || !strings.Contains(string(body), `"reason":"revoked"`) {
+		t.Fatalf("the revoked stream ended with:\n%s", body)
+	}
 }

@@ -56,8 +56,32 @@ const (
 	DefaultStallTimeout   = 30 * time.Second
 	// DefaultTokenShare is the divisor of the default per-token cap: one
 	// token holds at most a tenth of MaxSubscribers (1,000 of the default
-	// 10,000), so that it takes at least ten tokens to fill the server.
+	// 10,000), so that it takes at least ten tokens to fill the server. The
+	// per-connection cap has the same default.
 	DefaultTokenShare = 10
+	// DefaultAddrShare is the divisor of the default per-address cap: one
+	// client IP address holds at most a quarter of MaxSubscribers (2,500 of
+	// the default 10,000). It is wider than a token's share because every
+	// client behind a proxy or a NAT shares one address.
+	DefaultAddrShare = 4
+	// DefaultRecheckInterval is how often every subscription's authorization
+	// is asked again (Options.RecheckInterval): the default revalidation
+	// interval of the shared stores, so that a token revoked or expired
+	// without a commit this server hears of loses its streams as soon as
+	// the store would have told it.
+	DefaultRecheckInterval = 10 * time.Second
+	// recheckTimeout bounds one subscription's recheck.
+	recheckTimeout = 5 * time.Second
+	// SubscriptionCost is the memory one live subscription may cost the
+	// server, its stream included, on the dearest transport: a gRPC
+	// Subscribe stream (grpc-go's goroutines and buffers, the handler's
+	// goroutine, the subscription) measured 44 KiB of RSS each, 51 KiB with
+	// serve's default GC headroom, over 2,048 streams
+	// (cmd/varplane TestAttackStreamBudget); an SSE stream or a watch of a
+	// Watch stream costs less. It is the figure the caps are sized from
+	// (serve --stream-memory-bytes, docs/limits.md): the default
+	// MaxSubscribers is a budget of 625 MiB.
+	SubscriptionCost = 64 << 10
 )
 
 // Options configure a Hub. The zero value selects the defaults.
@@ -75,6 +99,26 @@ type Options struct {
 	// by MaxSubscribers alone: without authorization the server cannot tell
 	// their callers apart.
 	MaxSubscribersPerToken int
+	// MaxSubscribersPerAddr caps the concurrent subscriptions of one client
+	// IP address (SubscribeOptions.Addr), and MaxSubscribersPerConn those
+	// of one connection (SubscribeOptions.Conn: the watches of one gRPC
+	// Watch stream, the streams of one HTTP/2 connection), refused the same
+	// way as the per-token cap. Defaults MaxSubscribers/DefaultAddrShare and
+	// MaxSubscribersPerToken's default; negative disables the cap. A
+	// subscription without an address (or connection) is not counted by it.
+	MaxSubscribersPerAddr int
+	MaxSubscribersPerConn int
+	// RecheckInterval is how often the hub asks every subscription's
+	// SubscribeOptions.Recheck again: a subscription whose token is now
+	// refused (forbidden, unauthorized) ends with ErrRevoked. Default
+	// DefaultRecheckInterval; negative turns the periodic pass off (commits
+	// selected by RecheckOn still start one).
+	RecheckInterval time.Duration
+	// RecheckOn, when set, selects the scopes whose commits change who may
+	// subscribe (the access control's scope): a commit to one starts a
+	// recheck pass at once, off the committing goroutine, so a revocation
+	// ends its token's streams as soon as the store installs it.
+	RecheckOn func(varplane.Scope) bool
 	// MaxPending bounds the distinct scopes waiting in one subscriber's
 	// queue. Past it the queue is discarded and the subscriber is resynced
 	// with a fresh snapshot of what changed. Default DefaultMaxPending.
@@ -101,6 +145,8 @@ var ErrTooManySubscribers = &varplane.Error{Code: varplane.CodeTooManyRequests}
 const (
 	LimitSubscribers         = "max-subscribers"
 	LimitSubscribersPerToken = "max-subscribers-per-token"
+	LimitSubscribersPerAddr  = "max-subscribers-per-addr"
+	LimitSubscribersPerConn  = "max-subscribers-per-connection"
 )
 
 // Reasons a Subscription ends, reported by Subscription.Err.
@@ -115,13 +161,30 @@ var (
 	ErrHubClosed = &varplane.Error{Code: varplane.CodeStoreUnavailable, Message: "the server is shutting down"}
 	// ErrUnsubscribed: the subscriber closed its subscription.
 	ErrUnsubscribed = errors.New("push: unsubscribed")
+	// ErrRevoked: a recheck of the subscription's authorization was denied
+	// (its token was revoked, expired or narrowed). The error a
+	// subscription ends with matches it and also carries the authorizer's
+	// denial, so that varplane.ErrorCode gives forbidden or unauthorized:
+	// a client must not reconnect with the same token.
+	ErrRevoked = errors.New("push: the token no longer allows this subscription")
 )
+
+// revokedError is how a subscription ends when its recheck is denied.
+type revokedError struct{ cause error }
+
+func (e *revokedError) Error() string {
+	return ErrRevoked.Error() + ": " + varplane.ErrorMessage(e.cause)
+}
+
+func (e *revokedError) Unwrap() []error { return []error{ErrRevoked, e.cause} }
 
 // Reason returns the short machine-readable name of why a subscription
 // ended, as sent to clients: "slow-subscriber", "shutdown", "unsubscribed",
-// or "error".
+// "revoked", or "error".
 func Reason(err error) string {
 	switch {
+	case errors.Is(err, ErrRevoked):
+		return "revoked"
 	case errors.Is(err, ErrSlowSubscriber):
 		return "slow-subscriber"
 	case errors.Is(err, ErrHubClosed):
@@ -300,8 +363,13 @@ type Stats struct {
 	Disconnects uint64
 	// RefusedFull counts Subscribe calls refused because the hub served
 	// Options.MaxSubscribers; RefusedPerToken those refused because their
-	// token held Options.MaxSubscribersPerToken.
-	RefusedFull, RefusedPerToken uint64
+	// token held Options.MaxSubscribersPerToken; RefusedPerAddr and
+	// RefusedPerConn those refused by the per-address and per-connection
+	// caps.
+	RefusedFull, RefusedPerToken, RefusedPerAddr, RefusedPerConn uint64
+	// Revoked counts subscriptions ended because a recheck of their
+	// authorization was denied.
+	Revoked uint64
 }
 
 // Hub fans commits out to subscribers. Create it with New; Close it when the
@@ -316,15 +384,23 @@ type Hub struct {
 	closed bool
 	unsub  func()
 
-	owners map[string]int // live subscriptions per SubscribeOptions.Owner; guarded by mu
+	// counts holds the live subscriptions per capped key (capKey: an
+	// owner, an address, a connection); guarded by mu.
+	counts map[capKey]int
+
+	recheckNow chan struct{} // a pass is wanted (Recheck); buffered 1
+	stopCheck  context.CancelFunc
+	checkDone  chan struct{}
 
 	subscribers                                            atomic.Int64
 	delivered, coalesced, dropped, resyncs, disconnections atomic.Uint64
-	refusedFull, refusedToken                              atomic.Uint64
+	refusedFull, refusedToken, refusedAddr, refusedConn    atomic.Uint64
+	revoked                                                atomic.Uint64
 }
 
-// New returns a Hub following src. It registers one commit listener, which
-// Close removes.
+// New returns a Hub following src. It registers one commit listener and
+// starts the recheck loop (Options.RecheckInterval), which Close removes
+// and stops.
 func New(src Source, opts Options) *Hub {
 	if opts.MaxSubscribers <= 0 {
 		opts.MaxSubscribers = DefaultMaxSubscribers
@@ -338,16 +414,101 @@ func New(src Source, opts Options) *Hub {
 	if opts.MaxSubscribersPerToken == 0 {
 		opts.MaxSubscribersPerToken = max(1, opts.MaxSubscribers/DefaultTokenShare)
 	}
+	if opts.MaxSubscribersPerAddr == 0 {
+		opts.MaxSubscribersPerAddr = max(1, opts.MaxSubscribers/DefaultAddrShare)
+	}
+	if opts.MaxSubscribersPerConn == 0 {
+		opts.MaxSubscribersPerConn = max(1, opts.MaxSubscribers/DefaultTokenShare)
+	}
+	if opts.RecheckInterval == 0 {
+		opts.RecheckInterval = DefaultRecheckInterval
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	h := &Hub{store: src.Store(), opts: opts, log: opts.Logger, owners: map[string]int{}}
+	h := &Hub{store: src.Store(), opts: opts, log: opts.Logger, counts: map[capKey]int{},
+		recheckNow: make(chan struct{}, 1), checkDone: make(chan struct{})}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
 	h.subs.Store(&[]*Subscription{})
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stopCheck = cancel
+	go h.recheckLoop(ctx)
 	h.unsub = src.OnCommit(h.onCommit)
 	return h
+}
+
+// Recheck asks for a pass over every subscription's
+// SubscribeOptions.Recheck now, off the caller's goroutine (it never
+// blocks): call it when the tokens the authorizer accepts have changed.
+// Passes run one at a time; a request during a pass starts one more after
+// it.
+func (h *Hub) Recheck() {
+	select {
+	case h.recheckNow <- struct{}{}:
+	default:
+	}
+}
+
+// recheckLoop runs the recheck passes until ctx ends (Close).
+func (h *Hub) recheckLoop(ctx context.Context) {
+	defer close(h.checkDone)
+	var tick <-chan time.Time
+	if h.opts.RecheckInterval > 0 {
+		t := time.NewTicker(h.opts.RecheckInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		case <-h.recheckNow:
+		}
+		h.recheckPass(ctx)
+	}
+}
+
+// recheckPass asks every subscription with a Recheck whether its token
+// still allows it, one after the other: a denial ends it with ErrRevoked;
+// any other failure (the authorizer cannot read its store) leaves it open
+// until the next pass, so that a store's blip does not cut every stream.
+func (h *Hub) recheckPass(ctx context.Context) {
+	var revoked, failed int
+	var lastErr error
+	for _, s := range *h.subs.Load() {
+		if s.recheck == nil || ctx.Err() != nil {
+			continue
+		}
+		select {
+		case <-s.done:
+			continue
+		default:
+		}
+		cctx, cancel := context.WithTimeout(ctx, recheckTimeout)
+		err := s.recheck(cctx)
+		cancel()
+		if err == nil {
+			continue
+		}
+		switch varplane.ErrorCode(err) {
+		case varplane.CodeForbidden, varplane.CodeUnauthorized:
+			revoked++
+			h.revoked.Add(1)
+			s.fail(&revokedError{cause: err}, true)
+		default:
+			failed++
+			lastErr = err
+		}
+	}
+	if revoked > 0 {
+		h.log.Info("push subscriptions ended: their token no longer allows them", "subscriptions", revoked)
+	}
+	if failed > 0 {
+		h.log.Warn("push: a recheck of subscriptions failed; they stay open until the next pass", "subscriptions", failed, "err", lastErr)
+	}
 }
 
 // Stats returns the hub's counters.
@@ -362,6 +523,9 @@ func (h *Hub) Stats() Stats {
 
 		RefusedFull:     h.refusedFull.Load(),
 		RefusedPerToken: h.refusedToken.Load(),
+		RefusedPerAddr:  h.refusedAddr.Load(),
+		RefusedPerConn:  h.refusedConn.Load(),
+		Revoked:         h.revoked.Load(),
 	}
 }
 
@@ -376,6 +540,8 @@ func (h *Hub) Close() {
 	h.closed = true
 	h.mu.Unlock()
 	h.unsub()
+	h.stopCheck()
+	<-h.checkDone
 	for _, s := range *h.subs.Load() {
 		s.fail(ErrHubClosed, true)
 	}
@@ -394,6 +560,14 @@ func (h *Hub) onCommit(c varplane.Commit) {
 	for _, s := range *h.subs.Load() {
 		s.offer(ups, now)
 	}
+	if h.opts.RecheckOn != nil {
+		for _, ch := range c.Changes {
+			if h.opts.RecheckOn(ch.Scope) {
+				h.Recheck()
+				break
+			}
+		}
+	}
 }
 
 // Subscribe registers a subscription for the scopes f selects. held gives
@@ -404,9 +578,10 @@ func (h *Hub) onCommit(c varplane.Commit) {
 // included only when held names them at an older generation.
 //
 // It returns a bad-request error for an invalid filter, a too-many-subscribers
-// error (errors.Is ErrTooManySubscribers) past Options.MaxSubscribers or
-// Options.MaxSubscribersPerToken, ErrHubClosed after Close, and the store's error when the snapshot cannot be
-// read. The caller must Close the subscription.
+// error (errors.Is ErrTooManySubscribers) past Options.MaxSubscribers or a
+// per-token, per-address or per-connection cap, ErrHubClosed after Close,
+// and the store's error when the snapshot cannot be read. The caller must
+// Close the subscription.
 func (h *Hub) Subscribe(ctx context.Context, f Filter, held map[varplane.Scope]varplane.Generation) (*Subscription, error) {
 	return h.SubscribeWith(ctx, f, held, SubscribeOptions{})
 }
@@ -427,6 +602,19 @@ type SubscribeOptions struct {
 	// the global cap only. Never the raw token: the hub keeps the key for
 	// the subscription's lifetime.
 	Owner string
+	// Addr is the client's IP address (wire.AddrHost of the request's
+	// remote address), counted by Options.MaxSubscribersPerAddr; Conn names
+	// the connection the subscription is served on (its remote address
+	// with the port, unique while the connection is open), counted by
+	// Options.MaxSubscribersPerConn. "" is not counted.
+	Addr, Conn string
+	// Recheck, when set, asks the authorizer again whether the
+	// subscription's token still allows it, as the transport asked before
+	// subscribing; the hub calls it on every recheck pass (see
+	// Options.RecheckInterval and RecheckOn) from its own goroutine, never
+	// concurrently for one subscription. A forbidden or unauthorized error
+	// ends the subscription with ErrRevoked.
+	Recheck func(ctx context.Context) error
 }
 
 // tokenKeySecret keys TokenKey: random per process, so that a key seen in
@@ -458,7 +646,8 @@ func (h *Hub) SubscribeWith(ctx context.Context, f Filter, held map[varplane.Sco
 	}
 	s := &Subscription{
 		hub:       h,
-		owner:     opts.Owner,
+		keys:      capKeys(opts),
+		recheck:   opts.Recheck,
 		m:         newMatcher(f),
 		ready:     make(chan struct{}, 1),
 		notify:    opts.Notify,
@@ -488,6 +677,53 @@ func (h *Hub) SubscribeWith(ctx context.Context, f Filter, held map[varplane.Sco
 	return s, nil
 }
 
+// capKey is one key a subscription is counted under by a cap: the cap's
+// kind and the key (a token's TokenKey, an address, a connection).
+type capKey struct {
+	kind byte // 't' token, 'a' address, 'c' connection
+	key  string
+}
+
+// capKeys returns the keys opts counts a subscription under.
+func capKeys(opts SubscribeOptions) []capKey {
+	var keys []capKey
+	for _, k := range []capKey{{'t', opts.Owner}, {'a', opts.Addr}, {'c', opts.Conn}} {
+		if k.key != "" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// limit returns the cap of a key's kind (0 or less: none), its Limit
+// name, what it counts and the counter of its refusals.
+func (h *Hub) limit(kind byte) (int, string, string, *atomic.Uint64) {
+	switch kind {
+	case 't':
+		return h.opts.MaxSubscribersPerToken, LimitSubscribersPerToken, "this token", &h.refusedToken
+	case 'a':
+		return h.opts.MaxSubscribersPerAddr, LimitSubscribersPerAddr, "this client address", &h.refusedAddr
+	default:
+		return h.opts.MaxSubscribersPerConn, LimitSubscribersPerConn, "this connection", &h.refusedConn
+	}
+}
+
+// Reserve counts a stream the hub does not feed (the values service's
+// created events) under the same caps and rechecks as SubscribeWith: it
+// returns a subscription that matches no scope and never delivers a batch,
+// whose Done is closed when the hub ends it (its token revoked: Err
+// matches ErrRevoked; the hub closed). It returns the refusals of
+// SubscribeWith. The caller must Close it when the stream ends.
+func (h *Hub) Reserve(opts SubscribeOptions) (*Subscription, error) {
+	s := &Subscription{hub: h, keys: capKeys(opts), recheck: opts.Recheck, m: newMatcher(Filter{}),
+		ready: make(chan struct{}, 1), notify: opts.Notify, done: make(chan struct{}),
+		pending: map[varplane.Scope]int{}, delivered: map[varplane.Scope]varplane.Generation{}}
+	if err := h.add(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 func (h *Hub) add(s *Subscription) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -500,18 +736,21 @@ func (h *Hub) add(s *Subscription) error {
 		return &varplane.Error{Code: varplane.CodeTooManyRequests, Limit: LimitSubscribers,
 			Message: fmt.Sprintf("the server already serves its maximum of %d subscribers", h.opts.MaxSubscribers)}
 	}
-	if s.owner != "" && h.opts.MaxSubscribersPerToken > 0 && h.owners[s.owner] >= h.opts.MaxSubscribersPerToken {
-		h.refusedToken.Add(1)
-		return &varplane.Error{Code: varplane.CodeTooManyRequests, Limit: LimitSubscribersPerToken,
-			Message: fmt.Sprintf("this token already holds its maximum of %d subscriptions; close one first", h.opts.MaxSubscribersPerToken)}
+	for _, k := range s.keys {
+		max, name, who, refused := h.limit(k.kind)
+		if max > 0 && h.counts[k] >= max {
+			refused.Add(1)
+			return &varplane.Error{Code: varplane.CodeTooManyRequests, Limit: name,
+				Message: fmt.Sprintf("%s already holds its maximum of %d subscriptions; close one first", who, max)}
+		}
 	}
 	next := make([]*Subscription, len(cur), len(cur)+1)
 	copy(next, cur)
 	next = append(next, s)
 	h.subs.Store(&next)
 	h.subscribers.Add(1)
-	if s.owner != "" {
-		h.owners[s.owner]++
+	for _, k := range s.keys {
+		h.counts[k]++
 	}
 	return nil
 }
@@ -529,11 +768,11 @@ func (h *Hub) remove(s *Subscription) {
 	next = append(next, cur[i+1:]...)
 	h.subs.Store(&next)
 	h.subscribers.Add(-1)
-	if s.owner != "" {
-		if n := h.owners[s.owner] - 1; n > 0 {
-			h.owners[s.owner] = n
+	for _, k := range s.keys {
+		if n := h.counts[k] - 1; n > 0 {
+			h.counts[k] = n
 		} else {
-			delete(h.owners, s.owner) // the map holds live owners only
+			delete(h.counts, k) // the map holds live keys only
 		}
 	}
 }
@@ -587,12 +826,13 @@ func (h *Hub) snapshot(ctx context.Context, s *Subscription) ([]Update, error) {
 // Subscription is one subscriber's bounded queue. Consume it from one
 // goroutine with Next (or Ready + TryNext) and Close it when done.
 type Subscription struct {
-	hub    *Hub
-	owner  string // SubscribeOptions.Owner
-	m      *matcher
-	ready  chan struct{}
-	notify func() // replaces sends on ready when set (SubscribeOptions.Notify)
-	done   chan struct{}
+	hub     *Hub
+	keys    []capKey                        // what the caps count it under
+	recheck func(ctx context.Context) error // SubscribeOptions.Recheck
+	m       *matcher
+	ready   chan struct{}
+	notify  func() // replaces sends on ready when set (SubscribeOptions.Notify)
+	done    chan struct{}
 
 	mu           sync.Mutex
 	queue        []Update
@@ -673,7 +913,7 @@ func (s *Subscription) fail(err error, byHub bool) {
 	}
 	if byHub {
 		s.hub.disconnections.Add(1)
-		if !errors.Is(err, ErrHubClosed) {
+		if !errors.Is(err, ErrHubClosed) && !errors.Is(err, ErrRevoked) { // a pass logs its revocations once
 			s.hub.log.Warn("push subscriber disconnected", "reason", Reason(err), "dropped", n)
 		}
 	}

@@ -79,20 +79,7 @@ func startMainPort(t *testing.T, popts push.Options, timeout time.Duration) *mai
 // digest renders what the store holds: each scope's generation.
 func (m *mainPort) digest(t *testing.T) string {
 	t.Helper()
-	ctx := context.Background()
-	scopes, err := m.engine.Store().Scopes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, sc := range scopes {
-		st, err := m.engine.Store().State(ctx, sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&b, "%s@%d ", sc, st.Generation)
-	}
-	return b.String()
+	return scopeGenerations(t, m.engine)
 }
 
 // gzipBomb returns concatenated gzip members inflating to members×16 MiB

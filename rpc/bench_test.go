@@ -41,7 +41,7 @@ func BenchmarkFanOut(b *testing.B) {
 }
 
 func benchFanOut(b *testing.B, watch, share bool, n int) {
-	e, _, srv := rpc.StartTestServer(b, push.Options{MaxSubscribers: 2 * n, MaxSubscribersPerToken: -1}, nil, func(s *rpc.Server) { s.GRPC.MaxWatches = n })
+	e, _, srv := rpc.StartTestServer(b, push.Options{MaxSubscribers: 2 * n, MaxSubscribersPerToken: -1, MaxSubscribersPerConn: -1, MaxSubscribersPerAddr: -1}, nil, func(s *rpc.Server) { s.GRPC.MaxWatches = n })
 	const conns = 10
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -36,9 +36,11 @@ const (
 	// before the connection is closed (a dead peer is found this way).
 	DefaultKeepaliveTime    = 2 * time.Minute
 	DefaultKeepaliveTimeout = 20 * time.Second
-	// DefaultRequestTimeout bounds the wait for a Subscribe request message
-	// (or a Watch stream's first request): a stream opened and left silent
-	// is ended with DeadlineExceeded instead of holding its slot.
+	// DefaultRequestTimeout bounds the wait for a Subscribe request message,
+	// and how long a Watch stream may hold no watch (before its first
+	// create, after its last cancel): a stream opened and left silent, or
+	// kept alive with progress requests alone, is ended with
+	// DeadlineExceeded instead of holding its slot.
 	DefaultRequestTimeout = wire.ServerReadTimeout
 	// streamWindow is the receive window of each stream, connWindow of each
 	// connection: what the server buffers of a peer's unread data. A
@@ -58,8 +60,8 @@ type GRPCOptions struct {
 	// Heartbeat is the interval of empty batches (Subscribe) and progress
 	// responses (Watch) on an idle stream; default DefaultHeartbeat.
 	Heartbeat time.Duration
-	// RequestTimeout bounds the wait for a stream's request; default
-	// DefaultRequestTimeout.
+	// RequestTimeout bounds the wait for a stream's request, and the time a
+	// Watch stream may hold no watch; default DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// MaxWatches is the most watches of one Watch stream; default
 	// DefaultMaxWatches.
@@ -193,6 +195,7 @@ func (g *GRPCServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	ctx := context.WithValue(r.Context(), controllerKey{}, sc)
+	ctx = context.WithValue(ctx, remoteKey{}, r.RemoteAddr)
 	if strings.HasSuffix(r.URL.Path, "/Watch") {
 		m := newMeteredBody(r.Body, watchAhead)
 		r.Body = m
@@ -457,8 +460,13 @@ func pump(ctx, server context.Context, sub *push.Subscription, interval time.Dur
 }
 
 // subscriptionEnded is the error a stream ends with when the hub ended its
-// subscription: Unavailable with the reason, so that clients reconnect.
+// subscription: Unavailable with the reason, so that clients reconnect;
+// for a revoked token, the authorizer's denial (PermissionDenied or
+// Unauthenticated), so that they do not reconnect with it.
 func subscriptionEnded(err error) error {
+	if errors.Is(err, push.ErrRevoked) {
+		return &varplane.Error{Code: varplane.ErrorCode(err), Message: "the token no longer allows this stream"}
+	}
 	return &varplane.Error{Code: varplane.CodeStoreUnavailable, Message: "subscription ended: " + push.Reason(err)}
 }
 

@@ -72,6 +72,11 @@ type HandlerOptions struct {
 	// WriteTimeout bounds each message write (Subscribe and Watch). Default
 	// DefaultWriteTimeout; never less than twice Heartbeat.
 	WriteTimeout time.Duration
+	// RequestTimeout bounds how long a Watch stream may hold no watch: from
+	// its start until its first create, and after its last watch ends (a
+	// stream that only asks for progress is ended with DeadlineExceeded).
+	// Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
 	// Logger receives stream errors; slog.Default when nil.
 	Logger *slog.Logger
 }
@@ -99,6 +104,9 @@ func NewHandlerWith(hub *push.Hub, authorize varplane.Authorizer, opts HandlerOp
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
 	// Over HTTP/2 a write deadline that passes resets the stream even with
 	// no write pending: an idle stream's heartbeats must re-arm it first.
 	opts.WriteTimeout = max(opts.WriteTimeout, 2*opts.Heartbeat)
@@ -117,6 +125,7 @@ func NewHandlerWith(hub *push.Hub, authorize varplane.Authorizer, opts HandlerOp
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
 		ctx := context.WithValue(r.Context(), controllerKey{}, http.NewResponseController(w))
+		ctx = context.WithValue(ctx, remoteKey{}, r.RemoteAddr)
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -124,6 +133,18 @@ func NewHandlerWith(hub *push.Hub, authorize varplane.Authorizer, opts HandlerOp
 // controllerKey carries the stream's http.ResponseController to Subscribe,
 // which connect does not hand the ResponseWriter.
 type controllerKey struct{}
+
+// remoteKey carries the request's remote address ("ip:port") to the
+// streams, which count their subscriptions under it (the hub's
+// per-address and per-connection caps).
+type remoteKey struct{}
+
+// remoteOf returns the remote address ServeHTTP or the Connect handler
+// put in ctx ("" when served otherwise).
+func remoteOf(ctx context.Context) string {
+	s, _ := ctx.Value(remoteKey{}).(string)
+	return s
+}
 
 // errInflateLimit ends the inflation of a request past MaxRequestBytes.
 var errInflateLimit = errors.New("the decompressed request is larger than the limit")
@@ -193,7 +214,10 @@ func (s *service) Subscribe(ctx context.Context, req *connect.Request[v1.Subscri
 }
 
 // subscribe validates and authorizes a Subscribe request and registers its
-// subscription; the Connect handler, Subscribe and Watch share it.
+// subscription, counted under its token, its client's address and its
+// connection, with a recheck of the same authorization that the hub runs
+// when the accepted tokens change and periodically; the Connect handler,
+// Subscribe and Watch share it.
 func subscribe(ctx context.Context, hub *push.Hub, authorize varplane.Authorizer, m *v1.SubscribeRequest, token string, opts push.SubscribeOptions) (*push.Subscription, error) {
 	f := push.Filter{Keys: scopes(m.GetKeys()), Groups: scopes(m.GetGroups()), Prefixes: scopes(m.GetPrefixes())}
 	if err := f.Validate(); err != nil {
@@ -204,19 +228,29 @@ func subscribe(ctx context.Context, hub *push.Hub, authorize varplane.Authorizer
 		held[varplane.Scope(sc)] = varplane.Generation(g)
 	}
 	if authorize != nil {
-		exact := append(append([]varplane.Scope(nil), f.Keys...), f.Groups...)
-		for _, part := range []struct {
-			subtree bool
-			scopes  []varplane.Scope
-		}{{false, exact}, {true, f.Prefixes}} {
-			for _, sc := range part.scopes {
-				if _, err := varplane.Authorize(ctx, authorize, varplane.Access{Kind: varplane.KindRead, Scope: sc, Subtree: part.subtree, Token: token}); err != nil {
-					return nil, err
+		check := func(ctx context.Context) error {
+			exact := append(append([]varplane.Scope(nil), f.Keys...), f.Groups...)
+			for _, part := range []struct {
+				subtree bool
+				scopes  []varplane.Scope
+			}{{false, exact}, {true, f.Prefixes}} {
+				for _, sc := range part.scopes {
+					if _, err := varplane.Authorize(ctx, authorize, varplane.Access{Kind: varplane.KindRead, Scope: sc, Subtree: part.subtree, Token: token}); err != nil {
+						return err
+					}
 				}
 			}
+			return nil
 		}
+		if err := check(ctx); err != nil {
+			return nil, err
+		}
+		opts.Recheck = check
 	}
 	opts.Owner = push.TokenKey(token)
+	if remote := remoteOf(ctx); remote != "" {
+		opts.Addr, opts.Conn = wire.AddrHost(remote), remote
+	}
 	return hub.SubscribeWith(ctx, f, held, opts)
 }
 
@@ -373,7 +407,7 @@ func (s *Server) Open() error {
 	if log == nil {
 		log = slog.Default()
 	}
-	path, connect := NewHandlerWith(s.hub, s.auth, HandlerOptions{Logger: log})
+	path, connect := NewHandlerWith(s.hub, s.auth, HandlerOptions{Logger: log, RequestTimeout: s.GRPC.RequestTimeout})
 	mux := http.NewServeMux()
 	mux.Handle(path, connect)
 	var protos http.Protocols

@@ -11,6 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/varplane/varplane"
@@ -113,8 +115,13 @@ func (s *grpcService) Watch(stream grpc.BidiStreamingServer[v1.WatchRequest, v1.
 	deadline := s.writeDeadline(ctx)
 	send := func(m *v1.WatchResponse) error { return deadline.send(func() error { return stream.Send(m) }) }
 	w := &watcher{hub: s.hub, authorize: s.authorize, token: bearerOf(ctx), max: s.opts.MaxWatches,
-		heartbeat: s.opts.Heartbeat, count: &s.watches, recv: recv, send: send}
-	return ended(ctx, toGRPC(ctx, w.run(ctx, s.ctx)))
+		heartbeat: s.opts.Heartbeat, hold: s.opts.RequestTimeout, count: &s.watches, recv: recv, send: send}
+	err := w.run(ctx, s.ctx)
+	if errors.Is(err, errNoWatch) {
+		s.requestTimeouts.Add(1)
+		return status.Error(codes.DeadlineExceeded, errNoWatch.Error())
+	}
+	return ended(ctx, toGRPC(ctx, err))
 }
 
 // Watch implements PushService.Watch on the Connect handler (HTTP/2 only,
@@ -132,12 +139,21 @@ func (s *service) Watch(ctx context.Context, stream *connect.BidiStream[v1.Watch
 		}
 	}
 	w := &watcher{hub: s.hub, authorize: s.authorize, token: wire.Bearer(stream.RequestHeader().Get("Authorization")),
-		max: DefaultMaxWatches, heartbeat: s.opts.Heartbeat, count: new(atomic.Int64), recv: stream.Receive, send: send}
-	if err := w.run(ctx, context.Background()); err != nil {
+		max: DefaultMaxWatches, heartbeat: s.opts.Heartbeat, hold: s.opts.RequestTimeout, count: new(atomic.Int64),
+		recv: stream.Receive, send: send}
+	err := w.run(ctx, context.Background())
+	switch {
+	case errors.Is(err, errNoWatch):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	case err != nil:
 		return toConnect(err)
 	}
 	return nil
 }
+
+// errNoWatch ends a Watch stream that held no watch for its request
+// timeout (HandlerOptions.RequestTimeout, GRPCOptions.RequestTimeout).
+var errNoWatch = errors.New("no watch held within the request timeout")
 
 // watcher serves one Watch stream. A reader goroutine hands the client's
 // requests to the writer (run's goroutine), which alone creates and
@@ -151,6 +167,7 @@ type watcher struct {
 	token     string
 	max       int
 	heartbeat time.Duration
+	hold      time.Duration // the longest the stream may hold no watch
 	count     *atomic.Int64 // the server's open watches
 	recv      func() (*v1.WatchRequest, error)
 	send      func(*v1.WatchResponse) error
@@ -192,7 +209,16 @@ func (w *watcher) notify(wt *watch) {
 	}
 }
 
+// run serves the stream until it ends. It authenticates the token first
+// (kind identify), before reading a request or starting a goroutine, so a
+// stream without an accepted token holds nothing; and it ends the stream
+// with errNoWatch once it has held no watch for w.hold.
 func (w *watcher) run(ctx, server context.Context) error {
+	if w.authorize != nil {
+		if _, err := varplane.Authorize(ctx, w.authorize, varplane.Access{Kind: varplane.KindIdentify, Token: w.token}); err != nil {
+			return err
+		}
+	}
 	w.watches = map[int64]*watch{}
 	w.wake = make(chan struct{}, 1)
 	defer func() {
@@ -222,6 +248,21 @@ func (w *watcher) run(ctx, server context.Context) error {
 	}()
 	timer := time.NewTimer(w.heartbeat)
 	defer timer.Stop()
+	// hold runs while the stream holds no watch; progress requests do not
+	// reset it.
+	hold := time.NewTimer(w.hold)
+	defer hold.Stop()
+	holding := false
+	held := func() {
+		switch n := len(w.watches); {
+		case n > 0 && !holding:
+			hold.Stop()
+			holding = true
+		case n == 0 && holding:
+			hold.Reset(w.hold)
+			holding = false
+		}
+	}
 	lastSend := time.Now()
 	send := func(m *v1.WatchResponse) error {
 		lastSend = time.Now()
@@ -243,6 +284,7 @@ func (w *watcher) run(ctx, server context.Context) error {
 			if err := w.handle(ctx, m, send); err != nil {
 				return err
 			}
+			held()
 		case <-w.wake:
 			if err := w.deliver(ctx, send); err != nil {
 				if errors.Is(err, errSendFailed) {
@@ -250,6 +292,9 @@ func (w *watcher) run(ctx, server context.Context) error {
 				}
 				return err
 			}
+			held()
+		case <-hold.C:
+			return errNoWatch
 		case <-timer.C:
 			if idle := time.Since(lastSend); idle < w.heartbeat {
 				timer.Reset(w.heartbeat - idle)
@@ -362,7 +407,14 @@ func (w *watcher) deliver(ctx context.Context, send func(*v1.WatchResponse) erro
 		if err != nil {
 			if serr := wt.sub.Err(); serr != nil {
 				w.drop(wt)
-				if send(&v1.WatchResponse{WatchId: wt.id, Canceled: true, CancelCode: push.Reason(serr), CancelReason: "the server ended this watch"}) != nil {
+				// A revoked token's watch is canceled with the authorizer's
+				// code (forbidden, unauthorized), which a client does not
+				// retry; the hub's other reasons are retried.
+				code, reason := push.Reason(serr), "the server ended this watch"
+				if errors.Is(serr, push.ErrRevoked) {
+					code, reason = string(varplane.ErrorCode(serr)), "the token no longer allows this watch"
+				}
+				if send(&v1.WatchResponse{WatchId: wt.id, Canceled: true, CancelCode: code, CancelReason: reason}) != nil {
 					return errSendFailed
 				}
 				continue

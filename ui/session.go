@@ -1,9 +1,11 @@
 package ui
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"fmt"
 	"sync"
 	"time"
 
@@ -36,19 +38,31 @@ type flash struct {
 	Policy  *policyForm // the policy form as typed, after a refusal
 }
 
-// sessions is the bounded table of sessions. When it is full, signing in
-// evicts the session closest to its expiry, so memory stays bounded
-// whatever the number of sign-ins.
+// LimitSessions and LimitSessionsPerIdentity name the caps of the session
+// table in the Limit of a refused sign-in.
+const (
+	LimitSessions            = "max-sessions"
+	LimitSessionsPerIdentity = "max-sessions-per-identity"
+)
+
+// sessions is the bounded table of sessions: at most max in all and at
+// most perIdentity per identity. An identity at its cap that signs in
+// again ends its own oldest session; a sign-in that finds the table full
+// of other identities' sessions is refused (too-many-subscribers, limit
+// max-sessions), so that no identity's sign-ins ever end another's
+// session, and memory stays bounded whatever the number of sign-ins.
 type sessions struct {
-	mu  sync.Mutex
-	m   map[string]*session
-	max int
-	ttl time.Duration
-	now func() time.Time
+	mu          sync.Mutex
+	m           map[string]*session
+	byWho       map[string]int // live sessions per identity
+	max         int
+	perIdentity int
+	ttl         time.Duration
+	now         func() time.Time
 }
 
-func newSessions(max int, ttl time.Duration) *sessions {
-	return &sessions{m: map[string]*session{}, max: max, ttl: ttl, now: time.Now}
+func newSessions(max, perIdentity int, ttl time.Duration) *sessions {
+	return &sessions{m: map[string]*session{}, byWho: map[string]int{}, max: max, perIdentity: perIdentity, ttl: ttl, now: time.Now}
 }
 
 // randomID returns 32 random bytes in hex.
@@ -61,29 +75,69 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// create stores a new session for token and returns it.
-func (s *sessions) create(token, who string) *session {
+// create stores a new session for token, whose identity is who, and
+// returns it. At the identity's cap it ends who's own oldest session; with
+// the table full of other identities' sessions it refuses with a
+// too-many-subscribers error whose Limit is LimitSessions.
+func (s *sessions) create(token, who string) (*session, error) {
 	ss := &session{id: randomID(), token: token, who: who, csrf: randomID()}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	ss.expires = now.Add(s.ttl)
-	for id, o := range s.m {
+	for _, o := range s.m {
 		if !now.Before(o.expires) {
-			delete(s.m, id)
+			s.drop(o)
 		}
 	}
-	for len(s.m) >= s.max {
+	for s.byWho[who] >= s.perIdentity {
 		var oldest *session
 		for _, o := range s.m {
-			if oldest == nil || o.expires.Before(oldest.expires) {
+			if o.who == who && (oldest == nil || o.expires.Before(oldest.expires)) {
 				oldest = o
 			}
 		}
-		delete(s.m, oldest.id)
+		s.drop(oldest)
+	}
+	if len(s.m) >= s.max {
+		return nil, &varplane.Error{Code: varplane.CodeTooManyRequests, Limit: LimitSessions,
+			Message: fmt.Sprintf("the console already holds its maximum of %d sessions; try again when one ends", s.max)}
 	}
 	s.m[ss.id] = ss
-	return ss
+	s.byWho[who]++
+	return ss, nil
+}
+
+// drop removes o from the table; s.mu is held.
+func (s *sessions) drop(o *session) {
+	if s.m[o.id] != o {
+		return
+	}
+	delete(s.m, o.id)
+	if n := s.byWho[o.who] - 1; n > 0 {
+		s.byWho[o.who] = n
+	} else {
+		delete(s.byWho, o.who)
+	}
+}
+
+// sweep asks check about every session's token, outside the lock, and
+// ends those it denies (a revoked or expired token): it frees the slots a
+// full table holds for tokens nobody may use any more.
+func (s *sessions) sweep(ctx context.Context, check func(ctx context.Context, token string) bool) {
+	s.mu.Lock()
+	all := make([]*session, 0, len(s.m))
+	for _, o := range s.m {
+		all = append(all, o)
+	}
+	s.mu.Unlock()
+	for _, o := range all {
+		if !check(ctx, o.token) {
+			s.mu.Lock()
+			s.drop(o)
+			s.mu.Unlock()
+		}
+	}
 }
 
 // get returns the live session id names, or nil.
@@ -95,7 +149,7 @@ func (s *sessions) get(id string) *session {
 		return nil
 	}
 	if !s.now().Before(ss.expires) {
-		delete(s.m, id)
+		s.drop(ss)
 		return nil
 	}
 	return ss
@@ -105,7 +159,9 @@ func (s *sessions) get(id string) *session {
 func (s *sessions) remove(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.m, id)
+	if ss := s.m[id]; ss != nil {
+		s.drop(ss)
+	}
 }
 
 // setFlash leaves f for the session's next page.

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -55,10 +56,33 @@ func (h *Handler) handleSignin(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, nil, status, "signin", "Sign in", signinView{CSRF: fresh, Next: next, Error: msg})
 		return
 	}
-	s := h.sessions.create(token, id.ID)
+	s, err := h.sessions.create(token, id.ID)
+	if err != nil {
+		// Full of other identities' sessions: free those whose token is no
+		// longer accepted, then try once more.
+		h.sessions.sweep(r.Context(), h.accepted)
+		s, err = h.sessions.create(token, id.ID)
+	}
+	if err != nil {
+		h.renderError(w, r, nil, err)
+		return
+	}
 	http.SetCookie(w, h.cookie(r, signinCookie, "", -1))
 	http.SetCookie(w, h.cookie(r, cookieName, s.id, int(h.opts.SessionTTL.Seconds())))
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// accepted reports whether the authorizer still accepts token (kind
+// identify). Only a denial (forbidden, unauthorized) is false: an
+// authorizer that fails keeps the session, as the API's own answer
+// will tell the browser.
+func (h *Handler) accepted(ctx context.Context, token string) bool {
+	_, err := varplane.Authorize(ctx, h.opts.Authorizer, varplane.Access{Kind: varplane.KindIdentify, Token: token})
+	switch varplane.ErrorCode(err) {
+	case varplane.CodeForbidden, varplane.CodeUnauthorized:
+		return false
+	}
+	return true
 }
 
 func (h *Handler) handleSignout(w http.ResponseWriter, r *http.Request, q *request) {

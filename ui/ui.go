@@ -44,10 +44,17 @@ type Options struct {
 	Limits varplane.Limits
 	// Logger receives the console's own failures; never a token.
 	Logger *slog.Logger
-	// MaxSessions bounds the session table (default 1024); SessionTTL is a
-	// session's lifetime from sign-in (default 8h).
-	MaxSessions int
-	SessionTTL  time.Duration
+	// MaxSessions bounds the session table (default 1024) and
+	// MaxSessionsPerIdentity the sessions of one identity (default
+	// DefaultMaxSessionsPerIdentity): an identity at its cap that signs in
+	// again ends its own oldest session, never another identity's, and a
+	// sign-in to a table full of other identities' sessions is refused
+	// (503 too-many-subscribers, limit max-sessions). SessionTTL is a
+	// session's lifetime from sign-in (default 8h); a session whose token
+	// the authorizer no longer accepts ends at its next request.
+	MaxSessions            int
+	MaxSessionsPerIdentity int
+	SessionTTL             time.Duration
 	// PollInterval is how often an open change's page refreshes its
 	// state, canary reports and transitions, which the watch stream does
 	// not carry (default 5s).
@@ -70,6 +77,11 @@ const (
 	signinCookie = "varplane_signin"
 )
 
+// DefaultMaxSessionsPerIdentity is the default of
+// Options.MaxSessionsPerIdentity: sixteen browsers of one identity, so that
+// it takes 64 identities to fill the default table.
+const DefaultMaxSessionsPerIdentity = 16
+
 // New returns the console for opts.
 func New(opts Options) *Handler {
 	if opts.Prefix == "" {
@@ -86,6 +98,9 @@ func New(opts Options) *Handler {
 	if opts.MaxSessions <= 0 {
 		opts.MaxSessions = 1024
 	}
+	if opts.MaxSessionsPerIdentity <= 0 {
+		opts.MaxSessionsPerIdentity = DefaultMaxSessionsPerIdentity
+	}
 	if opts.SessionTTL <= 0 {
 		opts.SessionTTL = 8 * time.Hour
 	}
@@ -93,7 +108,7 @@ func New(opts Options) *Handler {
 		opts.PollInterval = 5 * time.Second
 	}
 	opts.Limits = opts.Limits.WithDefaults()
-	h := &Handler{opts: opts, prefix: opts.Prefix, sessions: newSessions(opts.MaxSessions, opts.SessionTTL)}
+	h := &Handler{opts: opts, prefix: opts.Prefix, sessions: newSessions(opts.MaxSessions, opts.MaxSessionsPerIdentity, opts.SessionTTL)}
 	h.pages = parsePages(h)
 	static, _ := fs.Sub(staticFS, "static")
 	m := http.NewServeMux()
@@ -160,12 +175,18 @@ type authedFunc func(w http.ResponseWriter, r *http.Request, q *request)
 
 // authed runs f for a signed-in browser: a request without a live session
 // is sent to the sign-in page (GET) or refused (POST); a POST whose CSRF
-// token is not the session's is refused, whatever it carries.
+// token is not the session's is refused, whatever it carries. The
+// session's token is authenticated again on every request, so a session
+// whose token was revoked (or has expired) ends at once.
 func (h *Handler) authed(f authedFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var s *session
 		if c, err := r.Cookie(cookieName); err == nil {
 			s = h.sessions.get(c.Value)
+		}
+		if s != nil && !h.accepted(r.Context(), s.token) {
+			h.sessions.remove(s.id)
+			s = nil
 		}
 		if s == nil {
 			if r.Method == http.MethodGet && r.URL.Path != h.prefix+"/live" {

@@ -240,23 +240,42 @@ func TestSentenceEveryCode(t *testing.T) {
 }
 
 func TestSessionsBoundedAndExpire(t *testing.T) {
-	ss := newSessions(2, time.Hour)
+	ss := newSessions(2, 1, time.Hour)
 	now := time.Unix(1000, 0)
 	ss.now = func() time.Time { return now }
-	a := ss.create("t1", "a")
+	create := func(token, who string) *session {
+		t.Helper()
+		s, err := ss.create(token, who)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a := create("t1", "a")
 	now = now.Add(time.Second)
-	b := ss.create("t2", "b")
+	b := create("t2", "b")
 	now = now.Add(time.Second)
-	c := ss.create("t3", "c")
-	if ss.len() != 2 || ss.get(a.id) != nil || ss.get(b.id) == nil || ss.get(c.id) == nil {
+	// Full of other identities' sessions: refused, and nobody signed out.
+	_, err := ss.create("t3", "c")
+	var verr *varplane.Error
+	if !errors.As(err, &verr) || verr.Code != varplane.CodeTooManyRequests || verr.Limit != LimitSessions {
+		t.Fatalf("sign-in to a full table = %v, want too-many-subscribers max-sessions", err)
+	}
+	// An identity at the cap ends its own oldest session.
+	b2 := create("t2", "b")
+	if ss.len() != 2 || ss.get(a.id) == nil || ss.get(b.id) != nil || ss.get(b2.id) == nil {
 		t.Fatalf("bounded table: %d sessions", ss.len())
 	}
 	now = now.Add(time.Hour - time.Second)
-	if ss.get(b.id) != nil {
+	if ss.get(a.id) != nil {
 		t.Fatal("an expired session is live")
 	}
-	if ss.get(c.id) == nil {
+	if ss.get(b2.id) == nil {
 		t.Fatal("a live session is gone")
+	}
+	c := create("t3", "c") // the expired one's slot
+	if ss.get(c.id) == nil {
+		t.Fatal("no session after a slot was freed")
 	}
 }
 

@@ -31,6 +31,13 @@ const maxAttackRSS = 256 << 20
 // peakRSS returns the server process's peak resident set size in bytes.
 func (s *server) peakRSS(t testing.TB) int64 {
 	t.Helper()
+	return s.memory(t, "VmHWM")
+}
+
+// memory returns a memory figure of the server process's status (VmHWM,
+// VmRSS) in bytes.
+func (s *server) memory(t testing.TB, field string) int64 {
+	t.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
 	if err != nil {
 		t.Skipf("no /proc to read the server's memory from: %v", err)
@@ -38,7 +45,7 @@ func (s *server) peakRSS(t testing.TB) int64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -46,7 +53,7 @@ func (s *server) peakRSS(t testing.TB) int64 {
 			return kb << 10
 		}
 	}
-	t.Fatal("VmHWM not found")
+	t.Fatal(field + " not found")
 	return 0
 }
 
@@ -274,7 +281,9 @@ func TestAttackSubscriberSlots(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("greedy-token id=greedy kinds=read\nother-token id=other kinds=read\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startServer(t, "--tokens", tokens, "--max-subscribers", "20", "--max-subscribers-per-token", "5")
+	// Every client here shares the loopback address: the per-address cap
+	// (a quarter of --max-subscribers by default) is TestAttackStreamCaps' case.
+	s := startServer(t, "--tokens", tokens, "--max-subscribers", "20", "--max-subscribers-per-token", "5", "--max-subscribers-per-addr", "20")
 	open := func(token string) (*http.Response, error) {
 		req, _ := http.NewRequest("GET", s.Base+"/watch?key=a.b", nil)
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -23,4 +23,5 @@ func registerRPCFlags(fs *flag.FlagSet, addr *string, opts *rpc.GRPCOptions) {
 	fs.DurationVar(&opts.KeepaliveTime, "grpc-keepalive-time", rpc.DefaultKeepaliveTime, "ping an HTTP/2 connection silent for this long; one that does not answer within 20s is closed")
 	fs.IntVar(&opts.MaxWatches, "grpc-max-watches", rpc.DefaultMaxWatches, "most watches of one Watch stream")
 	fs.DurationVar(&opts.WriteTimeout, "grpc-write-timeout", rpc.DefaultWriteTimeout, "reset a gRPC stream whose message write waits this long (a subscriber that stopped reading)")
+	fs.DurationVar(&opts.RequestTimeout, "grpc-request-timeout", rpc.DefaultRequestTimeout, "end a gRPC or Connect stream whose request has not arrived after this long, and a Watch stream that has held no watch for this long (progress requests alone do not keep it)")
 }

@@ -70,6 +70,12 @@ type serveConfig struct {
 	logFormat       string
 	logLevel        string
 	redis           redisFlags
+	// The per-address and per-connection caps (0: push's defaults);
+	// streamMemory, when set, sizes maxSubs (push.SubscriptionCost each)
+	// unless --max-subscribers is given; recheckInterval is the hub's.
+	maxSubsPerAddr, maxSubsPerConn int
+	streamMemory                   int64
+	recheckInterval                time.Duration
 	// maxConns and maxConnsPerAddr cap the main listener's connections.
 	maxConns        int
 	maxConnsPerAddr int
@@ -134,6 +140,10 @@ Stores (--store):
 	fs.IntVar(&cfg.limits.MaxMembers, "max-members", varplane.DefaultMaxMembers, "most members of one object or elements of one array in a document")
 	fs.IntVar(&cfg.maxSubs, "max-subscribers", push.DefaultMaxSubscribers, "most live-stream subscriptions (SSE, Connect, gRPC) at once")
 	fs.IntVar(&cfg.maxSubsPerToken, "max-subscribers-per-token", 0, "most subscriptions one bearer token may hold at once (0: a tenth of --max-subscribers; -1: no per-token cap)")
+	fs.IntVar(&cfg.maxSubsPerAddr, "max-subscribers-per-addr", 0, "most subscriptions one client IP address may hold at once (0: a quarter of --max-subscribers; -1: no per-address cap)")
+	fs.IntVar(&cfg.maxSubsPerConn, "max-subscribers-per-connection", 0, "most subscriptions one connection may hold at once, over all its streams and watches (0: a tenth of --max-subscribers; -1: no cap)")
+	fs.Int64Var(&cfg.streamMemory, "stream-memory-bytes", 0, fmt.Sprintf("memory budget of the live streams: sets --max-subscribers to this over %d bytes a subscription, unless --max-subscribers is given (0: --max-subscribers alone)", push.SubscriptionCost))
+	fs.DurationVar(&cfg.recheckInterval, "stream-recheck-interval", push.DefaultRecheckInterval, "ask the authorizer again this often whether each live stream's token still allows it (a revocation in the store is also applied as soon as the store has it); a refused stream ends")
 	fs.StringVar(&cfg.allowedHosts, "allowed-hosts", envOr(c.m.Getenv, "VARPLANE_ALLOWED_HOSTS", ""), "comma-separated Host names answered besides loopback and the listen address (.example.com for subdomains, * for any) (env VARPLANE_ALLOWED_HOSTS)")
 	fs.IntVar(&cfg.maxConns, "max-connections", wire.DefaultMaxConns, "most connections the listener holds open at once (HTTP and gRPC); past it new ones are closed at once")
 	fs.IntVar(&cfg.maxConnsPerAddr, "max-connections-per-addr", wire.DefaultMaxConnsPerAddr, "most connections one client IP address holds open at once")
@@ -188,6 +198,9 @@ Stores (--store):
 	if err := cfg.retentionDefaults(fs); err != nil {
 		return err
 	}
+	if cfg.streamMemory > 0 && !flagGiven(fs, c.m.Getenv, "max-subscribers") {
+		cfg.maxSubs = int(max(1, cfg.streamMemory/push.SubscriptionCost))
+	}
 	if err := cfg.check(); err != nil {
 		return err
 	}
@@ -239,6 +252,9 @@ func (cfg *serveConfig) check() (err error) {
 	}
 	if cfg.maxSubs <= 0 {
 		return usagef("--max-subscribers must be positive")
+	}
+	if cfg.streamMemory < 0 || cfg.recheckInterval <= 0 {
+		return usagef("--stream-memory-bytes must not be negative, and --stream-recheck-interval must be positive")
 	}
 	if cfg.limits.MaxDepth <= 0 || cfg.limits.MaxStringBytes <= 0 || cfg.limits.MaxMembers <= 0 {
 		return usagef("--max-document-depth, --max-string-bytes and --max-members must be positive")
@@ -326,7 +342,11 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	// commit made through one reaches the subscribers of all.
 	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log, Limits: cfg.limits, Owners: owners})
 	defer engine.Close()
-	hub := push.New(engine, push.Options{Logger: log, MaxSubscribers: cfg.maxSubs, MaxSubscribersPerToken: cfg.maxSubsPerToken})
+	// A commit to the access scope (a principal revoked) rechecks every
+	// stream at once; the periodic pass catches what changes no scope.
+	hub := push.New(engine, push.Options{Logger: log, MaxSubscribers: cfg.maxSubs, MaxSubscribersPerToken: cfg.maxSubsPerToken,
+		MaxSubscribersPerAddr: cfg.maxSubsPerAddr, MaxSubscribersPerConn: cfg.maxSubsPerConn,
+		RecheckInterval: cfg.recheckInterval, RecheckOn: func(s varplane.Scope) bool { return s == access.Scope }})
 	defer hub.Close()
 
 	// The services.
@@ -402,7 +422,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	listener := wire.ListenerOptions{MaxConns: cfg.maxConns, MaxConnsPerAddr: cfg.maxConnsPerAddr, MaxConnAge: cfg.maxConnAge,
 		MaxConnAgeGrace: cfg.maxConnAgeGrace, Logger: log}
 	guard2 := wire.NewHTTP2Guard(wire.HTTP2GuardOptions{PingMinTime: cfg.pingMinTime, MaxConnAge: cfg.maxConnAge})
-	rpcPath, connect := rpc.NewHandlerWith(hub, authz, rpc.HandlerOptions{Logger: log})
+	rpcPath, connect := rpc.NewHandlerWith(hub, authz, rpc.HandlerOptions{Logger: log, RequestTimeout: cfg.grpc.RequestTimeout})
 	api.Mount(rpcPath, connect)
 	grpcOpts := cfg.grpc
 	grpcOpts.Logger = log

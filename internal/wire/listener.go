@@ -170,10 +170,18 @@ func remoteHost(c net.Conn) string {
 	if a == nil {
 		return ""
 	}
-	if h, _, err := net.SplitHostPort(a.String()); err == nil {
+	return AddrHost(a.String())
+}
+
+// AddrHost returns the host of a remote address ("192.0.2.1:5000" gives
+// "192.0.2.1"), or addr itself when it has no port: the key the
+// per-address caps count a client under (the listener's connections, the
+// push hub's subscriptions).
+func AddrHost(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
 		return h
 	}
-	return a.String()
+	return addr
 }
 
 // countedConn gives its slot back on the first Close.

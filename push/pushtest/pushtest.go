@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/varplane/varplane"
@@ -74,4 +76,68 @@ func Deactivate(tb testing.TB, e *varplane.Engine, scope varplane.Scope) varplan
 		tb.Fatalf("deactivate %s: %v", scope, err)
 	}
 	return res
+}
+
+// Tokens is an authorizer over a set of accepted bearer tokens that a test
+// revokes from: no token is unauthorized, a token not in the set (or
+// revoked) forbidden, and an accepted one allowed everything as the
+// identity named by the token, which holds every role. Safe for
+// concurrent use.
+type Tokens struct {
+	mu sync.Mutex
+	ok map[string]bool
+}
+
+// NewTokens returns Tokens accepting tokens.
+func NewTokens(tokens ...string) *Tokens {
+	t := &Tokens{ok: map[string]bool{}}
+	for _, tk := range tokens {
+		t.ok[tk] = true
+	}
+	return t
+}
+
+// Revoke stops accepting token.
+func (t *Tokens) Revoke(token string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.ok, token)
+}
+
+// Authorize implements varplane.Authorizer.
+func (t *Tokens) Authorize(_ context.Context, a varplane.Access) (varplane.Identity, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case a.Token == "":
+		return varplane.Identity{}, varplane.Errorf(varplane.CodeUnauthorized, "a bearer token is required")
+	case !t.ok[a.Token]:
+		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token is not accepted")
+	}
+	return varplane.Identity{ID: a.Token, Roles: []string{"*"}}, nil
+}
+
+// StoreDigest renders everything e's store holds that a request could
+// change, one line a scope: its generation and head revision. Attack tests
+// compare it before and after to show that nothing stored changed.
+func StoreDigest(tb testing.TB, e *varplane.Engine) string {
+	tb.Helper()
+	ctx := context.Background()
+	scopes, err := e.Store().Scopes(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var b strings.Builder
+	for _, sc := range scopes {
+		st, err := e.Store().State(ctx, sc)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		rev := ""
+		if st.Head != nil {
+			rev = string(st.Head.Revision)
+		}
+		fmt.Fprintf(&b, "%s@%d:%s\n", sc, st.Generation, rev)
+	}
+	return b.String()
 }
