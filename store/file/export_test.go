@@ -3,7 +3,12 @@ package file
 // SetSyncFunc replaces the fdatasync of s; tests use it to inject failures
 // and to hold a commit between its write and its acknowledgement. Call it
 // before the first commit.
-func SetSyncFunc(s *Store, f func() error) { s.syncf = f }
+func SetSyncFunc(s *Store, f func() error) {
+	s.syncf = f
+	if s.wal != nil {
+		s.wal.syncf = f
+	}
+}
 
 // SetMaxLineBytes sets the longest line the log holds, and returns the
 // previous bound; tests lower it to write a line past it cheaply.

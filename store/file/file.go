@@ -81,6 +81,13 @@ type Options struct {
 	// writes none, not even at Close, and every Open replays the whole
 	// log.
 	CheckpointEvery int
+	// WALSize is the size of the write-ahead file beside the log
+	// ("<path>.wal", wal.go), which a commit is synced to instead of the
+	// log: 0 means 4 MiB; a negative value writes none, and every commit
+	// syncs the log itself (each fdatasync then also commits the growth of
+	// the file). Ignored with NoSync, which writes none. A write-ahead file
+	// left by an earlier run is read at Open whatever this says.
+	WALSize int64
 }
 
 // maxBatch bounds the commits that share one write and fsync.
@@ -100,6 +107,7 @@ type Store struct {
 	lock  *os.File
 	off   int64 // under commitMu once Open returns: end of the last durable line
 	syncf func() error
+	wal   *wal // nil: commits sync the log itself (NoSync, WALSize < 0)
 	used  atomic.Int64 // off, for LogSize
 	// end, when not 0, is where replay stops reading (VerifyLog).
 	end int64
@@ -222,6 +230,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		return nil, err
 	}
 	_, statErr := os.Stat(path)
+	converted := false
 	if statErr == nil {
 		legacy, err := isLegacy(path)
 		if err != nil {
@@ -231,11 +240,25 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 			if err := convertLegacy(ctx, path, logger); err != nil {
 				return nil, err
 			}
+			converted = true
 		}
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("file store: open %s: %w", path, err)
+	}
+	// Before anything reads the log: the batches acknowledged from the
+	// write-ahead file that the log lost (a crash that lost the page
+	// cache). A converted log was never written with this WAL.
+	if !converted {
+		n, err := recoverWAL(f, path, path+walSuffix)
+		if err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+		if n > 0 {
+			logger.Warn("file store: restored the log's last batches from its write-ahead file", "path", path, "batches", n)
+		}
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
 		// Make the new file's directory entry durable too.
@@ -252,6 +275,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		lock: lock,
 		reqs: make(chan *request, maxBatch),
 		done: make(chan struct{}),
+		buf:  make([]byte, walRecHdr, 64<<10),
 	}
 	if s.bodies, err = openBodies(path); err != nil {
 		_ = f.Close()
@@ -271,6 +295,14 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		s.ck.every = checkpointEveryDefault
 	}
 	if err := s.load(ctx); err != nil {
+		s.bodies.retire()
+		if s.ckf != nil {
+			_ = s.ckf.Close()
+		}
+		_ = f.Close()
+		return nil, err
+	}
+	if err := s.startWAL(opts); err != nil {
 		s.bodies.retire()
 		if s.ckf != nil {
 			_ = s.ckf.Close()
@@ -401,7 +433,7 @@ func (s *Store) committer() {
 				break drain
 			}
 		}
-		s.buf = s.commitBatch(s.tx, batch, s.buf[:0])
+		s.buf = s.commitBatch(s.tx, batch, s.buf[:walRecHdr])
 		for i, r := range batch {
 			close(r.done)
 			batch[i] = nil
@@ -413,6 +445,8 @@ func (s *Store) committer() {
 	}
 }
 
+// commitBatch commits batch and returns buf, which holds walRecHdr bytes
+// of room for the record header (write) before the batch's log bytes.
 func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byte {
 	if p := s.failed.Load(); p != nil {
 		for _, r := range batch {
@@ -470,7 +504,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		}
 		return buf
 	}
-	s.off += int64(len(buf))
+	s.off += int64(len(buf) - walRecHdr)
 	s.lines += int64(events)
 	s.used.Store(s.off)
 	s.commits.Add(uint64(events))
@@ -480,22 +514,36 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 	return buf
 }
 
-// write appends buf at s.off and syncs it. The log grows by appends: space
-// allocated ahead would either be seen as zeros after the last line (what
-// format 2 did, and what tail -f and grep then showed) or, kept out of the
-// file's size (FALLOC_FL_KEEP_SIZE), cost each fdatasync the same journal
-// commit as growing the file (docs/architecture.md). On failure it tries to
-// cut the log back to s.off so that a later Open does not see a
-// half-written batch.
-func (s *Store) write(buf []byte) error {
-	_, err := s.f.WriteAt(buf, s.off)
-	if err == nil {
-		err = s.syncf()
-		if err != nil {
-			err = fmt.Errorf("file store: fdatasync %s: %w", s.path, err)
+// write appends rec[walRecHdr:] at s.off and makes it durable. The log
+// grows by appends: space allocated ahead would either be seen as zeros
+// after the last line (what format 2 did, and what tail -f and grep then
+// showed) or, kept out of the file's size (FALLOC_FL_KEEP_SIZE), cost each
+// fdatasync the same journal commit as growing the file
+// (docs/architecture.md). So the batch is made durable as a record of the
+// write-ahead file (wal.go), whose fdatasync overwrites written blocks,
+// and then written to the log, which is synced only when the WAL's ring is
+// full; without a WAL, or for a batch larger than its ring, the log is
+// synced itself. On failure it tries to cut the log back to s.off so that
+// a later Open does not see a half-written batch (the record, when it
+// reached the WAL, may still be restored: the outcome is unknown).
+func (s *Store) write(rec []byte) error {
+	buf := rec[walRecHdr:]
+	var err error
+	switch {
+	case s.wal != nil && s.wal.fits(len(rec)):
+		if err = s.wal.append(rec, s.off, s.syncLog); err == nil {
+			if _, err = s.f.WriteAt(buf, s.off); err != nil {
+				s.wal.drop(len(rec))
+				err = fmt.Errorf("file store: write %s: %w", s.path, err)
+			}
 		}
-	} else {
-		err = fmt.Errorf("file store: write %s: %w", s.path, err)
+	default:
+		if _, err = s.f.WriteAt(buf, s.off); err != nil {
+			err = fmt.Errorf("file store: write %s: %w", s.path, err)
+		} else if err = s.syncLog(); err == nil && s.wal != nil {
+			// The log is durable: the next record starts a lap.
+			err = s.wal.newLap(func() error { return nil })
+		}
 	}
 	if err != nil {
 		if terr := s.f.Truncate(s.off); terr != nil {
@@ -503,6 +551,50 @@ func (s *Store) write(buf []byte) error {
 		}
 	}
 	return err
+}
+
+// syncLog fdatasyncs the log (nothing with NoSync). Under commitMu.
+func (s *Store) syncLog() error {
+	if err := s.syncf(); err != nil {
+		return fmt.Errorf("file store: fdatasync %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// startWAL makes the log durable and opens its write-ahead file for a new
+// epoch, or removes it when commits sync the log itself.
+func (s *Store) startWAL(opts Options) error {
+	p := s.path + walSuffix
+	if opts.NoSync || opts.WALSize < 0 {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("file store: remove %s: %w", p, err)
+		}
+		return nil
+	}
+	// What the log holds now may be the page cache's only (a process that
+	// was killed): durable before the WAL forgets it.
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("file store: sync %s: %w", s.path, err)
+	}
+	w, err := openWAL(p, opts.WALSize)
+	if err != nil {
+		return err
+	}
+	s.wal = w
+	return nil
+}
+
+// resetWAL starts a new epoch of the write-ahead file once the log is
+// durable: before the log changes other than by appends (a compaction), and
+// at Close. Under commitMu, or once the committer has stopped.
+func (s *Store) resetWAL() error {
+	if s.wal == nil {
+		return nil
+	}
+	if err := s.syncLog(); err != nil {
+		return err
+	}
+	return s.wal.reset()
 }
 
 func (s *Store) submit(ctx context.Context, ev *varplane.Event, expected varplane.Generation, subtree bool) (*varplane.Event, error) {
@@ -588,7 +680,7 @@ func (s *Store) send(ctx context.Context, r *request) error {
 	if r.run == nil && len(s.reqs) == 0 && s.commitMu.TryLock() {
 		if len(s.reqs) == 0 {
 			one := [1]*request{r}
-			s.buf = s.commitBatch(s.tx, one[:], s.buf[:0])
+			s.buf = s.commitBatch(s.tx, one[:], s.buf[:walRecHdr])
 			s.commitMu.Unlock()
 			s.mu.RUnlock()
 			return r.err
@@ -735,6 +827,13 @@ func (s *Store) Close() error {
 	if s.failed.Load() == nil {
 		if err := s.f.Sync(); err != nil {
 			errs = append(errs, fmt.Errorf("file store: sync %s: %w", s.path, err))
+		} else if err := s.resetWAL(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.wal != nil {
+		if err := s.wal.close(); err != nil {
+			errs = append(errs, fmt.Errorf("file store: close %s: %w", s.wal.path, err))
 		}
 	}
 	if err := s.f.Close(); err != nil {
