@@ -107,7 +107,7 @@ type Store struct {
 	lock  *os.File
 	off   int64 // under commitMu once Open returns: end of the last durable line
 	syncf func() error
-	wal   *wal // nil: commits sync the log itself (NoSync, WALSize < 0)
+	wal   *wal         // nil: commits sync the log itself (NoSync, WALSize < 0)
 	used  atomic.Int64 // off, for LogSize
 	// end, when not 0, is where replay stops reading (VerifyLog).
 	end int64

@@ -61,8 +61,8 @@ type wal struct {
 	path  string
 	size  int64
 	epoch uint64
-	seq   uint64 // the last record's sequence number in this epoch
-	pos   int64  // where the next record goes
+	seq   uint64       // the last record's sequence number in this epoch
+	pos   int64        // where the next record goes
 	syncf func() error // fdatasync of f (tests replace it)
 }
 
