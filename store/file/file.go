@@ -3,8 +3,10 @@
 // its seq and hash, the link of its scope's chain), folded in memory for
 // reads. The log holds nothing but event lines (log format 3, format.go),
 // so jq, grep and tail -f read it while the server runs. A commit is
-// written and fdatasync'ed before it is acknowledged and before any reader
-// can see it; concurrent commits share one write and one fdatasync (group
+// durable before it is acknowledged and before any reader can see it: its
+// batch is fdatasync'ed as a record of the write-ahead file beside the log
+// (wal.go), which Open writes back into a log that lost it, then written to
+// the log; concurrent commits share one write and one fdatasync (group
 // commit), and a publish's two lines are in one write. On Open the log is
 // replayed and every chain checked; a torn tail that a crash left is cut
 // off with a warning, while damage that may hold an acknowledged commit,
@@ -180,7 +182,9 @@ type request struct {
 // scope's chain (varplane.ChainHash), and follow from the lines before it
 // (generations, revisions, idempotency keys, cascades). The torn-tail rule:
 // only bytes after the last acknowledged event may be cut. Every commit is
-// acknowledged only after its write and the fdatasync after it, and the
+// acknowledged only after its write and the fdatasync after it (of the
+// WAL's record, which Open first writes back into the log when the log
+// lost it: wal.go), and the
 // log grows by appends, so what a crash leaves after the last acknowledged
 // line is a prefix of the last write, possibly followed by zeros where the
 // filesystem had grown the file without its data. Open therefore cuts,
