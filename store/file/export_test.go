@@ -6,6 +6,7 @@ import "os"
 // and to hold a commit between its write and its acknowledgement. Call it
 // before the first commit.
 func SetSyncFunc(s *Store, f func() error) {
+	s.waitWAL()
 	s.syncf = f
 	if s.wal != nil {
 		s.wal.syncf = f
@@ -47,6 +48,7 @@ func Abandon(s *Store) {
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.done
+	s.waitWAL()
 	s.stopCheckpointer()
 	s.stopCold()
 	s.Shut()
@@ -86,3 +88,7 @@ func WALSeq(s *Store) uint64 { return s.wal.seq }
 
 // WALSizeMin is the smallest ring Open makes.
 const WALSizeMin = walSizeMin
+
+// WaitWAL waits until the write-ahead file Open creates on a goroutine is
+// in place: the commits before it sync the log itself.
+func WaitWAL(s *Store) { s.waitWAL() }

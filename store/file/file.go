@@ -88,7 +88,8 @@ type Options struct {
 	// log: 0 means 4 MiB; a negative value writes none, and every commit
 	// syncs the log itself (each fdatasync then also commits the growth of
 	// the file). Ignored with NoSync, which writes none. A write-ahead file
-	// left by an earlier run is read at Open whatever this says.
+	// left by an earlier run is read at Open whatever this says, and kept
+	// at its size.
 	WALSize int64
 }
 
@@ -109,8 +110,11 @@ type Store struct {
 	lock  *os.File
 	off   int64 // under commitMu once Open returns: end of the last durable line
 	syncf func() error
-	wal   *wal         // nil: commits sync the log itself (NoSync, WALSize < 0)
-	used  atomic.Int64 // off, for LogSize
+	wal   *wal // nil: commits sync the log itself (NoSync, WALSize < 0, not created yet)
+	// walDone, when not nil, is closed once the WAL startWAL creates on a
+	// goroutine is in place (or failed to be).
+	walDone chan struct{}
+	used    atomic.Int64 // off, for LogSize
 	// end, when not 0, is where replay stops reading (VerifyLog).
 	end int64
 	// lines counts the log's event lines (committer-owned like off).
@@ -566,7 +570,10 @@ func (s *Store) syncLog() error {
 }
 
 // startWAL makes the log durable and opens its write-ahead file for a new
-// epoch, or removes it when commits sync the log itself.
+// epoch, or removes it when commits sync the log itself. A WAL to create
+// (the first Open of a log, or one whose WAL is not whole) is written on a
+// goroutine, so that Open does not wait for its zeros: until it is in
+// place, commits sync the log itself.
 func (s *Store) startWAL(opts Options) error {
 	p := s.path + walSuffix
 	if opts.NoSync || opts.WALSize < 0 {
@@ -580,12 +587,32 @@ func (s *Store) startWAL(opts Options) error {
 	if err := s.f.Sync(); err != nil {
 		return fmt.Errorf("file store: sync %s: %w", s.path, err)
 	}
-	w, err := openWAL(p, opts.WALSize)
-	if err != nil {
+	w, err := openWAL(p, opts.WALSize, false)
+	if err != nil || w != nil {
+		s.wal = w
 		return err
 	}
-	s.wal = w
+	s.walDone = make(chan struct{})
+	go func() {
+		defer close(s.walDone)
+		w, err := openWAL(p, opts.WALSize, true)
+		if err != nil {
+			s.log.Warn("file store: cannot create the write-ahead file; every commit syncs the log itself", "path", p, "err", err)
+			return
+		}
+		// Every commit until now synced the log: it is durable.
+		s.commitMu.Lock()
+		s.wal = w
+		s.commitMu.Unlock()
+	}()
 	return nil
+}
+
+// waitWAL waits until a WAL being created is in place (or failed to be).
+func (s *Store) waitWAL() {
+	if s.walDone != nil {
+		<-s.walDone
+	}
 }
 
 // resetWAL starts a new epoch of the write-ahead file once the log is
@@ -814,6 +841,7 @@ func (s *Store) Close() error {
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.done
+	s.waitWAL()
 	s.stopCheckpointer()
 	s.stopCold()
 	var errs []error

@@ -233,10 +233,12 @@ func recoverWAL(f *os.File, logPath, walPath string) (int, error) {
 	return restored, nil
 }
 
-// openWAL opens the WAL at path for a new epoch, creating it (size bytes,
-// written with zeros, synced with its directory) when it is absent or not
-// whole. Call it only while the log is durable: it forgets every record.
-func openWAL(path string, size int64) (*wal, error) {
+// openWAL opens the WAL at path for a new epoch. One that is absent or not
+// whole is created (size bytes, written with zeros, synced with its
+// directory) when create is set, and otherwise left for createWAL: openWAL
+// then returns nil. Call it only while the log is durable: it forgets every
+// record.
+func openWAL(path string, size int64, create bool) (*wal, error) {
 	if size <= 0 {
 		size = walSizeDefault
 	}
@@ -256,6 +258,10 @@ func openWAL(path string, size int64) (*wal, error) {
 	h := make([]byte, walHeaderSize)
 	_, herr := f.ReadAt(h, 0)
 	if _, perr := parseWALHeader(h); herr != nil || perr != nil || fi.Size() < walSizeMin || fi.Size() > walSizeMax {
+		if !create {
+			_ = f.Close()
+			return nil, nil
+		}
 		// Written whole before use: a record's fdatasync then overwrites
 		// written blocks. Not fallocate'd: an unwritten extent converts on
 		// its first write, a journal commit.

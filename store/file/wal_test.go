@@ -26,6 +26,7 @@ var walOpts = file.Options{WALSize: file.WALSizeMin, CheckpointEvery: -1}
 // bytes after them.
 func commitN(t *testing.T, s *file.Store, path string, from, n int) []byte {
 	t.Helper()
+	file.WaitWAL(s)
 	ctx := context.Background()
 	for i := from; i < from+n; i++ {
 		sc := varplane.Scope(fmt.Sprintf("w.%d", i))
@@ -282,6 +283,7 @@ func TestWALCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	file.WaitWAL(s)
 	ctx := context.Background()
 	for i := 0; ; i++ {
 		sc := varplane.Scope(fmt.Sprintf("w.%d", i))
