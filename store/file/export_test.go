@@ -43,14 +43,7 @@ func SetDigestChunk(n int64) int64 {
 // lock is released. What the log holds past its last sync is then the page
 // cache's only, which a test may take away to play a machine crash.
 func Abandon(s *Store) {
-	s.mu.Lock()
-	s.closed = true
-	close(s.reqs)
-	s.mu.Unlock()
-	<-s.done
-	s.waitWAL()
-	s.stopCheckpointer()
-	s.stopCold()
+	s.stop()
 	s.Shut()
 	s.bodies.retire()
 	if s.ckf != nil {

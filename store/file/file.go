@@ -302,15 +302,11 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 	if s.ck.every == 0 {
 		s.ck.every = checkpointEveryDefault
 	}
-	if err := s.load(ctx); err != nil {
-		s.bodies.retire()
-		if s.ckf != nil {
-			_ = s.ckf.Close()
-		}
-		_ = f.Close()
-		return nil, err
+	err = s.load(ctx)
+	if err == nil {
+		err = s.startWAL(opts)
 	}
-	if err := s.startWAL(opts); err != nil {
+	if err != nil {
 		s.bodies.retire()
 		if s.ckf != nil {
 			_ = s.ckf.Close()
@@ -832,18 +828,9 @@ func (s *Store) Stats() Stats {
 // closes the log, and releases the lock. Later calls return ErrClosed;
 // closing twice is harmless.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.stop() {
 		return nil
 	}
-	s.closed = true
-	close(s.reqs)
-	s.mu.Unlock()
-	<-s.done
-	s.waitWAL()
-	s.stopCheckpointer()
-	s.stopCold()
 	var errs []error
 	if s.failed.Load() == nil && s.ck.every > 0 {
 		// The committer has stopped: the state is the log's.
@@ -878,4 +865,22 @@ func (s *Store) Close() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// stop stops the committer after the commits already queued, and the work
+// on other goroutines; it reports false when s was stopped already.
+func (s *Store) stop() bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.closed = true
+	close(s.reqs)
+	s.mu.Unlock()
+	<-s.done
+	s.waitWAL()
+	s.stopCheckpointer()
+	s.stopCold()
+	return true
 }
