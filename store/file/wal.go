@@ -265,7 +265,8 @@ func openWAL(path string, size int64, create bool) (*wal, error) {
 		// Written whole before use: a record's fdatasync then overwrites
 		// written blocks. Not fallocate'd: an unwritten extent converts on
 		// its first write, a journal commit.
-		if err := f.Truncate(0); err == nil {
+		err := f.Truncate(0)
+		if err == nil {
 			err = writeZeros(f, size)
 		}
 		if err == nil {
