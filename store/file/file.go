@@ -258,12 +258,14 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 	// Before anything reads the log: the batches acknowledged from the
 	// write-ahead file that the log lost (a crash that lost the page
 	// cache). A converted log was never written with this WAL.
+	walClean := false
 	if !converted {
-		n, err := recoverWAL(f, path, path+walSuffix)
+		n, clean, err := recoverWAL(f, path, path+walSuffix)
 		if err != nil {
 			_ = f.Close()
 			return nil, err
 		}
+		walClean = clean
 		if n > 0 {
 			logger.Warn("file store: restored the log's last batches from its write-ahead file", "path", path, "batches", n)
 		}
@@ -304,7 +306,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 	}
 	err = s.load(ctx)
 	if err == nil {
-		err = s.startWAL(opts)
+		err = s.startWAL(opts, walClean)
 	}
 	if err != nil {
 		s.bodies.retire()
@@ -566,11 +568,14 @@ func (s *Store) syncLog() error {
 }
 
 // startWAL makes the log durable and opens its write-ahead file for a new
-// epoch, or removes it when commits sync the log itself. A WAL to create
-// (the first Open of a log, or one whose WAL is not whole) is written on a
-// goroutine, so that Open does not wait for its zeros: until it is in
-// place, commits sync the log itself.
-func (s *Store) startWAL(opts Options) error {
+// epoch, or removes it when commits sync the log itself. The WAL is opened
+// (reset: a header write and an fdatasync), or created when it is absent or
+// not whole (4 MiB of zeros), on a goroutine, so that Open waits for
+// neither: until it is in place, commits sync the log itself. clean says
+// that the WAL beside the log held no record (a Close or a reset left it):
+// the log is durable already, without the sync a log that a killed process
+// left needs.
+func (s *Store) startWAL(opts Options, clean bool) error {
 	p := s.path + walSuffix
 	if opts.NoSync || opts.WALSize < 0 {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -578,22 +583,19 @@ func (s *Store) startWAL(opts Options) error {
 		}
 		return nil
 	}
-	// What the log holds now may be the page cache's only (a process that
-	// was killed): durable before the WAL forgets it.
-	if err := s.f.Sync(); err != nil {
-		return fmt.Errorf("file store: sync %s: %w", s.path, err)
-	}
-	w, err := openWAL(p, opts.WALSize, false)
-	if err != nil || w != nil {
-		s.wal = w
-		return err
+	if !clean {
+		// What the log holds now may be the page cache's only (a process
+		// that was killed): durable before the WAL forgets it.
+		if err := s.f.Sync(); err != nil {
+			return fmt.Errorf("file store: sync %s: %w", s.path, err)
+		}
 	}
 	s.walDone = make(chan struct{})
 	go func() {
 		defer close(s.walDone)
-		w, err := openWAL(p, opts.WALSize, true)
+		w, err := openWAL(p, opts.WALSize)
 		if err != nil {
-			s.log.Warn("file store: cannot create the write-ahead file; every commit syncs the log itself", "path", p, "err", err)
+			s.log.Warn("file store: cannot open the write-ahead file; every commit syncs the log itself", "path", p, "err", err)
 			return
 		}
 		// Every commit until now synced the log: it is durable.

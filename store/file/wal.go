@@ -160,55 +160,55 @@ func scanWAL(ring []byte, epoch uint64) []walRecord {
 
 // recoverWAL writes back into the log f (at logPath) every record of the
 // WAL at walPath whose bytes the log does not hold, and returns how many it
-// wrote back. A WAL that is absent, or whose header does not read, holds
-// nothing: its header is written, and synced, only while the log is
-// durable. The log is cut at the first record it does not hold, written,
+// wrote back; clean reports a WAL whose current epoch holds no record, as
+// Close and a reset leave it: the log is durable. A WAL that is absent, or
+// whose header does not read, holds nothing (its header is written, and
+// synced, only while the log is durable) but does not vouch for the log. The log is cut at the first record it does not hold, written,
 // and synced. A record that would leave a gap in the log is a defect: the
 // log is shorter than anything its WAL was written after.
-func recoverWAL(f *os.File, logPath, walPath string) (int, error) {
+func recoverWAL(f *os.File, logPath, walPath string) (restored int, clean bool, err error) {
 	wf, err := os.Open(walPath)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("file store: open %s: %w", walPath, err)
+		return 0, false, fmt.Errorf("file store: open %s: %w", walPath, err)
 	}
 	defer wf.Close()
 	fi, err := wf.Stat()
 	if err != nil {
-		return 0, fmt.Errorf("file store: stat %s: %w", walPath, err)
+		return 0, false, fmt.Errorf("file store: stat %s: %w", walPath, err)
 	}
 	if fi.Size() < walHeaderSize+walRecHdr || fi.Size() > walSizeMax {
-		return 0, nil // never finished being created
+		return 0, false, nil // never finished being created
 	}
 	ring := make([]byte, fi.Size())
 	if _, err := io.ReadFull(io.NewSectionReader(wf, 0, fi.Size()), ring); err != nil {
-		return 0, fmt.Errorf("file store: read %s: %w", walPath, err)
+		return 0, false, fmt.Errorf("file store: read %s: %w", walPath, err)
 	}
 	epoch, err := parseWALHeader(ring)
 	if err != nil {
-		return 0, nil
+		return 0, false, nil
 	}
 	recs := scanWAL(ring, epoch)
 	if len(recs) == 0 {
-		return 0, nil
+		return 0, true, nil
 	}
 	li, err := f.Stat()
 	if err != nil {
-		return 0, fmt.Errorf("file store: stat %s: %w", logPath, err)
+		return 0, false, fmt.Errorf("file store: stat %s: %w", logPath, err)
 	}
 	size := li.Size()
-	restored := 0
 	var have []byte
 	for _, r := range recs {
 		end := r.logOff + int64(len(r.payload))
 		if r.logOff > size {
-			return 0, fmt.Errorf("file store: %s holds a batch for byte offset %d of %s, which ends at %d: the log lost bytes its write-ahead file never held (move %s away to open the log as it is)", walPath, r.logOff, logPath, size, walPath)
+			return 0, false, fmt.Errorf("file store: %s holds a batch for byte offset %d of %s, which ends at %d: the log lost bytes its write-ahead file never held (move %s away to open the log as it is)", walPath, r.logOff, logPath, size, walPath)
 		}
 		if restored == 0 && end <= size {
 			have = append(have[:0], make([]byte, len(r.payload))...)
 			if _, err := f.ReadAt(have, r.logOff); err != nil {
-				return 0, fmt.Errorf("file store: read %s: %w", logPath, err)
+				return 0, false, fmt.Errorf("file store: read %s: %w", logPath, err)
 			}
 			if bytes.Equal(have, r.payload) {
 				continue
@@ -216,29 +216,27 @@ func recoverWAL(f *os.File, logPath, walPath string) (int, error) {
 		}
 		if restored == 0 {
 			if err := f.Truncate(r.logOff); err != nil {
-				return 0, fmt.Errorf("file store: cut %s at byte offset %d to restore it from %s: %w", logPath, r.logOff, walPath, err)
+				return 0, false, fmt.Errorf("file store: cut %s at byte offset %d to restore it from %s: %w", logPath, r.logOff, walPath, err)
 			}
 		}
 		if _, err := f.WriteAt(r.payload, r.logOff); err != nil {
-			return 0, fmt.Errorf("file store: restore %s from %s: %w", logPath, walPath, err)
+			return 0, false, fmt.Errorf("file store: restore %s from %s: %w", logPath, walPath, err)
 		}
 		size = end
 		restored++
 	}
 	if restored > 0 {
 		if err := f.Sync(); err != nil {
-			return 0, fmt.Errorf("file store: sync %s after restoring it from %s: %w", logPath, walPath, err)
+			return 0, false, fmt.Errorf("file store: sync %s after restoring it from %s: %w", logPath, walPath, err)
 		}
 	}
-	return restored, nil
+	return restored, false, nil
 }
 
-// openWAL opens the WAL at path for a new epoch. One that is absent or not
-// whole is created (size bytes, written with zeros, synced with its
-// directory) when create is set, and otherwise left for createWAL: openWAL
-// then returns nil. Call it only while the log is durable: it forgets every
-// record.
-func openWAL(path string, size int64, create bool) (*wal, error) {
+// openWAL opens the WAL at path for a new epoch, creating it (size bytes,
+// written with zeros, synced with its directory) when it is absent or not
+// whole. Call it only while the log is durable: it forgets every record.
+func openWAL(path string, size int64) (*wal, error) {
 	if size <= 0 {
 		size = walSizeDefault
 	}
@@ -258,10 +256,6 @@ func openWAL(path string, size int64, create bool) (*wal, error) {
 	h := make([]byte, walHeaderSize)
 	_, herr := f.ReadAt(h, 0)
 	if _, perr := parseWALHeader(h); herr != nil || perr != nil || fi.Size() < walSizeMin || fi.Size() > walSizeMax {
-		if !create {
-			_ = f.Close()
-			return nil, nil
-		}
 		// Written whole before use: a record's fdatasync then overwrites
 		// written blocks. Not fallocate'd: an unwritten extent converts on
 		// its first write, a journal commit.
