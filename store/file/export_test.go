@@ -6,7 +6,7 @@ import "os"
 // and to hold a commit between its write and its acknowledgement. Call it
 // before the first commit.
 func SetSyncFunc(s *Store, f func() error) {
-	s.waitWAL()
+	WaitWAL(s)
 	s.syncf = f
 	if s.wal != nil {
 		s.wal.syncf = f
@@ -84,4 +84,9 @@ const WALSizeMin = walSizeMin
 
 // WaitWAL waits until the write-ahead file Open creates on a goroutine is
 // in place: the commits before it sync the log itself.
-func WaitWAL(s *Store) { s.waitWAL() }
+func WaitWAL(s *Store) {
+	s.commitMu.Lock()
+	s.startWALNow()
+	s.commitMu.Unlock()
+	s.waitWAL()
+}

@@ -111,10 +111,12 @@ type Store struct {
 	off   int64 // under commitMu once Open returns: end of the last durable line
 	syncf func() error
 	wal   *wal // nil: commits sync the log itself (NoSync, WALSize < 0, not created yet)
-	// walDone, when not nil, is closed once the WAL startWAL creates on a
-	// goroutine is in place (or failed to be).
-	walDone chan struct{}
-	used    atomic.Int64 // off, for LogSize
+	// walStart, when not nil, starts opening the WAL on a goroutine (at
+	// the first commit); walDone, when not nil, is closed once it is in
+	// place (or failed to be). Both under commitMu once Open returns.
+	walStart func()
+	walDone  chan struct{}
+	used     atomic.Int64 // off, for LogSize
 	// end, when not 0, is where replay stops reading (VerifyLog).
 	end int64
 	// lines counts the log's event lines (committer-owned like off).
@@ -497,6 +499,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		tx.Discard()
 		return buf
 	}
+	s.startWALNow()
 	if err := s.write(buf); err != nil {
 		tx.Discard()
 		s.failed.Store(&err)
@@ -569,12 +572,13 @@ func (s *Store) syncLog() error {
 
 // startWAL makes the log durable and opens its write-ahead file for a new
 // epoch, or removes it when commits sync the log itself. The WAL is opened
-// (reset: a header write and an fdatasync), or created when it is absent or
-// not whole (4 MiB of zeros), on a goroutine, so that Open waits for
-// neither: until it is in place, commits sync the log itself. clean says
-// that the WAL beside the log held no record (a Close or a reset left it):
-// the log is durable already, without the sync a log that a killed process
-// left needs.
+// (reset: a header write and an fdatasync) on a goroutine, so that Open
+// does not wait for it, and one that is absent or not whole is created (4
+// MiB of zeros) there at the first commit, so that a store that commits
+// nothing never writes one: until it is in place, commits sync the log
+// itself. clean says that the WAL beside the log held no record (a Close
+// or a reset left it): the log is durable already, without the sync a log
+// that a killed process left needs.
 func (s *Store) startWAL(opts Options, clean bool) error {
 	p := s.path + walSuffix
 	if opts.NoSync || opts.WALSize < 0 {
@@ -590,20 +594,34 @@ func (s *Store) startWAL(opts Options, clean bool) error {
 			return fmt.Errorf("file store: sync %s: %w", s.path, err)
 		}
 	}
-	s.walDone = make(chan struct{})
-	go func() {
-		defer close(s.walDone)
-		w, err := openWAL(p, opts.WALSize)
-		if err != nil {
-			s.log.Warn("file store: cannot open the write-ahead file; every commit syncs the log itself", "path", p, "err", err)
-			return
-		}
-		// Every commit until now synced the log: it is durable.
-		s.commitMu.Lock()
-		s.wal = w
-		s.commitMu.Unlock()
-	}()
+	s.walStart = func() {
+		s.walDone = make(chan struct{})
+		go func() {
+			defer close(s.walDone)
+			w, err := openWAL(p, opts.WALSize)
+			if err != nil {
+				s.log.Warn("file store: cannot open the write-ahead file; every commit syncs the log itself", "path", p, "err", err)
+				return
+			}
+			// Every commit until now synced the log: it is durable.
+			s.commitMu.Lock()
+			s.wal = w
+			s.commitMu.Unlock()
+		}()
+	}
+	if fi, err := os.Stat(p); err == nil && fi.Size() >= walSizeMin {
+		s.startWALNow()
+	}
 	return nil
+}
+
+// startWALNow starts opening the WAL unless it is started already. Under
+// commitMu once Open returns.
+func (s *Store) startWALNow() {
+	if f := s.walStart; f != nil {
+		s.walStart = nil
+		f()
+	}
 }
 
 // waitWAL waits until a WAL being created is in place (or failed to be).
