@@ -271,6 +271,9 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		if n > 0 {
 			logger.Warn("file store: restored the log's last batches from its write-ahead file", "path", path, "batches", n)
 		}
+	} else if err := os.Remove(path + walSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+		_ = f.Close()
+		return nil, fmt.Errorf("file store: remove %s%s: %w", path, walSuffix, err)
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
 		// Make the new file's directory entry durable too.
