@@ -36,7 +36,11 @@ func BenchmarkActivate(b *testing.B) {
 // durableLoad runs load on a new fsync'ed log and reports the events per
 // fsync.
 func durableLoad(b *testing.B, load func(*file.Store)) {
-	s := mustOpen(b, filepath.Join(b.TempDir(), "log.jsonl"), file.Options{})
+	durableLoadWith(b, file.Options{}, load)
+}
+
+func durableLoadWith(b *testing.B, opts file.Options, load func(*file.Store)) {
+	s := mustOpen(b, filepath.Join(b.TempDir(), "log.jsonl"), opts)
 	before := s.Stats()
 	load(s)
 	st := s.Stats()

@@ -610,6 +610,16 @@ func (s *Store) checkpoint(ctx context.Context, live bool) error {
 		states    []*varplane.ScopeState
 	)
 	take := func() error {
+		// A checkpoint covers the durable log only: with a WAL, the log
+		// is synced when its ring is full, so sync it here.
+		if s.wal != nil {
+			if err := s.syncLog(); err != nil {
+				// The page cache may have dropped what did not reach the
+				// disk: only the WAL holds it, until its next lap.
+				s.failed.Store(&err)
+				return err
+			}
+		}
 		at, lines = s.off, s.lines
 		for _, sc := range s.st.Scopes() {
 			states = append(states, s.st.State(sc))

@@ -193,6 +193,12 @@ func (s *Store) compactReclaim(ctx context.Context, at int64, gone map[varplane.
 			}
 		}
 		hook("tail")
+		// The WAL's records point into the old log: forgotten, once it is
+		// durable, before the new log takes its name.
+		if err := s.resetWAL(); err != nil {
+			s.failed.Store(&err)
+			return err
+		}
 		if err := os.Rename(tmp, s.path); err != nil {
 			return fmt.Errorf("file store: rename %s to %s: %w", tmp, s.path, err)
 		}

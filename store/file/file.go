@@ -3,8 +3,10 @@
 // its seq and hash, the link of its scope's chain), folded in memory for
 // reads. The log holds nothing but event lines (log format 3, format.go),
 // so jq, grep and tail -f read it while the server runs. A commit is
-// written and fdatasync'ed before it is acknowledged and before any reader
-// can see it; concurrent commits share one write and one fdatasync (group
+// durable before it is acknowledged and before any reader can see it: its
+// batch is fdatasync'ed as a record of the write-ahead file beside the log
+// (wal.go), which Open writes back into a log that lost it, then written to
+// the log; concurrent commits share one write and one fdatasync (group
 // commit), and a publish's two lines are in one write. On Open the log is
 // replayed and every chain checked; a torn tail that a crash left is cut
 // off with a warning, while damage that may hold an acknowledged commit,
@@ -81,6 +83,14 @@ type Options struct {
 	// writes none, not even at Close, and every Open replays the whole
 	// log.
 	CheckpointEvery int
+	// WALSize is the size of the write-ahead file beside the log
+	// ("<path>.wal", wal.go), which a commit is synced to instead of the
+	// log: 0 means 4 MiB; a negative value writes none, and every commit
+	// syncs the log itself (each fdatasync then also commits the growth of
+	// the file). Ignored with NoSync, which writes none. A write-ahead file
+	// left by an earlier run is read at Open whatever this says, and kept
+	// at its size.
+	WALSize int64
 }
 
 // maxBatch bounds the commits that share one write and fsync.
@@ -100,7 +110,13 @@ type Store struct {
 	lock  *os.File
 	off   int64 // under commitMu once Open returns: end of the last durable line
 	syncf func() error
-	used  atomic.Int64 // off, for LogSize
+	wal   *wal // nil: commits sync the log itself (NoSync, WALSize < 0, not created yet)
+	// walStart, when not nil, starts opening the WAL on a goroutine (at
+	// the first commit); walDone, when not nil, is closed once it is in
+	// place (or failed to be). Both under commitMu once Open returns.
+	walStart func()
+	walDone  chan struct{}
+	used     atomic.Int64 // off, for LogSize
 	// end, when not 0, is where replay stops reading (VerifyLog).
 	end int64
 	// lines counts the log's event lines (committer-owned like off).
@@ -172,7 +188,9 @@ type request struct {
 // scope's chain (varplane.ChainHash), and follow from the lines before it
 // (generations, revisions, idempotency keys, cascades). The torn-tail rule:
 // only bytes after the last acknowledged event may be cut. Every commit is
-// acknowledged only after its write and the fdatasync after it, and the
+// acknowledged only after its write and the fdatasync after it (of the
+// WAL's record, which Open first writes back into the log when the log
+// lost it: wal.go), and the
 // log grows by appends, so what a crash leaves after the last acknowledged
 // line is a prefix of the last write, possibly followed by zeros where the
 // filesystem had grown the file without its data. Open therefore cuts,
@@ -222,6 +240,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		return nil, err
 	}
 	_, statErr := os.Stat(path)
+	converted := false
 	if statErr == nil {
 		legacy, err := isLegacy(path)
 		if err != nil {
@@ -231,11 +250,30 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 			if err := convertLegacy(ctx, path, logger); err != nil {
 				return nil, err
 			}
+			converted = true
 		}
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("file store: open %s: %w", path, err)
+	}
+	// Before anything reads the log: the batches acknowledged from the
+	// write-ahead file that the log lost (a crash that lost the page
+	// cache). A converted log was never written with this WAL.
+	walClean := false
+	if !converted {
+		n, clean, err := recoverWAL(f, path, path+walSuffix)
+		if err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+		walClean = clean
+		if n > 0 {
+			logger.Warn("file store: restored the log's last batches from its write-ahead file", "path", path, "batches", n)
+		}
+	} else if err := os.Remove(path + walSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+		_ = f.Close()
+		return nil, fmt.Errorf("file store: remove %s%s: %w", path, walSuffix, err)
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
 		// Make the new file's directory entry durable too.
@@ -252,6 +290,7 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 		lock: lock,
 		reqs: make(chan *request, maxBatch),
 		done: make(chan struct{}),
+		buf:  make([]byte, walRecHdr, 64<<10),
 	}
 	if s.bodies, err = openBodies(path); err != nil {
 		_ = f.Close()
@@ -270,7 +309,11 @@ func open(ctx context.Context, path string, lock *os.File, logger *slog.Logger, 
 	if s.ck.every == 0 {
 		s.ck.every = checkpointEveryDefault
 	}
-	if err := s.load(ctx); err != nil {
+	err = s.load(ctx)
+	if err == nil {
+		err = s.startWAL(opts, walClean)
+	}
+	if err != nil {
 		s.bodies.retire()
 		if s.ckf != nil {
 			_ = s.ckf.Close()
@@ -401,7 +444,7 @@ func (s *Store) committer() {
 				break drain
 			}
 		}
-		s.buf = s.commitBatch(s.tx, batch, s.buf[:0])
+		s.buf = s.commitBatch(s.tx, batch, s.buf[:walRecHdr])
 		for i, r := range batch {
 			close(r.done)
 			batch[i] = nil
@@ -413,6 +456,8 @@ func (s *Store) committer() {
 	}
 }
 
+// commitBatch commits batch and returns buf, which holds walRecHdr bytes
+// of room for the record header (write) before the batch's log bytes.
 func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byte {
 	if p := s.failed.Load(); p != nil {
 		for _, r := range batch {
@@ -457,6 +502,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		tx.Discard()
 		return buf
 	}
+	s.startWALNow()
 	if err := s.write(buf); err != nil {
 		tx.Discard()
 		s.failed.Store(&err)
@@ -470,7 +516,7 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 		}
 		return buf
 	}
-	s.off += int64(len(buf))
+	s.off += int64(len(buf) - walRecHdr)
 	s.lines += int64(events)
 	s.used.Store(s.off)
 	s.commits.Add(uint64(events))
@@ -480,22 +526,36 @@ func (s *Store) commitBatch(tx *logstate.Tx, batch []*request, buf []byte) []byt
 	return buf
 }
 
-// write appends buf at s.off and syncs it. The log grows by appends: space
-// allocated ahead would either be seen as zeros after the last line (what
-// format 2 did, and what tail -f and grep then showed) or, kept out of the
-// file's size (FALLOC_FL_KEEP_SIZE), cost each fdatasync the same journal
-// commit as growing the file (docs/architecture.md). On failure it tries to
-// cut the log back to s.off so that a later Open does not see a
-// half-written batch.
-func (s *Store) write(buf []byte) error {
-	_, err := s.f.WriteAt(buf, s.off)
-	if err == nil {
-		err = s.syncf()
-		if err != nil {
-			err = fmt.Errorf("file store: fdatasync %s: %w", s.path, err)
+// write appends rec[walRecHdr:] at s.off and makes it durable. The log
+// grows by appends: space allocated ahead would either be seen as zeros
+// after the last line (what format 2 did, and what tail -f and grep then
+// showed) or, kept out of the file's size (FALLOC_FL_KEEP_SIZE), cost each
+// fdatasync the same journal commit as growing the file
+// (docs/architecture.md). So the batch is made durable as a record of the
+// write-ahead file (wal.go), whose fdatasync overwrites written blocks,
+// and then written to the log, which is synced only when the WAL's ring is
+// full; without a WAL, or for a batch larger than its ring, the log is
+// synced itself. On failure it tries to cut the log back to s.off so that
+// a later Open does not see a half-written batch (the record, when it
+// reached the WAL, may still be restored: the outcome is unknown).
+func (s *Store) write(rec []byte) error {
+	buf := rec[walRecHdr:]
+	var err error
+	switch {
+	case s.wal != nil && s.wal.fits(len(rec)):
+		if err = s.wal.append(rec, s.off, s.syncLog); err == nil {
+			if _, err = s.f.WriteAt(buf, s.off); err != nil {
+				s.wal.drop(len(rec))
+				err = fmt.Errorf("file store: write %s: %w", s.path, err)
+			}
 		}
-	} else {
-		err = fmt.Errorf("file store: write %s: %w", s.path, err)
+	default:
+		if _, err = s.f.WriteAt(buf, s.off); err != nil {
+			err = fmt.Errorf("file store: write %s: %w", s.path, err)
+		} else if err = s.syncLog(); err == nil && s.wal != nil {
+			// The log is durable: the next record starts a lap.
+			err = s.wal.newLap(func() error { return nil })
+		}
 	}
 	if err != nil {
 		if terr := s.f.Truncate(s.off); terr != nil {
@@ -503,6 +563,88 @@ func (s *Store) write(buf []byte) error {
 		}
 	}
 	return err
+}
+
+// syncLog fdatasyncs the log (nothing with NoSync). Under commitMu.
+func (s *Store) syncLog() error {
+	if err := s.syncf(); err != nil {
+		return fmt.Errorf("file store: fdatasync %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// startWAL makes the log durable and opens its write-ahead file for a new
+// epoch, or removes it when commits sync the log itself. The WAL is opened
+// (reset: a header write and an fdatasync) on a goroutine, so that Open
+// does not wait for it, and one that is absent or not whole is created (4
+// MiB of zeros) there at the first commit, so that a store that commits
+// nothing never writes one: until it is in place, commits sync the log
+// itself. clean says that the WAL beside the log held no record (a Close
+// or a reset left it): the log is durable already, without the sync a log
+// that a killed process left needs.
+func (s *Store) startWAL(opts Options, clean bool) error {
+	p := s.path + walSuffix
+	if opts.NoSync || opts.WALSize < 0 {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("file store: remove %s: %w", p, err)
+		}
+		return nil
+	}
+	if !clean {
+		// What the log holds now may be the page cache's only (a process
+		// that was killed): durable before the WAL forgets it.
+		if err := s.f.Sync(); err != nil {
+			return fmt.Errorf("file store: sync %s: %w", s.path, err)
+		}
+	}
+	s.walStart = func() {
+		s.walDone = make(chan struct{})
+		go func() {
+			defer close(s.walDone)
+			w, err := openWAL(p, opts.WALSize)
+			if err != nil {
+				s.log.Warn("file store: cannot open the write-ahead file; every commit syncs the log itself", "path", p, "err", err)
+				return
+			}
+			// Every commit until now synced the log: it is durable.
+			s.commitMu.Lock()
+			s.wal = w
+			s.commitMu.Unlock()
+		}()
+	}
+	if fi, err := os.Stat(p); err == nil && fi.Size() >= walSizeMin {
+		s.startWALNow()
+	}
+	return nil
+}
+
+// startWALNow starts opening the WAL unless it is started already. Under
+// commitMu once Open returns.
+func (s *Store) startWALNow() {
+	if f := s.walStart; f != nil {
+		s.walStart = nil
+		f()
+	}
+}
+
+// waitWAL waits until a WAL being created is in place (or failed to be).
+func (s *Store) waitWAL() {
+	if s.walDone != nil {
+		<-s.walDone
+	}
+}
+
+// resetWAL starts a new epoch of the write-ahead file once the log is
+// durable: before the log changes other than by appends (a compaction), and
+// at Close. Under commitMu, or once the committer has stopped.
+func (s *Store) resetWAL() error {
+	if s.wal == nil {
+		return nil
+	}
+	if err := s.syncLog(); err != nil {
+		return err
+	}
+	return s.wal.reset()
 }
 
 func (s *Store) submit(ctx context.Context, ev *varplane.Event, expected varplane.Generation, subtree bool) (*varplane.Event, error) {
@@ -588,7 +730,7 @@ func (s *Store) send(ctx context.Context, r *request) error {
 	if r.run == nil && len(s.reqs) == 0 && s.commitMu.TryLock() {
 		if len(s.reqs) == 0 {
 			one := [1]*request{r}
-			s.buf = s.commitBatch(s.tx, one[:], s.buf[:0])
+			s.buf = s.commitBatch(s.tx, one[:], s.buf[:walRecHdr])
 			s.commitMu.Unlock()
 			s.mu.RUnlock()
 			return r.err
@@ -709,17 +851,9 @@ func (s *Store) Stats() Stats {
 // closes the log, and releases the lock. Later calls return ErrClosed;
 // closing twice is harmless.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.stop() {
 		return nil
 	}
-	s.closed = true
-	close(s.reqs)
-	s.mu.Unlock()
-	<-s.done
-	s.stopCheckpointer()
-	s.stopCold()
 	var errs []error
 	if s.failed.Load() == nil && s.ck.every > 0 {
 		// The committer has stopped: the state is the log's.
@@ -735,6 +869,13 @@ func (s *Store) Close() error {
 	if s.failed.Load() == nil {
 		if err := s.f.Sync(); err != nil {
 			errs = append(errs, fmt.Errorf("file store: sync %s: %w", s.path, err))
+		} else if err := s.resetWAL(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.wal != nil {
+		if err := s.wal.close(); err != nil {
+			errs = append(errs, fmt.Errorf("file store: close %s: %w", s.wal.path, err))
 		}
 	}
 	if err := s.f.Close(); err != nil {
@@ -747,4 +888,22 @@ func (s *Store) Close() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// stop stops the committer after the commits already queued, and the work
+// on other goroutines; it reports false when s was stopped already.
+func (s *Store) stop() bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.closed = true
+	close(s.reqs)
+	s.mu.Unlock()
+	<-s.done
+	s.waitWAL()
+	s.stopCheckpointer()
+	s.stopCold()
+	return true
 }

@@ -155,12 +155,18 @@ func TestPublishFailedSync(t *testing.T) {
 // BenchmarkPublish measures fsync'ed publishes of new 1 KiB documents from 1
 // and 64 goroutines, straight on the store, and reports commits/s and
 // events per fsync (a publish is two events): with 64 publishers the batch
-// should approach the 64 waiting.
+// should approach the 64 waiting. Each runs with the write-ahead file (the
+// default) and without it (each commit syncs the log, which grows).
 func BenchmarkPublish(b *testing.B) {
 	for _, p := range []int{1, 64} {
-		b.Run(fmt.Sprintf("P%d", p), func(b *testing.B) {
-			durableLoad(b, func(s *file.Store) { storetest.PublishLoad(b, s, p) })
-		})
+		for _, w := range []struct {
+			name string
+			size int64
+		}{{"wal", 0}, {"nowal", -1}} {
+			b.Run(fmt.Sprintf("P%d/%s", p, w.name), func(b *testing.B) {
+				durableLoadWith(b, file.Options{WALSize: w.size}, func(s *file.Store) { storetest.PublishLoad(b, s, p) })
+			})
+		}
 	}
 }
 
