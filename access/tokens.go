@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/varplane/varplane"
 )
@@ -87,8 +88,10 @@ func prefixMatches(p, s string) bool {
 // cover the request's kind and scope, is 403 forbidden. Tokens are compared
 // in constant time by their SHA-256 digests, and every grant is examined
 // whatever matches, so timing reveals nothing about which token is close.
+// The grants can be replaced while it serves (Replace: a tokens file
+// reloaded); each request sees one set whole.
 type ScopedAuthorizer struct {
-	grants []scopedGrant
+	grants atomic.Pointer[[]scopedGrant]
 }
 
 type scopedGrant struct {
@@ -102,6 +105,30 @@ type scopedGrant struct {
 // grants share a token.
 func Scoped(grants []Grant) (*ScopedAuthorizer, error) {
 	a := &ScopedAuthorizer{}
+	if err := a.Replace(grants); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Replace puts grants in place of the authorizer's, at once for every
+// request after it, after checking them as Scoped does; on an error the
+// grants in force stay. A token no longer given is refused from then on
+// (the streams it opened end at their next authorization check).
+func (a *ScopedAuthorizer) Replace(grants []Grant) error {
+	list, err := scopedGrants(grants)
+	if err != nil {
+		return err
+	}
+	a.grants.Store(&list)
+	return nil
+}
+
+// Len returns how many grants are in force.
+func (a *ScopedAuthorizer) Len() int { return len(*a.grants.Load()) }
+
+func scopedGrants(grants []Grant) ([]scopedGrant, error) {
+	var out []scopedGrant
 	seen := map[[sha256.Size]byte]bool{}
 	for i, g := range grants {
 		if g.Token == "" || strings.ContainsAny(g.Token, " \t\r\n") {
@@ -117,9 +144,9 @@ func Scoped(grants []Grant) (*ScopedAuthorizer, error) {
 			return nil, fmt.Errorf("grant %d: token given twice", i+1)
 		}
 		seen[d] = true
-		a.grants = append(a.grants, scopedGrant{digest: d, grant: g, identity: grantIdentity(i, g)})
+		out = append(out, scopedGrant{digest: d, grant: g, identity: grantIdentity(i, g)})
 	}
-	return a, nil
+	return out, nil
 }
 
 // grantIdentity is the identity a grant acts as (see Grant).
@@ -163,16 +190,17 @@ func (a *ScopedAuthorizer) GrantOf(_ context.Context, token string) (Grant, bool
 
 func (a *ScopedAuthorizer) lookup(token string) *scopedGrant {
 	d := sha256.Sum256([]byte(token))
+	grants := *a.grants.Load()
 	found := -1
-	for i := range a.grants {
-		if subtle.ConstantTimeCompare(d[:], a.grants[i].digest[:]) == 1 {
+	for i := range grants {
+		if subtle.ConstantTimeCompare(d[:], grants[i].digest[:]) == 1 {
 			found = i
 		}
 	}
 	if found < 0 {
 		return nil
 	}
-	return &a.grants[found]
+	return &grants[found]
 }
 
 // Authorize implements varplane.Authorizer: 401 without a token, 403 for an

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -10,7 +11,10 @@ import (
 	stdlog "log"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/varplane/varplane"
@@ -351,6 +355,9 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 
 	// The services.
 	authz := serveAuthorizer(tokens, cfg.accessControl, store, log)
+	if tokens != nil {
+		defer watchTokens(ctx, cfg.tokens, tokens, log)()
+	}
 	var ctl *control.Service
 	if cfg.control {
 		// Propagation and canary windows read the instances' heartbeats and
@@ -623,4 +630,73 @@ func loadDeployment(cfg *serveConfig, getenv func(string) string) (*config.Deplo
 		return dep, nil
 	}
 	return nil, nil
+}
+
+// tokensPollInterval is how often serve looks at the tokens file for a
+// change (its size, modification time, or content digest).
+const tokensPollInterval = 2 * time.Second
+
+// watchTokens reloads the tokens file into tokens on SIGHUP and when the
+// file changes, until ctx ends or the returned stop is called. A file that
+// does not load (unreadable, a bad line, no token) leaves the tokens in
+// force and is logged at ERROR; a reload is logged at INFO with how many
+// tokens were added and removed (by position, never a token). A removed
+// token is refused from the next request on, and its open streams and
+// console sessions end at their next authorization check
+// (--stream-recheck-interval).
+func watchTokens(ctx context.Context, path string, tokens *access.ScopedAuthorizer, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	last := tokensFileState(path)
+	go func() {
+		defer close(done)
+		defer signal.Stop(hup)
+		tick := time.NewTicker(tokensPollInterval)
+		defer tick.Stop()
+		for {
+			why := "the file changed"
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				why = "SIGHUP"
+			case <-tick.C:
+				if tokensFileState(path) == last {
+					continue
+				}
+			}
+			last = tokensFileState(path)
+			before := tokens.Len()
+			grants, err := access.LoadTokenFile(path)
+			if err == nil && len(grants) == 0 {
+				err = fmt.Errorf("%s holds no token", path)
+			}
+			if err == nil {
+				err = tokens.Replace(grants)
+			}
+			if err != nil {
+				log.Error("tokens file not reloaded; the tokens in force stay", "file", path, "trigger", why, "err", err)
+				continue
+			}
+			log.Info("bearer tokens reloaded", "file", path, "trigger", why, "tokens", tokens.Len(), "before", before)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// tokensFileState is what tells a changed tokens file: its size, its
+// modification time and the digest of its content ("" when unreadable).
+func tokensFileState(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(data)
+	return fmt.Sprintf("%d %d %x", st.Size(), st.ModTime().UnixNano(), sum)
 }
