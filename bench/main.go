@@ -258,6 +258,11 @@ func targets(cfg *config) []*Target {
 		{Name: "cached read ≥ 0.85× net/http ceiling", Group: "read.200", Side: "varplane", Peer: "ceiling", Metric: "throughput", Op: ">=", Want: 0.85},
 		{Name: "304 ≥ 0.85× ceiling's 304", Group: "read.304", Side: "varplane", Peer: "ceiling", Metric: "throughput", Op: ">=", Want: 0.85},
 		{Name: "publish ≥ 0.8× raw fdatasync (1 writer)", Group: "commit.1", Side: "varplane-publish", Peer: "raw-fdatasync", Metric: "throughput", Op: ">=", Want: 0.8},
+		// Issue 33's budgets: the lone publish against the same run's plain
+		// net/http + fdatasync floor, and the server's CPU per publish with
+		// hashing (the audit chain) included.
+		{Name: "publish ≥ 0.9× net/http + fdatasync floor (1 writer)", Group: "commit.1", Side: "varplane-publish", Peer: "http-fdatasync", Metric: "throughput", Op: ">=", Want: 0.9},
+		{Name: "server CPU per publish ≤ 100 µs (64 writers)", Group: "commit.64", Side: "varplane-publish", Metric: "server_cpu_us_per_op", Op: "<=", Want: 100},
 		{Name: "publish ≥ 2× etcd CAS (1 writer)", Group: "commit.1", Side: "varplane-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		{Name: "publish ≥ 2× etcd CAS (64 writers)", Group: "commit.64", Side: "varplane-publish", Peer: "etcd-cas", Metric: "throughput", Op: ">=", Want: 2},
 		// Issue 18's target compares one replica with etcd and the file

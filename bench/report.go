@@ -187,7 +187,7 @@ type Target struct {
 	Group  string  `json:"group"`
 	Side   string  `json:"side"`
 	Peer   string  `json:"peer,omitempty"`
-	Metric string  `json:"metric"` // "throughput" or "p99"
+	Metric string  `json:"metric"` // "throughput", "p99", or (without Peer) a figure of the side's Extra
 	Op     string  `json:"op"`     // ">=" or "<="
 	Want   float64 `json:"want"`
 	Got    num     `json:"got"`
@@ -209,10 +209,18 @@ func (t *Target) eval(groups map[string]*Group) {
 	}
 	var got float64
 	if t.Peer == "" {
-		if t.Metric == "p99" {
+		switch t.Metric {
+		case "p99":
 			got = float64(sm.P99.Median)
-		} else {
+		case "throughput":
 			got = float64(sm.Throughput.Median)
+		default:
+			x, ok := sm.Extra[t.Metric]
+			if !ok {
+				t.Status, t.Why = "n/a", "the side has no figure "+t.Metric
+				return
+			}
+			got = float64(x.Median)
 		}
 	} else {
 		r, ok := sm.Ratio[t.Peer]
