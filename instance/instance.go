@@ -86,8 +86,12 @@ type Options[T any] struct {
 	// CacheDir, when set, keeps a local copy of each installed document on
 	// disk (written atomically); a cold load may take one at most
 	// LocalMaxAge old, counts it that old and confirms it with the store.
+	// A local copy is served only when its size and document are within
+	// Limits (zero: varplane.DefaultLimits) and its document's digest is
+	// its revision; any other is ignored and logged at ERROR.
 	CacheDir    string
 	LocalMaxAge time.Duration
+	Limits      varplane.Limits
 	// LagWarn and LagEscalate are the lag log thresholds.
 	LagWarn, LagEscalate time.Duration
 	// InstanceID names the instance in its status heartbeat; empty turns
@@ -245,7 +249,7 @@ func New[T any](ctx context.Context, store varplane.Store, opts Options[T]) (*Ca
 	// Longest prefix first, so the first match is the family.
 	sort.SliceStable(c.families, func(i, j int) bool { return len(c.families[i].prefix) > len(c.families[j].prefix) })
 	if o.CacheDir != "" {
-		if c.local, err = newLocalCopy(o.CacheDir); err != nil {
+		if c.local, err = newLocalCopy(o.CacheDir, o.Limits); err != nil {
 			return nil, err
 		}
 	}
@@ -477,7 +481,13 @@ func (c *Cache[T]) runLoad(scope varplane.Scope, l *load[T]) {
 	}()
 	c.stats.coldLoads.Add(1)
 	if c.local != nil {
-		if rec, at, ok := c.local.read(scope); ok {
+		rec, at, err := c.local.read(scope)
+		if err != nil && !errors.Is(err, errNoLocal) {
+			c.stats.localRefused.Add(1)
+			c.log.Error("instance: the local copy of scope "+string(scope)+" is ignored; loading from the store",
+				"scope", string(scope), "err", err)
+		}
+		if err == nil {
 			age := c.clock.Now().Sub(at)
 			if age >= 0 && age <= c.opts.LocalMaxAge {
 				ctx, cancel := context.WithTimeout(c.ctx, c.opts.StoreReadTimeout)

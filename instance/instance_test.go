@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -659,4 +661,79 @@ func mustState(t *testing.T, s varplane.Store, sc varplane.Scope) *varplane.Scop
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestLocalCopyRefused: a local copy is served only when it is within the
+// document limits (checked before it is read: a 300 MB file costs no
+// memory) and its document's digest is the revision it claims. An edited,
+// oversized or malformed copy is ignored with an ERROR, and the cold load
+// goes to the store (down here, so the read fails rather than serve it).
+func TestLocalCopyRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		tamper func(t *testing.T, path string)
+		want   string
+	}{
+		{"edited document", func(t *testing.T, path string) {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			edited := bytes.Replace(b, []byte(`{"n":1}`), []byte(`{"n":7}`), 1)
+			if bytes.Equal(b, edited) {
+				t.Fatalf("the copy does not hold the document: %s", b)
+			}
+			if err := os.WriteFile(path, edited, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "digest"},
+		{"oversized file", func(t *testing.T, path string) {
+			// Sparse: 300 MB on paper, nothing on disk.
+			if err := os.Truncate(path, 300<<20); err != nil {
+				t.Fatal(err)
+			}
+		}, "bytes"},
+		{"not a copy", func(t *testing.T, path string) {
+			if err := os.WriteFile(path, []byte(`[1,2`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "not a local copy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			mem := memory.New()
+			publish(t, mem, "root", `{"n":0}`)
+			publish(t, mem, "app.a", `{"n":1}`)
+			clk := newFakeClock()
+			c1, _ := newCache(t, mem, clk, func(o *Options[value]) { o.CacheDir = dir })
+			if _, err := c1.Get(ctx, "app.a"); err != nil {
+				t.Fatal(err)
+			}
+			_ = c1.Close()
+			tc.tamper(t, c1.local.path("app.a"))
+
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			h := &hangStore{Store: mem, hang: map[varplane.Scope]chan struct{}{"app.a": make(chan struct{})}}
+			c2, logs := newCache(t, h, clk, func(o *Options[value]) { o.CacheDir = dir; o.StoreReadTimeout = 50 * time.Millisecond })
+			d, err := c2.Get(ctx, "app.a")
+			runtime.ReadMemStats(&after)
+			if err == nil {
+				t.Fatalf("Get = %+v from a %s; want the copy ignored", d.Value, tc.name)
+			}
+			if grown := after.TotalAlloc - before.TotalAlloc; grown > 16<<20 {
+				t.Errorf("reading the copy allocated %d MiB", grown>>20)
+			}
+			if n := c2.Stats().LocalRefused; n != 1 {
+				t.Errorf("LocalRefused = %d, want 1", n)
+			}
+			if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "local copy") || !strings.Contains(l, tc.want) {
+				t.Errorf("logs = %s; want an ERROR naming the local copy and %q", l, tc.want)
+			}
+			// The store, back, serves the genuine document.
+			close(h.hang["app.a"])
+			waitFor(t, "the store's document", func() bool { d, err := c2.Get(ctx, "app.a"); return err == nil && d.Value.N == 1 && !d.Local })
+		})
+	}
 }

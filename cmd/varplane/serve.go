@@ -278,7 +278,9 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		}
 	}
 
-	// The store.
+	// The store. A read replica checks its local copies against the
+	// document limits.
+	cfg.redis.replica.limits = cfg.limits
 	store, collectors, err := openStore(openCtx, cfg.store, cfg.redis, log)
 	if err != nil {
 		// A URL or option the store refuses is the caller's mistake.
