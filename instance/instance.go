@@ -314,9 +314,15 @@ func errNoHead(scope varplane.Scope) error {
 // answered from memory without locks or allocation. A scope not installed
 // is loaded from the store (or its fresh local copy), waiting at most
 // ColdLoadTimeout. Errors: not-ready before the root exists, no-head when
-// the store says scope has no document, document-failed, document-stale,
-// store-unavailable.
+// the store says scope has no document, document-failed, document-stale
+// (a fail-closed scope whose document or the root lags), store-unavailable.
 func (c *Cache[T]) Get(ctx context.Context, scope varplane.Scope) (*Doc[T], error) {
+	return c.get(ctx, scope, true)
+}
+
+// get is Get; judge false leaves the fail-closed rule to the caller, which
+// judges a whole request (view).
+func (c *Cache[T]) get(ctx context.Context, scope varplane.Scope, judge bool) (*Doc[T], error) {
 	if v, ok := c.entries.Load(scope); ok {
 		e := v
 		if !c.ready.Load() {
@@ -329,8 +335,8 @@ func (c *Cache[T]) Get(ctx context.Context, scope varplane.Scope) (*Doc[T], erro
 		if d.err != nil {
 			return nil, d.err
 		}
-		if e.closed {
-			if err := c.checkLag(e); err != nil {
+		if judge && e.closed {
+			if err := c.checkLag(scope); err != nil {
 				return nil, err
 			}
 		}
@@ -346,34 +352,77 @@ func (c *Cache[T]) Get(ctx context.Context, scope varplane.Scope) (*Doc[T], erro
 			return nil, err
 		}
 	}
-	return c.cold(ctx, scope)
+	return c.cold(ctx, scope, judge)
 }
 
 // Snapshot returns one immutable document per scope, all or nothing: what
-// a request that reads several scopes holds for its whole duration.
+// a request that reads several scopes holds for its whole duration. A
+// scope named twice is the same document. When any scope is under a
+// fail-closed prefix, the request is judged by the oldest document it
+// reads and the root: document-stale if that one lags past
+// FailClosedMaxLag. A scope with no document fails it with no-head.
 func (c *Cache[T]) Snapshot(ctx context.Context, scopes ...varplane.Scope) ([]*Doc[T], error) {
+	docs, err := c.view(ctx, scopes)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range docs {
+		if d.Head == nil {
+			return nil, errNoHead(d.Scope)
+		}
+	}
+	return docs, nil
+}
+
+// view is Snapshot with a scope that has no document answered as a Doc
+// without a Head.
+func (c *Cache[T]) view(ctx context.Context, scopes []varplane.Scope) ([]*Doc[T], error) {
 	out := make([]*Doc[T], len(scopes))
+	held := make(map[varplane.Scope]*Doc[T], len(scopes))
+	judge := false
 	for i, sc := range scopes {
-		d, err := c.Get(ctx, sc)
-		if err != nil {
+		if d, ok := held[sc]; ok {
+			out[i] = d
+			continue
+		}
+		d, err := c.get(ctx, sc, false)
+		switch {
+		case err == nil:
+		case varplane.ErrorCode(err) == varplane.CodeNoHead:
+			d = &Doc[T]{Scope: sc, Generation: c.absentGeneration(sc)}
+		default:
 			return nil, err
 		}
-		out[i] = d
+		held[sc], out[i] = d, d
+		judge = judge || c.failClosed(sc)
+	}
+	if judge {
+		if err := c.checkLag(scopes...); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
-// checkLag answers document-stale when e or the root lags past
-// FailClosedMaxLag.
-func (c *Cache[T]) checkLag(e *entry[T]) error {
+// checkLag answers document-stale when the oldest of the documents of
+// scopes and the root lags past FailClosedMaxLag. A scope not installed
+// (absent, or dropped since it was read) has nothing that lags.
+func (c *Cache[T]) checkLag(scopes ...varplane.Scope) error {
 	now := c.clock.Now().UnixNano()
-	max := int64(c.opts.FailClosedMaxLag)
-	lag := now - e.confirmed.Load()
+	var lag int64
+	oldest := c.opts.Root
 	if r := c.root.Load(); r != nil {
-		lag = max64(lag, now-r.confirmed.Load())
+		lag = now - r.confirmed.Load()
 	}
-	if lag > max {
-		return varplane.Errorf(varplane.CodeDocumentStale, "instance: scope %q is held to a lag of %v and its documents were last confirmed %v ago", e.doc.Load().Scope, c.opts.FailClosedMaxLag, time.Duration(lag).Round(time.Second))
+	for _, sc := range scopes {
+		if e, ok := c.entries.Load(sc); ok {
+			if l := now - e.confirmed.Load(); l > lag {
+				lag, oldest = l, sc
+			}
+		}
+	}
+	if lag > int64(c.opts.FailClosedMaxLag) {
+		return varplane.Errorf(varplane.CodeDocumentStale, "instance: scope %q is held to a lag of %v and the oldest document the request reads (%q) was last confirmed %v ago", scopes[0], c.opts.FailClosedMaxLag, oldest, time.Duration(lag).Round(time.Second))
 	}
 	return nil
 }
@@ -387,7 +436,7 @@ func max64(a, b int64) int64 {
 
 // loadRoot loads the root (once at a time) and sets readiness.
 func (c *Cache[T]) loadRoot(ctx context.Context) (*Doc[T], error) {
-	d, err := c.cold(ctx, c.opts.Root)
+	d, err := c.cold(ctx, c.opts.Root, true)
 	if err != nil {
 		if varplane.ErrorCode(err) == varplane.CodeNoHead {
 			return nil, c.notReady()
@@ -414,7 +463,7 @@ func (c *Cache[T]) failClosed(scope varplane.Scope) bool {
 }
 
 // cold loads scope, sharing one load per scope among concurrent readers.
-func (c *Cache[T]) cold(ctx context.Context, scope varplane.Scope) (*Doc[T], error) {
+func (c *Cache[T]) cold(ctx context.Context, scope varplane.Scope, judge bool) (*Doc[T], error) {
 	if !scope.Valid() {
 		_, err := varplane.ParseScope(string(scope))
 		return nil, err
@@ -423,7 +472,7 @@ func (c *Cache[T]) cold(ctx context.Context, scope varplane.Scope) (*Doc[T], err
 	if _, ok := c.entries.Load(scope); ok {
 		c.mu.Unlock()
 		if scope == c.opts.Root || c.ready.Load() {
-			return c.Get(ctx, scope)
+			return c.get(ctx, scope, judge)
 		}
 		return nil, c.notReady()
 	}

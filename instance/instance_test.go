@@ -737,3 +737,111 @@ func TestLocalCopyRefused(t *testing.T) {
 		})
 	}
 }
+
+// failScopes fails State of the scopes in fail.
+type failScopes struct {
+	varplane.Store
+	mu   sync.Mutex
+	fail map[varplane.Scope]bool
+}
+
+func (f *failScopes) State(ctx context.Context, sc varplane.Scope) (*varplane.ScopeState, error) {
+	f.mu.Lock()
+	bad := f.fail[sc]
+	f.mu.Unlock()
+	if bad {
+		return nil, varplane.Unavailable(errors.New("down for " + string(sc)))
+	}
+	return f.Store.State(ctx, sc)
+}
+
+// TestFailClosedOldestDocument: a request that reads a fail-closed scope is
+// judged by the oldest document it reads, not by its own and the root only:
+// the tenant alone is served, the tenant with a lagging app is
+// document-stale, the lagging app alone (not fail-closed) is served.
+func TestFailClosedOldestDocument(t *testing.T) {
+	mem := memory.New()
+	publish(t, mem, "root", `{"n":0}`)
+	publish(t, mem, "tenant.acme", `{"n":1}`)
+	publish(t, mem, "app.a", `{"n":2}`)
+	fs := &failScopes{Store: mem, fail: map[varplane.Scope]bool{}}
+	clk := newFakeClock()
+	c, _ := newCache(t, fs, clk, func(o *Options[value]) {
+		o.FailClosed = []varplane.Scope{"tenant"}
+		o.FailClosedMaxLag = time.Minute
+	})
+	ctx := context.Background()
+	if _, err := c.Snapshot(ctx, "tenant.acme", "app.a"); err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.Lock()
+	fs.fail["app.a"] = true
+	fs.mu.Unlock()
+	for range 3 {
+		p := c.Stats().Passes
+		clk.Advance(30 * time.Second)
+		waitFor(t, "a pass", func() bool { return c.Stats().Passes > p && c.passIdle() })
+	}
+	if lag := c.Lag(); lag["app.a"] <= time.Minute || lag["tenant.acme"] > time.Minute {
+		t.Fatalf("lags = %v; want app.a past the bound and the tenant within it", lag)
+	}
+	if _, err := c.Snapshot(ctx, "tenant.acme"); err != nil {
+		t.Fatalf("the tenant alone = %v; want it served", err)
+	}
+	if _, err := c.Snapshot(ctx, "tenant.acme", "app.a"); code(err) != varplane.CodeDocumentStale {
+		t.Fatalf("the tenant with a lagging app = %v; want document-stale", err)
+	}
+	if _, err := c.view(ctx, []varplane.Scope{"app.a", "app.none", "tenant.acme"}); code(err) != varplane.CodeDocumentStale {
+		t.Fatalf("the view of the tenant with a lagging app = %v; want document-stale", err)
+	}
+	if _, err := c.Snapshot(ctx, "app.a"); err != nil {
+		t.Fatalf("the lagging app alone = %v; want it served however old", err)
+	}
+}
+
+// TestSnapshotRepeatedScope: a request that names a scope twice holds one
+// document of it, while commits install new ones; a scope with no document
+// is a state without a head in States.
+func TestSnapshotRepeatedScope(t *testing.T) {
+	mem := memory.New()
+	publish(t, mem, "root", `{"n":0}`)
+	publish(t, mem, "app.a", `{"n":0}`)
+	c, _ := newCache(t, mem, newFakeClock(), nil)
+	ctx := context.Background()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; i <= 300; i++ {
+			publish(t, mem, "app.a", fmt.Sprintf(`{"n":%d}`, i))
+		}
+	}()
+	scopes := make([]varplane.Scope, 64)
+	for i := range scopes {
+		scopes[i] = "app.a"
+	}
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		docs, err := c.Snapshot(ctx, scopes...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range docs {
+			if d != docs[0] {
+				t.Fatalf("one request read generations %d and %d of app.a", docs[0].Generation, d.Generation)
+			}
+		}
+	}
+	rc, err := New(ctx, mem, Options[json.RawMessage]{Root: "root", Decode: RawJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	sts, err := NewStore(rc, mem).States(ctx, []varplane.Scope{"app.none", "app.a", "app.none"})
+	if err != nil || sts[0].Head != nil || sts[1].Head == nil || sts[0] != sts[2] {
+		t.Fatalf("States = %+v, %v; want no head, a head, the same no head", sts, err)
+	}
+}
