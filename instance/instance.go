@@ -253,6 +253,10 @@ func New[T any](ctx context.Context, store varplane.Store, opts Options[T]) (*Ca
 			return nil, err
 		}
 	}
+	if h, ok := store.(varplane.Holder); ok {
+		// One bound: the store follows only what the cache holds.
+		h.Hold(c.wants)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.unwatch = store.Watch(func(cm varplane.Commit) {
 		select {
@@ -444,6 +448,25 @@ func (c *Cache[T]) loadRoot(ctx context.Context) (*Doc[T], error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// wants reports whether the cache needs the store to follow scope (the
+// store's varplane.Holder): the root, a scope installed, being loaded, or
+// remembered as absent (whose first document the store must announce).
+func (c *Cache[T]) wants(scope varplane.Scope) bool {
+	if scope == c.opts.Root {
+		return true
+	}
+	if _, ok := c.entries.Load(scope); ok {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.loads[scope]; ok {
+		return true
+	}
+	_, ok := c.familyOf(scope).absent[scope]
+	return ok
 }
 
 // familyOf returns the family of scope.

@@ -263,3 +263,57 @@ func TestRedisHang(t *testing.T) {
 		return err == nil && d.Value.N == 2
 	})
 }
+
+// TestOneBoundOnRedis: the cache and the store's table of installed heads
+// are one bound. Scopes the writer publishes that the replica never read
+// are not installed in either (an invalidation for a scope not held
+// installs nothing); held scopes still follow their commits; a scope
+// remembered as absent is installed when it is published.
+func TestOneBoundOnRedis(t *testing.T) {
+	base := redisBase(t)
+	prefix := newPrefix()
+	t.Cleanup(func() { deletePrefix(t, base, prefix) })
+	url := base + "?prefix=" + prefix
+	control := openRedis(t, url, false)
+	replica := openRedis(t, url, true)
+	ctx := context.Background()
+	publish(t, control, "root", `{"n":0}`)
+	for i := range 3 {
+		publish(t, control, varplane.Scope(fmt.Sprintf("app.held%d", i)), `{"n":0}`)
+	}
+	c, _ := newCache(t, replica, systemClock{}, func(o *Options[value]) {
+		o.RevalidateInterval = 20 * time.Millisecond
+		o.MaxCached = 3
+	})
+	for i := range 3 {
+		if _, err := c.Get(ctx, varplane.Scope(fmt.Sprintf("app.held%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Get(ctx, "app.later"); code(err) != varplane.CodeNoHead {
+		t.Fatalf("Get(app.later) = %v, want no-head", err)
+	}
+	reads := replica.Stats().InvalidationReads
+	for i := range 60 {
+		publish(t, control, varplane.Scope(fmt.Sprintf("app.other%d", i)), fmt.Sprintf(`{"n":%d}`, i))
+	}
+	publish(t, control, "app.held1", `{"n":7}`)
+	publish(t, control, "app.later", `{"n":8}`)
+	waitFor(t, "the held scope's commit", func() bool { d, err := c.Get(ctx, "app.held1"); return err == nil && d.Value.N == 7 })
+	waitFor(t, "the absent scope's first document", func() bool { d, err := c.Get(ctx, "app.later"); return err == nil && d.Value.N == 8 })
+	if n := replica.Stats().InvalidationReads - reads; n > 2 {
+		t.Errorf("the store read %d invalidated heads; want only the held scope's and the absent one's", n)
+	}
+	for sc := range replica.Lag() {
+		if strings.HasPrefix(string(sc), "app.other") {
+			t.Errorf("the store installed %s, which the replica never read", sc)
+		}
+	}
+	// root + at most MaxCached (the bound drops a tenth past it at a time)
+	if st := replica.Stats(); st.Installed+st.Absent > 4 {
+		t.Errorf("the store holds %d heads and %d absent scopes; the cache's bound is 3 and the root", st.Installed, st.Absent)
+	}
+	if n := c.Stats().Installed; n > 4 {
+		t.Errorf("the cache holds %d documents; its bound is 3 and the root", n)
+	}
+}

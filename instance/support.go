@@ -94,6 +94,20 @@ func (c *Cache[T]) Stats() Stats {
 	return st
 }
 
+// WithHead counts the installed documents that serve a head, from memory:
+// a read replica's varplane_scopes_with_head, which must not list the
+// store (that would load every scope and push out what was read last).
+func (c *Cache[T]) WithHead() int {
+	n := 0
+	c.entries.Range(func(_ varplane.Scope, e *entry[T]) bool {
+		if d := e.doc.Load(); d.Head != nil && d.err == nil {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
 // Lag returns the time since the store last confirmed each installed
 // document.
 func (c *Cache[T]) Lag() map[varplane.Scope]time.Duration {

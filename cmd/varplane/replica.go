@@ -120,5 +120,8 @@ func checkReplicaStore(spec string, rf redisFlags) error {
 	if rf.replica.root != "" {
 		return usagef("--root makes a read replica of a redis:// store; the %s store has no read replica", strings.ToLower(scheme))
 	}
+	if rf.revalidate != redis.DefaultRevalidateInterval {
+		return usagef("--revalidate-interval needs a redis:// store; the %s store holds no copy to revalidate", strings.ToLower(scheme))
+	}
 	return nil
 }

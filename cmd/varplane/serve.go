@@ -18,6 +18,7 @@ import (
 	"github.com/varplane/varplane/config"
 	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/instance"
 	"github.com/varplane/varplane/internal/gctune"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
@@ -361,6 +362,11 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	}
 	if base == "" {
 		opts.Base = "/"
+	}
+	if rs, ok := store.(*instance.Store); ok {
+		// A read replica counts what it holds: listing the store at each
+		// scrape would load every scope.
+		opts.ScopesWithHead = rs.Cache().WithHead
 	}
 	api := httpapi.NewHandler(engine, opts)
 	defer api.Close()
