@@ -221,6 +221,7 @@ type Cache[T any] struct {
 	stats   counters
 	local   *localCopy
 	canary  canaryState
+	follow  atomic.Pointer[func(varplane.Scope) bool]
 }
 
 // load is one cold load in flight; loads count toward no bound.
@@ -450,10 +451,28 @@ func (c *Cache[T]) loadRoot(ctx context.Context) (*Doc[T], error) {
 	return d, nil
 }
 
-// wants reports whether the cache needs the store to follow scope (the
-// store's varplane.Holder): the root, a scope installed, being loaded, or
-// remembered as absent (whose first document the store must announce).
+// Follow makes the store underneath (a varplane.Holder) follow the scopes
+// fn reports too, though the cache does not hold them: their commits reach
+// the store's Watch listeners (a read replica's live streams, with
+// push.Hub.Watching). The cache installs none of them, and drops each from
+// the store's table once it is delivered, so they cost no memory between
+// commits.
+func (c *Cache[T]) Follow(fn func(varplane.Scope) bool) { c.follow.Store(&fn) }
+
+// wants reports whether the store must follow scope (its varplane.Holder):
+// the cache holds it, or a Follow function reports it.
 func (c *Cache[T]) wants(scope varplane.Scope) bool {
+	if c.holds(scope) {
+		return true
+	}
+	f := c.follow.Load()
+	return f != nil && (*f)(scope)
+}
+
+// holds reports whether the cache needs scope: the root, a scope
+// installed, being loaded, or remembered as absent (whose first document
+// the store must announce).
+func (c *Cache[T]) holds(scope varplane.Scope) bool {
 	if scope == c.opts.Root {
 		return true
 	}

@@ -270,12 +270,7 @@ func TestRedisHang(t *testing.T) {
 // installs nothing); held scopes still follow their commits; a scope
 // remembered as absent is installed when it is published.
 func TestOneBoundOnRedis(t *testing.T) {
-	base := redisBase(t)
-	prefix := newPrefix()
-	t.Cleanup(func() { deletePrefix(t, base, prefix) })
-	url := base + "?prefix=" + prefix
-	control := openRedis(t, url, false)
-	replica := openRedis(t, url, true)
+	control, replica := writerAndReplica(t)
 	ctx := context.Background()
 	publish(t, control, "root", `{"n":0}`)
 	for i := range 3 {
@@ -316,4 +311,51 @@ func TestOneBoundOnRedis(t *testing.T) {
 	if n := c.Stats().Installed; n > 4 {
 		t.Errorf("the cache holds %d documents; its bound is 3 and the root", n)
 	}
+}
+
+// TestFollowOnRedis: a scope a Follow function reports (a live stream's)
+// is followed though the cache does not hold it: its commits reach the
+// store's Watch listeners, and the store's table does not keep it.
+func TestFollowOnRedis(t *testing.T) {
+	control, replica := writerAndReplica(t)
+	publish(t, control, "root", `{"n":0}`)
+	c, _ := newCache(t, replica, systemClock{}, func(o *Options[value]) { o.MaxCached = 3 })
+	c.Follow(func(sc varplane.Scope) bool { return sc == "app.watched" })
+	seen := make(chan varplane.Scope, 16)
+	stop := replica.Watch(func(cm varplane.Commit) {
+		for _, ch := range cm.Changes {
+			seen <- ch.Scope
+		}
+	})
+	defer stop()
+	delivered := func(what string) {
+		t.Helper()
+		select {
+		case sc := <-seen:
+			if sc != "app.watched" {
+				t.Fatalf("the store delivered %s, which nobody holds or watches", sc)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the watched scope's %s was not delivered", what)
+		}
+	}
+	publish(t, control, "app.unwatched", `{"n":1}`)
+	publish(t, control, "app.watched", `{"n":2}`)
+	delivered("first commit")
+	waitFor(t, "the store's table to drop the watched scope", func() bool { _, ok := replica.Lag()["app.watched"]; return !ok })
+	if n := c.Stats().Installed; n != 1 {
+		t.Errorf("the cache holds %d documents; want the root only", n)
+	}
+	publish(t, control, "app.watched", `{"n":3}`)
+	delivered("second commit")
+}
+
+// writerAndReplica opens a writer and a read-only store on a private prefix
+// of the shared Redis.
+func writerAndReplica(t *testing.T) (control, replica *redis.Store) {
+	base := redisBase(t)
+	prefix := newPrefix()
+	t.Cleanup(func() { deletePrefix(t, base, prefix) })
+	url := base + "?prefix=" + prefix
+	return openRedis(t, url, false), openRedis(t, url, true)
 }

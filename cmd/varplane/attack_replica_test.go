@@ -5,6 +5,7 @@ package main
 // tampered or oversized --cache-dir copy.
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"os"
@@ -179,5 +180,47 @@ func TestAttackReplicaCacheDir(t *testing.T) {
 	// Nothing stored changed.
 	if st, g, body := readGen(t, a.Base, "app.a"); st != 200 || g != 1 || !strings.Contains(string(body), "genuine") {
 		t.Fatalf("the writer's app.a = %d %s", st, body)
+	}
+}
+
+// TestReplicaStreamFollowsUnheld: the live stream of a bounded replica
+// misses no commit of the scopes it watches, though the cache holds none of
+// them (the store follows what the streams watch, and keeps none of it).
+func TestReplicaStreamFollowsUnheld(t *testing.T) {
+	r := newPrivateRedis(t)
+	const prefix = "atkstream"
+	a := startServer(t, "--store", r.url(prefix))
+	b := startServer(t, "--store", r.url(prefix), "--read-only", "--root", "plat.main", "--max-cached", "2")
+	activate(t, a.Base, "plat.main", createRev(t, a.Base, "plat.main", map[string]any{"n": 0}), 0)
+	eventually(t, 5*time.Second, "the replica ready", func() (bool, string) {
+		ans := call(t, "GET", b.URL+"/readyz", nil)
+		return ans.status == 200, fmt.Sprintf("%d %s", ans.status, ans.body)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	events := openSSE(t, ctx, b.Base+"/watch?prefix=app")
+	const n = 10
+	for i := range n {
+		sc := fmt.Sprintf("app.s%d", i)
+		activate(t, a.Base, sc, createRev(t, a.Base, sc, map[string]any{"i": i}), 0)
+	}
+	seen := map[string]bool{}
+	for len(seen) < n {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatalf("the stream ended after %d of %d scopes", len(seen), n)
+			}
+			if ev.event == "head" {
+				scope, _, _ := strings.Cut(ev.id, "@")
+				seen[scope] = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("the stream delivered %d of %d scopes: %v", len(seen), n, seen)
+		}
+	}
+	text := string(call(t, "GET", b.URL+"/metrics", nil).body)
+	if v, _ := metricValue(text, "varplane_instance_documents"); v > 3 {
+		t.Errorf("the replica holds %v documents; the bound is 2 and the root", v)
 	}
 }

@@ -365,8 +365,10 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	}
 	if rs, ok := store.(*instance.Store); ok {
 		// A read replica counts what it holds: listing the store at each
-		// scrape would load every scope.
+		// scrape would load every scope. Its store follows what the
+		// live streams watch beside what the cache holds.
 		opts.ScopesWithHead = rs.Cache().WithHead
+		rs.Cache().Follow(hub.Watching)
 	}
 	api := httpapi.NewHandler(engine, opts)
 	defer api.Close()
