@@ -427,7 +427,7 @@ func (c *Cache[T]) checkLag(scopes ...varplane.Scope) error {
 		}
 	}
 	if lag > int64(c.opts.FailClosedMaxLag) {
-		return varplane.Errorf(varplane.CodeDocumentStale, "instance: scope %q is held to a lag of %v and the oldest document the request reads (%q) was last confirmed %v ago", scopes[0], c.opts.FailClosedMaxLag, oldest, time.Duration(lag).Round(time.Second))
+		return varplane.Errorf(varplane.CodeDocumentStale, "instance: a request that reads a fail-closed scope is held to a lag of %v, and the oldest document it reads (scope %q) was last confirmed %v ago", c.opts.FailClosedMaxLag, oldest, time.Duration(lag).Round(time.Second))
 	}
 	return nil
 }

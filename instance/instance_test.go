@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -694,6 +695,15 @@ func TestLocalCopyRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "bytes"},
+		{"a FIFO", func(t *testing.T, path string) {
+			// Opened, it would block the load until a writer came.
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mkfifo(path, 0o600); err != nil {
+				t.Skipf("no FIFO here: %v", err)
+			}
+		}, "not a regular file"},
 		{"not a copy", func(t *testing.T, path string) {
 			if err := os.WriteFile(path, []byte(`[1,2`), 0o600); err != nil {
 				t.Fatal(err)

@@ -175,21 +175,37 @@ var errNoLocal = errors.New("no local copy")
 // be served under the genuine revision's ETag. Any other answer than
 // errNoLocal says why the copy is refused.
 func (l *localCopy) read(scope varplane.Scope) (localRead, time.Time, error) {
-	f, err := os.Open(l.path(scope))
+	max := l.limits.MaxBodyBytes + localEnvelope
+	check := func(fi fs.FileInfo) error {
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("the path is not a regular file (%v)", fi.Mode().Type())
+		}
+		if fi.Size() > max {
+			return fmt.Errorf("the file is %d bytes, more than a document within the limits takes (%d)", fi.Size(), max)
+		}
+		return nil
+	}
+	// Lstat first: opening a FIFO or a device would block or read forever.
+	fi, err := os.Lstat(l.path(scope))
 	if errors.Is(err, fs.ErrNotExist) {
 		return localRead{}, time.Time{}, errNoLocal
 	}
+	if err == nil {
+		err = check(fi)
+	}
+	if err != nil {
+		return localRead{}, time.Time{}, err
+	}
+	f, err := os.Open(l.path(scope))
 	if err != nil {
 		return localRead{}, time.Time{}, err
 	}
 	defer f.Close()
-	max := l.limits.MaxBodyBytes + localEnvelope
-	fi, err := f.Stat()
+	if fi, err = f.Stat(); err == nil {
+		err = check(fi) // the file the path names now
+	}
 	if err != nil {
 		return localRead{}, time.Time{}, err
-	}
-	if !fi.Mode().IsRegular() || fi.Size() > max {
-		return localRead{}, time.Time{}, fmt.Errorf("the file is %d bytes, more than a document within the limits takes (%d), or not a regular file", fi.Size(), max)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
