@@ -76,8 +76,8 @@ func TestAttackReplicaBounded(t *testing.T) {
 	cached, _ := metricValue(text, "varplane_instance_documents")
 	installed, _ := metricValue(text, "varplane_redis_installed_scopes")
 	reads, _ := metricValue(text, "varplane_redis_invalidation_reads_total")
-	// The store's table also remembers one scope as absent: the control
-	// service's canary scope, which it reads at start.
+	// The store's table also holds the staged canary windows
+	// (varplane-control.canary), which the heartbeat reads.
 	if cached > 6 || installed > 7 {
 		t.Errorf("the replica holds %v documents and its store %v scopes; the bound is 5, the root (and one absent scope)", cached, installed)
 	}
