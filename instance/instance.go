@@ -235,7 +235,9 @@ type load[T any] struct {
 // StoreReadTimeout for it; a root with no document leaves the cache not
 // ready, and it becomes ready when one is published), then the prewarmed
 // scopes, and starts the invalidation, revalidation and heartbeat loops.
-// Close stops them; it does not close store.
+// Close stops them; it does not close store. A store that keeps its own
+// copy (varplane.Holder) then follows only what the cache holds: give the
+// cache a store of its own, not one a control plane also serves from.
 func New[T any](ctx context.Context, store varplane.Store, opts Options[T]) (*Cache[T], error) {
 	o, err := opts.normalise()
 	if err != nil {
