@@ -58,6 +58,25 @@ type Forgetter interface {
 	Forget(scope Scope)
 }
 
+// Snapshotter is a store that reads several scopes as one request's view
+// (the instance cache's Store): one state per scope, the same state for a
+// scope named twice, and its freshness rule judged over them all (a
+// fail-closed scope fails the request when the oldest document it reads
+// lags). Engine.Heads uses it.
+type Snapshotter interface {
+	States(ctx context.Context, scopes []Scope) ([]*ScopeState, error)
+}
+
+// Holder is a Forgetter whose copy an embedding cache decides (store/redis,
+// store/postgres): after Hold(wants), an invalidation for a scope the store
+// does not hold and wants does not report reads and installs nothing, so
+// that the cache's bound is the only one and the store holds no more than
+// the cache does.
+type Holder interface {
+	Forgetter
+	Hold(wants func(Scope) bool)
+}
+
 // Confirmer is a store that revalidates what it holds on its own
 // (store/redis's conditional reads): the instance cache takes the store's
 // time of confirmation instead of sending reads of its own.

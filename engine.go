@@ -714,6 +714,38 @@ func (e *Engine) Head(ctx context.Context, scope Scope) (*Head, error) {
 	return st.Head, nil
 }
 
+// Heads returns the active head of each scope, nil for a scope with no
+// head, as one request's view: a scope named twice is read once, so it is
+// the same revision in both places, and a store that judges a request as
+// a whole (Snapshotter) answers for all of them at once.
+func (e *Engine) Heads(ctx context.Context, scopes []Scope) ([]*Head, error) {
+	out := make([]*Head, len(scopes))
+	if sn, ok := e.store.(Snapshotter); ok {
+		sts, err := sn.States(ctx, scopes)
+		if err != nil {
+			return nil, err
+		}
+		for i, st := range sts {
+			out[i] = st.Head
+		}
+		return out, nil
+	}
+	read := make(map[Scope]*Head, len(scopes))
+	for i, sc := range scopes {
+		h, ok := read[sc]
+		if !ok {
+			st, err := e.store.State(ctx, sc)
+			if err != nil {
+				return nil, err
+			}
+			h = st.Head
+			read[sc] = h
+		}
+		out[i] = h
+	}
+	return out, nil
+}
+
 // History returns every event of scope in log order.
 func (e *Engine) History(ctx context.Context, scope Scope) ([]Event, error) {
 	if err := validateScope(string(scope)); err != nil {

@@ -2,7 +2,9 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +16,7 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/store/memory"
+	"github.com/varplane/varplane/store/storetest"
 )
 
 func TestBatchRead(t *testing.T) {
@@ -325,5 +328,48 @@ func TestReadyzFailsWhileWritesAreRefused(t *testing.T) {
 				t.Fatalf("readyz = %d %s", rec.Code, rec.Body)
 			}
 		})
+	}
+}
+
+// movingStore commits a new revision of scope right after each read of it:
+// the worst case of a batch read racing with commits.
+type movingStore struct {
+	varplane.Store
+	scope varplane.Scope
+	on    bool
+	n     int
+}
+
+func (m *movingStore) State(ctx context.Context, sc varplane.Scope) (*varplane.ScopeState, error) {
+	st, err := m.Store.State(ctx, sc)
+	if err != nil || sc != m.scope || !m.on {
+		return st, err
+	}
+	m.n++
+	ev := storetest.CreatedEvent(sc, json.RawMessage(fmt.Sprintf(`{"n":%d}`, m.n)))
+	if _, err := m.Store.AppendPublish(ctx, ev, storetest.ActivatedEvent(sc, ev.Revision, st.Generation), st.Generation); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// TestBatchReadOneRevisionPerScope: a batch read that names a scope twice
+// answers one revision of it in both places, however the scope moves while
+// the request is served.
+func TestBatchReadOneRevisionPerScope(t *testing.T) {
+	st := &movingStore{Store: memory.New(), scope: "a.b"}
+	p := newPlaneOn(t, st, httpapi.Options{})
+	p.activate("a.b", p.create("a.b", `{"n":0}`), 0)
+	st.on = true
+	rec := p.do("GET", "/vars/batch?key=a.b&key=x.y&key=a.b", "")
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var got struct {
+		Items []map[string]any `json:"items"`
+	}
+	mustJSON(t, rec.Body.Bytes(), &got)
+	if len(got.Items) != 3 || got.Items[0]["revision"] == nil || got.Items[0]["revision"] != got.Items[2]["revision"] {
+		t.Fatalf("a scope named twice answered %v and %v; want one revision", got.Items[0]["revision"], got.Items[len(got.Items)-1]["revision"])
 	}
 }

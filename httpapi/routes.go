@@ -90,19 +90,22 @@ func (h *Handler) handleBatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	heads := make([]*varplane.Head, len(targets))
+	// One view for the whole request: a scope named twice is one revision.
+	scopes := make([]varplane.Scope, len(targets))
+	for i, t := range targets {
+		scopes[i] = t.Scope
+	}
+	heads, err := h.engine.Heads(r.Context(), scopes)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	size := 16
 	for i, t := range targets {
-		head, err := h.engine.Head(r.Context(), t.Scope)
-		switch {
-		case err == nil:
-			heads[i] = head
-			size += len(head.ReadBody()) + len(t.Scope) + 32
-		case varplane.ErrorCode(err) == varplane.CodeNoHead:
+		if heads[i] != nil {
+			size += len(heads[i].ReadBody()) + len(t.Scope) + 32
+		} else {
 			size += len(t.Scope) + 40
-		default:
-			h.writeError(w, r, err)
-			return
 		}
 	}
 	b := make([]byte, 0, size)
@@ -367,7 +370,13 @@ func (h *Handler) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res := ReadyResponse{Status: "ready", Checks: map[string]string{}}
 	st := h.engine.Store()
-	if _, err := st.State(ctx, "varplane.readyz"); err != nil {
+	// A store with a readiness rule of its own (a read replica's cache)
+	// answers for itself: reading a scope through it would load one.
+	probe := func(ctx context.Context) error { _, err := st.State(ctx, "varplane.readyz"); return err }
+	if rd, ok := st.(varplane.Readier); ok {
+		probe = rd.Ready
+	}
+	if err := probe(ctx); err != nil {
 		res.Checks["store"] = varplane.ErrorMessage(err)
 		h.log.LogAttrs(ctx, slog.LevelWarn, "readiness: store check failed", slog.String("error", err.Error()))
 	} else {

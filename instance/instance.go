@@ -86,8 +86,12 @@ type Options[T any] struct {
 	// CacheDir, when set, keeps a local copy of each installed document on
 	// disk (written atomically); a cold load may take one at most
 	// LocalMaxAge old, counts it that old and confirms it with the store.
+	// A local copy is served only when its size and document are within
+	// Limits (zero: varplane.DefaultLimits) and its document's digest is
+	// its revision; any other is ignored and logged at ERROR.
 	CacheDir    string
 	LocalMaxAge time.Duration
+	Limits      varplane.Limits
 	// LagWarn and LagEscalate are the lag log thresholds.
 	LagWarn, LagEscalate time.Duration
 	// InstanceID names the instance in its status heartbeat; empty turns
@@ -217,6 +221,7 @@ type Cache[T any] struct {
 	stats   counters
 	local   *localCopy
 	canary  canaryState
+	follow  atomic.Pointer[func(varplane.Scope) bool]
 }
 
 // load is one cold load in flight; loads count toward no bound.
@@ -230,7 +235,9 @@ type load[T any] struct {
 // StoreReadTimeout for it; a root with no document leaves the cache not
 // ready, and it becomes ready when one is published), then the prewarmed
 // scopes, and starts the invalidation, revalidation and heartbeat loops.
-// Close stops them; it does not close store.
+// Close stops them; it does not close store. A store that keeps its own
+// copy (varplane.Holder) then follows only what the cache holds: give the
+// cache a store of its own, not one a control plane also serves from.
 func New[T any](ctx context.Context, store varplane.Store, opts Options[T]) (*Cache[T], error) {
 	o, err := opts.normalise()
 	if err != nil {
@@ -245,9 +252,13 @@ func New[T any](ctx context.Context, store varplane.Store, opts Options[T]) (*Ca
 	// Longest prefix first, so the first match is the family.
 	sort.SliceStable(c.families, func(i, j int) bool { return len(c.families[i].prefix) > len(c.families[j].prefix) })
 	if o.CacheDir != "" {
-		if c.local, err = newLocalCopy(o.CacheDir); err != nil {
+		if c.local, err = newLocalCopy(o.CacheDir, o.Limits); err != nil {
 			return nil, err
 		}
+	}
+	if h, ok := store.(varplane.Holder); ok {
+		// One bound: the store follows only what the cache holds.
+		h.Hold(c.wants)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.unwatch = store.Watch(func(cm varplane.Commit) {
@@ -310,9 +321,15 @@ func errNoHead(scope varplane.Scope) error {
 // answered from memory without locks or allocation. A scope not installed
 // is loaded from the store (or its fresh local copy), waiting at most
 // ColdLoadTimeout. Errors: not-ready before the root exists, no-head when
-// the store says scope has no document, document-failed, document-stale,
-// store-unavailable.
+// the store says scope has no document, document-failed, document-stale
+// (a fail-closed scope whose document or the root lags), store-unavailable.
 func (c *Cache[T]) Get(ctx context.Context, scope varplane.Scope) (*Doc[T], error) {
+	return c.get(ctx, scope, true)
+}
+
+// get is Get; judge false leaves the fail-closed rule to the caller, which
+// judges a whole request (view).
+func (c *Cache[T]) get(ctx context.Context, scope varplane.Scope, judge bool) (*Doc[T], error) {
 	if v, ok := c.entries.Load(scope); ok {
 		e := v
 		if !c.ready.Load() {
@@ -325,8 +342,8 @@ func (c *Cache[T]) Get(ctx context.Context, scope varplane.Scope) (*Doc[T], erro
 		if d.err != nil {
 			return nil, d.err
 		}
-		if e.closed {
-			if err := c.checkLag(e); err != nil {
+		if judge && e.closed {
+			if err := c.checkLag(scope); err != nil {
 				return nil, err
 			}
 		}
@@ -342,34 +359,77 @@ func (c *Cache[T]) Get(ctx context.Context, scope varplane.Scope) (*Doc[T], erro
 			return nil, err
 		}
 	}
-	return c.cold(ctx, scope)
+	return c.cold(ctx, scope, judge)
 }
 
 // Snapshot returns one immutable document per scope, all or nothing: what
-// a request that reads several scopes holds for its whole duration.
+// a request that reads several scopes holds for its whole duration. A
+// scope named twice is the same document. When any scope is under a
+// fail-closed prefix, the request is judged by the oldest document it
+// reads and the root: document-stale if that one lags past
+// FailClosedMaxLag. A scope with no document fails it with no-head.
 func (c *Cache[T]) Snapshot(ctx context.Context, scopes ...varplane.Scope) ([]*Doc[T], error) {
+	docs, err := c.view(ctx, scopes)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range docs {
+		if d.Head == nil {
+			return nil, errNoHead(d.Scope)
+		}
+	}
+	return docs, nil
+}
+
+// view is Snapshot with a scope that has no document answered as a Doc
+// without a Head.
+func (c *Cache[T]) view(ctx context.Context, scopes []varplane.Scope) ([]*Doc[T], error) {
 	out := make([]*Doc[T], len(scopes))
+	held := make(map[varplane.Scope]*Doc[T], len(scopes))
+	judge := false
 	for i, sc := range scopes {
-		d, err := c.Get(ctx, sc)
-		if err != nil {
+		if d, ok := held[sc]; ok {
+			out[i] = d
+			continue
+		}
+		d, err := c.get(ctx, sc, false)
+		switch {
+		case err == nil:
+		case varplane.ErrorCode(err) == varplane.CodeNoHead:
+			d = &Doc[T]{Scope: sc, Generation: c.absentGeneration(sc)}
+		default:
 			return nil, err
 		}
-		out[i] = d
+		held[sc], out[i] = d, d
+		judge = judge || c.failClosed(sc)
+	}
+	if judge {
+		if err := c.checkLag(scopes...); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
-// checkLag answers document-stale when e or the root lags past
-// FailClosedMaxLag.
-func (c *Cache[T]) checkLag(e *entry[T]) error {
+// checkLag answers document-stale when the oldest of the documents of
+// scopes and the root lags past FailClosedMaxLag. A scope not installed
+// (absent, or dropped since it was read) has nothing that lags.
+func (c *Cache[T]) checkLag(scopes ...varplane.Scope) error {
 	now := c.clock.Now().UnixNano()
-	max := int64(c.opts.FailClosedMaxLag)
-	lag := now - e.confirmed.Load()
+	var lag int64
+	oldest := c.opts.Root
 	if r := c.root.Load(); r != nil {
-		lag = max64(lag, now-r.confirmed.Load())
+		lag = now - r.confirmed.Load()
 	}
-	if lag > max {
-		return varplane.Errorf(varplane.CodeDocumentStale, "instance: scope %q is held to a lag of %v and its documents were last confirmed %v ago", e.doc.Load().Scope, c.opts.FailClosedMaxLag, time.Duration(lag).Round(time.Second))
+	for _, sc := range scopes {
+		if e, ok := c.entries.Load(sc); ok {
+			if l := now - e.confirmed.Load(); l > lag {
+				lag, oldest = l, sc
+			}
+		}
+	}
+	if lag > int64(c.opts.FailClosedMaxLag) {
+		return varplane.Errorf(varplane.CodeDocumentStale, "instance: a request that reads a fail-closed scope is held to a lag of %v, and the oldest document it reads (scope %q) was last confirmed %v ago", c.opts.FailClosedMaxLag, oldest, time.Duration(lag).Round(time.Second))
 	}
 	return nil
 }
@@ -383,7 +443,7 @@ func max64(a, b int64) int64 {
 
 // loadRoot loads the root (once at a time) and sets readiness.
 func (c *Cache[T]) loadRoot(ctx context.Context) (*Doc[T], error) {
-	d, err := c.cold(ctx, c.opts.Root)
+	d, err := c.cold(ctx, c.opts.Root, true)
 	if err != nil {
 		if varplane.ErrorCode(err) == varplane.CodeNoHead {
 			return nil, c.notReady()
@@ -391,6 +451,43 @@ func (c *Cache[T]) loadRoot(ctx context.Context) (*Doc[T], error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// Follow makes the store underneath (a varplane.Holder) follow the scopes
+// fn reports too, though the cache does not hold them: their commits reach
+// the store's Watch listeners (a read replica's live streams, with
+// push.Hub.Watching). The cache installs none of them, and drops each from
+// the store's table once it is delivered, so they cost no memory between
+// commits.
+func (c *Cache[T]) Follow(fn func(varplane.Scope) bool) { c.follow.Store(&fn) }
+
+// wants reports whether the store must follow scope (its varplane.Holder):
+// the cache holds it, or a Follow function reports it.
+func (c *Cache[T]) wants(scope varplane.Scope) bool {
+	if c.holds(scope) {
+		return true
+	}
+	f := c.follow.Load()
+	return f != nil && (*f)(scope)
+}
+
+// holds reports whether the cache needs scope: the root, a scope
+// installed, being loaded, or remembered as absent (whose first document
+// the store must announce).
+func (c *Cache[T]) holds(scope varplane.Scope) bool {
+	if scope == c.opts.Root {
+		return true
+	}
+	if _, ok := c.entries.Load(scope); ok {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.loads[scope]; ok {
+		return true
+	}
+	_, ok := c.familyOf(scope).absent[scope]
+	return ok
 }
 
 // familyOf returns the family of scope.
@@ -410,7 +507,7 @@ func (c *Cache[T]) failClosed(scope varplane.Scope) bool {
 }
 
 // cold loads scope, sharing one load per scope among concurrent readers.
-func (c *Cache[T]) cold(ctx context.Context, scope varplane.Scope) (*Doc[T], error) {
+func (c *Cache[T]) cold(ctx context.Context, scope varplane.Scope, judge bool) (*Doc[T], error) {
 	if !scope.Valid() {
 		_, err := varplane.ParseScope(string(scope))
 		return nil, err
@@ -419,7 +516,7 @@ func (c *Cache[T]) cold(ctx context.Context, scope varplane.Scope) (*Doc[T], err
 	if _, ok := c.entries.Load(scope); ok {
 		c.mu.Unlock()
 		if scope == c.opts.Root || c.ready.Load() {
-			return c.Get(ctx, scope)
+			return c.get(ctx, scope, judge)
 		}
 		return nil, c.notReady()
 	}
@@ -477,7 +574,13 @@ func (c *Cache[T]) runLoad(scope varplane.Scope, l *load[T]) {
 	}()
 	c.stats.coldLoads.Add(1)
 	if c.local != nil {
-		if rec, at, ok := c.local.read(scope); ok {
+		rec, at, err := c.local.read(scope)
+		if err != nil && !errors.Is(err, errNoLocal) {
+			c.stats.localRefused.Add(1)
+			c.log.Error("instance: the local copy of scope "+string(scope)+" is ignored; loading from the store",
+				"scope", string(scope), "err", err)
+		}
+		if err == nil {
 			age := c.clock.Now().Sub(at)
 			if age >= 0 && age <= c.opts.LocalMaxAge {
 				ctx, cancel := context.WithTimeout(c.ctx, c.opts.StoreReadTimeout)

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -659,4 +662,196 @@ func mustState(t *testing.T, s varplane.Store, sc varplane.Scope) *varplane.Scop
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestLocalCopyRefused: a local copy is served only when it is within the
+// document limits (checked before it is read: a 300 MB file costs no
+// memory) and its document's digest is the revision it claims. An edited,
+// oversized or malformed copy is ignored with an ERROR, and the cold load
+// goes to the store (down here, so the read fails rather than serve it).
+func TestLocalCopyRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		tamper func(t *testing.T, path string)
+		want   string
+	}{
+		{"edited document", func(t *testing.T, path string) {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			edited := bytes.Replace(b, []byte(`{"n":1}`), []byte(`{"n":7}`), 1)
+			if bytes.Equal(b, edited) {
+				t.Fatalf("the copy does not hold the document: %s", b)
+			}
+			if err := os.WriteFile(path, edited, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "digest"},
+		{"oversized file", func(t *testing.T, path string) {
+			// Sparse: 300 MB on paper, nothing on disk.
+			if err := os.Truncate(path, 300<<20); err != nil {
+				t.Fatal(err)
+			}
+		}, "bytes"},
+		{"a FIFO", func(t *testing.T, path string) {
+			// Opened, it would block the load until a writer came.
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mkfifo(path, 0o600); err != nil {
+				t.Skipf("no FIFO here: %v", err)
+			}
+		}, "not a regular file"},
+		{"not a copy", func(t *testing.T, path string) {
+			if err := os.WriteFile(path, []byte(`[1,2`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "not a local copy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			mem := memory.New()
+			publish(t, mem, "root", `{"n":0}`)
+			publish(t, mem, "app.a", `{"n":1}`)
+			clk := newFakeClock()
+			c1, _ := newCache(t, mem, clk, func(o *Options[value]) { o.CacheDir = dir })
+			if _, err := c1.Get(ctx, "app.a"); err != nil {
+				t.Fatal(err)
+			}
+			_ = c1.Close()
+			tc.tamper(t, c1.local.path("app.a"))
+
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			h := &hangStore{Store: mem, hang: map[varplane.Scope]chan struct{}{"app.a": make(chan struct{})}}
+			c2, logs := newCache(t, h, clk, func(o *Options[value]) { o.CacheDir = dir; o.StoreReadTimeout = 50 * time.Millisecond })
+			d, err := c2.Get(ctx, "app.a")
+			runtime.ReadMemStats(&after)
+			if err == nil {
+				t.Fatalf("Get = %+v from a %s; want the copy ignored", d.Value, tc.name)
+			}
+			if grown := after.TotalAlloc - before.TotalAlloc; grown > 16<<20 {
+				t.Errorf("reading the copy allocated %d MiB", grown>>20)
+			}
+			if n := c2.Stats().LocalRefused; n != 1 {
+				t.Errorf("LocalRefused = %d, want 1", n)
+			}
+			if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "local copy") || !strings.Contains(l, tc.want) {
+				t.Errorf("logs = %s; want an ERROR naming the local copy and %q", l, tc.want)
+			}
+			// The store, back, serves the genuine document.
+			close(h.hang["app.a"])
+			waitFor(t, "the store's document", func() bool { d, err := c2.Get(ctx, "app.a"); return err == nil && d.Value.N == 1 && !d.Local })
+		})
+	}
+}
+
+// failScopes fails State of the scopes in fail.
+type failScopes struct {
+	varplane.Store
+	mu   sync.Mutex
+	fail map[varplane.Scope]bool
+}
+
+func (f *failScopes) State(ctx context.Context, sc varplane.Scope) (*varplane.ScopeState, error) {
+	f.mu.Lock()
+	bad := f.fail[sc]
+	f.mu.Unlock()
+	if bad {
+		return nil, varplane.Unavailable(errors.New("down for " + string(sc)))
+	}
+	return f.Store.State(ctx, sc)
+}
+
+// TestFailClosedOldestDocument: a request that reads a fail-closed scope is
+// judged by the oldest document it reads, not by its own and the root only:
+// the tenant alone is served, the tenant with a lagging app is
+// document-stale, the lagging app alone (not fail-closed) is served.
+func TestFailClosedOldestDocument(t *testing.T) {
+	mem := memory.New()
+	publish(t, mem, "root", `{"n":0}`)
+	publish(t, mem, "tenant.acme", `{"n":1}`)
+	publish(t, mem, "app.a", `{"n":2}`)
+	fs := &failScopes{Store: mem, fail: map[varplane.Scope]bool{}}
+	clk := newFakeClock()
+	c, _ := newCache(t, fs, clk, func(o *Options[value]) {
+		o.FailClosed = []varplane.Scope{"tenant"}
+		o.FailClosedMaxLag = time.Minute
+	})
+	ctx := context.Background()
+	if _, err := c.Snapshot(ctx, "tenant.acme", "app.a"); err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.Lock()
+	fs.fail["app.a"] = true
+	fs.mu.Unlock()
+	for range 3 {
+		p := c.Stats().Passes
+		clk.Advance(30 * time.Second)
+		waitFor(t, "a pass", func() bool { return c.Stats().Passes > p && c.passIdle() })
+	}
+	if lag := c.Lag(); lag["app.a"] <= time.Minute || lag["tenant.acme"] > time.Minute {
+		t.Fatalf("lags = %v; want app.a past the bound and the tenant within it", lag)
+	}
+	if _, err := c.Snapshot(ctx, "tenant.acme"); err != nil {
+		t.Fatalf("the tenant alone = %v; want it served", err)
+	}
+	if _, err := c.Snapshot(ctx, "tenant.acme", "app.a"); code(err) != varplane.CodeDocumentStale {
+		t.Fatalf("the tenant with a lagging app = %v; want document-stale", err)
+	}
+	if _, err := c.view(ctx, []varplane.Scope{"app.a", "app.none", "tenant.acme"}); code(err) != varplane.CodeDocumentStale {
+		t.Fatalf("the view of the tenant with a lagging app = %v; want document-stale", err)
+	}
+	if _, err := c.Snapshot(ctx, "app.a"); err != nil {
+		t.Fatalf("the lagging app alone = %v; want it served however old", err)
+	}
+}
+
+// TestSnapshotRepeatedScope: a request that names a scope twice holds one
+// document of it, while commits install new ones; a scope with no document
+// is a state without a head in States.
+func TestSnapshotRepeatedScope(t *testing.T) {
+	mem := memory.New()
+	publish(t, mem, "root", `{"n":0}`)
+	publish(t, mem, "app.a", `{"n":0}`)
+	c, _ := newCache(t, mem, newFakeClock(), nil)
+	ctx := context.Background()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; i <= 300; i++ {
+			publish(t, mem, "app.a", fmt.Sprintf(`{"n":%d}`, i))
+		}
+	}()
+	scopes := make([]varplane.Scope, 64)
+	for i := range scopes {
+		scopes[i] = "app.a"
+	}
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		docs, err := c.Snapshot(ctx, scopes...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range docs {
+			if d != docs[0] {
+				t.Fatalf("one request read generations %d and %d of app.a", docs[0].Generation, d.Generation)
+			}
+		}
+	}
+	rc, err := New(ctx, mem, Options[json.RawMessage]{Root: "root", Decode: RawJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	sts, err := NewStore(rc, mem).States(ctx, []varplane.Scope{"app.none", "app.a", "app.none"})
+	if err != nil || sts[0].Head != nil || sts[1].Head == nil || sts[0] != sts[2] {
+		t.Fatalf("States = %+v, %v; want no head, a head, the same no head", sts, err)
+	}
 }

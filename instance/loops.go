@@ -31,6 +31,12 @@ func (c *Cache[T]) apply(ch varplane.ScopeChange) {
 	_, held := c.entries.Load(ch.Scope)
 	wasAbsent := c.forgetAbsent(ch.Scope)
 	if !held && !wasAbsent && ch.Scope != c.opts.Root {
+		// The store read it for a cache that has since dropped it, or
+		// for a Follow function (and delivered it): its copy must not
+		// outlive the cache's.
+		if f, ok := c.store.(varplane.Forgetter); ok && !c.holds(ch.Scope) {
+			f.Forget(ch.Scope)
+		}
 		return
 	}
 	c.stats.invalidations.Add(1)

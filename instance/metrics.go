@@ -37,6 +37,7 @@ func newCollector(stats func() Stats) *collector {
 	}{
 		{"cold_loads_total", "Documents loaded on first need.", func(s Stats) uint64 { return s.ColdLoads }},
 		{"local_loads_total", "Cold loads served from the local copy.", func(s Stats) uint64 { return s.LocalLoads }},
+		{"local_refused_total", "Local copies ignored: too large, not JSON within the limits, or a digest that is not their revision.", func(s Stats) uint64 { return s.LocalRefused }},
 		{"cold_load_timeouts_total", "Reads that answered 503 after the cold-load timeout.", func(s Stats) uint64 { return s.ColdTimeouts }},
 		{"evictions_total", "Documents dropped beyond a family's bound.", func(s Stats) uint64 { return s.Evictions }},
 		{"decode_errors_total", "Documents the decoder refused (installed as failed).", func(s Stats) uint64 { return s.DecodeErrors }},

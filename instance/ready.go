@@ -26,4 +26,5 @@ var (
 	_ varplane.Readier       = (*Store)(nil)
 	_ varplane.ReadyDetailer = (*Store)(nil)
 	_ varplane.Unwrapper     = (*Store)(nil)
+	_ varplane.Snapshotter   = (*Store)(nil)
 )

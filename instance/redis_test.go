@@ -263,3 +263,99 @@ func TestRedisHang(t *testing.T) {
 		return err == nil && d.Value.N == 2
 	})
 }
+
+// TestOneBoundOnRedis: the cache and the store's table of installed heads
+// are one bound. Scopes the writer publishes that the replica never read
+// are not installed in either (an invalidation for a scope not held
+// installs nothing); held scopes still follow their commits; a scope
+// remembered as absent is installed when it is published.
+func TestOneBoundOnRedis(t *testing.T) {
+	control, replica := writerAndReplica(t)
+	ctx := context.Background()
+	publish(t, control, "root", `{"n":0}`)
+	for i := range 3 {
+		publish(t, control, varplane.Scope(fmt.Sprintf("app.held%d", i)), `{"n":0}`)
+	}
+	c, _ := newCache(t, replica, systemClock{}, func(o *Options[value]) {
+		o.RevalidateInterval = 20 * time.Millisecond
+		o.MaxCached = 3
+	})
+	for i := range 3 {
+		if _, err := c.Get(ctx, varplane.Scope(fmt.Sprintf("app.held%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Get(ctx, "app.later"); code(err) != varplane.CodeNoHead {
+		t.Fatalf("Get(app.later) = %v, want no-head", err)
+	}
+	reads := replica.Stats().InvalidationReads
+	for i := range 60 {
+		publish(t, control, varplane.Scope(fmt.Sprintf("app.other%d", i)), fmt.Sprintf(`{"n":%d}`, i))
+	}
+	publish(t, control, "app.held1", `{"n":7}`)
+	publish(t, control, "app.later", `{"n":8}`)
+	waitFor(t, "the held scope's commit", func() bool { d, err := c.Get(ctx, "app.held1"); return err == nil && d.Value.N == 7 })
+	waitFor(t, "the absent scope's first document", func() bool { d, err := c.Get(ctx, "app.later"); return err == nil && d.Value.N == 8 })
+	if n := replica.Stats().InvalidationReads - reads; n > 4 {
+		t.Errorf("the store read %d invalidated heads; want only those of the held scope and the absent one (a publish is two commits)", n)
+	}
+	for sc := range replica.Lag() {
+		if strings.HasPrefix(string(sc), "app.other") {
+			t.Errorf("the store installed %s, which the replica never read", sc)
+		}
+	}
+	// root + at most MaxCached (the bound drops a tenth past it at a time)
+	if st := replica.Stats(); st.Installed+st.Absent > 4 {
+		t.Errorf("the store holds %d heads and %d absent scopes; the cache's bound is 3 and the root", st.Installed, st.Absent)
+	}
+	if n := c.Stats().Installed; n > 4 {
+		t.Errorf("the cache holds %d documents; its bound is 3 and the root", n)
+	}
+}
+
+// TestFollowOnRedis: a scope a Follow function reports (a live stream's)
+// is followed though the cache does not hold it: its commits reach the
+// store's Watch listeners, and the store's table does not keep it.
+func TestFollowOnRedis(t *testing.T) {
+	control, replica := writerAndReplica(t)
+	publish(t, control, "root", `{"n":0}`)
+	c, _ := newCache(t, replica, systemClock{}, func(o *Options[value]) { o.MaxCached = 3 })
+	c.Follow(func(sc varplane.Scope) bool { return sc == "app.watched" })
+	seen := make(chan varplane.Scope, 16)
+	stop := replica.Watch(func(cm varplane.Commit) {
+		for _, ch := range cm.Changes {
+			seen <- ch.Scope
+		}
+	})
+	defer stop()
+	delivered := func(what string) {
+		t.Helper()
+		select {
+		case sc := <-seen:
+			if sc != "app.watched" {
+				t.Fatalf("the store delivered %s, which nobody holds or watches", sc)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the watched scope's %s was not delivered", what)
+		}
+	}
+	publish(t, control, "app.unwatched", `{"n":1}`)
+	publish(t, control, "app.watched", `{"n":2}`)
+	delivered("first commit")
+	waitFor(t, "the store's table to drop the watched scope", func() bool { _, ok := replica.Lag()["app.watched"]; return !ok })
+	if n := c.Stats().Installed; n != 1 {
+		t.Errorf("the cache holds %d documents; want the root only", n)
+	}
+	publish(t, control, "app.watched", `{"n":3}`)
+	delivered("second commit")
+}
+
+// writerAndReplica opens a writer and a read-only store on a private prefix
+// of the shared Redis.
+func writerAndReplica(t *testing.T) (control, replica *redis.Store) {
+	base := redisBase(t)
+	prefix := newPrefix()
+	t.Cleanup(func() { deletePrefix(t, base, prefix) })
+	url := base + "?prefix=" + prefix
+	return openRedis(t, url, false), openRedis(t, url, true)
+}

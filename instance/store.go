@@ -42,6 +42,28 @@ func (s *Store) State(ctx context.Context, scope varplane.Scope) (*varplane.Scop
 	return &varplane.ScopeState{Scope: scope, Generation: d.Generation, Head: d.Head}, nil
 }
 
+// States answers scopes as one request's view (varplane.Snapshotter): one
+// document per scope, held for the request, with the fail-closed rule
+// judged by the oldest of them (Cache.Snapshot); a scope with no document
+// is a state without a head.
+func (s *Store) States(ctx context.Context, scopes []varplane.Scope) ([]*varplane.ScopeState, error) {
+	docs, err := s.cache.view(ctx, scopes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*varplane.ScopeState, len(docs))
+	states := make(map[*Doc[json.RawMessage]]*varplane.ScopeState, len(docs))
+	for i, d := range docs {
+		st, ok := states[d]
+		if !ok {
+			st = &varplane.ScopeState{Scope: d.Scope, Generation: d.Generation, Head: d.Head}
+			states[d] = st
+		}
+		out[i] = st
+	}
+	return out, nil
+}
+
 // Revision answers the installed head's record from memory, other
 // revisions from the store underneath.
 func (s *Store) Revision(ctx context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {

@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/canonical"
 	"github.com/varplane/varplane/internal/atomicfile"
 )
 
@@ -41,6 +45,7 @@ func (t sysTicker) Stop()               { t.t.Stop() }
 // counters are the cache's monotonic counters and gauges.
 type counters struct {
 	coldLoads, localLoads, coldTimeouts, readErrors atomic.Uint64
+	localRefused                                    atomic.Uint64
 	installs, evictions, absentHits, decodeErrors   atomic.Uint64
 	invalidations, dropped, passes, confirms        atomic.Uint64
 	changed, confirmErrors, disappeared             atomic.Uint64
@@ -56,6 +61,7 @@ type Stats struct {
 	Ready                                       bool
 	Installed                                   int // documents held (absent scopes not counted)
 	ColdLoads, LocalLoads, ColdTimeouts         uint64
+	LocalRefused                                uint64 // local copies ignored (too large, edited, unreadable)
 	ReadErrors, Installs, Evictions, AbsentHits uint64
 	DecodeErrors, Invalidations, Dropped        uint64
 	Passes, Confirms, Changed, ConfirmErrors    uint64
@@ -73,7 +79,7 @@ type Stats struct {
 func (c *Cache[T]) Stats() Stats {
 	s := &c.stats
 	st := Stats{
-		Ready: c.ready.Load(), ColdLoads: s.coldLoads.Load(), LocalLoads: s.localLoads.Load(), ColdTimeouts: s.coldTimeouts.Load(),
+		Ready: c.ready.Load(), ColdLoads: s.coldLoads.Load(), LocalLoads: s.localLoads.Load(), LocalRefused: s.localRefused.Load(), ColdTimeouts: s.coldTimeouts.Load(),
 		ReadErrors: s.readErrors.Load(), Installs: s.installs.Load(), Evictions: s.evictions.Load(), AbsentHits: s.absentHits.Load(),
 		DecodeErrors: s.decodeErrors.Load(), Invalidations: s.invalidations.Load(), Dropped: s.dropped.Load(),
 		Passes: s.passes.Load(), Confirms: s.confirms.Load(), Changed: s.changed.Load(), ConfirmErrors: s.confirmErrors.Load(),
@@ -86,6 +92,20 @@ func (c *Cache[T]) Stats() Stats {
 	}
 	c.entries.Range(func(varplane.Scope, *entry[T]) bool { st.Installed++; return true })
 	return st
+}
+
+// WithHead counts the installed documents that serve a head, from memory:
+// a read replica's varplane_scopes_with_head, which must not list the
+// store (that would load every scope and push out what was read last).
+func (c *Cache[T]) WithHead() int {
+	n := 0
+	c.entries.Range(func(_ varplane.Scope, e *entry[T]) bool {
+		if d := e.doc.Load(); d.Head != nil && d.err == nil {
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // Lag returns the time since the store last confirmed each installed
@@ -102,8 +122,17 @@ func (c *Cache[T]) Lag() map[varplane.Scope]time.Duration {
 
 // localCopy is the on-disk copy of installed documents: one file per scope,
 // written atomically (atomicfile: temporary file, fsync, rename). It serves cold loads
-// only, and never says a scope is absent.
-type localCopy struct{ dir string }
+// only, and never says a scope is absent. What it reads back is checked
+// before it is served (read): a file is only as trustworthy as the disk.
+type localCopy struct {
+	dir    string
+	limits varplane.Limits
+}
+
+// localEnvelope is the room a local file may take beyond its document: the
+// metadata members (a revision digest, a schema id and version, an actor,
+// two times), each bounded well below it.
+const localEnvelope = 64 << 10
 
 // localFile is the stored form of one local copy.
 type localFile struct {
@@ -122,30 +151,85 @@ type localRead struct {
 	head *varplane.Head
 }
 
-func newLocalCopy(dir string) (*localCopy, error) {
+func newLocalCopy(dir string, limits varplane.Limits) (*localCopy, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("instance: cache directory: %w", err)
 	}
-	return &localCopy{dir: dir}, nil
+	return &localCopy{dir: dir, limits: limits.WithDefaults()}, nil
 }
 
 func (l *localCopy) path(scope varplane.Scope) string {
 	return filepath.Join(l.dir, base64.RawURLEncoding.EncodeToString([]byte(scope))+".json")
 }
 
-// read returns the local copy of scope and when the store last confirmed it.
-func (l *localCopy) read(scope varplane.Scope) (localRead, time.Time, bool) {
-	b, err := os.ReadFile(l.path(scope))
+// errNoLocal is read's answer for a scope without a local copy: not a
+// fault, nothing to log.
+var errNoLocal = errors.New("no local copy")
+
+// read returns the local copy of scope and when the store last confirmed
+// it. A copy is served only if its file is within the document limits
+// (checked on the open file before a byte is read, and the read is bounded
+// too, so a file that grows meanwhile costs no more), its document is JSON
+// within the limits, and its body's digest is the revision it claims
+// (revisions are content-addressed): an edited or corrupted copy must not
+// be served under the genuine revision's ETag. Any other answer than
+// errNoLocal says why the copy is refused.
+func (l *localCopy) read(scope varplane.Scope) (localRead, time.Time, error) {
+	max := l.limits.MaxBodyBytes + localEnvelope
+	check := func(fi fs.FileInfo) error {
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("the path is not a regular file (%v)", fi.Mode().Type())
+		}
+		if fi.Size() > max {
+			return fmt.Errorf("the file is %d bytes, more than a document within the limits takes (%d)", fi.Size(), max)
+		}
+		return nil
+	}
+	// Lstat first: opening a FIFO or a device would block or read forever.
+	fi, err := os.Lstat(l.path(scope))
+	if errors.Is(err, fs.ErrNotExist) {
+		return localRead{}, time.Time{}, errNoLocal
+	}
+	if err == nil {
+		err = check(fi)
+	}
 	if err != nil {
-		return localRead{}, time.Time{}, false
+		return localRead{}, time.Time{}, err
 	}
-	var f localFile
-	if err := json.Unmarshal(b, &f); err != nil || len(f.Document) == 0 {
-		return localRead{}, time.Time{}, false
+	f, err := os.Open(l.path(scope))
+	if err != nil {
+		return localRead{}, time.Time{}, err
 	}
-	ev := &varplane.Event{Kind: varplane.EventActivated, Scope: scope, Generation: f.Generation, Revision: f.Revision, Timestamp: f.EffectiveAt, Actor: f.Actor}
-	rec := &varplane.RevisionRecord{Scope: scope, Revision: f.Revision, Document: f.Document, SchemaID: f.SchemaID, SchemaVersion: f.Version, Actor: f.Actor}
-	return localRead{gen: f.Generation, head: varplane.NewHead(ev, rec)}, f.ConfirmedAt, true
+	defer f.Close()
+	if fi, err = f.Stat(); err == nil {
+		err = check(fi) // the file the path names now
+	}
+	if err != nil {
+		return localRead{}, time.Time{}, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return localRead{}, time.Time{}, err
+	}
+	if int64(len(b)) > max {
+		return localRead{}, time.Time{}, fmt.Errorf("the file grew past %d bytes while it was read", max)
+	}
+	var lf localFile
+	if err := json.Unmarshal(b, &lf); err != nil {
+		return localRead{}, time.Time{}, fmt.Errorf("the file is not a local copy: %w", err)
+	}
+	if len(lf.Document) == 0 {
+		return localRead{}, time.Time{}, errors.New("the file holds no document")
+	}
+	if err := l.limits.CheckJSON(lf.Document, 0); err != nil {
+		return localRead{}, time.Time{}, fmt.Errorf("the document is beyond the limits: %w", err)
+	}
+	if d, err := canonical.Digest(lf.Document); err != nil || varplane.Revision(d) != lf.Revision {
+		return localRead{}, time.Time{}, fmt.Errorf("the document's digest is not its revision %s", lf.Revision)
+	}
+	ev := &varplane.Event{Kind: varplane.EventActivated, Scope: scope, Generation: lf.Generation, Revision: lf.Revision, Timestamp: lf.EffectiveAt, Actor: lf.Actor}
+	rec := &varplane.RevisionRecord{Scope: scope, Revision: lf.Revision, Document: lf.Document, SchemaID: lf.SchemaID, SchemaVersion: lf.Version, Actor: lf.Actor}
+	return localRead{gen: lf.Generation, head: varplane.NewHead(ev, rec)}, lf.ConfirmedAt, nil
 }
 
 // write stores d's head atomically; a failure is only logged by the caller.

@@ -716,8 +716,9 @@ func TestRedisFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--redis-revalidate-interval", "10m"}, "--redis-revalidate-interval 10m0s: want 10ms to 5m0s"},
-		{[]string{"--redis-revalidate-interval", "1ms"}, "--redis-revalidate-interval 1ms"},
+		{[]string{"--redis-revalidate-interval", "10m"}, "--revalidate-interval 10m0s: want 10ms to 5m0s"},
+		{[]string{"--redis-revalidate-interval", "1ms"}, "--revalidate-interval 1ms"},
+		{[]string{"--revalidate-interval", "1ms"}, "--revalidate-interval 1ms"},
 		{[]string{"--redis-eviction-check", "maybe"}, `--redis-eviction-check "maybe": want fail or warn`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

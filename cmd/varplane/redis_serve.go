@@ -24,7 +24,8 @@ type redisFlags struct {
 // register adds the --redis-* flags to fs.
 func (f *redisFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.evict, "redis-eviction-check", redis.EvictionCheckFail, "with a redis:// store: fail (refuse to start unless maxmemory-policy is noeviction) or warn (log it, for managed Redis that hides INFO/CONFIG)")
-	fs.DurationVar(&f.revalidate, "redis-revalidate-interval", redis.DefaultRevalidateInterval, "with a redis:// store: how often every installed head is confirmed with Redis, which bounds how long a lost invalidation goes unnoticed (10ms to 5m)")
+	fs.DurationVar(&f.revalidate, "revalidate-interval", redis.DefaultRevalidateInterval, "with a redis:// store: how often every installed head (and, with --root, every document the replica holds) is confirmed with Redis, which bounds how long a lost invalidation goes unnoticed (10ms to 5m)")
+	fs.DurationVar(&f.revalidate, "redis-revalidate-interval", redis.DefaultRevalidateInterval, "the former name of --revalidate-interval")
 	fs.BoolVar(&f.readOnly, "read-only", false, "with a redis:// store: a data-plane read replica that serves reads and the live stream and refuses every mutation (400 store-unsupported)")
 	fs.BoolVar(&f.readOnly, "redis-read-only", false, "the former name of --read-only")
 	f.replica.register(fs)
@@ -39,7 +40,7 @@ func (f *redisFlags) check() error {
 		return usagef("--redis-eviction-check %q: want fail or warn", f.evict)
 	}
 	if f.revalidate < redis.MinRevalidateInterval || f.revalidate > redis.MaxRevalidateInterval {
-		return usagef("--redis-revalidate-interval %v: want %v to %v", f.revalidate, redis.MinRevalidateInterval, redis.MaxRevalidateInterval)
+		return usagef("--revalidate-interval %v: want %v to %v", f.revalidate, redis.MinRevalidateInterval, redis.MaxRevalidateInterval)
 	}
 	return nil
 }
@@ -63,7 +64,7 @@ func (f *redisFlags) apply(fs *flag.FlagSet, spec string) (string, error) {
 		switch fl.Name {
 		case "redis-eviction-check":
 			set["eviction_check"] = f.evict
-		case "redis-revalidate-interval":
+		case "revalidate-interval", "redis-revalidate-interval":
 			set["revalidate_interval"] = f.revalidate.String()
 		case "read-only", "redis-read-only":
 			set["read_only"] = strconv.FormatBool(f.readOnly)

@@ -32,6 +32,7 @@ type replicaFlags struct {
 	localMaxAge      time.Duration
 	cacheDir         string
 	instanceID       string
+	limits           varplane.Limits // serve's document limits, which bound a local copy
 }
 
 func (f *replicaFlags) register(fs *flag.FlagSet) {
@@ -53,7 +54,7 @@ func (f *replicaFlags) options(rf redisFlags, log *slog.Logger) (instance.Option
 	o := instance.Options[json.RawMessage]{
 		Root: varplane.Scope(f.root), Decode: instance.RawJSON, MaxCached: f.maxCached,
 		RevalidateInterval: rf.revalidate, FailClosedMaxLag: f.failClosedMaxLag, ColdLoadTimeout: f.coldLoad,
-		CacheDir: f.cacheDir, LocalMaxAge: f.localMaxAge, InstanceID: f.instanceID, Logger: log,
+		CacheDir: f.cacheDir, LocalMaxAge: f.localMaxAge, Limits: f.limits, InstanceID: f.instanceID, Logger: log,
 	}
 	if !o.Root.Valid() {
 		return o, usagef("--root %q is not a valid scope", f.root)
@@ -118,6 +119,9 @@ func checkReplicaStore(spec string, rf redisFlags) error {
 	}
 	if rf.replica.root != "" {
 		return usagef("--root makes a read replica of a redis:// store; the %s store has no read replica", strings.ToLower(scheme))
+	}
+	if rf.revalidate != redis.DefaultRevalidateInterval {
+		return usagef("--revalidate-interval needs a redis:// store; the %s store holds no copy to revalidate", strings.ToLower(scheme))
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/varplane/varplane/control"
 	"github.com/varplane/varplane/control/hook"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/instance"
 	"github.com/varplane/varplane/internal/gctune"
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/push"
@@ -313,7 +314,9 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		return err
 	}
 
-	// The store.
+	// The store. A read replica checks its local copies against the
+	// document limits.
+	cfg.redis.replica.limits = cfg.limits
 	store, collectors, err := openStore(openCtx, cfg.store, cfg.redis, log)
 	if err != nil {
 		// A URL or option the store refuses is the caller's mistake.
@@ -402,6 +405,13 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	}
 	if base == "" {
 		opts.Base = "/"
+	}
+	if rs, ok := store.(*instance.Store); ok {
+		// A read replica counts what it holds: listing the store at each
+		// scrape would load every scope. Its store follows what the
+		// live streams watch beside what the cache holds.
+		opts.ScopesWithHead = rs.Cache().WithHead
+		rs.Cache().Follow(hub.Watching)
 	}
 	api := httpapi.NewHandler(engine, opts)
 	defer api.Close()

@@ -82,6 +82,27 @@ type Table[T any, E Holder[T]] struct {
 	installs    atomic.Uint64
 	regressions atomic.Uint64
 	absent      atomic.Int64 // entries whose snapshot is Unwritten
+	wants       atomic.Pointer[func(varplane.Scope) bool]
+}
+
+// Hold hands the choice of what the table follows to an embedding cache
+// (package instance), which bounds what it holds: from then on Follows
+// reports only the scopes the table holds and those wants reports, so an
+// invalidation for any other scope reads and installs nothing. Without it
+// the table follows every scope the server announces.
+func (t *Table[T, E]) Hold(wants func(varplane.Scope) bool) { t.wants.Store(&wants) }
+
+// Follows reports whether an invalidation of scope must be read: scope is
+// installed, or no cache holds the table (Hold), or the cache wants it.
+func (t *Table[T, E]) Follows(scope varplane.Scope) bool {
+	w := t.wants.Load()
+	if w == nil {
+		return true
+	}
+	if _, ok := t.entries.Load(scope); ok {
+		return true
+	}
+	return (*w)(scope)
 }
 
 // NewTable returns an empty table.

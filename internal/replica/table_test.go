@@ -340,3 +340,28 @@ func TestConfirmIf(t *testing.T) {
 		t.Fatal("NewEntry is not an empty entry")
 	}
 }
+
+// TestHoldFollows: without Hold a table follows every scope; once a cache
+// holds it, only the scopes installed and those the cache wants.
+func TestHoldFollows(t *testing.T) {
+	tb, _ := newTestTable()
+	for _, sc := range []varplane.Scope{"a", "b", "c"} {
+		if !tb.Follows(sc) {
+			t.Fatalf("an unheld table does not follow %s", sc)
+		}
+	}
+	tb.InstallLocked(Req[snap]{Scope: "a", Snap: at(1, 1, "r1")})
+	tb.Hold(func(sc varplane.Scope) bool { return sc == "b" })
+	for _, c := range []struct {
+		scope varplane.Scope
+		want  bool
+	}{{"a", true}, {"b", true}, {"c", false}} {
+		if got := tb.Follows(c.scope); got != c.want {
+			t.Errorf("Follows(%s) = %v, want %v", c.scope, got, c.want)
+		}
+	}
+	tb.Delete("a")
+	if tb.Follows("a") {
+		t.Errorf("Follows(a) after it was dropped = true")
+	}
+}

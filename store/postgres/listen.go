@@ -147,6 +147,9 @@ func (s *Store) handleNotification(payload string) {
 		return s.followActivations(ctx, kind, each, lines, scopes)
 	}
 	current := func(i int, l replica.Line) bool {
+		if !s.entries.Follows(l.Scope) {
+			return true // a scope nobody here holds: nothing to install
+		}
 		return s.entries.ConfirmIf(l.Scope, func(sn *snapshot) bool { return sn.version >= versions[i] })
 	}
 	stale, err := s.follow.Handle(s.ctx, inv, current, read)

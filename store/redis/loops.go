@@ -74,6 +74,9 @@ func (s *Store) handleInvalidation(payload string) {
 		return
 	}
 	current := func(_ int, l replica.Line) bool {
+		if !s.entries.Follows(l.Scope) {
+			return true // a scope nobody here holds: nothing to install
+		}
 		return s.entries.ConfirmIf(l.Scope, func(sn *snapshot) bool { return sn.v == l.Version && sn.g == l.Generation })
 	}
 	read, err := s.follow.Handle(s.ctx, inv, current, s.refresh)
