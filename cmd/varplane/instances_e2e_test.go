@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/varplane/varplane/control"
+)
+
+// TestInstancesCLI files two SDK consumers' statuses through the real
+// server and lists them with `varplane instances`: every instance with its
+// labels, the generation it installed and how far behind the head, a
+// document it installed as failed as a rejection; one scope alone with
+// SCOPE; one page with --limit and its next; -o json is the route's page.
+func TestInstancesCLI(t *testing.T) {
+	s := startServer(t)
+	env := []string{"VARPLANE_SERVER=" + s.URL}
+	run := expectCLI(env)
+	run(t, 0, `{"on": true}`, "set", "app.flags")
+	run(t, 0, `{"on": false}`, "set", "app.flags")
+	run(t, 0, `{"n": 1}`, "set", "app.limits")
+	status := func(id string, docs ...map[string]any) {
+		t.Helper()
+		a := call(t, http.MethodPut, s.Base+"/control/instances/"+id+"/status",
+			map[string]any{"instance": id, "writtenAt": time.Now(), "ready": true, "root": "app.flags",
+				"labels": map[string]string{"region": "eu"}, "documents": docs})
+		if a.status != http.StatusNoContent {
+			t.Fatalf("file status of %s: %d %s", id, a.status, a.body)
+		}
+	}
+	status("anonymous:pod-a", map[string]any{"scope": "app.flags", "generation": 1, "revision": "sha256:aa"},
+		map[string]any{"scope": "app.limits", "generation": 1, "revision": "sha256:bb"})
+	status("anonymous:pod-b", map[string]any{"scope": "app.flags", "generation": 2, "revision": "sha256:cc", "failed": true})
+
+	r := run(t, 0, "", "instances")
+	for _, want := range []string{
+		"INSTANCE", "anonymous:pod-a  live", "app.flags   1    1 (", "app.limits  1    -",
+		"anonymous:pod-a: labels region=eu",
+		"anonymous:pod-b: rejected app.flags generation 2 sha256:cc: installed as failed (did not decode)",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("instances: no %q in\n%s", want, r.stdout)
+		}
+	}
+
+	r = run(t, 0, "", "instances", "app.limits", "-o", "json")
+	var p control.FleetPage
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
+		t.Fatalf("instances -o json: %v\n%s", err, r.stdout)
+	}
+	if len(p.Instances) != 2 || len(p.Instances[0].Scopes) != 1 || p.Instances[0].Scopes[0].Scope != "app.limits" || len(p.Instances[1].Scopes) != 0 || !p.Instances[0].Live {
+		t.Errorf("instances app.limits -o json = %s", r.stdout)
+	}
+
+	r = run(t, 0, "", "instances", "--limit", "1")
+	if !strings.Contains(r.stdout, "anonymous:pod-a") || strings.Contains(r.stdout, "anonymous:pod-b") ||
+		!strings.Contains(r.stdout, "next: varplane instances --limit 1 --after anonymous:pod-a") {
+		t.Errorf("instances --limit 1 =\n%s", r.stdout)
+	}
+	r = run(t, 0, "", "instances", "--limit", "1", "--after", "anonymous:pod-a")
+	if !strings.Contains(r.stdout, "anonymous:pod-b") || strings.Contains(r.stdout, "next:") {
+		t.Errorf("instances --after =\n%s", r.stdout)
+	}
+	run(t, ExitUsage, "", "instances", "--after", "x")
+	run(t, ExitUsage, "", "instances", "--limit", "1000")
+}
