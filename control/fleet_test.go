@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,6 +195,7 @@ func TestFleet(t *testing.T) {
 				{"/v1/control/instances?limit=201", "alice"},
 				{"/v1/control/instances?limit=x", "alice"},
 				{"/v1/control/instances?after=a&after=b", "alice"},
+				{"/v1/control/instances?after=" + strings.Repeat("x", varplane.MaxInstanceID+1), "alice"},
 			} {
 				if st, b := e.do("GET", bad.path, bad.token, nil, nil); st < 400 || st >= 500 {
 					t.Errorf("GET %s as %q = %d %s, want a 4xx", bad.path, bad.token, st, b)
