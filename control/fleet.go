@@ -27,6 +27,14 @@ const (
 	MaxFleetWindows = 32
 	// MaxFleetLabels bounds the labels shown per instance (by key order).
 	MaxFleetLabels = 32
+	// MaxFleetScopes bounds the scopes shown per instance (in scope order;
+	// FleetInstance.ScopesOmitted counts the rest): an instance cache may
+	// hold thousands. The scope route shows any one of them.
+	MaxFleetScopes = 100
+	// MaxFleetAuthorized bounds the distinct scopes one page asks the
+	// authorizer about; entries of further scopes are counted in
+	// ScopesOmitted, never shown unasked.
+	MaxFleetAuthorized = 4096
 )
 
 // FleetQuery asks for one page of the fleet view.
@@ -78,8 +86,12 @@ type FleetInstance struct {
 	Ready      bool              `json:"ready"`
 	Root       varplane.Scope    `json:"root,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
-	// Scopes are its installed documents the caller may see, by scope.
-	Scopes []FleetScope `json:"scopes"`
+	// Scopes are its installed documents the caller may see, by scope,
+	// at most MaxFleetScopes. ScopesOmitted counts those it may see past
+	// MaxFleetScopes, and those past the page's MaxFleetAuthorized (never
+	// those it may not see).
+	Scopes        []FleetScope `json:"scopes"`
+	ScopesOmitted int          `json:"scopesOmitted,omitempty"`
 	// LastReport is its latest canary report among the windows read.
 	LastReport *FleetReport `json:"lastReport,omitempty"`
 	// Rejections are the documents it installed as failed and the
@@ -223,14 +235,21 @@ type fleetReader struct {
 	heads map[varplane.Scope]*varplane.ScopeState // nil value: not read (bound reached)
 }
 
+// errUnasked is visible's answer past MaxFleetAuthorized: the scope was
+// not asked about, so it is not shown.
+var errUnasked = errors.New("control: past the fleet page's authorizations")
+
 // visible reports whether the caller may see scope (and, with a Scope
-// query, whether it is that scope).
+// query, whether it is that scope); errUnasked past MaxFleetAuthorized.
 func (f *fleetReader) visible(scope varplane.Scope) (bool, error) {
 	if f.q.Scope != "" && scope != f.q.Scope {
 		return false, nil
 	}
 	if ok, seen := f.may[scope]; seen {
 		return ok, nil
+	}
+	if len(f.may) >= MaxFleetAuthorized {
+		return false, errUnasked
 	}
 	ok := true
 	if f.q.May != nil {
@@ -265,7 +284,7 @@ func (f *fleetReader) instance(ctx context.Context, id string, st *varplane.Inst
 		Ready: st.Ready, Labels: fleetLabels(st.Labels), Scopes: []FleetScope{}, Rejections: []FleetRejection{}}
 	if st.Root != "" && f.q.Scope == "" {
 		ok, err := f.visible(st.Root)
-		if err != nil {
+		if err != nil && !errors.Is(err, errUnasked) {
 			return in, err
 		}
 		if ok {
@@ -279,10 +298,18 @@ func (f *fleetReader) instance(ctx context.Context, id string, st *varplane.Inst
 			continue // a scope listed twice counts once, as the first
 		}
 		ok, err := f.visible(d.Scope)
+		if errors.Is(err, errUnasked) {
+			in.ScopesOmitted++
+			continue
+		}
 		if err != nil {
 			return in, err
 		}
 		if !ok {
+			continue
+		}
+		if len(in.Scopes) >= MaxFleetScopes {
+			in.ScopesOmitted++
 			continue
 		}
 		fs := FleetScope{Scope: d.Scope, Generation: d.Generation, Revision: d.Revision, Failed: d.Failed, ConfirmedLagSeconds: d.LagSeconds}
@@ -321,6 +348,10 @@ func (f *fleetReader) reports(ctx context.Context, page *FleetPage) error {
 	var windows []varplane.StagedWindow
 	for _, w := range staged.Windows {
 		ok, err := f.visible(w.Scope)
+		if errors.Is(err, errUnasked) {
+			page.WindowsOmitted++
+			continue
+		}
 		if err != nil {
 			return err
 		}

@@ -276,3 +276,25 @@ func TestFleetReadsOnePage(t *testing.T) {
 		t.Errorf("page reads = %s, want one per request: 50, 200, 2", got)
 	}
 }
+
+// TestFleetScopesBounded: an instance holding more scopes than a page
+// shows lists MaxFleetScopes of those the caller may see and counts the
+// others it may see, never those it may not.
+func TestFleetScopesBounded(t *testing.T) {
+	e := newEnv(t, envOpts{storeInstances: true})
+	e.clock.Advance(time.Since(e.clock.Now()))
+	var docs []varplane.InstanceDocument
+	for i := range control.MaxFleetScopes + 5 {
+		docs = append(docs, varplane.InstanceDocument{Scope: varplane.Scope(fmt.Sprintf("app.s%03d", i)), Generation: 1})
+	}
+	docs = append(docs, varplane.InstanceDocument{Scope: "zz.hidden", Generation: 1})
+	fileStatus(t, e.store, varplane.InstanceStatus{Instance: "pod-a", WrittenAt: e.clock.Now(), Documents: docs})
+	p, err := e.svc.Fleet(context.Background(), control.FleetQuery{May: func(s varplane.Scope) (bool, error) { return s != "zz.hidden", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := p.Instances[0]
+	if len(in.Scopes) != control.MaxFleetScopes || in.ScopesOmitted != 5 || in.Scopes[0].Scope != "app.s000" {
+		t.Errorf("scopes shown %d (first %s), omitted %d; want %d, app.s000, 5", len(in.Scopes), in.Scopes[0].Scope, in.ScopesOmitted, control.MaxFleetScopes)
+	}
+}

@@ -153,6 +153,9 @@ func printFleet(w io.Writer, page *control.FleetPage) error {
 			}
 			fmt.Fprintf(w, "%s: labels %s\n", in.Instance, strings.Join(kv, " "))
 		}
+		if in.ScopesOmitted > 0 {
+			fmt.Fprintf(w, "%s: %d more scopes not shown (give SCOPE to see one)\n", in.Instance, in.ScopesOmitted)
+		}
 		for _, r := range in.Rejections {
 			switch r.Kind {
 			case control.RejectionDecode:
