@@ -81,11 +81,14 @@ type FleetInstance struct {
 	Live bool `json:"live"`
 	// LastStatus is when its status was written; AgeSeconds its age at
 	// AsOf.
-	LastStatus time.Time         `json:"lastStatus"`
-	AgeSeconds float64           `json:"ageSeconds"`
-	Ready      bool              `json:"ready"`
-	Root       varplane.Scope    `json:"root,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
+	LastStatus time.Time `json:"lastStatus"`
+	AgeSeconds float64   `json:"ageSeconds"`
+	Ready      bool      `json:"ready"`
+	// Identity is the instance identity that filed the status over HTTP
+	// (empty: the instance wrote it to the store itself).
+	Identity string            `json:"identity,omitempty"`
+	Root     varplane.Scope    `json:"root,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
 	// Scopes are its installed documents the caller may see, by scope,
 	// at most MaxFleetScopes. ScopesOmitted counts those it may see past
 	// MaxFleetScopes, and those past the page's MaxFleetAuthorized (never
@@ -281,7 +284,7 @@ func (f *fleetReader) head(ctx context.Context, scope varplane.Scope) (*varplane
 func (f *fleetReader) instance(ctx context.Context, id string, st *varplane.InstanceStatus) (FleetInstance, error) {
 	age := f.now.Sub(st.WrittenAt)
 	in := FleetInstance{Instance: id, Live: age <= StatusFresh, LastStatus: st.WrittenAt.UTC(), AgeSeconds: max(age.Seconds(), 0),
-		Ready: st.Ready, Labels: fleetLabels(st.Labels), Scopes: []FleetScope{}, Rejections: []FleetRejection{}}
+		Ready: st.Ready, Identity: st.Identity, Labels: fleetLabels(st.Labels), Scopes: []FleetScope{}, Rejections: []FleetRejection{}}
 	if st.Root != "" && f.q.Scope == "" {
 		ok, err := f.visible(st.Root)
 		if err != nil && !errors.Is(err, errUnasked) {

@@ -59,7 +59,7 @@ func TestInstancesCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
 		t.Fatalf("instances -o json: %v\n%s", err, r.stdout)
 	}
-	if len(p.Instances) != 2 || len(p.Instances[0].Scopes) != 1 || p.Instances[0].Scopes[0].Scope != "app.limits" || len(p.Instances[1].Scopes) != 0 || !p.Instances[0].Live {
+	if len(p.Instances) != 2 || len(p.Instances[0].Scopes) != 1 || p.Instances[0].Scopes[0].Scope != "app.limits" || len(p.Instances[1].Scopes) != 0 || !p.Instances[0].Live || p.Instances[0].Identity != "pod" {
 		t.Errorf("instances app.limits -o json = %s", r.stdout)
 	}
 
