@@ -4,52 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
-	"github.com/varplane/varplane/store/file"
 	"github.com/varplane/varplane/store/memory"
-	"github.com/varplane/varplane/store/postgres"
-	"github.com/varplane/varplane/store/postgres/pgtest"
-	"github.com/varplane/varplane/store/redis"
-	"github.com/varplane/varplane/store/redis/redistest"
 )
-
-// fleetStores opens each shared store of this module, fresh.
-var fleetStores = []struct {
-	name string
-	open func(t *testing.T) varplane.Store
-}{
-	{"memory", func(*testing.T) varplane.Store { return memory.New() }},
-	{"file", func(t *testing.T) varplane.Store {
-		s, err := file.Open(context.Background(), filepath.Join(t.TempDir(), "log"), file.Options{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}},
-	{"redis", func(t *testing.T) varplane.Store {
-		s, err := redis.Open(context.Background(), redistest.PrefixURL(t, "fleet"), redis.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}},
-	{"postgres", func(t *testing.T) varplane.Store {
-		s, err := postgres.Open(context.Background(), pgtest.SchemaURL(t, "fleet", url.Values{}), postgres.Options{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}},
-}
 
 // fileStatus writes an instance's status in the store, as an instance
 // cache does at its heartbeat.
@@ -82,7 +45,7 @@ func writeStatusValue(t *testing.T, s varplane.Store, id string, b []byte) {
 // installed as failed, a candidate's error), and entries of scopes the
 // caller may not audit left out.
 func TestFleet(t *testing.T) {
-	for _, sc := range fleetStores {
+	for _, sc := range trustStores { // every shared store, opened fresh
 		t.Run(sc.name, func(t *testing.T) {
 			s := sc.open(t)
 			e := newEnv(t, envOpts{store: s, storeInstances: true})
