@@ -66,6 +66,9 @@ type InstanceStatus struct {
 	// set by the control plane whatever the body said; empty when the
 	// instance wrote it to the store itself.
 	Identity string `json:"identity,omitempty"`
+	// Labels describe the instance to people (region, version, ...): the
+	// fleet view shows them, and nothing decides by them.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // InstanceDocument is one installed document in an InstanceStatus.

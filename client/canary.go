@@ -53,6 +53,9 @@ type CanaryOptions struct {
 	// error (or a panic) counts in the report's errors, and the first one
 	// becomes its candidateError, which blocks the window.
 	Evaluate func(ctx context.Context, candidate, current Value) error
+	// Labels describe this process to people in the fleet view (region,
+	// version, ...); they are filed with every status as given.
+	Labels map[string]string
 }
 
 // ErrNoCanary is returned by Beat on a client without Options.Canary.
@@ -193,7 +196,7 @@ func (c *Client) beat(ctx context.Context, cs *canaryState) error {
 // server (the runtime tier) of every scope it follows. A followed scope
 // without a runtime value makes it not ready.
 func (c *Client) canaryStatus() varplane.InstanceStatus {
-	st := varplane.InstanceStatus{Instance: c.canary.opts.InstanceID, WrittenAt: time.Now().UTC(), Ready: true, Documents: []varplane.InstanceDocument{}}
+	st := varplane.InstanceStatus{Instance: c.canary.opts.InstanceID, WrittenAt: time.Now().UTC(), Ready: true, Documents: []varplane.InstanceDocument{}, Labels: c.canary.opts.Labels}
 	for sc, s := range *c.slots.Load() {
 		if s.override {
 			continue

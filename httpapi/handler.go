@@ -230,6 +230,7 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h.handle("GET "+b+"/admin/chain", loud, h.handleChain)
 	if h.ctl != nil {
 		h.controlRoutes(b + "/control")
+		h.fleetRoutes(b + "/control")
 	}
 	if h.access != nil {
 		h.accessRoutes(b + "/access")

@@ -28,6 +28,7 @@ func testBeats(t *testing.T, h Harness) {
 		fn   func(t *testing.T, h Harness)
 	}{
 		{"StatusReplaces", testBeatStatus},
+		{"StatusPage", testBeatStatusPage},
 		{"ReportsPerWindow", testBeatReports},
 		{"BadWindow", testBeatBadWindow},
 		{"Concurrent", testBeatConcurrent},
