@@ -90,6 +90,25 @@ func (s Scope) Root() Scope {
 	return s
 }
 
+// InternalRoots are the roots of the project's own records: "varplane"
+// (the principals of access control, varplane.access) and
+// "varplane-control" (change requests, review policies, the staged canary
+// windows). They are reserved to their subsystems and left out of the
+// user's scope lists, counts and live banners unless asked for.
+var InternalRoots = []Scope{"varplane", "varplane-control"}
+
+// Internal reports whether s is one of the project's own records (under
+// one of InternalRoots).
+func (s Scope) Internal() bool {
+	r := s.Root()
+	for _, ir := range InternalRoots {
+		if r == ir {
+			return true
+		}
+	}
+	return false
+}
+
 // IsDescendantOf reports whether s lies strictly below p: "a.b" and "a.b.c"
 // are descendants of "a"; "ab" and "a" are not.
 func (s Scope) IsDescendantOf(p Scope) bool {

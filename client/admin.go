@@ -228,6 +228,10 @@ type ScopesQuery struct {
 	Prefix varplane.Scope
 	After  varplane.Scope
 	Limit  int
+	// Internal lists the project's own records too (varplane.Scope.Internal:
+	// change requests, policies, principals), which are left out unless
+	// Prefix is one of them.
+	Internal bool
 }
 
 // Scopes returns one page of the scopes the token may audit: GET
@@ -244,13 +248,22 @@ func (a *Admin) Scopes(ctx context.Context, q ScopesQuery) (varplane.ScopePage, 
 	if q.Limit > 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
 	}
+	if q.Internal {
+		v.Set("internal", "true")
+	}
 	return out, a.call(ctx, http.MethodGet, "/admin/scopes", v, nil, &out)
 }
 
 // AllScopes follows the pages of Scopes to the end and returns every item.
 func (a *Admin) AllScopes(ctx context.Context, prefix varplane.Scope) ([]varplane.ScopeSummary, error) {
+	return a.AllScopesOf(ctx, ScopesQuery{Prefix: prefix})
+}
+
+// AllScopesOf returns every scope q asks for (q.After and q.Limit aside),
+// page after page.
+func (a *Admin) AllScopesOf(ctx context.Context, q ScopesQuery) ([]varplane.ScopeSummary, error) {
 	var all []varplane.ScopeSummary
-	q := ScopesQuery{Prefix: prefix}
+	q.After, q.Limit = "", 0
 	for {
 		page, err := a.Scopes(ctx, q)
 		if err != nil {

@@ -32,7 +32,7 @@ func (h *Handler) handleScopes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) listScopes(r *http.Request) (*varplane.ScopePage, error) {
-	params, err := wire.SingleParams(r.URL.RawQuery, "prefix", "after", "limit")
+	params, err := wire.SingleParams(r.URL.RawQuery, "prefix", "after", "limit", "internal")
 	if err != nil {
 		return nil, err
 	}
@@ -55,6 +55,16 @@ func (h *Handler) listScopes(r *http.Request) (*varplane.ScopePage, error) {
 		}
 		limit = n
 	}
+	// The project's own records (Scope.Internal) are listed when asked for,
+	// or when the prefix is one of them.
+	internal := prefix != "" && prefix.Internal()
+	switch params["internal"] {
+	case "", "false":
+	case "true":
+		internal = true
+	default:
+		return nil, wire.BadRequest("internal must be true or false")
+	}
 	// Authenticate first (kind identify), so that a missing or unknown token
 	// is refused rather than answered an empty page.
 	if _, err := h.authorize(r, varplane.KindIdentify, "", false); err != nil {
@@ -76,6 +86,9 @@ func (h *Handler) listScopes(r *http.Request) (*varplane.ScopePage, error) {
 	res := &varplane.ScopePage{Items: []varplane.ScopeSummary{}}
 	for ; i < len(all); i++ {
 		sc := all[i]
+		if !internal && sc.Internal() {
+			continue
+		}
 		if prefix != "" && sc != prefix && !sc.IsDescendantOf(prefix) {
 			if sc > prefix && !hasPrefixText(sc, prefix) {
 				break // sorted: no later scope lies under prefix

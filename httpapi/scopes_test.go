@@ -147,3 +147,36 @@ func TestWatchEverything(t *testing.T) {
 	}
 	wantError(t, p.do("GET", "/vars/watch?prefix=", "", "Authorization", "Bearer star"), 400, varplane.CodeBadRequest)
 }
+
+// TestScopesLeaveOutInternal: the project's own records (change requests,
+// policies, principals) are left out of the scope list unless asked for
+// with internal=true or named by the prefix.
+func TestScopesLeaveOutInternal(t *testing.T) {
+	p := newPlane(t, httpapi.Options{Authorizer: varplane.AllowAll})
+	for _, sc := range []string{"app.a", "varplane-control.change.c1", "varplane.access", "varplanex.y"} {
+		rec := p.do("POST", "/vars/admin/publish", jsonf(`{"scope":%q,"document":{"n":1},"expectedGeneration":0}`, sc), "Content-Type", "application/json")
+		if rec.Code != http.StatusOK {
+			t.Fatalf("publish %s: %d %s", sc, rec.Code, rec.Body)
+		}
+	}
+	for _, tc := range []struct{ query, want string }{
+		{"", "app.a varplanex.y"},
+		{"?internal=false", "app.a varplanex.y"},
+		{"?internal=true", "app.a varplane-control.change.c1 varplane.access varplanex.y"},
+		{"?prefix=varplane-control", "varplane-control.change.c1"},
+		{"?prefix=varplane", "varplane.access"},
+	} {
+		rec := p.do("GET", "/vars/admin/scopes"+tc.query, "")
+		if rec.Code != http.StatusOK {
+			t.Fatalf("GET scopes%s: %d %s", tc.query, rec.Code, rec.Body)
+		}
+		var page varplane.ScopePage
+		mustJSON(t, rec.Body.Bytes(), &page)
+		if got := scopeNames(page.Items); got != tc.want {
+			t.Errorf("scopes%s = %q, want %q", tc.query, got, tc.want)
+		}
+	}
+	if rec := p.do("GET", "/vars/admin/scopes?internal=yes", ""); rec.Code != http.StatusBadRequest {
+		t.Fatalf("internal=yes: %d", rec.Code)
+	}
+}

@@ -22,8 +22,9 @@ type scopesView struct {
 	Total  int
 }
 
-// handleScopes lists the scopes the token may audit (the API filters),
-// searched by substring and by status.
+// handleScopes lists the scopes the token may audit (the API filters, and
+// leaves out the project's own records), searched by substring and by
+// status.
 func (h *Handler) handleScopes(w http.ResponseWriter, r *http.Request, q *request) {
 	all, err := q.api.AllScopes(r.Context(), "")
 	if err != nil {
@@ -32,9 +33,6 @@ func (h *Handler) handleScopes(w http.ResponseWriter, r *http.Request, q *reques
 	}
 	v := scopesView{Query: strings.TrimSpace(r.URL.Query().Get("q")), Status: r.URL.Query().Get("status"), Total: len(all)}
 	for _, it := range all {
-		if strings.HasPrefix(string(it.Scope), "varplane-control.") {
-			continue // the control plane's own records: the changes page shows them
-		}
 		if v.Query != "" && !strings.Contains(string(it.Scope), v.Query) {
 			continue
 		}

@@ -29,6 +29,7 @@ scope printed last ("next:" says which).`)
 	prefix := fs.String("prefix", "", "list this scope and those below it (or the first argument)")
 	after := fs.String("after", "", "start after this scope (the next: of the previous page)")
 	limit := fs.Int("limit", 0, "print one page of at most N scopes (1 to 1000)")
+	internal := fs.Bool("internal", false, "list the project's own records too (change requests, policies, principals: the scopes under varplane and varplane-control)")
 	pos, err := parseArgs(fs, args, 1)
 	if err != nil {
 		return err
@@ -48,9 +49,9 @@ scope printed last ("next:" says which).`)
 	}
 	var page varplane.ScopePage
 	if *limit > 0 {
-		page, err = a.Scopes(ctx, client.ScopesQuery{Prefix: varplane.Scope(*prefix), After: varplane.Scope(*after), Limit: *limit})
+		page, err = a.Scopes(ctx, client.ScopesQuery{Prefix: varplane.Scope(*prefix), After: varplane.Scope(*after), Limit: *limit, Internal: *internal})
 	} else {
-		page.Items, err = a.AllScopes(ctx, varplane.Scope(*prefix))
+		page.Items, err = a.AllScopesOf(ctx, client.ScopesQuery{Prefix: varplane.Scope(*prefix), Internal: *internal})
 	}
 	if err != nil {
 		return classify(ctx, err)

@@ -65,6 +65,14 @@ func TestCLICoversTheWorkflow(t *testing.T) {
 		t.Fatalf("proposing moved app.x to %d", g)
 	}
 
+	// The change and the policies are the project's own records: out of
+	// the user's list unless asked for.
+	if r = run(0, "", "list"); strings.Contains(r.stdout, "varplane-control") || !strings.Contains(r.stdout, "app.x") {
+		t.Fatalf("list shows the project's records, or not the user's scopes:\n%s", r.stdout)
+	}
+	if r = run(0, "", "list", "--internal"); !strings.Contains(r.stdout, "varplane-control.policies") {
+		t.Fatalf("list --internal:\n%s", r.stdout)
+	}
 	run(0, "", "policy", "delete", "app")
 	if r = run(0, "", "policy", "get", "app.x"); !strings.Contains(r.stdout, "no policy covers app.x") {
 		t.Fatalf("policy get after delete printed %q", r.stdout)

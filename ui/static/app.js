@@ -43,6 +43,9 @@
     if (scope && data.scope !== scope) { return; }
     var gen = Number(data.generation);
     if (scope && gen <= shown) { return; }
+    // The project's own records (change requests, policies, principals)
+    // are not the user's scopes: they make no banner on the list.
+    if (!scope && /^varplane(-control)?(\.|$)/.test(data.scope)) { return; }
     if (!scope) {
       // The stream opens with every head: a row that shows it already is
       // not news.
