@@ -1,0 +1,6 @@
+//go:build !race
+
+package rpc_test
+
+// raceFactor: see race_test.go.
+const raceFactor = 1
