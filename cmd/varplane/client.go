@@ -311,6 +311,14 @@ func (g *guardedFlags) generation(ctx context.Context, m *Main, a *client.Admin,
 func readGeneration(ctx context.Context, m *Main, a *client.Admin, scope varplane.Scope, verb string, quiet bool) (varplane.Generation, error) {
 	st, err := a.Status(ctx, scope)
 	if err != nil {
+		var ve *varplane.Error
+		if errors.As(err, &ve) && ve.Code == varplane.CodeForbidden && ve.Hint == "" {
+			// The refusal names audit, which the user did not ask for:
+			// say why it was needed, and how to do without it.
+			cp := *ve
+			cp.Hint = fmt.Sprintf("%s reads %s's current generation first, which needs audit on it; give --expected-generation N to skip that read (the %s itself needs mutate on %s)", verb, scope, verb, scope)
+			err = &cp
+		}
 		return 0, classify(ctx, err)
 	}
 	if !quiet {

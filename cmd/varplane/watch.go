@@ -119,6 +119,13 @@ token that may read every scope.`)
 		// retrying; nor will an answer that is no event stream.
 		var se *varplane.Error
 		if (errors.As(err, &se) && wire.Status(se.Code) < 500) || errors.Is(err, wire.ErrNotEventStream) {
+			if se != nil && se.Code == varplane.CodeForbidden && q.Get("all") == "1" && se.Hint == "" {
+				// Watching everything needs read on every scope; a token
+				// narrowed to prefixes may watch each of them.
+				cp := *se
+				cp.Hint = "watching every scope needs read on all of them; a token narrowed to prefixes watches them by name: varplane watch --prefix PREFIX (repeatable)"
+				return &cp
+			}
 			return err
 		}
 		if got {

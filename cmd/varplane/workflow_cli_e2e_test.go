@@ -81,3 +81,28 @@ func TestCLICoversTheWorkflow(t *testing.T) {
 	run(2, "", "policy", "frobnicate") // unknown subcommand
 	run(2, "", "change", "rollback")   // no scope
 }
+
+// TestCLINamesTheMissingRight: a write whose generation read is refused
+// says why it needed audit and how to do without it; a whole-tree watch
+// refused to a narrowed token points at --prefix.
+func TestCLINamesTheMissingRight(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"tokens": "admin-tok\nwriter-tok kinds=read,mutate prefixes=app.\n"})
+	s := startServer(t, "--store", "memory:", "--tokens", dir+"/tokens")
+	admin := []string{"VARPLANE_SERVER=" + s.URL, "VARPLANE_TOKEN=admin-tok"}
+	if r := runCLI(t, admin, `{"n":1}`, "set", "app.x"); r.code != 0 {
+		t.Fatalf("set as admin: %+v", r)
+	}
+	writer := []string{"VARPLANE_SERVER=" + s.URL, "VARPLANE_TOKEN=writer-tok"}
+	r := runCLI(t, writer, `{"n":2}`, "set", "app.x")
+	if r.code != 1 || !strings.Contains(r.stderr, "needs audit") || !strings.Contains(r.stderr, "--expected-generation N") {
+		t.Fatalf("set without audit: %+v", r)
+	}
+	if r := runCLI(t, writer, `{"n":2}`, "set", "app.x", "--expected-generation", "1"); r.code != 0 {
+		t.Fatalf("set with the generation given: %+v", r)
+	}
+	r = runCLI(t, writer, "", "watch", "--idle-timeout", "1s")
+	if r.code != 1 || !strings.Contains(r.stderr, "varplane watch --prefix PREFIX") {
+		t.Fatalf("a narrowed token watching everything: %+v", r)
+	}
+}
