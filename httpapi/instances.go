@@ -46,19 +46,27 @@ func (h *Handler) ownInstance(r *http.Request, id string) (varplane.Identity, er
 	return who, nil
 }
 
+// filer checks who files under id before its body is read: an instance
+// identity owning id, on a store that keeps filings, within its bound of
+// names.
+func (h *Handler) filer(r *http.Request, id string) (varplane.Identity, error) {
+	who, err := h.ownInstance(r, id)
+	if err != nil {
+		return who, err
+	}
+	if err := h.ctl.CheckHeartbeats(); err != nil {
+		return who, err
+	}
+	return who, h.ctl.CheckName(who.ID, id)
+}
+
 // handleFileStatus serves PUT {base}/control/instances/{id}/status. Each
 // listed document's scope must be one the caller may read: no token claims
 // a generation of a scope it cannot see (propagation counts these).
 func (h *Handler) handleFileStatus(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	who, err := h.ownInstance(r, id)
+	who, err := h.filer(r, id)
 	if err != nil {
-		return err
-	}
-	if err := h.ctl.CheckHeartbeats(); err != nil {
-		return err
-	}
-	if err := h.ctl.CheckName(who.ID, id); err != nil {
 		return err
 	}
 	var st varplane.InstanceStatus
@@ -152,14 +160,8 @@ func (h *Handler) handleCandidate(w http.ResponseWriter, r *http.Request) error 
 // does not concern me".
 func (h *Handler) handleFileReport(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	who, err := h.ownInstance(r, id)
+	who, err := h.filer(r, id)
 	if err != nil {
-		return err
-	}
-	if err := h.ctl.CheckHeartbeats(); err != nil {
-		return err
-	}
-	if err := h.ctl.CheckName(who.ID, id); err != nil {
 		return err
 	}
 	sw, err := h.stagedWindow(r)

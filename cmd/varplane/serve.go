@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -643,7 +642,7 @@ func loadDeployment(cfg *serveConfig, getenv func(string) string) (*config.Deplo
 }
 
 // tokensPollInterval is how often serve looks at the tokens file for a
-// change (its size, modification time, or content digest).
+// change (tokensFileState).
 const tokensPollInterval = 2 * time.Second
 
 // watchTokens reloads the tokens file into tokens on SIGHUP and when the
@@ -696,17 +695,17 @@ func watchTokens(ctx context.Context, path string, tokens *access.ScopedAuthoriz
 	return func() { cancel(); <-done }
 }
 
-// tokensFileState is what tells a changed tokens file: its size, its
-// modification time and the digest of its content ("" when unreadable).
+// tokensFileState is what tells a changed tokens file without reading it:
+// its file (a rename puts another in place), size and modification time
+// ("" when it cannot be looked at). The file is read only to reload it.
 func tokensFileState(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
 	st, err := os.Stat(path)
 	if err != nil {
 		return ""
 	}
-	sum := sha256.Sum256(data)
-	return fmt.Sprintf("%d %d %x", st.Size(), st.ModTime().UnixNano(), sum)
+	ino := uint64(0)
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		ino = sys.Ino
+	}
+	return fmt.Sprintf("%d %d %d", ino, st.Size(), st.ModTime().UnixNano())
 }
