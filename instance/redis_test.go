@@ -305,6 +305,7 @@ func TestOneBoundOnRedis(t *testing.T) {
 		}
 	}
 	// root + at most MaxCached (the bound drops a tenth past it at a time)
+	waitFor(t, "the store's table within the cache's bound", func() bool { st := replica.Stats(); return st.Installed+st.Absent <= 4 })
 	if st := replica.Stats(); st.Installed+st.Absent > 4 {
 		t.Errorf("the store holds %d heads and %d absent scopes; the cache's bound is 3 and the root", st.Installed, st.Absent)
 	}
