@@ -147,8 +147,15 @@ func TestPostgresPaused(t *testing.T) {
 	paused = false
 
 	ctx := context.Background()
+	var lastErr error
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the last write after SIGCONT answered: %v", lastErr)
+		}
+	})
 	eventually(t, 15*time.Second, "writes to succeed again", func() bool {
-		return a.Append(ctx, storetest.ActivatedEvent("pause.k", r2, 1), 1) == nil
+		lastErr = a.Append(ctx, storetest.ActivatedEvent("pause.k", r2, 1), 1)
+		return lastErr == nil
 	})
 	c := nextCommit(t, bw, 5*time.Second)
 	if c.Changes[0].Generation != 2 || c.Changes[0].Head.Revision != r2 {
