@@ -15,11 +15,21 @@
 // holds at most the headroom in garbage beyond what the default allows,
 // and a large heap is collected exactly as by default.
 //
+// The percent applies to the live heap of the cycle after the one it was
+// computed from, and a cleanup sets it only once that cycle has ended: a
+// heap whose live part jumps (from 3 MiB at start-up to 30 MiB under a
+// burst) would meanwhile have a goal of sixteen times the new live heap.
+// So Start also sets the runtime's memory limit to the goal it means
+// (plus what the runtime holds beside heap objects), moved with the
+// percent: the limit caps the goal during that window, and the next
+// collection's cleanup moves it up when the live heap really grew.
+//
 // The process's own setting wins: with GOGC in the environment, Start
-// changes nothing.
+// changes nothing; a GOMEMLIMIT in the environment stays the ceiling.
 package gctune
 
 import (
+	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -52,6 +62,7 @@ var tuner struct {
 	mu       sync.Mutex
 	users    int
 	before   int
+	limit    int64 // the memory limit in force before the first Start
 	headroom uint64
 	epoch    uint64 // the running tuner's; a cleanup of an older one stops
 }
@@ -72,7 +83,9 @@ func Start(headroom uint64) (stop func(), ok bool) {
 	if tuner.users == 1 {
 		tuner.epoch++
 		tuner.headroom = headroom
-		tuner.before = debug.SetGCPercent(Percent(liveHeap(), headroom))
+		tuner.limit = debug.SetMemoryLimit(-1)
+		tuner.before = debug.SetGCPercent(DefaultPercent)
+		tune()
 		arm(tuner.epoch)
 	}
 	var once sync.Once
@@ -86,6 +99,7 @@ func release() {
 	if tuner.users == 0 {
 		tuner.epoch++ // the pending cleanup finds itself stale
 		debug.SetGCPercent(tuner.before)
+		debug.SetMemoryLimit(tuner.limit)
 	}
 }
 
@@ -106,8 +120,53 @@ func retune(epoch uint64) {
 	if epoch != tuner.epoch {
 		return
 	}
-	debug.SetGCPercent(Percent(liveHeap(), tuner.headroom))
+	tune()
 	arm(epoch)
+}
+
+// tune sets the percent and the limit for the live heap the last cycle
+// left; tuner.mu is held.
+func tune() {
+	live := liveHeap()
+	p := Percent(live, tuner.headroom)
+	limit := tuner.limit
+	if p > DefaultPercent {
+		// The goal the percent means, plus what the runtime holds beside
+		// heap objects, which the limit counts too.
+		goal := live + max(live, tuner.headroom)
+		limit = min(limit, int64(min(goal+overhead(), math.MaxInt64/2)))
+	}
+	// The limit first when it falls, so that the goal is never above both.
+	debug.SetMemoryLimit(limit)
+	debug.SetGCPercent(p)
+}
+
+// overhead is the memory the runtime holds beside heap objects and that
+// it cannot give back: stacks, metadata, unused parts of spans in use.
+// Free spans it has not yet returned to the system are not counted: the
+// runtime returns them when the limit comes near.
+func overhead() uint64 {
+	s := []metrics.Sample{
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+	}
+	metrics.Read(s)
+	total := uint64(0)
+	for i, v := range s {
+		if v.Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		if i == 0 {
+			total = v.Value.Uint64()
+		} else if total < v.Value.Uint64() {
+			return 0
+		} else {
+			total -= v.Value.Uint64()
+		}
+	}
+	return total
 }
 
 // liveHeap is the heap the last collection left live, 0 before the first.

@@ -1,6 +1,7 @@
 package gctune
 
 import (
+	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -115,5 +116,54 @@ func TestStartShared(t *testing.T) {
 	stopB()
 	if got := gogc(); got != 170 {
 		t.Errorf("after both stopped the percent is %d, want 170", got)
+	}
+}
+
+// sink keeps the garbage of TestLimitCapsTheLag on the heap.
+var sink []byte
+
+// memLimit reads the memory limit in force.
+func memLimit() int64 { return debug.SetMemoryLimit(-1) }
+
+// TestLimitCapsTheLag: while the cleanup that retunes has not run yet
+// (held here by holding the tuner's lock), a live heap that jumped from
+// next to nothing to 48 MiB is collected near live plus the headroom, not
+// at the goal the percent computed for the small heap would give (sixteen
+// times the new live heap: 800 MiB).
+func TestLimitCapsTheLag(t *testing.T) {
+	t.Setenv("GOGC", "")
+	prevLimit := memLimit()
+	stop, ok := Start(32 << 20)
+	if !ok {
+		t.Fatal("Start refused with GOGC unset")
+	}
+	runtime.GC()
+	waitFor(t, "a percent above the default for a small heap", func() bool { return gogc() > 400 })
+	if l := memLimit(); l == math.MaxInt64 || l > 256<<20 {
+		t.Fatalf("memory limit %d while the heap is small, want about the headroom", l)
+	}
+
+	tuner.mu.Lock()
+	live := make([][]byte, 48)
+	for i := range live {
+		live[i] = make([]byte, 1<<20)
+	}
+	var peak uint64
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	for i := 0; i < 4000; i++ {
+		sink = make([]byte, 64<<10)
+		metrics.Read(s)
+		peak = max(peak, s[0].Value.Uint64())
+	}
+	tuner.mu.Unlock()
+	runtime.KeepAlive(live)
+	t.Logf("heap objects peaked at %d MiB, percent %d", peak>>20, gogc())
+	if peak > 200<<20 {
+		t.Errorf("heap objects reached %d MiB during the lag, want near 48 + 32 MiB", peak>>20)
+	}
+
+	stop()
+	if got := memLimit(); got != prevLimit {
+		t.Errorf("after stop the memory limit is %d, want %d back", got, prevLimit)
 	}
 }
