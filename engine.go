@@ -754,6 +754,40 @@ func (e *Engine) History(ctx context.Context, scope Scope) ([]Event, error) {
 	return e.store.History(ctx, scope)
 }
 
+// HistoryEach calls fn with every event of scope in log order, as History
+// returns them, holding one revision document at a time: the events come
+// from one Store.EventHistory read, and the document of a revision-created
+// event that comes without one is read (Store.Revision) just before fn
+// sees it; a body retention reclaimed leaves the event without a document,
+// as in History. The event passed to fn is reused: fn must not keep it.
+// It stops at fn's first error, which it returns.
+func (e *Engine) HistoryEach(ctx context.Context, scope Scope, fn func(*Event) error) error {
+	if err := validateScope(string(scope)); err != nil {
+		return err
+	}
+	events, err := e.store.EventHistory(ctx, scope)
+	if err != nil {
+		return err
+	}
+	for i := range events {
+		ev := &events[i]
+		if ev.Kind == EventRevisionCreated && ev.Document == nil {
+			rec, err := e.store.Revision(ctx, scope, ev.Revision)
+			switch {
+			case err == nil:
+				ev.Document = rec.Document
+			case !errors.Is(err, ErrReclaimed):
+				return err
+			}
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+		ev.Document = nil // the next body is read only once this one may go
+	}
+	return nil
+}
+
 // ScopeHead is a scope's head as of some generation, as replay answers it.
 type ScopeHead struct {
 	Scope         Scope           `json:"scope"`
