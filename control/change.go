@@ -322,10 +322,28 @@ type ListRequest struct {
 // up are expired first (an open list never shows them). A change's
 // candidate document is read only once the change passed every filter.
 func (svc *Service) List(ctx context.Context, req ListRequest) ([]*Change, error) {
-	if req.State != "" && req.State != "open" && !validState(State(req.State)) {
-		return nil, varplane.Errorf(varplane.CodeBadRequest, "state %q is not a change state (nor open)", req.State)
-	}
 	out := []*Change{}
+	err := svc.ListEach(ctx, req, func(c *Change) error {
+		kept := *c // ListEach drops c's candidate once fn returns
+		out = append(out, &kept)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ListEach calls fn with each change List returns, in its order, reading
+// a change's candidate only just before fn sees it and dropping it after,
+// so that a caller who streams the list holds one candidate at a time
+// (the records, small, are all read first to be sorted). fn may keep c but
+// not its Document.
+func (svc *Service) ListEach(ctx context.Context, req ListRequest, fn func(c *Change) error) error {
+	if req.State != "" && req.State != "open" && !validState(State(req.State)) {
+		return varplane.Errorf(varplane.CodeBadRequest, "state %q is not a change state (nor open)", req.State)
+	}
+	var out []*Change
 	err := svc.each(ctx, func(c *Change) error {
 		if err := svc.expireIfDue(ctx, c); err != nil {
 			return err
@@ -340,18 +358,25 @@ func (svc *Service) List(ctx context.Context, req ListRequest) ([]*Change, error
 					return err
 				}
 			}
-			if err := svc.readCandidate(ctx, c); err != nil {
-				return err
-			}
 			out = append(out, c)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	slices.SortStableFunc(out, func(a, b *Change) int { return b.ProposedAt.Compare(a.ProposedAt) })
-	return out, nil
+	for _, c := range out {
+		if err := svc.readCandidate(ctx, c); err != nil {
+			return err
+		}
+		err := fn(c)
+		c.Document = nil
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ExpireDue expires every open change whose time is up, as the

@@ -3,8 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"errors"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"

@@ -312,22 +312,11 @@ func (h *Handler) handleHistory(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	var out *wire.JSONStream
-	err = h.engine.HistoryEach(r.Context(), scope, func(ev *varplane.Event) error {
-		if out == nil {
-			out = wire.StartJSON(w, http.StatusOK, historyOpen(scope))
-		}
-		return out.Element(ev)
+	err = wire.StreamJSON(w, historyOpen(scope), "]}", func(emit func(any) error) error {
+		return h.engine.HistoryEach(r.Context(), scope, func(ev *varplane.Event) error { return emit(ev) })
 	})
-	switch {
-	case err != nil && out == nil:
+	if err != nil {
 		h.writeError(w, r, err)
-	case err != nil:
-		panic(http.ErrAbortHandler)
-	case out == nil:
-		writeJSON(w, http.StatusOK, HistoryResponse{Scope: scope, Events: []varplane.Event{}})
-	default:
-		out.Close("]}")
 	}
 }
 

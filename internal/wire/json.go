@@ -46,53 +46,59 @@ var (
 	noSniff  = []string{"nosniff"}[:1:1]
 )
 
-// JSONStream writes a JSON answer whose array is encoded one element at a
-// time, for answers too large to hold encoded at once (a scope's history
-// with its documents). Its headers are WriteJSON's; its bytes are those
-// WriteJSON would write for the same value, the elements encoded by the
-// same encoder.
-type JSONStream struct {
-	bw   *bufio.Writer
-	n    int
-	werr error
-}
-
-// StartJSON answers status with WriteJSON's headers and writes open (the
-// answer up to its array's opening bracket).
-func StartJSON(w http.ResponseWriter, status int, open []byte) *JSONStream {
-	writeJSONHeader(w, status)
-	s := &JSONStream{bw: bufio.NewWriterSize(w, 32<<10)}
-	_, s.werr = s.bw.Write(open)
-	return s
-}
-
-// Element encodes v as the array's next element. It returns the write's
-// error (the client left) or the encoder's.
-func (s *JSONStream) Element(v any) error {
-	if s.werr != nil {
-		return s.werr
+// StreamJSON answers 200 with a JSON value holding one array written an
+// element at a time, for answers too large to hold encoded at once (a
+// scope's history with its documents): open is the answer up to the
+// array's opening bracket, end what follows its closing one. each calls
+// emit for every element in order; emit encodes it as WriteJSON would and
+// returns the write's error (the client left). The headers and bytes are
+// those of WriteJSON for the same value. An error of each before the first
+// element is returned with nothing written, for the caller to answer; one
+// after it aborts the answer (http.ErrAbortHandler), so that the client
+// sees a truncated body rather than a list with a hole.
+func StreamJSON(w http.ResponseWriter, open []byte, end string, each func(emit func(v any) error) error) error {
+	var (
+		bw   *bufio.Writer
+		n    int
+		werr error
+	)
+	start := func() {
+		writeJSONHeader(w, http.StatusOK)
+		bw = bufio.NewWriterSize(w, 32<<10)
+		_, werr = bw.Write(open)
 	}
-	b, err := jsontext.Marshal(v)
-	if err != nil {
+	err := each(func(v any) error {
+		if bw == nil {
+			start()
+		}
+		if werr != nil {
+			return werr
+		}
+		b, err := jsontext.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			werr = bw.WriteByte(',')
+		}
+		n++
+		if werr == nil {
+			_, werr = bw.Write(b)
+		}
+		return werr
+	})
+	switch {
+	case err != nil && bw == nil:
 		return err
+	case err != nil:
+		panic(http.ErrAbortHandler)
+	case bw == nil:
+		start()
 	}
-	if s.n > 0 {
-		s.werr = s.bw.WriteByte(',')
+	if werr == nil {
+		_, _ = bw.WriteString(end)
+		_ = bw.WriteByte('\n')
+		_ = bw.Flush()
 	}
-	s.n++
-	if s.werr == nil {
-		_, s.werr = s.bw.Write(b)
-	}
-	return s.werr
-}
-
-// Close writes end (what closes the array and the answer), the newline
-// WriteJSON ends with, and flushes.
-func (s *JSONStream) Close(end string) {
-	if s.werr != nil {
-		return
-	}
-	_, _ = s.bw.WriteString(end)
-	_ = s.bw.WriteByte('\n')
-	_ = s.bw.Flush()
+	return nil
 }
