@@ -29,14 +29,8 @@ type schemasView struct {
 	Preview *control.BindingPreview
 }
 
-// schemasPath is the API's path of the schemas, or of the binding of
-// prefix.
-func schemasPath(prefix string) string {
-	if prefix == "" {
-		return "/admin/schemas"
-	}
-	return "/admin/schemas/bindings/" + url.PathEscape(prefix)
-}
+// bindingPath is the API's path of the binding of prefix.
+func bindingPath(prefix string) string { return "/admin/schemas/bindings/" + url.PathEscape(prefix) }
 
 // handleSchemas lists the schemas the server loaded and the bindings the
 // token may audit (the API filters) and, for a token that may bind, a form
@@ -48,7 +42,7 @@ func (h *Handler) handleSchemas(w http.ResponseWriter, r *http.Request, q *reque
 		Schemas  []string                 `json:"schemas"`
 		Bindings []varplane.SchemaBinding `json:"bindings"`
 	}
-	if err := q.api.Call(ctx, http.MethodGet, schemasPath(""), nil, nil, &out); err != nil {
+	if err := q.api.Call(ctx, http.MethodGet, "/admin/schemas", nil, nil, &out); err != nil {
 		h.renderError(w, r, q.s, err)
 		return
 	}
@@ -68,7 +62,7 @@ func (h *Handler) handleSchemas(w http.ResponseWriter, r *http.Request, q *reque
 	if qs.Get("preview") != "" && v.Prefix != "" {
 		var p control.BindingPreview
 		body := map[string]any{"schemaId": v.Schema, "dryRun": true}
-		if err := q.api.Call(ctx, http.MethodPut, schemasPath(v.Prefix), nil, body, &p); err != nil {
+		if err := q.api.Call(ctx, http.MethodPut, bindingPath(v.Prefix), nil, body, &p); err != nil {
 			h.redirect(w, r, q.s, h.prefix+"/schemas", h.pageFlash(err))
 			return
 		}
@@ -87,7 +81,7 @@ func (h *Handler) handleSchemaWrite(w http.ResponseWriter, r *http.Request, q *r
 	ctx := r.Context()
 	switch r.PostForm.Get("action") {
 	case "unbind":
-		if err := q.api.Call(ctx, http.MethodDelete, schemasPath(prefix), nil, nil, nil); err != nil {
+		if err := q.api.Call(ctx, http.MethodDelete, bindingPath(prefix), nil, nil, nil); err != nil {
 			h.redirect(w, r, q.s, back, h.pageFlash(err))
 			return
 		}
@@ -95,7 +89,7 @@ func (h *Handler) handleSchemaWrite(w http.ResponseWriter, r *http.Request, q *r
 	case "bind":
 		var p control.BindingPreview
 		body := map[string]any{"schemaId": schemaID, "force": r.PostForm.Get("force") != ""}
-		if err := q.api.Call(ctx, http.MethodPut, schemasPath(prefix), nil, body, &p); err != nil {
+		if err := q.api.Call(ctx, http.MethodPut, bindingPath(prefix), nil, body, &p); err != nil {
 			f := h.pageFlash(err)
 			if varplane.ErrorCode(err) == varplane.CodeRevisionInvalid {
 				// The schema rejects current heads: say which, and how to
