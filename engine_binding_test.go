@@ -148,7 +148,8 @@ func create(e *varplane.Engine, scope varplane.Scope, doc json.RawMessage, schem
 // below it, and only there.
 func TestBindingLongestPrefixWins(t *testing.T) {
 	e, b := newBoundEngine(t)
-	b.set(varplane.SchemaBinding{Prefix: "svc", SchemaID: "strict/v1"}, varplane.SchemaBinding{Prefix: "svc.payments", SchemaID: "loose/v1"})
+	// The longer binding listed first: the rule is length, not order.
+	b.set(varplane.SchemaBinding{Prefix: "svc.payments", SchemaID: "loose/v1"}, varplane.SchemaBinding{Prefix: "svc", SchemaID: "strict/v1"})
 	loose := json.RawMessage(`{"anything":1}`)
 	if err := publishAt0(e, "svc.payments.eu", loose, ""); err != nil {
 		t.Fatalf("svc.payments.eu is bound to loose/v1: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -70,6 +71,9 @@ func TestBindPreviewRefuseForce(t *testing.T) {
 	got := e.schemas("admin")
 	if len(got.Bindings) != 1 || got.Bindings[0] != (varplane.SchemaBinding{Prefix: "svc", SchemaID: "strict"}) {
 		t.Fatalf("list after binding: %+v", got)
+	}
+	if got := e.schemas("viewer"); len(got.Bindings) != 0 || len(got.Schemas) != 2 {
+		t.Fatalf("a token that may not audit svc sees its binding: %+v", got)
 	}
 	h, err := e.engine.History(context.Background(), bindingsRecord)
 	if err != nil {
@@ -194,9 +198,65 @@ func TestBindingChanges(t *testing.T) {
 		t.Fatalf("rollback to a rejected document: %s", b)
 	}
 
+	// A rollback change to a document stored under another schema, which
+	// the bound schema accepts, is checked against the binding, not
+	// refused as a mismatch with the schema its revision was stored with.
+	ctx := context.Background()
+	if _, err := e.engine.Publish(ctx, varplane.PublishRequest{Scope: "svc.b", Document: json.RawMessage(`{"ok":1}`), SchemaID: "strict"}); err != nil {
+		t.Fatal(err)
+	}
+	st, b, _ = e.bind("admin", "svc.b", map[string]any{"schemaId": "loose"})
+	want(t, "bind svc.b", st, b, http.StatusOK, "")
+	e.publish("svc.b", `{"ok":2}`)
+	var rbOK control.Change
+	st, b = e.do("POST", "/v1/control/documents/svc.b:rollback", "alice", map[string]any{"revision": 1}, &rbOK)
+	want(t, "rollback change under another schema", st, b, http.StatusCreated, "")
+	if rbOK.State != control.StateChecked || rbOK.Checks[0].SchemaID != "loose" {
+		t.Fatalf("rollback to a document the binding accepts: %s", b)
+	}
+
 	st, b = e.do("DELETE", "/v1/admin/schemas/bindings/svc", "admin", nil, nil)
 	want(t, "unbind", st, b, http.StatusNoContent, "")
 	if ok := e.propose("alice", "svc.a", g, `{"bad":4}`); ok.State != control.StateChecked {
 		t.Fatalf("after unbinding: %s", ok.State)
+	}
+}
+
+// TestBindHostile: the binding route refuses a huge body, a deep body and
+// forged identities with nothing written; a preview over many rejected
+// heads lists a bounded number and counts them all.
+func TestBindHostile(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	huge := map[string]any{"schemaId": "strict", "pad": strings.Repeat("x", 2<<20)}
+	st, b, _ := e.bind("admin", "svc", huge)
+	want(t, "huge body", st, b, http.StatusRequestEntityTooLarge, varplane.CodePayloadTooLarge)
+	deep := strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000)
+	st, b = e.do("PUT", "/v1/admin/schemas/bindings/svc", "admin", json.RawMessage(deep), nil)
+	if st != http.StatusBadRequest {
+		t.Fatalf("deep body: %d %s", st, b)
+	}
+	for _, tok := range []string{"forged", "ADMIN", "Bearer admin"} {
+		st, b, _ = e.bind(tok, "svc", map[string]any{"schemaId": "strict"})
+		if st != http.StatusForbidden && st != http.StatusUnauthorized {
+			t.Fatalf("token %q: %d %s", tok, st, b)
+		}
+	}
+	if headOf(t, e, bindingsRecord).Generation != 0 {
+		t.Fatal("a hostile request wrote the bindings record")
+	}
+
+	n := control.MaxRejectedListed + 10
+	for i := range n {
+		e.publish(varplane.Scope("svc.s"+strconv.Itoa(i)), `{"bad":1}`)
+	}
+	st, b, p := e.bind("admin", "svc", map[string]any{"schemaId": "strict", "dryRun": true})
+	want(t, "preview of many", st, b, http.StatusOK, "")
+	if len(p.Rejected) != control.MaxRejectedListed || p.RejectedCount != n || p.Checked != n {
+		t.Fatalf("preview lists %d of %d rejected (%d checked), want %d of %d", len(p.Rejected), p.RejectedCount, p.Checked, control.MaxRejectedListed, n)
+	}
+	st, b, _ = e.bind("admin", "svc", map[string]any{"schemaId": "strict"})
+	want(t, "refusal over many", st, b, http.StatusUnprocessableEntity, varplane.CodeRevisionInvalid)
+	if !contains(b, "and 10 more") {
+		t.Fatalf("refusal does not count the unlisted heads: %s", b)
 	}
 }
