@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"pgregory.net/rapid"
+
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/store/memory"
 )
@@ -213,4 +215,77 @@ func TestBindingActivateAndRollback(t *testing.T) {
 	if _, err := e.Rollback(ctx, varplane.RollbackRequest{Scope: "svc.a", ExpectedGeneration: 3}); err != nil {
 		t.Fatalf("rollback to a valid revision: %v", err)
 	}
+}
+
+// TestBindingProperty: over random bindings (nested, changed between
+// writes) and random writes, a publish is accepted exactly when the model
+// says: under a binding, when it names no schema or the bound one and the
+// bound schema of the longest covering prefix accepts it; without one,
+// when the schema it names (if any) accepts it. A revision an accepted
+// write creates records the schema it was checked against.
+func TestBindingProperty(t *testing.T) {
+	prefixes := []varplane.Scope{"a", "a.b", "e"}
+	scopes := []varplane.Scope{"a.b", "a.b.c", "a.d", "e.f", "x.y"}
+	schemas := []string{"strict/v1", "loose/v1"}
+	docs := []string{`{"enabled":true}`, `{"x":1}`, `[1]`}
+	accepts := func(schemaID, doc string) bool {
+		switch schemaID {
+		case "strict/v1": // strictIssues: no member but "enabled" (a non-object has none)
+			return doc != `{"x":1}`
+		case "loose/v1":
+			return strings.HasPrefix(doc, "{")
+		}
+		return false
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		e, b := newBoundEngine(t)
+		ctx := context.Background()
+		var list []varplane.SchemaBinding
+		for step := range rapid.IntRange(1, 30).Draw(rt, "steps") {
+			if rapid.IntRange(0, 3).Draw(rt, "rebind") == 0 {
+				list = nil
+				for _, p := range prefixes {
+					if i := rapid.IntRange(-1, 1).Draw(rt, "bind "+string(p)); i >= 0 {
+						list = append(list, varplane.SchemaBinding{Prefix: p, SchemaID: schemas[i]})
+					}
+				}
+				b.set(list...)
+			}
+			scope := rapid.SampledFrom(scopes).Draw(rt, "scope")
+			doc := rapid.SampledFrom(docs).Draw(rt, "doc")
+			named := rapid.SampledFrom([]string{"", "strict/v1", "loose/v1"}).Draw(rt, "named")
+			// The model: the longest covering prefix, found by brute force.
+			var bound *varplane.SchemaBinding
+			for i := range list {
+				if list[i].Covers(scope) && (bound == nil || len(list[i].Prefix) > len(bound.Prefix)) {
+					bound = &list[i]
+				}
+			}
+			effective, ok := named, named == "" || accepts(named, doc)
+			if bound != nil {
+				effective = bound.SchemaID
+				ok = (named == "" || named == bound.SchemaID) && accepts(bound.SchemaID, doc)
+			}
+			st, err := e.Store().State(ctx, scope)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			res, err := e.Publish(ctx, varplane.PublishRequest{Scope: scope, Document: json.RawMessage(doc), SchemaID: named, ExpectedGeneration: st.Generation})
+			if ok != (err == nil) {
+				rt.Fatalf("step %d: publish %s to %s naming %q under %+v: err %v, want accepted=%v", step, doc, scope, named, bound, err, ok)
+			}
+			if err != nil && varplane.ErrorCode(err) != varplane.CodeRevisionInvalid {
+				rt.Fatalf("step %d: refusal %v, want revision-invalid", step, err)
+			}
+			// A revision stored already (content-addressed) keeps the
+			// schemaId of its first write; a new one records the schema
+			// it was checked against.
+			if err == nil && res.Created {
+				h, herr := e.Head(ctx, scope)
+				if herr != nil || h.SchemaID != effective {
+					rt.Fatalf("step %d: head of %s records schema %q (%v), want %q", step, scope, h.SchemaID, herr, effective)
+				}
+			}
+		}
+	})
 }

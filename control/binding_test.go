@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/varplane/varplane"
@@ -258,5 +259,45 @@ func TestBindHostile(t *testing.T) {
 	want(t, "refusal over many", st, b, http.StatusUnprocessableEntity, varplane.CodeRevisionInvalid)
 	if !contains(b, "and 10 more") {
 		t.Fatalf("refusal does not count the unlisted heads: %s", b)
+	}
+}
+
+// TestBindConcurrent: binds of several prefixes at once each either bind
+// or meet revision-conflict (the record is one compare-and-set); none is
+// lost: the record holds exactly the ones that answered bound.
+func TestBindConcurrent(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	const n = 8
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], _, _ = e.bind("admin", "p"+strconv.Itoa(i), map[string]any{"schemaId": "loose"})
+		}()
+	}
+	wg.Wait()
+	bound := map[varplane.Scope]bool{}
+	for i, c := range codes {
+		switch c {
+		case http.StatusOK:
+			bound[varplane.Scope("p"+strconv.Itoa(i))] = true
+		case http.StatusConflict:
+		default:
+			t.Fatalf("bind p%d: %d", i, c)
+		}
+	}
+	list, err := e.svc.Bindings(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != len(bound) || len(bound) == 0 {
+		t.Fatalf("record holds %+v, the binds that answered bound are %v", list, bound)
+	}
+	for _, b := range list {
+		if !bound[b.Prefix] {
+			t.Fatalf("record holds %s, which answered a conflict", b.Prefix)
+		}
 	}
 }
