@@ -523,13 +523,20 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 		Actor: by.ID, Owner: OwnerName, Reason: changeReason(c.ID),
 		IdempotencyKey: fmt.Sprintf("control:%s:%d", c.ID, c.Base),
 	})
-	if actErr != nil && !errors.Is(actErr, varplane.ErrConflict) {
+	invalid := varplane.ErrorCode(actErr) == varplane.CodeRevisionInvalid
+	if actErr != nil && !errors.Is(actErr, varplane.ErrConflict) && !invalid {
 		return nil, actErr // still publishing: the next publish finishes it
 	}
 	version, now := c.Version, svc.now()
-	if actErr != nil {
+	switch {
+	case invalid:
+		// A schema bound since the change was checked refuses its
+		// candidate: the change fails, with the schema's issues.
+		c.Checks = append(c.Checks, CheckResult{Name: SchemaCheck, Issues: issuesOf(actErr)})
+		c.move(StateFailed, by.ID, now, "the bound schema refused the publish: "+varplane.ErrorMessage(actErr))
+	case actErr != nil:
 		c.move(StateConflicted, by.ID, now, "base moved")
-	} else {
+	default:
 		c.Published = &Publication{Generation: res.Generation, By: by.ID, At: now}
 		c.move(StatePublished, by.ID, now, "")
 	}
