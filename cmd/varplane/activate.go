@@ -23,7 +23,7 @@ generation you last saw: 0 for a scope never activated); otherwise the server
 answers revision-conflict with the current generation and nothing changes.
 REV is sha256:… as create prints it, or a unique prefix of its digits (as
 history shows it); it may also be the second argument.`)
-	var g guardedFlags
+	g := guardedFlags{required: true}
 	g.register(fs, c.m.Getenv, "activate")
 	revision := fs.String("revision", "", "revision to activate: sha256:… or a unique prefix (required)")
 	pos, err := parseArgs(fs, args, 2)

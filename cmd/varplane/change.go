@@ -13,6 +13,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/client"
+	"github.com/varplane/varplane/control"
 )
 
 // ChangeCommand is `varplane change SUBCOMMAND`: the change requests of the
@@ -36,9 +37,10 @@ type changeView struct {
 		By string `json:"by"`
 	} `json:"approvals"`
 	Checks []struct {
-		Name   string `json:"name"`
-		Passed bool   `json:"passed"`
-		Issues []struct {
+		Name     string `json:"name"`
+		Passed   bool   `json:"passed"`
+		SchemaID string `json:"schemaId"`
+		Issues   []struct {
 			Code, Path, Message string
 		} `json:"issues"`
 	} `json:"checks"`
@@ -393,6 +395,14 @@ func printChange(w io.Writer, ch *changeView) error {
 		verdict := "passed"
 		if !k.Passed {
 			verdict = "failed"
+		}
+		switch {
+		case k.Name != control.SchemaCheck:
+		case k.SchemaID != "":
+			verdict += " against " + k.SchemaID
+		default:
+			// "passed" alone would read as a schema's verdict.
+			verdict += " (no schema bound or named: syntax and numbers only)"
 		}
 		fmt.Fprintf(&b, "  check %s: %s\n", k.Name, verdict)
 		for _, is := range k.Issues {

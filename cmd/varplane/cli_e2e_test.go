@@ -7,9 +7,7 @@ package main
 // --dry-run, the route hint and watch.
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"net"
 	"os"
@@ -17,9 +15,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // jsonErr decodes the one JSON object -o json writes on stderr for an error.
@@ -413,45 +409,9 @@ func TestWatchCommand(t *testing.T) {
 	rev = createRev(t, s.Base, "other", map[string]any{"other.x": 1})
 	activate(t, s.Base, "other", rev, 0)
 
-	follow := func(t *testing.T, n int, args ...string) (first string, stderr *bytes.Buffer) {
+	follow := func(t *testing.T, n int, args ...string) (string, *bytes.Buffer) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, binary, append([]string{"watch", "--server", s.URL}, args...)...)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stderr = &bytes.Buffer{}
-		cmd.Stderr = stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 8)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		var got []string
-		deadline := time.After(5 * time.Second)
-	wait:
-		for len(got) < n {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					break wait
-				}
-				got = append(got, l)
-			case <-deadline:
-				break wait
-			}
-		}
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		_ = cmd.Wait()
-		return strings.Join(got, "\n"), stderr
+		return followWatch(t, nil, n, append([]string{"--server", s.URL}, args...)...)
 	}
 	t.Run("positional key", func(t *testing.T) {
 		got, stderr := follow(t, 1, "live.one")

@@ -268,12 +268,15 @@ func shortTime(t time.Time) string {
 
 // guardedFlags are the flags of every mutation guarded by a generation
 // (activate, deactivate, rollback): the client and audit flags, the scope
-// (first argument or --scope) and --expected-generation, both required.
+// (first argument or --scope) and --expected-generation. The scope is
+// required; --expected-generation only when required is set (activate):
+// deactivate and rollback read the current one (generation).
 type guardedFlags struct {
 	clientFlags
 	mutationFlags
 	scope    string
 	expected uintFlag
+	required bool
 }
 
 // register adds the flags to fs; verb names the action in --scope's help.
@@ -281,15 +284,20 @@ func (g *guardedFlags) register(fs *flag.FlagSet, getenv func(string) string, ve
 	g.clientFlags.register(fs, getenv)
 	g.mutationFlags.register(fs, getenv)
 	fs.StringVar(&g.scope, "scope", "", "scope to "+verb+" (or the first argument)")
-	fs.Var(&g.expected, "expected-generation", "generation the scope must be at (required)")
+	help := "generation the scope must be at (default: its current one, read first)"
+	if g.required {
+		help = "generation the scope must be at (required)"
+	}
+	fs.Var(&g.expected, "expected-generation", help)
 }
 
-// check reports a missing scope or --expected-generation as a usage error.
+// check reports a missing scope, or a missing --expected-generation when
+// it is required, as a usage error.
 func (g *guardedFlags) check() error {
 	if err := requireScope(g.scope); err != nil {
 		return err
 	}
-	if !g.expected.set {
+	if g.required && !g.expected.set {
 		return usagef("--expected-generation is required (0 for a scope never activated; see varplane status)")
 	}
 	return nil

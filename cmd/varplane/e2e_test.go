@@ -956,24 +956,7 @@ func TestWatch(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "watch", "--server", s.URL, "--key", key)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	cmd, lines, stderr := startWatchCLI(ctx, t, nil, "--server", s.URL, "--key", key)
 	next := func(want string) {
 		t.Helper()
 		select {
@@ -998,6 +981,60 @@ func TestWatch(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("watch after SIGINT: %v; stderr %s", err, stderr.String())
 	}
+}
+
+// startWatchCLI starts `varplane watch args…` with env (on top of PATH)
+// until ctx is done, and returns it, the lines it prints (closed when its
+// output ends) and its stderr.
+func startWatchCLI(ctx context.Context, t *testing.T, env []string, args ...string) (*exec.Cmd, <-chan string, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, binary, append([]string{"watch"}, args...)...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return cmd, lines, stderr
+}
+
+// followWatch runs `varplane watch args…` with env until it printed n
+// lines or 5 s passed, stops it (SIGINT) and returns the lines it printed
+// and its stderr.
+func followWatch(t *testing.T, env []string, n int, args ...string) (string, *bytes.Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd, lines, stderr := startWatchCLI(ctx, t, env, args...)
+	var got []string
+	deadline := time.After(5 * time.Second)
+wait:
+	for len(got) < n {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				break wait
+			}
+			got = append(got, l)
+		case <-deadline:
+			break wait
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	_ = cmd.Wait()
+	return strings.Join(got, "\n"), stderr
 }
 
 // startRedis starts a private redis-server on a free port, stopped by PID at

@@ -61,6 +61,11 @@ scope printed last ("next:" says which).`)
 	}
 	return emit(c.m.Stdout, cf.json(), page, func() error {
 		if len(page.Items) == 0 {
+			if cf.token != "" && *after == "" {
+				// A token that may only read audits nothing: say why the
+				// list is empty, and where it can read instead.
+				fmt.Fprintln(c.m.Stderr, "list: only the scopes the token may audit are listed (a read-only token sees none; read a scope with varplane get SCOPE)")
+			}
 			_, err := fmt.Fprintln(c.m.Stdout, "no scopes")
 			return err
 		}

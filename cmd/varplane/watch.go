@@ -66,6 +66,11 @@ token that may read every scope.`)
 	q := url.Values{}
 	add := func(field, value string) error {
 		if field == "prefix" {
+			if p, ok := strings.CutSuffix(value, "."); ok && p != "" && !strings.HasSuffix(p, ".") {
+				// A tokens-file prefix is written so; a watch prefix is a scope.
+				return usagef("--prefix %s: a watch prefix is a scope, without the trailing dot: --prefix %s follows %s and every scope below it; "+
+					"a token narrowed to %s may not read %s itself: follow the scopes below it by name (--prefix %s.NAME, or keys)", value, p, p, value, p, p)
+			}
 			if _, err := wire.ScopeField(field, value); err != nil {
 				return &usageError{err: errors.New(varplane.ErrorMessage(err))}
 			}
@@ -123,7 +128,12 @@ token that may read every scope.`)
 				// Watching everything needs read on every scope; a token
 				// narrowed to prefixes may watch each of them.
 				cp := *se
-				cp.Hint = "watching every scope needs read on all of them; a token narrowed to prefixes watches them by name: varplane watch --prefix PREFIX (repeatable)"
+				cp.Hint = "watching every scope needs read on all of them; a token narrowed to prefixes watches what they cover by name: " + prefixHint
+				return &cp
+			}
+			if se != nil && se.Code == varplane.CodeForbidden && q.Has("prefix") && se.Hint == "" {
+				cp := *se
+				cp.Hint = "--prefix PREFIX follows PREFIX and every scope below it, so the token needs read on all of them; " + prefixHint
 				return &cp
 			}
 			return err
@@ -144,6 +154,9 @@ token that may read every scope.`)
 		}
 	}
 }
+
+// prefixHint says which prefixes a token narrowed by prefixes may watch.
+const prefixHint = "a grant of PREFIX covers varplane watch --prefix PREFIX; a grant of PREFIX. (the scopes below PREFIX, not PREFIX itself) covers a scope below it: --prefix PREFIX.NAME, or its keys (repeatable)"
 
 // watcher holds the state of one watch across reconnections.
 type watcher struct {
