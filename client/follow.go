@@ -44,8 +44,8 @@ func final(err error) bool {
 // ("retry until served"), logging a warning every Options.WarnEvery-th
 // unserved attempt. The fetches of one tick (Options.BatchWindow) go out as
 // one batch request. It returns at once for a scope already served or
-// overridden, ctx's error when ctx ends first, ErrNotStarted before Start
-// and ErrStopped after Stop.
+// overridden, an error wrapping ctx's (naming the scope) when ctx ends
+// first, ErrNotStarted before Start and ErrStopped after Stop.
 func (c *Client) Fetch(ctx context.Context, scope varplane.Scope) (Value, error) {
 	if err := c.Register(scope); err != nil {
 		return Value{}, err
@@ -78,7 +78,8 @@ func (c *Client) Fetch(ctx context.Context, scope varplane.Scope) (Value, error)
 	case err := <-req.done:
 		return Value{}, fmt.Errorf("client: fetch %s: %w", scope, err)
 	case <-ctx.Done():
-		return Value{}, ctx.Err()
+		// ctx's error alone names neither the scope nor why it waited.
+		return Value{}, fmt.Errorf("client: fetch %s: not served before the context ended (the scope has no head, or no server answered: the warnings logged say which): %w", scope, ctx.Err())
 	case <-c.ctx.Done():
 		return Value{}, ErrStopped
 	}

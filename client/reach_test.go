@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -58,6 +59,20 @@ func TestFetchWrongBaseEndsAtOnce(t *testing.T) {
 	defer cancel()
 	if _, err := c.Fetch(ctx, "a.b"); varplane.ErrorCode(err) != varplane.CodeNotFound || ctx.Err() != nil {
 		t.Fatalf("fetch = %v, want not-found at once", err)
+	}
+}
+
+// TestFetchUnservedNamesScope: a fetch whose context ends before the
+// scope is served says which scope it waited for and why it may have,
+// and still wraps the context's error.
+func TestFetchUnservedNamesScope(t *testing.T) {
+	p := startPlane(t, planeOptions{})
+	c := startClient(t, p, client.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := c.Fetch(ctx, "a.never")
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "fetch a.never: not served") || !strings.Contains(err.Error(), "no head") {
+		t.Fatalf("fetch of an unserved scope = %v", err)
 	}
 }
 
