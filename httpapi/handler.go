@@ -101,6 +101,12 @@ type Options struct {
 	// not be able to create or activate.
 	TrustedOrigins []string
 
+	// Rollouts, when set, chooses the revision each OpenFeature (OFREP)
+	// evaluation serves from its targeting key, for scopes under a
+	// progressive rollout (ofrep.go). Nil: every evaluation serves the
+	// scope's head, and no evaluation needs a targeting key.
+	Rollouts Rollouts
+
 	// DisableOps stops the handler from serving /healthz, /readyz and
 	// /metrics (for embedders whose own mux already has them; they can serve
 	// OpsHandler themselves).
@@ -120,6 +126,8 @@ type Handler struct {
 	ctl    *control.Service
 	access *access.Service
 	values *config.Service
+	// rollouts is Options.Rollouts (nil: heads only).
+	rollouts Rollouts
 
 	mux       *http.ServeMux
 	ops       *http.ServeMux
@@ -168,20 +176,21 @@ const (
 // (Options.Authorizer) before it acts.
 func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h := &Handler{
-		engine: engine,
-		base:   normalizeBase(opts.Base),
-		auth:   opts.Authorizer,
-		limits: engine.Limits(),
-		log:    opts.Logger,
-		ready:  opts.Ready,
-		hub:    opts.Hub,
-		stream: opts.Stream.withDefaults(),
-		ctl:    opts.Control,
-		access: opts.Access,
-		values: opts.Values,
-		mux:    http.NewServeMux(),
-		ops:    http.NewServeMux(),
-		routes: map[string]*route{},
+		engine:   engine,
+		base:     normalizeBase(opts.Base),
+		auth:     opts.Authorizer,
+		limits:   engine.Limits(),
+		log:      opts.Logger,
+		ready:    opts.Ready,
+		hub:      opts.Hub,
+		stream:   opts.Stream.withDefaults(),
+		ctl:      opts.Control,
+		access:   opts.Access,
+		values:   opts.Values,
+		rollouts: opts.Rollouts,
+		mux:      http.NewServeMux(),
+		ops:      http.NewServeMux(),
+		routes:   map[string]*route{},
 	}
 	h.streams, h.endStreams = context.WithCancel(context.Background())
 	if h.log == nil {
@@ -228,6 +237,7 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h.handle("GET "+b+"/admin/replay", loud, h.handleReplay)
 	h.handle("GET "+b+"/admin/scopes", loud, h.handleScopes)
 	h.handle("GET "+b+"/admin/chain", loud, h.handleChain)
+	h.ofrepRoutes(b)
 	if h.ctl != nil {
 		h.controlRoutes(b + "/control")
 		h.fleetRoutes(b + "/control")

@@ -50,6 +50,12 @@ var jsonContentType = []string{"application/json"}
 // strong or weak (W/, compared weakly as RFC 9110 requires for
 // If-None-Match), or "*", which matches any current head.
 func ETagMatches(values []string, revision varplane.Revision) bool {
+	return etagMatches(values, string(revision))
+}
+
+// etagMatches reports whether If-None-Match header values name the entity
+// tag whose opaque text (without quotes) is tag, or are "*".
+func etagMatches(values []string, tag string) bool {
 	for _, v := range values {
 		for v != "" {
 			var tok string
@@ -66,7 +72,7 @@ func ETagMatches(values []string, revision varplane.Revision) bool {
 			if len(tok) >= 2 && tok[0] == '"' && tok[len(tok)-1] == '"' {
 				tok = tok[1 : len(tok)-1]
 			}
-			if tok != "" && tok == string(revision) {
+			if tok != "" && tok == tag {
 				return true
 			}
 		}

@@ -1,0 +1,127 @@
+package wire_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/canonical"
+	"github.com/varplane/varplane/internal/wire"
+)
+
+func TestParseFlagKey(t *testing.T) {
+	tests := []struct {
+		key    string
+		scope  string
+		tokens []string
+		ok     bool
+	}{
+		{"agentic.lanes.vinci#/enabled", "agentic.lanes.vinci", []string{"enabled"}, true},
+		{"agentic.lanes.vinci", "agentic.lanes.vinci", nil, true},
+		{"agentic.lanes.vinci#", "agentic.lanes.vinci", nil, true},
+		{"a#/", "a", []string{""}, true},
+		{"a#//", "a", []string{"", ""}, true},
+		{"a#/x~1y/~0z/0", "a", []string{"x/y", "~z", "0"}, true},
+		{"a#/x#y", "a", []string{"x#y"}, true},
+		{"a/b#/c", "a/b", []string{"c"}, true},
+		{"a#x", "", nil, false},
+		{"a#/~2", "", nil, false},
+		{"a#/~", "", nil, false},
+		{"#/x", "", nil, false},
+		{"", "", nil, false},
+		{"a..b", "", nil, false},
+		{"a b", "", nil, false},
+		{"a#/" + strings.Repeat("x", wire.MaxFlagKeyBytes), "", nil, false},
+	}
+	for _, tt := range tests {
+		fk, err := wire.ParseFlagKey(tt.key)
+		if (err == nil) != tt.ok {
+			t.Errorf("%q: err %v", tt.key, err)
+			continue
+		}
+		if !tt.ok {
+			if varplane.ErrorCode(err) != varplane.CodeBadRequest || strings.Contains(err.Error(), "xxxx") {
+				t.Errorf("%q: %v", tt.key, err)
+			}
+			continue
+		}
+		if string(fk.Scope) != tt.scope || strings.Join(fk.Tokens, "|") != strings.Join(tt.tokens, "|") || len(fk.Tokens) != len(tt.tokens) {
+			t.Errorf("%q: %+v", tt.key, fk)
+		}
+	}
+}
+
+func TestLookupFlag(t *testing.T) {
+	doc := []byte(`{"a":{"b":[1,{"c":"d"}],"":5,"x/y":6,"~":7},"e":null,"f":[]}`)
+	tests := []struct {
+		ptr, want string
+	}{
+		{"", string(doc)},
+		{"/a/b/0", "1"},
+		{"/a/b/1/c", `"d"`},
+		{"/a/b/1", `{"c":"d"}`},
+		{"/a/", "5"},
+		{"/a/x~1y", "6"},
+		{"/a/~0", "7"},
+		{"/e", "null"},
+		{"/f", "[]"},
+		{"/a/b/2", ""},
+		{"/a/b/01", ""},
+		{"/a/b/-", ""},
+		{"/f/0", ""},
+		{"/e/x", ""},
+		{"/zz", ""},
+		{"/a/b/0/x", ""},
+	}
+	for _, tt := range tests {
+		fk, err := wire.ParseFlagKey("s#" + tt.ptr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := wire.LookupFlag(doc, fk.Tokens)
+		if tt.want == "" {
+			if err != wire.ErrFlagValueNotFound {
+				t.Errorf("%q: %s %v, want not found", tt.ptr, v, err)
+			}
+			continue
+		}
+		if err != nil || string(v) != tt.want {
+			t.Errorf("%q: %s %v, want %s", tt.ptr, v, err, tt.want)
+		}
+	}
+}
+
+// FuzzParseFlagKey: the parser never panics, refuses past its bound, and
+// what it accepts is a valid scope and tokens that escape back to the
+// pointer it read; looking them up in a document never panics and finds
+// a valid JSON value or nothing.
+func FuzzParseFlagKey(f *testing.F) {
+	for _, s := range []string{"agentic.lanes.vinci#/enabled", "a", "a#", "a#/", "a#/~0~1", "a#/~2", "#", "a.#/b/0", "a#/x#/y"} {
+		f.Add(s)
+	}
+	doc := []byte(`{"a":{"b":[1,{"c":"d"}],"":5,"x/y":6,"~":7},"e":null,"0":[true]}`)
+	f.Fuzz(func(t *testing.T, key string) {
+		fk, err := wire.ParseFlagKey(key)
+		if err != nil {
+			if varplane.ErrorCode(err) != varplane.CodeBadRequest {
+				t.Fatalf("%q: %v", key, err)
+			}
+			return
+		}
+		if len(key) > wire.MaxFlagKeyBytes || !fk.Scope.Valid() || strings.Contains(string(fk.Scope), "#") {
+			t.Fatalf("%q accepted as %+v", key, fk)
+		}
+		ptr := ""
+		for _, tok := range fk.Tokens {
+			ptr += "/" + canonical.EscapeToken(tok)
+		}
+		if ptr != fk.Pointer || string(fk.Scope)+"#"+ptr != key && string(fk.Scope) != key {
+			t.Fatalf("%q: tokens %q escape back to %q", key, fk.Tokens, ptr)
+		}
+		v, err := wire.LookupFlag(doc, fk.Tokens)
+		if err == nil && !json.Valid(v) || err != nil && err != wire.ErrFlagValueNotFound {
+			t.Fatalf("%q: lookup %s %v", key, v, err)
+		}
+	})
+}
