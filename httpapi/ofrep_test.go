@@ -275,3 +275,46 @@ func TestOFREPBulkBounds(t *testing.T) {
 		t.Errorf("12 documents of 800 KiB: %d, %d bytes", rec.Code, rec.Body.Len())
 	}
 }
+
+// fakeRollouts puts scopes under "r." under a rollout that needs a
+// targeting key; the key "b" is in the rollout's split.
+type fakeRollouts struct{ calls int }
+
+func (f *fakeRollouts) Pick(_ context.Context, head *varplane.Head, key string) (*varplane.Head, bool, error) {
+	f.calls++
+	if !strings.HasPrefix(string(head.Scope), "r.") {
+		return head, false, nil
+	}
+	if key == "" {
+		return nil, false, &varplane.Error{Code: varplane.CodeTargetingKeyMissing, Message: "a rollout runs on the scope: the context needs a targetingKey"}
+	}
+	return head, key == "b", nil
+}
+
+// A rollout plugs in through Options.Rollouts: TARGETING_KEY_MISSING only
+// for a scope whose rollout needs one, SPLIT when the rollout chose.
+func TestOFREPRollouts(t *testing.T) {
+	ro := &fakeRollouts{}
+	p := newPlane(t, httpapi.Options{Rollouts: ro})
+	p.publish("r.x", `{"on":true}`)
+	p.publish("p.plain", `{"on":true}`)
+	if res, st := p.ofrep("r.x%23/on", `{"context":{}}`); st != 400 || res.ErrorCode != "TARGETING_KEY_MISSING" {
+		t.Errorf("no key: %d %+v", st, res)
+	}
+	if res, st := p.ofrep("p.plain%23/on", `{"context":{}}`); st != 200 || res.Reason != "STATIC" {
+		t.Errorf("no rollout, no key: %d %+v", st, res)
+	}
+	if res, st := p.ofrep("r.x%23/on", `{"context":{"targetingKey":"b"}}`); st != 200 || res.Reason != "SPLIT" {
+		t.Errorf("key b: %d %+v", st, res)
+	}
+	if res, st := p.ofrep("r.x%23/on", `{"context":{"targetingKey":"a"}}`); st != 200 || res.Reason != "STATIC" {
+		t.Errorf("key a: %d %+v", st, res)
+	}
+	rec := p.do("POST", "/vars/ofrep/v1/evaluate/flags", `{"context":{"flags":["r.x#/on","p.plain#/on"]}}`)
+	if !strings.Contains(rec.Body.String(), `{"key":"r.x#/on","errorCode":"TARGETING_KEY_MISSING"`) || !strings.Contains(rec.Body.String(), `"key":"p.plain#/on","value":true`) {
+		t.Errorf("bulk without a key: %d %s", rec.Code, rec.Body)
+	}
+	if ro.calls == 0 {
+		t.Error("Rollouts was never asked")
+	}
+}
