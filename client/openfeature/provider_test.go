@@ -18,6 +18,7 @@ import (
 	"github.com/varplane/varplane/client"
 	"github.com/varplane/varplane/client/openfeature"
 	"github.com/varplane/varplane/httpapi"
+	"github.com/varplane/varplane/internal/wire/wiretest"
 	"github.com/varplane/varplane/push"
 	"github.com/varplane/varplane/store/memory"
 )
@@ -48,17 +49,7 @@ func startServer(t *testing.T) *server {
 
 func (s *server) start() {
 	s.t.Helper()
-	var ln net.Listener
-	var err error
-	for i := 0; i < 50; i++ { // the port may linger a moment after stop
-		if ln, err = net.Listen("tcp", s.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	ln := wiretest.Listen(s.t, s.addr)
 	s.addr = ln.Addr().String()
 	srv := &http.Server{Handler: s.api}
 	s.mu.Lock()
