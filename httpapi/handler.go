@@ -128,6 +128,8 @@ type Handler struct {
 	values *config.Service
 	// rollouts is Options.Rollouts (nil: heads only).
 	rollouts Rollouts
+	// largeBulks holds a slot per large OFREP bulk answer being built.
+	largeBulks chan struct{}
 
 	mux       *http.ServeMux
 	ops       *http.ServeMux
@@ -176,21 +178,22 @@ const (
 // (Options.Authorizer) before it acts.
 func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h := &Handler{
-		engine:   engine,
-		base:     normalizeBase(opts.Base),
-		auth:     opts.Authorizer,
-		limits:   engine.Limits(),
-		log:      opts.Logger,
-		ready:    opts.Ready,
-		hub:      opts.Hub,
-		stream:   opts.Stream.withDefaults(),
-		ctl:      opts.Control,
-		access:   opts.Access,
-		values:   opts.Values,
-		rollouts: opts.Rollouts,
-		mux:      http.NewServeMux(),
-		ops:      http.NewServeMux(),
-		routes:   map[string]*route{},
+		engine:     engine,
+		base:       normalizeBase(opts.Base),
+		auth:       opts.Authorizer,
+		limits:     engine.Limits(),
+		log:        opts.Logger,
+		ready:      opts.Ready,
+		hub:        opts.Hub,
+		stream:     opts.Stream.withDefaults(),
+		ctl:        opts.Control,
+		access:     opts.Access,
+		values:     opts.Values,
+		rollouts:   opts.Rollouts,
+		largeBulks: make(chan struct{}, MaxOFREPLargeBulks),
+		mux:        http.NewServeMux(),
+		ops:        http.NewServeMux(),
+		routes:     map[string]*route{},
 	}
 	h.streams, h.endStreams = context.WithCancel(context.Background())
 	if h.log == nil {

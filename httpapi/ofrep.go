@@ -44,6 +44,15 @@ type Rollouts interface {
 // "ofrep-bulk-bytes") and nothing is written.
 const MaxOFREPBulkBytes = 8 << 20
 
+// Bulk answers of more than OFREPLargeBulkBytes are built MaxOFREPLargeBulks
+// at a time; the others wait for as long as their client does. So the
+// large answers in memory are at most 4 × 8 MiB, whatever the callers do;
+// smaller ones are as many as the requests the listener lets in.
+const (
+	OFREPLargeBulkBytes = 1 << 20
+	MaxOFREPLargeBulks  = 4
+)
+
 func (h *Handler) ofrepRoutes(b string) {
 	h.handle("POST "+b+"/ofrep/v1/evaluate/flags/{key...}", quiet, h.handleOFREPFlag)
 	h.handle("POST "+b+"/ofrep/v1/evaluate/flags", quiet, h.handleOFREPBulk)
@@ -245,6 +254,14 @@ func (h *Handler) handleOFREPBulk(w http.ResponseWriter, r *http.Request) {
 	if etagMatches(r.Header["If-None-Match"], etag[1:len(etag)-1]) {
 		w.WriteHeader(http.StatusNotModified)
 		return
+	}
+	if size > OFREPLargeBulkBytes {
+		select {
+		case h.largeBulks <- struct{}{}:
+			defer func() { <-h.largeBulks }()
+		case <-r.Context().Done():
+			return // the client went away
+		}
 	}
 	b := make([]byte, 0, size)
 	b = append(b, `{"flags":[`...)

@@ -78,15 +78,15 @@ func ParseFlagKey(key string) (FlagKey, error) {
 var ErrFlagValueNotFound = &varplane.Error{Code: varplane.CodeNotFound, Message: "the document has no value at the flag key's JSON Pointer"}
 
 // LookupFlag returns the value at tokens in doc, a JSON document (a stored
-// one: valid, without duplicate names): doc itself for no tokens, else a
-// copy of the value. A token names an object's member, or an array's element by
+// one: valid, without duplicate names), as a slice of doc, never a copy
+// (doc is not modified; the slice shares its memory). A token names an object's member, or an array's element by
 // its decimal index without leading zeros ("-", past the end, names none).
 // A missing value is ErrFlagValueNotFound.
 func LookupFlag(doc []byte, tokens []string) ([]byte, error) {
 	if len(tokens) == 0 {
 		return doc, nil
 	}
-	dec := jsontext.NewDecoder(bytes.NewReader(doc))
+	dec := jsontext.NewDecoder(bytes.NewBuffer(doc))
 	for _, tok := range tokens {
 		switch dec.PeekKind() {
 		case '{':
@@ -135,7 +135,9 @@ func LookupFlag(doc []byte, tokens []string) ([]byte, error) {
 	if err != nil {
 		return nil, lookupError(err)
 	}
-	return bytes.Clone(v), nil
+	// The decoder reads a bytes.Buffer in place: v is doc's own bytes, and
+	// stays valid since nothing reads the decoder after it.
+	return v, nil
 }
 
 // arrayIndex reads an array index token: "0", or digits without a leading

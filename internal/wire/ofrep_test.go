@@ -100,7 +100,8 @@ func FuzzParseFlagKey(f *testing.F) {
 	for _, s := range []string{"agentic.lanes.vinci#/enabled", "a", "a#", "a#/", "a#/~0~1", "a#/~2", "#", "a.#/b/0", "a#/x#/y"} {
 		f.Add(s)
 	}
-	doc := []byte(`{"a":{"b":[1,{"c":"d"}],"":5,"x/y":6,"~":7},"e":null,"0":[true]}`)
+	const docText = `{"a":{"b":[1,{"c":"d"}],"":5,"x/y":6,"~":7,"s\u0041":"\"q\""},"e":null,"0":[true]}`
+	doc := []byte(docText)
 	f.Fuzz(func(t *testing.T, key string) {
 		fk, err := wire.ParseFlagKey(key)
 		if err != nil {
@@ -122,6 +123,9 @@ func FuzzParseFlagKey(f *testing.F) {
 		v, err := wire.LookupFlag(doc, fk.Tokens)
 		if err == nil && !json.Valid(v) || err != nil && err != wire.ErrFlagValueNotFound {
 			t.Fatalf("%q: lookup %s %v", key, v, err)
+		}
+		if string(doc) != docText {
+			t.Fatalf("%q: the lookup changed the document: %s", key, doc)
 		}
 	})
 }
