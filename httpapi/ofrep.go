@@ -119,7 +119,7 @@ func (h *Handler) handleOFREPFlag(w http.ResponseWriter, r *http.Request) {
 		wire.WriteOFREPError(w, r, h.log, key, err)
 		return
 	}
-	b := appendEvaluation(make([]byte, 0, len(ev.value)+len(key)+160), ev)
+	b := appendEvaluation(make([]byte, 0, len(ev.value)+len(key)+len(ev.head.Scope)+evaluationBytes), ev)
 	wire.WriteRaw(w, http.StatusOK, append(b, '\n'))
 }
 
@@ -152,6 +152,11 @@ func (h *Handler) evaluate(ctx context.Context, key string, fk wire.FlagKey, hea
 	return evaluation{key: key, value: v, head: head, split: split}, nil
 }
 
+// evaluationBytes is what appendEvaluation writes beside the key, the
+// value and the scope, at most: the names, the revision twice, the
+// generation, escapes of the key and scope aside.
+const evaluationBytes = 300
+
 // appendEvaluation appends OFREP's evaluation success of ev.
 func appendEvaluation(b []byte, ev evaluation) []byte {
 	b = append(b, `{"key":`...)
@@ -163,13 +168,15 @@ func appendEvaluation(b []byte, ev evaluation) []byte {
 	} else {
 		b = append(b, `,"reason":"STATIC","variant":`...)
 	}
-	b = jsontext.AppendString(b, string(ev.head.Revision))
+	// The head's ETag is its revision as a JSON string (sha256: and hex
+	// need no escape), made once when the head was installed.
+	b = append(b, ev.head.ETag()...)
 	b = append(b, `,"metadata":{"scope":`...)
 	b = jsontext.AppendString(b, string(ev.head.Scope))
 	b = append(b, `,"generation":`...)
 	b = strconv.AppendUint(b, uint64(ev.head.Generation), 10)
 	b = append(b, `,"revision":`...)
-	b = jsontext.AppendString(b, string(ev.head.Revision))
+	b = append(b, ev.head.ETag()...)
 	return append(b, "}}"...)
 }
 
@@ -238,7 +245,7 @@ func (h *Handler) handleOFREPBulk(w http.ResponseWriter, r *http.Request) {
 			if it.ev.split {
 				digest.Write([]byte{1})
 			}
-			size += len(it.ev.value) + len(keys[i]) + 256
+			size += len(it.ev.value) + len(keys[i]) + len(it.ev.head.Scope) + evaluationBytes
 		}
 		digest.Write([]byte{'\n'})
 		if size > MaxOFREPBulkBytes {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -86,7 +87,17 @@ func LookupFlag(doc []byte, tokens []string) ([]byte, error) {
 	if len(tokens) == 0 {
 		return doc, nil
 	}
-	dec := jsontext.NewDecoder(bytes.NewBuffer(doc))
+	lk := lookups.Get().(*lookup)
+	defer lookups.Put(lk)
+	lk.buf = *bytes.NewBuffer(doc)
+	dec := &lk.dec
+	// A stored document has no repeated names and valid UTF-8: the
+	// decoder need not keep the names it read to check them.
+	dec.Reset(&lk.buf, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	defer func() { // the pool holds no document
+		lk.buf = bytes.Buffer{}
+		dec.Reset(&lk.buf)
+	}()
 	for _, tok := range tokens {
 		switch dec.PeekKind() {
 		case '{':
@@ -139,6 +150,14 @@ func LookupFlag(doc []byte, tokens []string) ([]byte, error) {
 	// stays valid since nothing reads the decoder after it.
 	return v, nil
 }
+
+// lookup is a decoder with its input, reused across lookups.
+type lookup struct {
+	buf bytes.Buffer
+	dec jsontext.Decoder
+}
+
+var lookups = sync.Pool{New: func() any { return new(lookup) }}
 
 // arrayIndex reads an array index token: "0", or digits without a leading
 // zero, within an int.

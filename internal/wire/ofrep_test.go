@@ -3,6 +3,7 @@ package wire_test
 import (
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/varplane/varplane"
@@ -128,4 +129,28 @@ func FuzzParseFlagKey(f *testing.F) {
 			t.Fatalf("%q: the lookup changed the document: %s", key, doc)
 		}
 	})
+}
+
+// Lookups run at once (each request's flags) share nothing but the
+// documents they read, which they leave as they were.
+func TestLookupFlagConcurrent(t *testing.T) {
+	doc := []byte(`{"a":{"b":[1,{"c":"d"}]},"e":"f"}`)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				v, err := wire.LookupFlag(doc, []string{"a", "b", "1", "c"})
+				if err != nil || string(v) != `"d"` {
+					t.Errorf("%s %v", v, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if string(doc) != `{"a":{"b":[1,{"c":"d"}]},"e":"f"}` {
+		t.Fatalf("document changed: %s", doc)
+	}
 }
