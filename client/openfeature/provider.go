@@ -54,8 +54,14 @@ type Options struct {
 	// scope the client does not hold yet waits for it (default 2s): the
 	// scope is registered then, and read from memory afterwards. Past it
 	// the evaluation answers FLAG_NOT_FOUND (the server reached, no head)
-	// or GENERAL (the server away).
+	// or GENERAL (the server away); so do the later ones at once until
+	// the scope has a value.
 	FetchTimeout time.Duration
+	// MaxScopes bounds the scopes first met in evaluations that the
+	// provider registers with the client (default 1,024): each is
+	// followed from then on. Past it an evaluation of another scope
+	// answers GENERAL.
+	MaxScopes int
 	// MaxFlagsPerScope bounds the flag keys remembered per scope for the
 	// FlagChanges of change events (default 256); the scope's name is
 	// always there.
@@ -81,6 +87,7 @@ type Provider struct {
 	state     of.EventType                       // a state event to send ("" none)
 	changed   map[varplane.Scope]struct{}        // scopes changed since the last change event
 	flags     map[varplane.Scope]map[string]bool // flag keys evaluated, per scope
+	tried     map[varplane.Scope]error           // scopes fetched by evaluations: nil, or why refused for good
 	started   bool
 	stopOnce  sync.Once
 	cancelFn  func()
@@ -96,6 +103,9 @@ func New(serverURL string, copts client.Options, opts Options) (*Provider, error
 	if opts.FetchTimeout <= 0 {
 		opts.FetchTimeout = 2 * time.Second
 	}
+	if opts.MaxScopes <= 0 {
+		opts.MaxScopes = 1024
+	}
 	if opts.MaxFlagsPerScope <= 0 {
 		opts.MaxFlagsPerScope = 256
 	}
@@ -106,6 +116,7 @@ func New(serverURL string, copts client.Options, opts Options) (*Provider, error
 		done:    make(chan struct{}),
 		changed: map[varplane.Scope]struct{}{},
 		flags:   map[varplane.Scope]map[string]bool{},
+		tried:   map[varplane.Scope]error{},
 	}
 	user := copts.OnConnection
 	copts.OnConnection = func(connected bool, err error) {
@@ -284,22 +295,8 @@ func (p *Provider) resolve(ctx context.Context, flag string) ([]byte, of.Provide
 	}
 	v, ok := p.c.Value(fk.Scope)
 	if !ok {
-		ctx, cancel := context.WithTimeout(ctx, p.opts.FetchTimeout)
-		defer cancel()
-		v, err = p.c.Fetch(ctx, fk.Scope)
-		if err != nil {
-			p.mu.Lock()
-			connected := p.connected
-			p.mu.Unlock()
-			code := varplane.ErrorCode(err)
-			switch {
-			case errors.Is(err, context.DeadlineExceeded) && connected,
-				code == varplane.CodeNotFound, code == varplane.CodeNoHead:
-				return nil, failed(of.NewFlagNotFoundResolutionError("no such flag: its scope has no value"))
-			case code == varplane.CodeForbidden || code == varplane.CodeUnauthorized:
-				return nil, failed(of.NewGeneralResolutionError("the token may not read the flag's scope"))
-			}
-			return nil, failed(of.NewGeneralResolutionError("the flag's scope is not served: " + err.Error()))
+		if v, err = p.fetch(ctx, fk.Scope); err != nil {
+			return nil, failed(p.unserved(fk.Scope, err))
 		}
 	}
 	p.remember(fk.Scope, flag)
@@ -321,6 +318,62 @@ func (p *Provider) resolve(ctx context.Context, flag string) ([]byte, of.Provide
 		d.FlagMetadata["generation"] = int64(v.Generation)
 	}
 	return raw, d
+}
+
+// fetch waits for a scope the client does not hold, once: a scope met for
+// the first time is registered (at most Options.MaxScopes of them) and
+// fetched for at most Options.FetchTimeout; later evaluations of a scope
+// that was tried and still has no value answer at once, while the client
+// keeps following it.
+func (p *Provider) fetch(ctx context.Context, sc varplane.Scope) (client.Value, error) {
+	p.mu.Lock()
+	prev, tried := p.tried[sc]
+	if !tried && len(p.tried) >= p.opts.MaxScopes {
+		p.mu.Unlock()
+		return client.Value{}, errTooManyScopes
+	}
+	if !tried {
+		p.tried[sc] = nil
+	}
+	p.mu.Unlock()
+	if tried {
+		if prev == nil {
+			prev = errNotServed
+		}
+		return client.Value{}, prev
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.opts.FetchTimeout)
+	defer cancel()
+	v, err := p.c.Fetch(ctx, sc)
+	if err != nil && client.Refused(err) {
+		p.mu.Lock()
+		p.tried[sc] = err // refused for good: the client follows it no more
+		p.mu.Unlock()
+	}
+	return v, err
+}
+
+var (
+	errNotServed     = errors.New("not served yet")
+	errTooManyScopes = errors.New("too many scopes")
+)
+
+// unserved is the resolution error of a scope without a value: not found
+// while the server answers, general while it is away or refuses.
+func (p *Provider) unserved(sc varplane.Scope, err error) of.ResolutionError {
+	switch {
+	case err == errTooManyScopes:
+		return of.NewGeneralResolutionError(fmt.Sprintf("the provider holds %d scopes already (Options.MaxScopes)", p.opts.MaxScopes))
+	case client.Refused(err) && varplane.ErrorCode(err) != varplane.CodeNotFound:
+		return of.NewGeneralResolutionError("the token may not read the flag's scope")
+	}
+	p.mu.Lock()
+	connected := p.connected
+	p.mu.Unlock()
+	if connected {
+		return of.NewFlagNotFoundResolutionError("no such flag: its scope " + string(sc) + " has no value")
+	}
+	return of.NewGeneralResolutionError("the flag's scope is not served: the server cannot be reached")
 }
 
 // remember records a flag evaluated, for the FlagChanges of change events.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -240,5 +241,52 @@ func TestProviderInitFailsWithoutServer(t *testing.T) {
 	}
 	if st := of.NewClient(domain).State(); st != of.ErrorState {
 		t.Errorf("state %s, want ERROR", st)
+	}
+}
+
+// A scope first met in an evaluation is fetched once: a later evaluation
+// of it, while it still has no value, answers at once (this test would
+// hang on the hour-long FetchTimeout otherwise), the client follows it and
+// serves it once published, and at most MaxScopes such scopes are taken.
+func TestProviderScopesMetInEvaluations(t *testing.T) {
+	s := startServer(t)
+	s.publish("app.known", `{"on":true}`)
+	p, err := openfeature.New(s.url(), client.Options{Logger: quiet},
+		openfeature.Options{Scopes: []varplane.Scope{"app.known"}, FetchTimeout: time.Hour, MaxScopes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	domain := t.Name()
+	if err := of.SetNamedProviderAndWait(domain, p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Shutdown)
+	c := of.NewClient(domain)
+	ec := of.NewEvaluationContext("u", nil)
+
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if d, _ := c.BooleanValueDetails(short, "app.later#/on", false, ec); d.ErrorCode != of.FlagNotFoundCode {
+		t.Fatalf("first evaluation of a scope without a head: %+v", d)
+	}
+	if d, _ := c.BooleanValueDetails(context.Background(), "app.later#/on", false, ec); d.ErrorCode != of.FlagNotFoundCode {
+		t.Fatalf("second evaluation: %+v", d)
+	}
+	s.publish("app.later", `{"on":true}`)
+	waitFor(t, "the scope published later", func() bool {
+		v, _ := c.BooleanValue(context.Background(), "app.later#/on", false, ec)
+		return v
+	})
+	// A second scope met in an evaluation is taken; a third is not.
+	s.publish("app.second", `{"on":true}`)
+	if v, err := c.BooleanValue(context.Background(), "app.second#/on", false, ec); err != nil || !v {
+		t.Fatalf("second scope: %v %v", v, err)
+	}
+	d, _ := c.BooleanValueDetails(context.Background(), "app.third#/on", false, ec)
+	if d.ErrorCode != of.GeneralCode || !strings.Contains(d.ErrorMessage, "MaxScopes") {
+		t.Fatalf("past MaxScopes: %+v", d)
+	}
+	if _, ok := p.Client().Value("app.third"); ok {
+		t.Error("the scope past MaxScopes was registered")
 	}
 }
