@@ -95,6 +95,22 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// useProvider sets a provider over s as the provider of the test's own
+// domain of the official Go SDK, and returns it with a client of that
+// domain; it is shut down at cleanup.
+func useProvider(t *testing.T, s *server, copts client.Options, opts openfeature.Options) (*openfeature.Provider, *of.Client) {
+	t.Helper()
+	p, err := openfeature.New(s.url(), copts, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := of.SetNamedProviderAndWait(t.Name(), p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Shutdown)
+	return p, of.NewClient(t.Name())
+}
+
 // The provider, driven through the official Go SDK: boolean, string,
 // number and object flags read from the live snapshot, a change after a
 // publish (and its event naming the flag), the protocol's errors, and
@@ -103,17 +119,8 @@ func TestProviderThroughGoSDK(t *testing.T) {
 	s := startServer(t)
 	s.publish("agentic.lanes.vinci", `{"enabled":true,"name":"vinci","ratio":0.25,"max":12,"limits":{"rps":5},"big":9007199254740991}`)
 
-	p, err := openfeature.New(s.url(), client.Options{Logger: quiet, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, StreamIdleTimeout: time.Second},
+	_, c := useProvider(t, s, client.Options{Logger: quiet, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, StreamIdleTimeout: time.Second},
 		openfeature.Options{Scopes: []varplane.Scope{"agentic.lanes.vinci"}, FetchTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	domain := t.Name()
-	if err := of.SetNamedProviderAndWait(domain, p); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Shutdown)
-	c := of.NewClient(domain)
 	ctx := context.Background()
 	ec := of.NewEvaluationContext("user-1", nil)
 
@@ -251,17 +258,8 @@ func TestProviderInitFailsWithoutServer(t *testing.T) {
 func TestProviderScopesMetInEvaluations(t *testing.T) {
 	s := startServer(t)
 	s.publish("app.known", `{"on":true}`)
-	p, err := openfeature.New(s.url(), client.Options{Logger: quiet},
+	p, c := useProvider(t, s, client.Options{Logger: quiet},
 		openfeature.Options{Scopes: []varplane.Scope{"app.known"}, FetchTimeout: time.Hour, MaxScopes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	domain := t.Name()
-	if err := of.SetNamedProviderAndWait(domain, p); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Shutdown)
-	c := of.NewClient(domain)
 	ec := of.NewEvaluationContext("u", nil)
 
 	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
