@@ -135,8 +135,12 @@ type Handler struct {
 	ops       *http.ServeMux
 	routes    map[string]*route
 	readRoute *route
-	unmatched *route
-	metrics   *metrics
+	// ofrepFlagRoute is the OFREP evaluation of one flag, served before
+	// the mux for the paths under ofrepFlagPrefix (ofrep.go).
+	ofrepFlagRoute  *route
+	ofrepFlagPrefix string
+	unmatched       *route
+	metrics         *metrics
 
 	cross *http.CrossOriginProtection
 
@@ -381,6 +385,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet && r.URL.Path == h.base && h.base != "" {
 		rt = h.readRoute
 		h.handleRead(sw, r)
+		return
+	}
+	// So does a flag's evaluation: its key holds a JSON Pointer, whose
+	// empty, "." and ".." tokens the mux would clean away with a redirect.
+	if r.Method == http.MethodPost && h.ofrepFlagPrefix != "" && strings.HasPrefix(r.URL.Path, h.ofrepFlagPrefix) {
+		rt = h.ofrepFlagRoute
+		if err := h.cross.Check(r); err != nil {
+			h.writeError(sw, r, varplane.Errorf(varplane.CodeForbidden, "cross-origin writes are refused"))
+			return
+		}
+		h.handleOFREPFlag(sw, r)
 		return
 	}
 	// The mux is asked for the route first (its pattern names the request

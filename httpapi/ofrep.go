@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/internal/jsontext"
@@ -54,7 +55,10 @@ const (
 )
 
 func (h *Handler) ofrepRoutes(b string) {
-	h.handle("POST "+b+"/ofrep/v1/evaluate/flags/{key...}", quiet, h.handleOFREPFlag)
+	// The mux knows the route (for 405 and its listing) but ServeHTTP
+	// answers it first, taking the key from the path as it came.
+	h.ofrepFlagPrefix = b + "/ofrep/v1/evaluate/flags/"
+	h.ofrepFlagRoute = h.handle("POST "+h.ofrepFlagPrefix+"{key...}", quiet, h.handleOFREPFlag)
 	h.handle("POST "+b+"/ofrep/v1/evaluate/flags", quiet, h.handleOFREPBulk)
 }
 
@@ -84,7 +88,8 @@ func flagNotFound(err error) error {
 // from the scope's read authorization (before anything tells whether the
 // flag exists).
 func (h *Handler) handleOFREPFlag(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
+	// The path as decoded, not cleaned: %23 is '#', %2F '/'.
+	key := strings.TrimPrefix(r.URL.Path, h.ofrepFlagPrefix)
 	if len(key) > wire.MaxFlagKeyBytes {
 		key = key[:wire.MaxFlagKeyBytes] // never echo more than a key can be
 	}

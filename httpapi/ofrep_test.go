@@ -318,3 +318,27 @@ func TestOFREPRollouts(t *testing.T) {
 		t.Error("Rollouts was never asked")
 	}
 }
+
+// A key's pointer may hold empty, "." and ".." tokens, written with '/' as
+// they are or percent-encoded: the path is taken as it came, never cleaned
+// (the mux answered a redirect to another key). A page of another site is
+// refused as for every POST.
+func TestOFREPKeyPaths(t *testing.T) {
+	p := newPlane(t, httpapi.Options{})
+	p.publish("app.one", `{"":{"":1},"a":{"..":2,".":3}}`)
+	for key, want := range map[string]string{
+		"app.one%23%2F%2F": "1", "app.one%23//": "1",
+		"app.one%23/a/..": "2", "app.one%23%2Fa%2F..": "2",
+		"app.one%23/a/.": "3", "app.one%23%2Fa%2F.": "3",
+	} {
+		if res, st := p.ofrep(key, `{}`); st != 200 || string(res.Value) != want {
+			t.Errorf("%s: %d %+v, want %s", key, st, res, want)
+		}
+	}
+	if _, st := p.ofrep("app.one", `{}`, "Sec-Fetch-Site", "cross-site"); st != 403 {
+		t.Errorf("a page of another site: %d", st)
+	}
+	if rec := p.do("GET", "/vars/ofrep/v1/evaluate/flags/app.one", ""); rec.Code != 405 {
+		t.Errorf("GET: %d", rec.Code)
+	}
+}
