@@ -391,8 +391,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// empty, "." and ".." tokens the mux would clean away with a redirect.
 	if r.Method == http.MethodPost && h.ofrepFlagPrefix != "" && strings.HasPrefix(r.URL.Path, h.ofrepFlagPrefix) {
 		rt = h.ofrepFlagRoute
-		if err := h.cross.Check(r); err != nil {
-			h.writeError(sw, r, varplane.Errorf(varplane.CodeForbidden, "cross-origin writes are refused"))
+		if h.crossOrigin(sw, r) {
 			return
 		}
 		h.handleOFREPFlag(sw, r)
@@ -410,12 +409,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.answerUnmatched(sw, r, next)
 		return
 	}
-	if !rt.mounted {
-		// Before anything of the request is read (safe methods pass).
-		if err := h.cross.Check(r); err != nil {
-			h.writeError(sw, r, varplane.Errorf(varplane.CodeForbidden, "cross-origin writes are refused"))
-			return
-		}
+	// Before anything of the request is read (safe methods pass).
+	if !rt.mounted && h.crossOrigin(sw, r) {
+		return
 	}
 	if rt.stream {
 		ctx, cancel := context.WithCancel(r.Context())
@@ -425,6 +421,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 	}
 	h.mux.ServeHTTP(sw, r)
+}
+
+// crossOrigin answers 403 to a cross-origin write (Options.TrustedOrigins)
+// and reports whether it did.
+func (h *Handler) crossOrigin(w http.ResponseWriter, r *http.Request) bool {
+	if err := h.cross.Check(r); err != nil {
+		h.writeError(w, r, varplane.Errorf(varplane.CodeForbidden, "cross-origin writes are refused"))
+		return true
+	}
+	return false
 }
 
 // answerUnmatched turns the mux's plain-text 404 and 405 into JSON errors,
