@@ -99,7 +99,7 @@ func TestAttackOFREP(t *testing.T) {
 	t.Logf("peak RSS before the flood: %d MiB", s.peakRSS(t)>>20)
 	// The flood: 24 clients at once, each asking three times for nine
 	// documents of 800 KiB (an answer of 7.2 MiB). Built all at once they
-	// took the server to 367 MiB; four at a time, about 185.
+	// took the server to 367 MiB; four at a time, 137–185.
 	body := `{"context":{"targetingKey":"u","flags":[` + strings.Join(bigKeys[:9], ",") + `]}}`
 	var wg sync.WaitGroup
 	failures := make(chan string, 24*3)
