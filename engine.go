@@ -52,6 +52,11 @@ type Options struct {
 	// service, reviewed changes, access control): a write to an owned scope
 	// is refused with scope-owned unless its request names the owner.
 	Owners []Owner
+	// Binder, when set, binds scope prefixes to schemas: every document
+	// written under a bound prefix is validated against its schema,
+	// whatever schema the request names (another one is refused), and a
+	// stored revision is activated there only if that schema accepts it.
+	Binder Binder
 	// Limits bound every document the engine stores or validates; the wire
 	// layer enforces the same numbers on request bodies. Zero fields take
 	// their defaults (DefaultLimits).
@@ -70,6 +75,7 @@ type Engine struct {
 	log       *slog.Logger
 	limits    Limits
 	owners    []Owner
+	binder    Binder
 
 	mu        sync.Mutex
 	listeners atomic.Pointer[[]*listener]
@@ -82,7 +88,7 @@ type listener struct{ fn func(Commit) }
 // so OnCommit listeners hear of every commit the store reports, including
 // those made by other processes on a shared store.
 func NewEngine(store Store, opts Options) *Engine {
-	e := &Engine{store: store, validator: opts.Validator, now: opts.Now, log: opts.Logger, limits: opts.Limits.WithDefaults(), owners: opts.Owners}
+	e := &Engine{store: store, validator: opts.Validator, now: opts.Now, log: opts.Logger, limits: opts.Limits.WithDefaults(), owners: opts.Owners, binder: opts.Binder}
 	if e.now == nil {
 		e.now = time.Now
 	}
@@ -184,7 +190,7 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 	if err != nil || a.replay != nil {
 		return createResult(a.replay), err
 	}
-	ev := createdEvent(req.Scope, a.rev, a.doc, req.SchemaID, req.SchemaVersion, by, req.Reason, e.timestamp())
+	ev := createdEvent(req.Scope, a.rev, a.doc, a.schemaID, req.SchemaVersion, by, req.Reason, e.timestamp())
 	ev.IdempotencyKey, ev.RequestHash = req.IdempotencyKey, a.hash
 	created := true
 	switch err := e.store.Append(ctx, ev, 0); {
@@ -208,17 +214,21 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 // record of an earlier request with the same key that the caller answers
 // from instead (replay).
 type admitted struct {
-	doc    json.RawMessage
-	rev    Revision
-	hash   string
-	replay *IdempotencyRecord
+	doc      json.RawMessage
+	rev      Revision
+	hash     string
+	replay   *IdempotencyRecord
+	schemaID string // the schema the document was checked against (its binding's, if bound)
 }
 
 // admit checks a document offered as a revision of scope: a valid scope, a
 // document within the limits, and no validation issues. It returns the
 // compacted document and its revision (the digest of its canonical form).
 // An invalid document is recorded as a rejected event of scope, by codes and
-// paths only, and answered revision-invalid with the issues.
+// paths only, and answered revision-invalid with the issues. Under a schema
+// binding (Options.Binder) the document is checked against the bound
+// schema whatever schemaID says, and a schemaID naming another schema is
+// an issue (IssueSchemaMismatch).
 //
 // With an idempotency key, the request is fingerprinted by fingerprint of
 // its content (the revision, or the digest of the document's bytes when it
@@ -236,11 +246,18 @@ func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessag
 	if err != nil {
 		return admitted{}, err
 	}
-	issues, canon, err := e.check(scope, true, doc, shortNumbers, schemaID)
+	b, err := e.schemaOf(ctx, scope, schemaID)
 	if err != nil {
 		return admitted{}, err
 	}
-	a := admitted{doc: doc}
+	issues, canon, err := e.check(scope, true, doc, shortNumbers, b.schemaID)
+	if err != nil {
+		return admitted{}, err
+	}
+	if b.mismatch != nil {
+		issues = append([]Issue{*b.mismatch}, issues...)
+	}
+	a := admitted{doc: doc, schemaID: b.schemaID}
 	content := ""
 	if canon != nil {
 		a.rev = Revision(canonical.DigestCanonical(canon))
@@ -262,7 +279,7 @@ func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessag
 	rej := &Event{
 		Kind:            EventRejected,
 		Scope:           scope,
-		SchemaID:        schemaID,
+		SchemaID:        b.schemaID,
 		SchemaVersion:   schemaVersion,
 		Actor:           by.actor,
 		OnBehalfOf:      by.onBehalfOf,
@@ -279,7 +296,7 @@ func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessag
 	case err != nil:
 		return admitted{}, fmt.Errorf("record rejection of %s: %w", scope, err)
 	}
-	return admitted{}, InvalidError(issues)
+	return admitted{}, b.invalid(issues)
 }
 
 // replayAdmission answers a request whose idempotency key is recorded as
@@ -348,14 +365,19 @@ type ValidateRequest struct {
 	Scope    Scope
 }
 
-// ValidateResult answers Validate.
+// ValidateResult answers Validate. SchemaID is the schema the document
+// was checked against (the bound schema of its scope, or the one the
+// request named), BoundBy the prefix whose binding chose it.
 type ValidateResult struct {
-	Valid  bool    `json:"valid"`
-	Issues []Issue `json:"issues"`
+	Valid    bool    `json:"valid"`
+	Issues   []Issue `json:"issues"`
+	SchemaID string  `json:"schemaId,omitempty"`
+	BoundBy  Scope   `json:"boundBy,omitempty"`
 }
 
 // Validate checks a document as CreateRevision would, without storing
-// anything or recording a rejection.
+// anything or recording a rejection: with a scope under a schema binding,
+// against the bound schema.
 func (e *Engine) Validate(ctx context.Context, req ValidateRequest) (ValidateResult, error) {
 	hasScope := req.Scope != ""
 	if hasScope {
@@ -367,14 +389,27 @@ func (e *Engine) Validate(ctx context.Context, req ValidateRequest) (ValidateRes
 	if err != nil {
 		return ValidateResult{}, err
 	}
-	issues, _, err := e.check(req.Scope, hasScope, doc, shortNumbers, req.SchemaID)
+	b := bound{schemaID: req.SchemaID}
+	if hasScope {
+		if b, err = e.schemaOf(ctx, req.Scope, req.SchemaID); err != nil {
+			return ValidateResult{}, err
+		}
+	}
+	issues, _, err := e.check(req.Scope, hasScope, doc, shortNumbers, b.schemaID)
 	if err != nil {
 		return ValidateResult{}, err
+	}
+	if b.mismatch != nil {
+		issues = append([]Issue{*b.mismatch}, issues...)
 	}
 	if issues == nil {
 		issues = []Issue{}
 	}
-	return ValidateResult{Valid: len(issues) == 0, Issues: issues}, nil
+	res := ValidateResult{Valid: len(issues) == 0, Issues: issues, SchemaID: b.schemaID}
+	if b.binding != nil {
+		res.BoundBy = b.binding.Prefix
+	}
+	return res, nil
 }
 
 // check returns the issues of doc and its canonical form, nil when it has
@@ -497,6 +532,8 @@ type ActivationResult struct {
 }
 
 // Activate makes req.Revision the head of req.Scope at the next generation.
+// Under a schema binding, a revision the bound schema rejects (one stored
+// before the binding) is refused with revision-invalid naming the schema.
 // It returns a revision-conflict error (errors.Is ErrConflict) carrying the
 // current generation when the scope is not at req.ExpectedGeneration, and
 // not-found when the revision is not stored in the scope.
@@ -514,6 +551,9 @@ func (e *Engine) Activate(ctx context.Context, req ActivateRequest) (ActivationR
 func (e *Engine) activate(ctx context.Context, req ActivateRequest, hash string) (ActivationResult, error) {
 	if rec, err := e.replayed(ctx, req.IdempotencyKey, hash); err != nil || rec != nil {
 		return activationResult(rec), err
+	}
+	if err := e.checkBoundRevision(ctx, req.Scope, req.Revision); err != nil {
+		return ActivationResult{}, err
 	}
 	ev := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, authorOf(req.Actor, req.OnBehalfOf), req.Reason, req.IdempotencyKey, hash)
 	ev.Revision = req.Revision
@@ -610,7 +650,9 @@ type RollbackRequest struct {
 // Rollback re-activates an earlier revision of req.Scope as a new generation;
 // history only grows. The activated event's reason is "rollback to
 // <revision>" unless req.Reason is set. It returns not-found when the target
-// does not exist and revision-conflict on a generation mismatch.
+// does not exist and revision-conflict on a generation mismatch; under a
+// schema binding, a target the bound schema rejects is revision-invalid
+// naming the schema, as Activate refuses it.
 func (e *Engine) Rollback(ctx context.Context, req RollbackRequest) (ActivationResult, error) {
 	if err := e.writable(req.Scope, req.Owner); err != nil {
 		return ActivationResult{}, err
@@ -752,6 +794,40 @@ func (e *Engine) History(ctx context.Context, scope Scope) ([]Event, error) {
 		return nil, err
 	}
 	return e.store.History(ctx, scope)
+}
+
+// HistoryEach calls fn with every event of scope in log order, as History
+// returns them, holding one revision document at a time: the events come
+// from one Store.EventHistory read, and the document of a revision-created
+// event that comes without one is read (Store.Revision) just before fn
+// sees it; a body retention reclaimed leaves the event without a document,
+// as in History. The event passed to fn is reused: fn must not keep it.
+// It stops at fn's first error, which it returns.
+func (e *Engine) HistoryEach(ctx context.Context, scope Scope, fn func(*Event) error) error {
+	if err := validateScope(string(scope)); err != nil {
+		return err
+	}
+	events, err := e.store.EventHistory(ctx, scope)
+	if err != nil {
+		return err
+	}
+	for i := range events {
+		ev := &events[i]
+		if ev.Kind == EventRevisionCreated && ev.Document == nil {
+			rec, err := e.store.Revision(ctx, scope, ev.Revision)
+			switch {
+			case err == nil:
+				ev.Document = rec.Document
+			case !errors.Is(err, ErrReclaimed):
+				return err
+			}
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+		ev.Document = nil // the next body is read only once this one may go
+	}
+	return nil
 }
 
 // ScopeHead is a scope's head as of some generation, as replay answers it.

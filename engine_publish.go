@@ -76,7 +76,7 @@ func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult
 	doc, rev, hash := a.doc, a.rev, a.hash // hash: only a request with a key is recorded with one
 	act := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, by, req.Reason, req.IdempotencyKey, hash)
 	act.Revision = rev
-	created := createdEvent(req.Scope, rev, doc, req.SchemaID, req.SchemaVersion, by, req.Reason, act.Timestamp)
+	created := createdEvent(req.Scope, rev, doc, a.schemaID, req.SchemaVersion, by, req.Reason, act.Timestamp)
 	var isNew bool
 	if cp, ok := e.store.(CheckedPublisher); ok && req.Checked.Holds(doc) {
 		isNew, err = cp.AppendPublishChecked(ctx, created, act, req.ExpectedGeneration, req.Checked)

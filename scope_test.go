@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -151,5 +152,31 @@ func BenchmarkParseScope(b *testing.B) {
 		if _, err := ParseScope("agentic.lanes.vinci"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestHeadBodyBuiltOnFirstRead: a new head holds no read body (a commit
+// does not pay for one); the first read builds it, every read after that
+// returns the same bytes without allocating, and readers racing on the
+// first read all get one body.
+func TestHeadBodyBuiltOnFirstRead(t *testing.T) {
+	h := NewHead(&Event{Kind: EventActivated, Scope: "a.b", Revision: "sha256:x", Generation: 2},
+		&RevisionRecord{Document: []byte(`{"k":1}`)})
+	if h.body.Load() != nil {
+		t.Fatal("NewHead built the read body")
+	}
+	bodies := make([][]byte, 8)
+	var wg sync.WaitGroup
+	for i := range bodies {
+		wg.Go(func() { bodies[i] = h.ReadBody() })
+	}
+	wg.Wait()
+	for _, b := range bodies[1:] {
+		if &b[0] != &bodies[0][0] {
+			t.Fatal("racing first reads got different bodies")
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = h.ReadBody() }); n != 0 {
+		t.Errorf("a read after the first allocates %.0f times, want 0", n)
 	}
 }

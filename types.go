@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/varplane/varplane/internal/jsontext"
@@ -144,11 +145,14 @@ type Head struct {
 	Reason        string
 
 	etag string
-	body []byte
+	// body is the read body, built by the first ReadBody: a commit does
+	// not pay for it (a head may be replaced before anyone reads it, and
+	// a lone writer's publish is that much shorter).
+	body atomic.Pointer[[]byte]
 }
 
 // NewHead builds the head that activation event ev installs for document doc,
-// precomputing its read body and ETag.
+// with its ETag; its read body is built by the first read.
 func NewHead(ev *Event, rec *RevisionRecord) *Head {
 	h := &Head{
 		Scope:         ev.Scope,
@@ -162,7 +166,6 @@ func NewHead(ev *Event, rec *RevisionRecord) *Head {
 		Reason:        ev.Reason,
 	}
 	h.etag = `"` + string(h.Revision) + `"`
-	h.body = h.buildBody()
 	return h
 }
 
@@ -201,8 +204,18 @@ func (h *Head) valuesLen() int {
 
 // ReadBody returns the JSON body of a read of this head:
 // {"generation","revision","schemaId"?,"effectiveAt","values"}. The slice is
-// shared: do not modify it.
-func (h *Head) ReadBody() []byte { return h.body }
+// shared: do not modify it. The first call builds it; readers that race
+// to build it all get the one stored first.
+func (h *Head) ReadBody() []byte {
+	if b := h.body.Load(); b != nil {
+		return *b
+	}
+	b := h.buildBody()
+	if h.body.CompareAndSwap(nil, &b) {
+		return b
+	}
+	return *h.body.Load()
+}
 
 // buildBody builds the read body in one allocation: the values object is
 // written in place rather than built apart and copied.

@@ -140,6 +140,9 @@ func runProfiles(ctx context.Context, cfg *config, rep *Report, dir string) {
 		if ctx.Err() != nil {
 			return
 		}
+		if cfg.profiles != nil && !cfg.profiles[c.name] {
+			continue
+		}
 		vp, pprofAddr, err := startEmbedded(ctx, &pc, c.name)
 		if err != nil {
 			rep.Profiles = append(rep.Profiles, fmt.Sprintf("### %s\n\nnot profiled: %v", c.name, err))
@@ -191,7 +194,7 @@ func runProfiles(ctx context.Context, cfg *config, rep *Report, dir string) {
 		rep.Profiles = append(rep.Profiles, b.String())
 		logf("profiled %s", c.name)
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && (cfg.profiles == nil || cfg.profiles["restart"]) {
 		rep.Profiles = append(rep.Profiles, profileRestart(ctx, cfg, dir))
 	}
 }

@@ -55,6 +55,8 @@ type config struct {
 	idleScenario    time.Duration // longest wait for idle before a scenario
 	docSize         int
 	etcdReadClients int
+	// profiles names the profile cases -profile runs (empty: all of them).
+	profiles map[string]bool
 
 	repo      string
 	tmp       string
@@ -101,6 +103,7 @@ func run() int {
 		postgres = flag.String("postgres", envOr("VARPLANE_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL for the postgres scenario (it creates a database of its own there, and drops it)")
 		rounds   = flag.Int("rounds", 0, "rounds per scenario (default 3, or 3 with -quick)")
 		etcdRC   = flag.Int("etcd-read-clients", 1, "clientv3 clients (gRPC connections) the 64 etcd readers share (1 read fastest in trials of 1, 8, 64)")
+		profiles = flag.String("profiles", "", "with -profile: comma-separated profile cases to run (read-200, read-304, commit-1, commit-64, publish-1, publish-64, contended-64, push, restart, ...; default all)")
 		profile  = flag.Bool("profile", false, "after the scenarios, profile the varplane hot paths (CPU and allocations) on the library embedded with net/http/pprof, and add the top functions to the report")
 		deadline = flag.Duration("timeout", 0, "hard limit for the whole run; scenarios not started by then are reported as not run (default 15m, or 2m with -quick)")
 	)
@@ -112,6 +115,12 @@ func run() int {
 	}
 
 	cfg := &config{quick: *quick, repo: *repo, install: !*noInst, keep: *keep, redisAddr: *redis, postgresURL: *postgres, docSize: 1024, etcdReadClients: *etcdRC}
+	if *profiles != "" {
+		cfg.profiles = map[string]bool{}
+		for _, n := range strings.Split(*profiles, ",") {
+			cfg.profiles[strings.TrimSpace(n)] = true
+		}
+	}
 	if *quick {
 		cfg.rounds, cfg.warm, cfg.readDur, cfg.commitDur = 3, 150*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 		cfg.pushSubs, cfg.pushConns, cfg.pushCommits, cfg.pushSpacing = 1000, 10, 30, 20*time.Millisecond

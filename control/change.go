@@ -322,10 +322,28 @@ type ListRequest struct {
 // up are expired first (an open list never shows them). A change's
 // candidate document is read only once the change passed every filter.
 func (svc *Service) List(ctx context.Context, req ListRequest) ([]*Change, error) {
-	if req.State != "" && req.State != "open" && !validState(State(req.State)) {
-		return nil, varplane.Errorf(varplane.CodeBadRequest, "state %q is not a change state (nor open)", req.State)
-	}
 	out := []*Change{}
+	err := svc.ListEach(ctx, req, func(c *Change) error {
+		kept := *c // ListEach drops c's candidate once fn returns
+		out = append(out, &kept)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ListEach calls fn with each change List returns, in its order, reading
+// a change's candidate only just before fn sees it and dropping it after,
+// so that a caller who streams the list holds one candidate at a time
+// (the records, small, are all read first to be sorted). fn may keep c but
+// not its Document.
+func (svc *Service) ListEach(ctx context.Context, req ListRequest, fn func(c *Change) error) error {
+	if req.State != "" && req.State != "open" && !validState(State(req.State)) {
+		return varplane.Errorf(varplane.CodeBadRequest, "state %q is not a change state (nor open)", req.State)
+	}
+	var out []*Change
 	err := svc.each(ctx, func(c *Change) error {
 		if err := svc.expireIfDue(ctx, c); err != nil {
 			return err
@@ -340,18 +358,25 @@ func (svc *Service) List(ctx context.Context, req ListRequest) ([]*Change, error
 					return err
 				}
 			}
-			if err := svc.readCandidate(ctx, c); err != nil {
-				return err
-			}
 			out = append(out, c)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	slices.SortStableFunc(out, func(a, b *Change) int { return b.ProposedAt.Compare(a.ProposedAt) })
-	return out, nil
+	for _, c := range out {
+		if err := svc.readCandidate(ctx, c); err != nil {
+			return err
+		}
+		err := fn(c)
+		c.Document = nil
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ExpireDue expires every open change whose time is up, as the
@@ -498,13 +523,20 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 		Actor: by.ID, Owner: OwnerName, Reason: changeReason(c.ID),
 		IdempotencyKey: fmt.Sprintf("control:%s:%d", c.ID, c.Base),
 	})
-	if actErr != nil && !errors.Is(actErr, varplane.ErrConflict) {
+	invalid := varplane.ErrorCode(actErr) == varplane.CodeRevisionInvalid
+	if actErr != nil && !errors.Is(actErr, varplane.ErrConflict) && !invalid {
 		return nil, actErr // still publishing: the next publish finishes it
 	}
 	version, now := c.Version, svc.now()
-	if actErr != nil {
+	switch {
+	case invalid:
+		// A schema bound since the change was checked refuses its
+		// candidate: the change fails, with the schema's issues.
+		c.Checks = append(c.Checks, CheckResult{Name: SchemaCheck, Issues: issuesOf(actErr)})
+		c.move(StateFailed, by.ID, now, "the bound schema refused the publish: "+varplane.ErrorMessage(actErr))
+	case actErr != nil:
 		c.move(StateConflicted, by.ID, now, "base moved")
-	} else {
+	default:
 		c.Published = &Publication{Generation: res.Generation, By: by.ID, At: now}
 		c.move(StatePublished, by.ID, now, "")
 	}

@@ -87,12 +87,17 @@ type CheckResult struct {
 	Passed bool             `json:"passed"`
 	Issues []varplane.Issue `json:"issues,omitempty"`
 	Reads  []HeadRead       `json:"reads,omitempty"`
+	// SchemaID, on the schema check, is the schema the document was
+	// checked against: its scope's bound schema, or the one the change
+	// named (none: only the document's syntax and numbers were checked).
+	SchemaID string `json:"schemaId,omitempty"`
 }
 
 // SchemaCheck names the schema validation every change runs first.
 const SchemaCheck = "schema"
 
-// runChecks validates c's document as the engine would store it, stores it
+// runChecks validates c's document as the engine would store it (against
+// its scope's bound schema, if any), stores it
 // as a revision of c.Scope when valid, and runs the check hooks; it records
 // every result on c.
 func (svc *Service) runChecks(ctx context.Context, c *Change) error {
@@ -101,7 +106,7 @@ func (svc *Service) runChecks(ctx context.Context, c *Change) error {
 	if err != nil {
 		return err
 	}
-	c.Checks = append(c.Checks, CheckResult{Name: SchemaCheck, Passed: res.Valid, Issues: res.Issues})
+	c.Checks = append(c.Checks, CheckResult{Name: SchemaCheck, Passed: res.Valid, Issues: res.Issues, SchemaID: res.SchemaID})
 	if !res.Valid {
 		c.Revision = ""
 		return nil

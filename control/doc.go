@@ -16,6 +16,9 @@
 //     store's log carries the identity that made it as actor and the
 //     transition as reason;
 //   - varplane-control.policies: the review policies, one per scope subtree.
+//   - varplane-control.schemas: the schema bindings, one per scope prefix
+//     (binding.go); Guard is the engine's Binder (varplane.Options.Binder),
+//     so every write under a bound prefix is validated against its schema.
 //
 // The candidate document of a change is stored as an ordinary revision of
 // its target scope when it is proposed (revisions never change a head), so

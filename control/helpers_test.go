@@ -84,10 +84,14 @@ var authz = varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (
 })
 
 // rejectBad is a validator whose schema "strict" refuses a document with a
-// "bad" member.
+// "bad" member; its schema "loose" accepts every document. It lists them
+// (IDs) as a schema registry does.
 type rejectBad struct{}
 
 func (rejectBad) Validate(id string, doc json.RawMessage) ([]varplane.Issue, error) {
+	if id == "loose" { // "loose" accepts everything
+		return nil, nil
+	}
 	if id != "strict" {
 		return nil, varplane.ErrUnknownSchema
 	}
@@ -98,6 +102,8 @@ func (rejectBad) Validate(id string, doc json.RawMessage) ([]varplane.Issue, err
 	}
 	return nil, nil
 }
+
+func (rejectBad) IDs() []string { return []string{"loose", "strict"} }
 
 type env struct {
 	t      *testing.T
@@ -130,7 +136,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	t.Cleanup(func() { _ = o.store.Close() })
 	clk := newClock()
 	guard := control.NewGuard()
-	eng := varplane.NewEngine(o.store, varplane.Options{Validator: rejectBad{}, Now: clk.Now, Owners: append(o.owners, guard.Owners()...)})
+	eng := varplane.NewEngine(o.store, varplane.Options{Validator: rejectBad{}, Now: clk.Now, Owners: append(o.owners, guard.Owners()...), Binder: guard})
 	t.Cleanup(eng.Close)
 	if o.storeInstances {
 		o.instances = control.StoreInstances(eng)

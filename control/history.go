@@ -294,7 +294,10 @@ func (svc *Service) Propagation(ctx context.Context, scope varplane.Scope, n var
 
 // Rollback proposes a change whose content is generation n's document, on
 // the scope's current generation; it goes through the same review as any
-// change.
+// change. Under a schema binding the document is checked against the bound
+// schema, not the one its revision was stored with: a rollback to a
+// document the binding rejects is a failed change, whose schema check
+// names the schema and lists its issues.
 func (svc *Service) Rollback(ctx context.Context, by varplane.Identity, scope varplane.Scope, n varplane.Generation, note string) (*Change, error) {
 	e, err := svc.Revision(ctx, scope, n)
 	if err != nil {
@@ -310,5 +313,11 @@ func (svc *Service) Rollback(ctx context.Context, by varplane.Identity, scope va
 	if note == "" {
 		note = fmt.Sprintf("rollback to generation %d", n)
 	}
-	return svc.Propose(ctx, by, ProposeRequest{Scope: scope, Base: st.Generation, Document: e.Document, SchemaID: e.SchemaID, Note: note, rollbackTo: &n})
+	schemaID := e.SchemaID
+	if _, bound, err := svc.guard.Binding(ctx, scope); err != nil {
+		return nil, err
+	} else if bound {
+		schemaID = "" // the scope's binding decides, not the schema of the old revision
+	}
+	return svc.Propose(ctx, by, ProposeRequest{Scope: scope, Base: st.Generation, Document: e.Document, SchemaID: schemaID, Note: note, rollbackTo: &n})
 }

@@ -37,14 +37,10 @@ type policiesDoc struct {
 }
 
 // policySet is the policies as of one version of their record.
-type policySet struct {
-	version  varplane.Generation
-	revision varplane.Revision
-	list     []Policy
-}
+type policySet = recordSet[Policy]
 
-// lookup returns the policy of the longest scope that covers s.
-func (ps *policySet) lookup(s varplane.Scope) (Policy, bool) {
+// lookupPolicy returns the policy of the longest scope that covers s.
+func lookupPolicy(ps *policySet, s varplane.Scope) (Policy, bool) {
 	var best Policy
 	found := false
 	for _, p := range ps.list {
@@ -104,7 +100,7 @@ func (svc *Service) PolicyFor(ctx context.Context, scope varplane.Scope) (Policy
 	if err != nil {
 		return Policy{}, false, err
 	}
-	p, ok := ps.lookup(scope)
+	p, ok := lookupPolicy(ps, scope)
 	return p, ok, nil
 }
 

@@ -91,6 +91,7 @@ func writeRecord(ctx context.Context, e *varplane.Engine, scope varplane.Scope, 
 type Guard struct {
 	store  atomic.Pointer[storeRef]
 	cached atomic.Pointer[policySet]
+	bound  atomic.Pointer[bindingSet]
 }
 
 // storeRef is what a Guard is bound to: the store it reads the policies
@@ -163,34 +164,53 @@ func (g *Guard) underPolicy(s varplane.Scope) bool {
 	if err != nil {
 		return true
 	}
-	_, ok := ps.lookup(s)
+	_, ok := lookupPolicy(ps, s)
 	return ok
 }
 
 // policies returns the policy set the store holds, decoded once per
 // revision of its record.
 func (g *Guard) policies(ctx context.Context) (*policySet, error) {
+	return readSet(ctx, g, policiesScope, &g.cached, func(raw json.RawMessage) ([]Policy, error) {
+		var doc policiesDoc
+		err := json.Unmarshal(raw, &doc)
+		return doc.Policies, err
+	})
+}
+
+// recordSet is the list a record scope holds (the policies, the schema
+// bindings) as of one version of the record.
+type recordSet[T any] struct {
+	version  varplane.Generation
+	revision varplane.Revision
+	list     []T
+}
+
+// readSet returns the list the store holds in the record scope scope (an
+// empty one at its generation when it has no head), decoded by decode once
+// per revision of the record: cache keeps the last one decoded.
+func readSet[T any](ctx context.Context, g *Guard, scope varplane.Scope, cache *atomic.Pointer[recordSet[T]], decode func(json.RawMessage) ([]T, error)) (*recordSet[T], error) {
 	ref := g.store.Load()
 	if ref == nil {
-		return &policySet{}, nil
+		return &recordSet[T]{}, nil
 	}
-	st, err := ref.s.State(ctx, policiesScope)
+	st, err := ref.s.State(ctx, scope)
 	if err != nil {
 		return nil, err
 	}
 	if st.Head == nil {
-		return &policySet{version: st.Generation}, nil
+		return &recordSet[T]{version: st.Generation}, nil
 	}
-	if c := g.cached.Load(); c != nil && c.revision == st.Head.Revision && c.version == st.Generation {
+	if c := cache.Load(); c != nil && c.revision == st.Head.Revision && c.version == st.Generation {
 		return c, nil
 	}
-	var doc policiesDoc
-	if err := json.Unmarshal(st.Head.Document, &doc); err != nil {
-		return nil, fmt.Errorf("control: decode %s: %w", policiesScope, err)
+	list, err := decode(st.Head.Document)
+	if err != nil {
+		return nil, fmt.Errorf("control: decode %s: %w", scope, err)
 	}
-	ps := &policySet{version: st.Generation, revision: st.Head.Revision, list: doc.Policies}
-	g.cached.Store(ps)
-	return ps, nil
+	rs := &recordSet[T]{version: st.Generation, revision: st.Head.Revision, list: list}
+	cache.Store(rs)
+	return rs, nil
 }
 
 // errNoRecord reports a record scope without a head: the record never

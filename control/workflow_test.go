@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -544,5 +545,55 @@ func TestPrepare(t *testing.T) {
 	}
 	if pols, err := e.svc.Policies(ctx); err != nil || len(pols) != 1 {
 		t.Fatalf("Prepare over a policy: %v %v", pols, err)
+	}
+}
+
+// TestListEachHoldsOneCandidate: ListEach hands the changes newest first
+// with their candidates, each read just before fn sees it and dropped once
+// fn returns, so that a streamed list holds one at a time; List keeps them
+// all; the list route answers the same changes, candidates included.
+func TestListEachHoldsOneCandidate(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, e.propose("alice", varplane.Scope(fmt.Sprintf("app.l%d", i)), 0, fmt.Sprintf(`{"i":%d}`, i)).ID)
+		e.clock.Advance(time.Second)
+	}
+	slices.Reverse(ids)
+	var seen []*control.Change
+	err := e.svc.ListEach(context.Background(), control.ListRequest{}, func(c *control.Change) error {
+		if c.Document == nil {
+			t.Errorf("%s has no candidate when fn sees it", c.ID)
+		}
+		for _, p := range seen {
+			if p.Document != nil {
+				t.Errorf("%s still holds its candidate while %s is handed", p.ID, c.ID)
+			}
+		}
+		seen = append(seen, c)
+		return nil
+	})
+	if err != nil || len(seen) != 3 {
+		t.Fatalf("ListEach: %d changes, %v", len(seen), err)
+	}
+	for i, c := range seen {
+		if c.ID != ids[i] {
+			t.Errorf("change %d is %s, want %s (newest first)", i, c.ID, ids[i])
+		}
+	}
+	list, err := e.svc.List(context.Background(), control.ListRequest{})
+	if err != nil || len(list) != 3 {
+		t.Fatalf("List: %d, %v", len(list), err)
+	}
+	for _, c := range list {
+		if c.Document == nil {
+			t.Errorf("List dropped the candidate of %s", c.ID)
+		}
+	}
+	var routed struct{ Changes []control.Change }
+	st, body := e.do("GET", "/v1/control/changes", "alice", nil, &routed)
+	want(t, "list", st, body, 200, "")
+	if len(routed.Changes) != 3 || routed.Changes[2].ID != ids[2] || string(routed.Changes[2].Document) != `{"i":0}` {
+		t.Errorf("the route answered %s", body)
 	}
 }

@@ -361,12 +361,11 @@ func (h *Handler) handleControlChanges(w http.ResponseWriter, r *http.Request) e
 		// the caller may not see costs its record only.
 		req.Visible = func(scope varplane.Scope) (bool, error) { return h.mayAudit(r, scope, false) }
 	}
-	list, err := h.ctl.List(r.Context(), req)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"changes": list})
-	return nil
+	// Streamed one candidate at a time (a caller who may audit many open
+	// changes of large documents once had them all held twice).
+	return wire.StreamJSON(w, []byte(`{"changes":[`), "]}", func(emit func(any) error) error {
+		return h.ctl.ListEach(r.Context(), req, func(c *control.Change) error { return emit(c) })
+	})
 }
 
 // handleControlChange serves GET {base}/control/changes/{id}.

@@ -244,6 +244,7 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h.handle("GET "+b+"/admin/replay", loud, h.handleReplay)
 	h.handle("GET "+b+"/admin/scopes", loud, h.handleScopes)
 	h.handle("GET "+b+"/admin/chain", loud, h.handleChain)
+	h.schemaRoutes(b + "/admin/schemas")
 	h.ofrepRoutes(b)
 	if h.ctl != nil {
 		h.controlRoutes(b + "/control")

@@ -247,7 +247,7 @@ func (h *Handler) handlePublish(w http.ResponseWriter, r *http.Request, q *reque
 			h.redirect(w, r, q.s, back+"#publish", keep(&flash{Field: "document", Issues: res.Issues, Message: "The document does not pass validation; the issues are listed on the document."}))
 			return
 		}
-		h.redirect(w, r, q.s, back+"#publish", keep(&flash{OK: true, Message: "The document is valid. Nothing was published yet."}))
+		h.redirect(w, r, q.s, back+"#publish", keep(&flash{OK: true, Message: validatedMessage(res)}))
 	case "propose":
 		var c control.Change
 		body := map[string]any{"scope": scope, "base": expected, "document": doc}

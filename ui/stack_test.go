@@ -16,6 +16,7 @@ import (
 	"github.com/varplane/varplane/control/controltest"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/push"
+	"github.com/varplane/varplane/schema"
 	"github.com/varplane/varplane/store/file"
 )
 
@@ -72,7 +73,12 @@ func newStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	guard := control.NewGuard()
-	engine := varplane.NewEngine(st, varplane.Options{Logger: log, Owners: append(guard.Owners(), config.Owner)})
+	// app/v1, for the schemas page: an object whose members are integers.
+	schemas := &schema.Registry{}
+	if err := schemas.Add("app/v1", []byte(`{"type":"object","additionalProperties":{"type":"integer"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	engine := varplane.NewEngine(st, varplane.Options{Logger: log, Owners: append(guard.Owners(), config.Owner), Validator: schemas, Binder: guard})
 	hub := push.New(engine, push.Options{Logger: log})
 	in := &controltest.Instances{}
 	svc := control.New(engine, guard, control.Options{Logger: log, Instances: in})

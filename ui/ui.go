@@ -129,6 +129,8 @@ func New(opts Options) *Handler {
 	m.HandleFunc("POST "+p+"/change", h.authed(h.handleTransition))
 	m.HandleFunc("GET "+p+"/policies", h.authed(h.handlePolicies))
 	m.HandleFunc("POST "+p+"/policies", h.authed(h.handlePolicyWrite))
+	m.HandleFunc("GET "+p+"/schemas", h.authed(h.handleSchemas))
+	m.HandleFunc("POST "+p+"/schemas", h.authed(h.handleSchemaWrite))
 	m.HandleFunc("GET "+p+"/fleet", h.authed(h.handleFleet))
 	m.HandleFunc("GET "+p+"/components", h.authed(h.handleComponents))
 	m.HandleFunc("POST "+p+"/components", h.authed(h.handleCreateComponent))

@@ -119,8 +119,9 @@ func publishDoc(t *testing.T, base, token, scope string, doc any, expected int) 
 // TestAttackPagedHistoryOfLargeRevisions: on a shared store (Redis, where
 // a body is a record the server reads over the network), a scope of 48
 // revisions of 1 MiB, six at once asking for one revision each, the
-// revision n, propagation and diff routes, and a read-only token listing
-// changes it is shown none of: the answers are right, nothing stored
+// revision n, propagation and diff routes, a read-only token listing
+// changes it is shown none of, and six whole histories of the var API at
+// once: the answers are right, nothing stored
 // changed, and the server's memory stays flat (each of these once read
 // every body of the scope, and the changes list every candidate).
 func TestAttackPagedHistoryOfLargeRevisions(t *testing.T) {
@@ -152,6 +153,11 @@ func TestAttackPagedHistoryOfLargeRevisions(t *testing.T) {
 	})
 	storm(t, s.Base+"/control", "reader-token", 4, []hit{
 		{"GET", "/changes", nil, 200, `{"changes":[]}`},
+	})
+	// The var API's whole history, bodies included: 48 MiB each, streamed
+	// one body at a time (it was read whole, then encoded whole).
+	storm(t, s.Base, "ops-token", 6, []hit{
+		{"GET", "/admin/history?scope=" + scope, nil, 200, `"i":47`},
 	})
 
 	if after := snapshot(); !bytes.Equal(after, before) {

@@ -58,14 +58,10 @@ const changeUsage = `propose|rollback|show|list|approve|reject|withdraw|publish|
 
 // Run dispatches to the subcommand.
 func (c *ChangeCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(c.m.Stderr, "Usage: varplane change %s\n\n%s", changeUsage, changeHelp)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			return flag.ErrHelp
-		}
-		return usagef("varplane change needs a subcommand")
+	sub, rest, err := subcommand(c.m, "change", changeUsage, changeHelp, args)
+	if err != nil {
+		return err
 	}
-	sub, rest := args[0], args[1:]
 	switch sub {
 	case "propose":
 		return c.propose(ctx, rest)

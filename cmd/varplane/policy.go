@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -47,14 +46,10 @@ func (p policyView) String() string {
 
 // Run dispatches to the subcommand.
 func (c *PolicyCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(c.m.Stderr, "Usage: varplane policy %s\n\n%s", policyUsage, policyHelp)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			return flag.ErrHelp
-		}
-		return usagef("varplane policy needs a subcommand")
+	sub, rest, err := subcommand(c.m, "policy", policyUsage, policyHelp, args)
+	if err != nil {
+		return err
 	}
-	sub, rest := args[0], args[1:]
 	var cf clientFlags
 	fs := c.m.newFlagSet("policy "+sub, "[SCOPE] [flags]", "Review policies: "+sub+".")
 	cf.register(fs, c.m.Getenv)

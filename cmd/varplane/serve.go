@@ -337,8 +337,10 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 	// review policy, the values service's configurations.
 	owners := []varplane.Owner{access.Owner}
 	guard := control.NewGuard()
+	var binder varplane.Binder // the schema bindings are the control service's records
 	if cfg.control {
 		owners = append(owners, guard.Owners()...)
+		binder = guard
 	}
 	if dep != nil {
 		owners = append(owners, config.Owner)
@@ -346,7 +348,7 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 
 	// The engine and the push hub every transport shares, so that a
 	// commit made through one reaches the subscribers of all.
-	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log, Limits: cfg.limits, Owners: owners})
+	engine := varplane.NewEngine(store, varplane.Options{Validator: validator, Logger: log, Limits: cfg.limits, Owners: owners, Binder: binder})
 	defer engine.Close()
 	// A commit to the access scope (a principal revoked) rechecks every
 	// stream at once; the periodic pass catches what changes no scope.

@@ -18,9 +18,12 @@ type ValidateCommand struct {
 func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.newFlagSet("validate", "[SCOPE] [-f FILE] [--schema-id ID] [flags]", `
 Check a document as "varplane create" would, without storing anything. With a
-scope (the first argument or --scope) naming a group (one segment, no dot)
-the group shape rule applies: every top-level key must start with
-"<group>.". Exits 1 when the document is invalid, after listing its issues.`)
+scope (the first argument or --scope) under a schema binding (varplane
+schema list) the document is checked against the bound schema, and
+--schema-id naming another one is an issue; with a scope naming a group
+(one segment, no dot) the group shape rule applies: every top-level key
+must start with "<group>.". Exits 1 when the document is invalid, after
+listing its issues.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
 	scope := fs.String("scope", "", "scope the document is meant for (optional; or the first argument)")
@@ -49,11 +52,18 @@ the group shape rule applies: every top-level key must start with
 		out.Issues = []varplane.Issue{}
 	}
 	err = emit(c.m.Stdout, cf.json(), out, func() error {
+		against := ""
+		switch {
+		case out.BoundBy != "":
+			against = fmt.Sprintf(" against %s (bound to %s)", out.SchemaID, out.BoundBy)
+		case out.SchemaID != "":
+			against = " against " + out.SchemaID
+		}
 		if out.Valid {
-			_, err := fmt.Fprintln(c.m.Stdout, "valid")
+			_, err := fmt.Fprintln(c.m.Stdout, "valid"+against)
 			return err
 		}
-		fmt.Fprintf(c.m.Stdout, "invalid: %d issue(s)\n", len(out.Issues))
+		fmt.Fprintf(c.m.Stdout, "invalid%s: %d issue(s)\n", against, len(out.Issues))
 		printIssues(c.m.Stdout, out.Issues, "  ")
 		return nil
 	})

@@ -12,14 +12,7 @@ import (
 func TestCLICoversTheWorkflow(t *testing.T) {
 	s := startServer(t)
 	env := []string{"VARPLANE_SERVER=" + s.URL}
-	run := func(want int, stdin string, args ...string) cliResult {
-		t.Helper()
-		r := runCLI(t, env, stdin, args...)
-		if r.code != want {
-			t.Fatalf("varplane %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, want, r.stdout, r.stderr)
-		}
-		return r
-	}
+	run := cliRunner(t, env)
 	run(0, `{"n":1}`, "set", "app.x")
 	run(0, `{"n":2}`, "set", "app.x")
 	run(0, `{"n":1}`, "set", "app.y")

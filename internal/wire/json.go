@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bufio"
 	"net/http"
 
 	"github.com/varplane/varplane/internal/jsontext"
@@ -21,6 +22,12 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // WriteRaw answers b, a JSON body already encoded (with its newline), with
 // the headers of WriteJSON.
 func WriteRaw(w http.ResponseWriter, status int, b []byte) {
+	writeJSONHeader(w, status)
+	_, _ = w.Write(b)
+}
+
+// writeJSONHeader sets the headers of every JSON answer and writes status.
+func writeJSONHeader(w http.ResponseWriter, status int) {
 	hdr := w.Header()
 	hdr["Content-Type"] = jsonType
 	if hdr.Get("Cache-Control") == "" {
@@ -28,7 +35,6 @@ func WriteRaw(w http.ResponseWriter, status int, b []byte) {
 	}
 	hdr["X-Content-Type-Options"] = noSniff
 	w.WriteHeader(status)
-	_, _ = w.Write(b)
 }
 
 // The values WriteRaw sets, shared by every answer instead of allocated
@@ -39,3 +45,60 @@ var (
 	noStore  = []string{"no-store"}[:1:1]
 	noSniff  = []string{"nosniff"}[:1:1]
 )
+
+// StreamJSON answers 200 with a JSON value holding one array written an
+// element at a time, for answers too large to hold encoded at once (a
+// scope's history with its documents): open is the answer up to the
+// array's opening bracket, end what follows its closing one. each calls
+// emit for every element in order; emit encodes it as WriteJSON would and
+// returns the write's error (the client left). The headers and bytes are
+// those of WriteJSON for the same value. An error of each before the first
+// element is returned with nothing written, for the caller to answer; one
+// after it aborts the answer (http.ErrAbortHandler), so that the client
+// sees a truncated body rather than a list with a hole.
+func StreamJSON(w http.ResponseWriter, open []byte, end string, each func(emit func(v any) error) error) error {
+	var (
+		bw   *bufio.Writer
+		n    int
+		werr error
+	)
+	start := func() {
+		writeJSONHeader(w, http.StatusOK)
+		bw = bufio.NewWriterSize(w, 32<<10)
+		_, werr = bw.Write(open)
+	}
+	err := each(func(v any) error {
+		if bw == nil {
+			start()
+		}
+		if werr != nil {
+			return werr
+		}
+		b, err := jsontext.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			werr = bw.WriteByte(',')
+		}
+		n++
+		if werr == nil {
+			_, werr = bw.Write(b)
+		}
+		return werr
+	})
+	switch {
+	case err != nil && bw == nil:
+		return err
+	case err != nil:
+		panic(http.ErrAbortHandler)
+	case bw == nil:
+		start()
+	}
+	if werr == nil {
+		_, _ = bw.WriteString(end)
+		_ = bw.WriteByte('\n')
+		_ = bw.Flush()
+	}
+	return nil
+}

@@ -671,6 +671,7 @@ func (s *Store) submit(ctx context.Context, ev *varplane.Event, expected varplan
 		}
 	}
 	err := s.send(ctx, r)
+	r.releaseLines()
 	if err == nil {
 		ev.Seq, ev.Hash = r.stored.Seq, r.stored.Hash
 	}
@@ -796,6 +797,7 @@ func (s *Store) AppendPublishChecked(ctx context.Context, created, activated *va
 		return false, err
 	}
 	r := &request{expected: expected}
+	defer r.releaseLines()
 	if err := s.preparePublish(r, created, activated, doc); err != nil {
 		return false, err
 	}

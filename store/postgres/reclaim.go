@@ -92,9 +92,11 @@ WHERE scope = $1 AND revision = ANY ($2) AND reclaimed_at IS NULL ORDER BY revis
 		return 0, err
 	}
 	// The revision-created events lose their documents, cut out of the
-	// stored bytes (withoutDocument).
+	// stored bytes (withoutDocument). They are found by the text of their
+	// revision member (migration 0008): body->>'revision' refuses a body
+	// whose document holds \u0000.
 	rows, err = tx.Query(ctx, `SELECT seq, body FROM events
-WHERE scope = $1 AND kind = 'revision-created' AND body->>'revision' = ANY ($2) ORDER BY seq`, string(scope), locked)
+WHERE scope = $1 AND kind = 'revision-created' AND varplane_event_revision(body) = ANY ($2) ORDER BY seq`, string(scope), locked)
 	if err != nil {
 		return 0, err
 	}

@@ -246,6 +246,15 @@ func TestEventsOneEdit(t *testing.T) {
 	other := before[0]
 	other.Document = storetest.Doc(99)
 	refused("another document", edit(revs[0], string(eventjson.Event(&other))))
+	// Cut out of the text: the document with the member after it.
+	whole := string(eventjson.Event(&before[0]))
+	at := strings.Index(whole, `,"document":`)
+	end := at + len(`,"document":`) + len(before[0].Document)
+	after := strings.Index(whole[end+1:], `,"`)
+	if after < 0 {
+		t.Fatalf("no member after the document in %s", whole)
+	}
+	refused("the document and the member after it", edit(revs[0], whole[:at]+whole[end+1+after:]))
 	for _, sql := range []string{
 		"UPDATE events SET kind = 'rejected' WHERE scope = 'edit.k' AND kind = 'revision-created'",
 		"UPDATE events SET scope = 'other.k' WHERE scope = 'edit.k' AND kind = 'revision-created'",
