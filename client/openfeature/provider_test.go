@@ -16,6 +16,7 @@ import (
 	of "github.com/open-feature/go-sdk/openfeature"
 
 	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/access"
 	"github.com/varplane/varplane/client"
 	"github.com/varplane/varplane/client/openfeature"
 	"github.com/varplane/varplane/httpapi"
@@ -37,11 +38,13 @@ type server struct {
 	srv    *http.Server
 }
 
-func startServer(t *testing.T) *server {
+func startServer(t *testing.T) *server { return startServerWith(t, varplane.AllowAll) }
+
+func startServerWith(t *testing.T, auth varplane.Authorizer) *server {
 	st := memory.New()
 	e := varplane.NewEngine(st, varplane.Options{Logger: quiet})
 	hub := push.New(e, push.Options{Logger: quiet})
-	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: varplane.AllowAll, Logger: quiet, Hub: hub})
+	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: auth, Logger: quiet, Hub: hub})
 	s := &server{t: t, engine: e, api: api, addr: "127.0.0.1:0"}
 	s.start()
 	t.Cleanup(func() { s.stop(); api.Close(); hub.Close(); e.Close(); _ = st.Close() })
@@ -286,5 +289,28 @@ func TestProviderScopesMetInEvaluations(t *testing.T) {
 	}
 	if _, ok := p.Client().Value("app.third"); ok {
 		t.Error("the scope past MaxScopes was registered")
+	}
+}
+
+// The server's read authorization holds through the provider: a flag of a
+// scope the token may not read is GENERAL, and its default value.
+func TestProviderTokenRefused(t *testing.T) {
+	auth, err := access.Scoped([]access.Grant{{Token: "reader", Kinds: []varplane.Kind{varplane.KindRead}, Prefixes: []string{"app."}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServerWith(t, auth)
+	s.publish("app.mine", `{"on":true}`)
+	s.publish("other.theirs", `{"on":true}`)
+	_, c := useProvider(t, s, client.Options{Logger: quiet, Token: "reader"}, openfeature.Options{Scopes: []varplane.Scope{"app.mine"}})
+	ec := of.NewEvaluationContext("u", nil)
+	if v, err := c.BooleanValue(context.Background(), "app.mine#/on", false, ec); err != nil || !v {
+		t.Fatalf("readable: %v %v", v, err)
+	}
+	for i := 0; i < 2; i++ { // the first asks the server, the second remembers
+		d, err := c.BooleanValueDetails(context.Background(), "other.theirs#/on", false, ec)
+		if err == nil || d.Value || d.ErrorCode != of.GeneralCode || !strings.Contains(d.ErrorMessage, "may not read") {
+			t.Fatalf("evaluation %d of a scope the token may not read: %+v %v", i, d, err)
+		}
 	}
 }
