@@ -2,9 +2,14 @@ package wire_test
 
 import (
 	"encoding/json"
+	"reflect"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"pgregory.net/rapid"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/canonical"
@@ -153,4 +158,98 @@ func TestLookupFlagConcurrent(t *testing.T) {
 	if string(doc) != `{"a":{"b":[1,{"c":"d"}]},"e":"f"}` {
 		t.Fatalf("document changed: %s", doc)
 	}
+}
+
+// TestFlagKeyProperty: for any document of nested objects and arrays and
+// any path into it, the key written from the scope and the path's tokens
+// (escaped as RFC 6901 says) parses back to those tokens, and the lookup
+// finds the very value at that path.
+func TestFlagKeyProperty(t *testing.T) {
+	name := rapid.SampledFrom([]string{"a", "", "/", "~", "~1", "#", "a/b", "~0~", "é", "0", "01", "-", " ", "\"q\"", "x\\y"})
+	var value func(depth int) *rapid.Generator[any]
+	value = func(depth int) *rapid.Generator[any] {
+		return rapid.Custom(func(rt *rapid.T) any {
+			k := rapid.IntRange(0, 4).Draw(rt, "kind")
+			if depth == 0 {
+				k = rapid.IntRange(0, 2).Draw(rt, "leaf")
+			}
+			switch k {
+			case 0:
+				return rapid.Bool().Draw(rt, "bool")
+			case 1:
+				return float64(rapid.IntRange(-1000, 1000).Draw(rt, "num"))
+			case 2:
+				return name.Draw(rt, "str")
+			case 3:
+				m := map[string]any{}
+				for i, n := 0, rapid.IntRange(0, 4).Draw(rt, "members"); i < n; i++ {
+					m[name.Draw(rt, "name")] = value(depth-1).Draw(rt, "member")
+				}
+				return m
+			default:
+				return rapid.SliceOfN(value(depth-1), 0, 4).Draw(rt, "elements")
+			}
+		})
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		root := value(4).Draw(rt, "doc")
+		doc, err := json.Marshal(root)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		// Walk down a random path, recording its tokens.
+		var tokens []string
+		cur := root
+		for rapid.Bool().Draw(rt, "deeper") {
+			switch v := cur.(type) {
+			case map[string]any:
+				if len(v) == 0 {
+					break
+				}
+				keys := make([]string, 0, len(v))
+				for k := range v {
+					keys = append(keys, k)
+				}
+				sort.Strings(keys)
+				k := rapid.SampledFrom(keys).Draw(rt, "key")
+				tokens, cur = append(tokens, k), v[k]
+				continue
+			case []any:
+				if len(v) == 0 {
+					break
+				}
+				i := rapid.IntRange(0, len(v)-1).Draw(rt, "index")
+				tokens, cur = append(tokens, strconv.Itoa(i)), v[i]
+				continue
+			}
+			break
+		}
+		key := "agentic.lanes.vinci"
+		if len(tokens) > 0 || rapid.Bool().Draw(rt, "hash") {
+			key += "#"
+		}
+		for _, tok := range tokens {
+			key += "/" + canonical.EscapeToken(tok)
+		}
+		fk, err := wire.ParseFlagKey(key)
+		if err != nil {
+			rt.Fatalf("%q: %v", key, err)
+		}
+		if fk.Scope != "agentic.lanes.vinci" || len(fk.Tokens) != len(tokens) {
+			rt.Fatalf("%q parsed as %+v", key, fk)
+		}
+		for i := range tokens {
+			if fk.Tokens[i] != tokens[i] {
+				rt.Fatalf("%q: token %d is %q, want %q", key, i, fk.Tokens[i], tokens[i])
+			}
+		}
+		got, err := wire.LookupFlag(doc, fk.Tokens)
+		if err != nil {
+			rt.Fatalf("%q in %s: %v", key, doc, err)
+		}
+		var gotV any
+		if err := json.Unmarshal(got, &gotV); err != nil || !reflect.DeepEqual(gotV, cur) {
+			rt.Fatalf("%q in %s: %s, want %v", key, doc, got, cur)
+		}
+	})
 }
