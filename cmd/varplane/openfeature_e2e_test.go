@@ -126,7 +126,7 @@ func TestOFREPNodeProviders(t *testing.T) {
 	}
 	lines := bufio.NewScanner(stdout)
 	lines.Buffer(nil, 1<<20)
-	phase := func(name string) map[string]detail {
+	raw := func(name string) map[string]json.RawMessage {
 		t.Helper()
 		if !lines.Scan() {
 			_ = node.Wait()
@@ -136,6 +136,12 @@ func TestOFREPNodeProviders(t *testing.T) {
 		if err := json.Unmarshal(lines.Bytes(), &m); err != nil || string(m["phase"]) != `"`+name+`"` {
 			t.Fatalf("node printed %s, want phase %s", lines.Text(), name)
 		}
+		t.Logf("%s: %s", name, lines.Text())
+		return m
+	}
+	phase := func(name string) map[string]detail {
+		t.Helper()
+		m := raw(name)
 		out := map[string]detail{}
 		for k, v := range m {
 			if k == "phase" {
@@ -147,7 +153,6 @@ func TestOFREPNodeProviders(t *testing.T) {
 			}
 			out[k] = d
 		}
-		t.Logf("%s: %s", name, lines.Text())
 		return out
 	}
 	check := func(what string, d detail, value, code string) {
@@ -171,6 +176,22 @@ func TestOFREPNodeProviders(t *testing.T) {
 		t.Errorf("whole document: %s", before["whole"].Value)
 	}
 
+	// The bulk evaluations of @openfeature/ofrep-core's client: the named
+	// flags in order (a failure as an item) with an ETag, 304 for it while
+	// nothing changed, and every readable scope (not other.scope).
+	bulks := raw("bulk")
+	first, unchanged, readable := decodeBulk(t, bulks["first"]), decodeBulk(t, bulks["unchanged"]), decodeBulk(t, bulks["readable"])
+	if first.Status != 200 || first.ETag == "" || len(first.Flags) != 3 || first.Flags[0].Key != "agentic.lanes.vinci#/enabled" ||
+		string(first.Flags[0].Value) != "true" || string(first.Flags[1].Value) != `"vinci"` || first.Flags[2].ErrorCode != "FLAG_NOT_FOUND" {
+		t.Errorf("bulk: %+v", first)
+	}
+	if unchanged.Status != 304 {
+		t.Errorf("bulk with the ETag, nothing changed: %+v", unchanged)
+	}
+	if readable.Status != 200 || len(readable.Flags) != 1 || readable.Flags[0].Key != "agentic.lanes.vinci" {
+		t.Errorf("bulk of every readable scope: %+v", readable)
+	}
+
 	rev2 := ofrepPublish(t, s, 1, `{"enabled":false,"name":"da vinci","ratio":0.5,"big":1,"limits":{"rps":7}}`)
 	if _, err := io.WriteString(stdin, "published\n"); err != nil {
 		t.Fatal(err)
@@ -182,6 +203,11 @@ func TestOFREPNodeProviders(t *testing.T) {
 	check("object after", after["object"], `{"rps":7}`, "")
 	if b := after["bool"]; b.Variant != rev2 || b.FlagMetadata["generation"] != float64(2) {
 		t.Errorf("boolean's detail after: %+v", b)
+	}
+
+	if changed := decodeBulk(t, raw("bulk-after")["changed"]); changed.Status != 200 || changed.ETag == first.ETag ||
+		len(changed.Flags) != 3 || string(changed.Flags[0].Value) != "false" {
+		t.Errorf("bulk with the old ETag after a publish: %+v", changed)
 	}
 
 	errs := phase("errors")
@@ -204,6 +230,26 @@ func TestOFREPNodeProviders(t *testing.T) {
 			t.Errorf("the server logged no %s answer", want)
 		}
 	}
+}
+
+// bulkResult is what the Node script prints of a bulk evaluation.
+type bulkResult struct {
+	Status int    `json:"status"`
+	ETag   string `json:"etag"`
+	Flags  []struct {
+		Key       string          `json:"key"`
+		Value     json.RawMessage `json:"value"`
+		ErrorCode string          `json:"errorCode"`
+	} `json:"flags"`
+}
+
+func decodeBulk(t *testing.T, raw json.RawMessage) bulkResult {
+	t.Helper()
+	var b bulkResult
+	if err := json.Unmarshal(raw, &b); err != nil {
+		t.Fatalf("bulk result %s: %v", raw, err)
+	}
+	return b
 }
 
 var jsBlockRE = regexp.MustCompile("(?s)```js\n(.*?)\n```")

@@ -4,6 +4,7 @@
 // stdin (the Go test publishes in between).
 const { OpenFeature } = require('@openfeature/server-sdk');
 const { OFREPProvider } = require('@openfeature/ofrep-provider');
+const { OFREPApi } = require('@openfeature/ofrep-core');
 
 const baseUrl = process.env.VARPLANE_OFREP_URL;
 const token = process.env.VARPLANE_TOKEN;
@@ -25,6 +26,17 @@ async function all(flags) {
   };
 }
 
+// bulk is a bulk evaluation through the OFREP client of @openfeature/ofrep-core:
+// its status, ETag and flags.
+async function bulk(context, etag) {
+  const headers = { Authorization: `Bearer ${token}` };
+  if (etag) headers['If-None-Match'] = etag;
+  const res = await new OFREPApi(baseUrl).postBulkEvaluateFlags({ context }, { headers });
+  return { status: res.httpStatus, etag: res.httpResponse.headers.get('ETag'), flags: res.value && res.value.flags };
+}
+
+const bulkContext = { ...user, flags: ['agentic.lanes.vinci#/enabled', 'agentic.lanes.vinci#/name', 'agentic.lanes.vinci#/missing'] };
+
 function line() {
   return new Promise((resolve) => process.stdin.once('data', resolve));
 }
@@ -35,9 +47,14 @@ async function main() {
   await OpenFeature.setProviderAndWait('forged', new OFREPProvider({ baseUrl, headers: { Authorization: 'Bearer forged' } }));
   const flags = OpenFeature.getClient('reader');
 
+  const first = await bulk(bulkContext);
+  const unchanged = await bulk(bulkContext, first.etag);
+  const readable = await bulk({ targetingKey: 'user-1' });
   console.log(JSON.stringify({ phase: 'before', ...(await all(flags)) }));
+  console.log(JSON.stringify({ phase: 'bulk', first, unchanged, readable }));
   await line();
   console.log(JSON.stringify({ phase: 'after', ...(await all(flags)) }));
+  console.log(JSON.stringify({ phase: 'bulk-after', changed: await bulk(bulkContext, first.etag) }));
 
   const errors = {
     notFound: pick(await flags.getBooleanDetails(key('agentic.lanes.vinci#/missing'), true, user)),
