@@ -33,6 +33,7 @@ func chainEvent(t *rapid.T) varplane.Event {
 		RejectionReason: str.Draw(t, "rejection"),
 		Timestamp:       time.Unix(rapid.Int64Range(0, 1<<33).Draw(t, "sec"), rapid.Int64Range(0, 999999999).Draw(t, "nsec")).UTC(),
 		Unauthenticated: rapid.Bool().Draw(t, "unauth"),
+		RollbackOf:      varplane.Generation(rapid.Uint64Range(0, 1<<53).Draw(t, "rollbackOf")),
 		Seq:             rapid.Uint64().Draw(t, "seq"),
 		Hash:            str.Draw(t, "ownHash"),
 	}

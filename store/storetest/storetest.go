@@ -83,6 +83,7 @@ func Run(t *testing.T, h Harness) {
 		{"EventHistory", testEventHistory},
 		{"Capabilities", testCapabilities},
 		{"Chain", RunChain},
+		{"RollbackMark", testRollbackMark},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
