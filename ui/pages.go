@@ -270,17 +270,27 @@ func (h *Handler) handlePublish(w http.ResponseWriter, r *http.Request, q *reque
 }
 
 type confirmView struct {
-	Scope    varplane.Scope
-	Status   varplane.Status
-	To       varplane.Generation
-	Diff     *sideBySide
-	Cascade  []varplane.ScopeSummary
-	CanWrite bool
-	Policy   *control.Policy
+	Scope   varplane.Scope
+	Status  varplane.Status
+	To      varplane.Generation
+	Diff    *sideBySide
+	Cascade []varplane.CascadeEntry
+	// WasActive: the deactivation would clear the scope's own head.
+	WasActive bool
+	Policy    *control.Policy
+	// Refusal says, when the server's dry run of the write refuses it,
+	// what would be refused and what to do; the page then offers no
+	// button that would meet that refusal.
+	Refusal string
+	// Propose: the write is refused because the scope is under a review
+	// policy, and the page offers to propose it as a change instead.
+	Propose bool
 }
 
 // handleRollbackConfirm shows what a rollback to generation to would do:
-// the diff from the head to it, and a form to confirm.
+// the diff from the head to it, and a form to confirm when the server's
+// dry run of it passes (a form to propose it when the scope is under a
+// review policy; what refuses it otherwise).
 func (h *Handler) handleRollbackConfirm(w http.ResponseWriter, r *http.Request, q *request) {
 	scope, err := scopeParam(r)
 	if err != nil {
@@ -311,8 +321,14 @@ func (h *Handler) handleRollbackConfirm(w http.ResponseWriter, r *http.Request, 
 		v.Diff = sideBySideOf("", doc)
 		v.Diff.To = v.To
 	}
-	v.CanWrite = h.may(ctx, q.s, varplane.KindMutate, scope)
 	v.Policy = policyFor(ctx, q.api, scope)
+	// The server's dry run of the very rollback the form sends: the
+	// button is offered only when the write would pass.
+	_, err = q.api.Rollback(ctx, varplane.RollbackRequest{Scope: scope, ExpectedGeneration: v.Status.Generation, ToGeneration: &v.To, DryRun: true})
+	v.Propose = varplane.ErrorCode(err) == varplane.CodeChangeRequired
+	if err != nil && !v.Propose {
+		v.Refusal = refusal(err, scope)
+	}
 	h.render(w, r, q.s, http.StatusOK, "rollback", "Roll back "+string(scope), &v)
 }
 
@@ -356,7 +372,9 @@ func (h *Handler) handleRollback(w http.ResponseWriter, r *http.Request, q *requ
 }
 
 // handleDeactivateConfirm lists every active scope the cascade would
-// clear (the scope and its active descendants) before the confirmation.
+// clear (the scope and its active descendants), as the server's dry run of
+// the deactivation finds them, before the confirmation; or what would
+// refuse it, and then no button.
 func (h *Handler) handleDeactivateConfirm(w http.ResponseWriter, r *http.Request, q *request) {
 	scope, err := scopeParam(r)
 	if err != nil {
@@ -369,17 +387,14 @@ func (h *Handler) handleDeactivateConfirm(w http.ResponseWriter, r *http.Request
 		h.renderError(w, r, q.s, err)
 		return
 	}
-	all, err := q.api.AllScopes(ctx, scope)
+	// The server's dry run of the very deactivation the form sends: what
+	// it would clear, or what refuses it (a scope of the cascade under a
+	// review policy or owned, the token's rights).
+	plan, err := q.api.Deactivate(ctx, varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: v.Status.Generation, DryRun: true})
 	if err != nil {
-		h.renderError(w, r, q.s, err)
-		return
+		v.Refusal = refusal(err, scope)
 	}
-	for _, it := range all {
-		if it.Active {
-			v.Cascade = append(v.Cascade, it)
-		}
-	}
-	v.CanWrite = h.may(ctx, q.s, varplane.KindMutate, scope)
+	v.Cascade, v.WasActive = plan.Cascade, plan.WasActive
 	h.render(w, r, q.s, http.StatusOK, "deactivate", "Deactivate "+string(scope), &v)
 }
 
@@ -508,7 +523,13 @@ func (h *Handler) handleLive(w http.ResponseWriter, r *http.Request, q *request)
 	target := q.api.URL("/watch")
 	switch scope := varplane.Scope(r.URL.Query().Get("s")); {
 	case scope == "":
-		target += "?all=1"
+		query, ok := h.liveEverything(r.Context(), q)
+		if !ok {
+			// Nothing the token may follow: the script stops asking.
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		target += "?" + query
 	case scope.IsGroup():
 		target += "?group=" + url.QueryEscape(string(scope))
 	default:
