@@ -121,3 +121,21 @@ func TestBrowserReadOnlyNarrowed(t *testing.T) {
 	run(t, ctx, chromedp.WaitVisible(chromedp.CSS(`#scopes tr[data-scope="shop.front.search"]`)))
 	wantText(t, ctx, "#live", "Generation 2 of shop.front.search is live")
 }
+
+// TestTimelineMarksRollbacks: the scope page's timeline marks a rollback's
+// activation (with a reason of its own) as the rollback of the generation
+// it undid, and no other.
+func TestTimelineMarksRollbacks(t *testing.T) {
+	s := newStack(t)
+	s.publish(t, "app.x", `{"n":1}`, "")
+	s.publish(t, "app.x", `{"n":2}`, "")
+	if _, err := s.engine.Rollback(context.Background(), varplane.RollbackRequest{Scope: "app.x", ExpectedGeneration: 2, Actor: "setup", Reason: "bad deploy"}); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, s)
+	b.signin(adminToken)
+	_, page := b.do("GET", "/ui/scope?s=app.x", nil)
+	if strings.Count(page, `class="rollback"`) != 1 || !strings.Contains(page, `<span class="rollback">rollback of #2</span>`) {
+		t.Fatalf("the timeline:\n%s", page)
+	}
+}
