@@ -57,6 +57,9 @@ type scopeView struct {
 	Policy    *control.Policy
 	Draft     string
 	Reason    string
+	// ReadOnly, for a scope the session may read but not audit, says so
+	// in place of the history (readerScope).
+	ReadOnly string
 }
 
 func scopeParam(r *http.Request) (varplane.Scope, error) {
@@ -85,6 +88,9 @@ func (h *Handler) handleScope(w http.ResponseWriter, r *http.Request, q *request
 	ctx := r.Context()
 	v := scopeView{Scope: scope}
 	if v.Status, err = q.api.Status(ctx, scope); err != nil {
+		if varplane.ErrorCode(err) == varplane.CodeForbidden && h.readerScope(w, r, q, scope) {
+			return
+		}
 		h.renderError(w, r, q.s, err)
 		return
 	}

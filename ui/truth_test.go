@@ -77,7 +77,9 @@ func TestConfirmationsTellTheTruth(t *testing.T) {
 // TestReadOnlySessionSeesItsScopes: a console session whose token may
 // only read the scopes under shop lists exactly those (it saw "0 of 0
 // scopes" when the list needed audit), without who changed them last; its
-// live stream follows them instead of being refused the whole tree.
+// live stream follows them instead of being refused the whole tree; a
+// scope's page shows it the head a read answers, and says why there is no
+// history.
 func TestReadOnlySessionSeesItsScopes(t *testing.T) {
 	s := newStack(t)
 	seed(t, s)
@@ -94,6 +96,16 @@ func TestReadOnlySessionSeesItsScopes(t *testing.T) {
 	}
 	if strings.Contains(page, "setup") {
 		t.Errorf("a reader sees who changed the scopes (audit):\n%s", page)
+	}
+	// A scope it may read: the head as a read answers it, and why there is
+	// no history; one it may not: refused, naming the right.
+	resp, page := b.do("GET", "/ui/scope?s=shop.front.checkout", nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, `id="read-only"`) || !strings.Contains(page, "need audit on it") ||
+		!strings.Contains(page, `&#34;retries&#34;: 3`) || strings.Contains(page, "setup") || strings.Contains(page, `id="timeline"`) {
+		t.Fatalf("a readable scope's page for the narrowed reader: %d\n%s", resp.StatusCode, page)
+	}
+	if resp, page := b.do("GET", "/ui/scope?s=pay.gateway", nil); resp.StatusCode != http.StatusForbidden || !strings.Contains(page, "does not allow audit") {
+		t.Fatalf("an unreadable scope's page: %d\n%s", resp.StatusCode, page)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
