@@ -906,8 +906,8 @@ func wellFormed(ev *varplane.Event, known, decoded bool) error {
 		return badRequest("event timestamp year %d is outside [0, 9999]", y)
 	}
 	hasGen := ev.Generation != 0 || ev.PreviousGeneration != nil
-	if ev.RollbackOf != 0 && (ev.Kind != varplane.EventActivated || ev.RollbackOf >= ev.Generation) {
-		return badRequest("%s event for scope %q at generation %d names rollbackOf %d: only an activation rolls back, and only an earlier generation", ev.Kind, ev.Scope, ev.Generation, ev.RollbackOf)
+	if err := varplane.CheckRollbackMark(ev); err != nil {
+		return err
 	}
 	switch ev.Kind {
 	case varplane.EventRevisionCreated:
