@@ -20,6 +20,9 @@ type scopesView struct {
 	Status string
 	Items  []varplane.ScopeSummary
 	Total  int
+	// Internal is varplane.InternalRoots, space-separated, for the script:
+	// their commits make no banner on the list.
+	Internal string
 }
 
 // handleScopes lists the scopes the token may audit (the API filters, and
@@ -31,7 +34,7 @@ func (h *Handler) handleScopes(w http.ResponseWriter, r *http.Request, q *reques
 		h.renderError(w, r, q.s, err)
 		return
 	}
-	v := scopesView{Query: strings.TrimSpace(r.URL.Query().Get("q")), Status: r.URL.Query().Get("status"), Total: len(all)}
+	v := scopesView{Query: strings.TrimSpace(r.URL.Query().Get("q")), Status: r.URL.Query().Get("status"), Total: len(all), Internal: internalRoots}
 	for _, it := range all {
 		if v.Query != "" && !strings.Contains(string(it.Scope), v.Query) {
 			continue
@@ -43,6 +46,16 @@ func (h *Handler) handleScopes(w http.ResponseWriter, r *http.Request, q *reques
 	}
 	h.render(w, r, q.s, http.StatusOK, "scopes", "Scopes", v)
 }
+
+// internalRoots is varplane.InternalRoots as the scopes page hands them to
+// its script.
+var internalRoots = func() string {
+	roots := make([]string, len(varplane.InternalRoots))
+	for i, r := range varplane.InternalRoots {
+		roots[i] = string(r)
+	}
+	return strings.Join(roots, " ")
+}()
 
 type scopeView struct {
 	Scope     varplane.Scope

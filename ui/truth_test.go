@@ -151,3 +151,27 @@ func TestTimelineMarksRollbacks(t *testing.T) {
 		t.Fatalf("the timeline:\n%s", page)
 	}
 }
+
+// TestBrowserInternalScopesStayOut: the project's own records (a review
+// policy written while the scopes page is open, the change records) are
+// not counted among the user's scopes and make no live banner; a user's
+// commit does.
+func TestBrowserInternalScopesStayOut(t *testing.T) {
+	s := newStack(t)
+	seed(t, s)
+	ctx := newTab(t)
+	signinAs(t, ctx, s.srv.URL, adminToken)
+	wantText(t, ctx, "#scopes caption", "4 of 4 scopes")
+	time.Sleep(300 * time.Millisecond) // the stream is open
+	if _, err := s.svc.PutPolicy(context.Background(), varplane.Identity{ID: "setup", Roles: []string{"*"}}, control.Policy{Scope: "pay", Approvals: 1}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if live := get(t, ctx, chromedp.Evaluate[string](`document.getElementById("live").textContent`)); live != "" {
+		t.Fatalf("a policy's record made the banner %q", live)
+	}
+	s.publish(t, "shop.front.search", `{"engine":"v3"}`, "")
+	wantText(t, ctx, "#live", "Generation 2 of shop.front.search is live")
+	run(t, ctx, chromedp.Navigate(s.srv.URL+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#scopes")))
+	wantText(t, ctx, "#scopes caption", "4 of 4 scopes")
+}
