@@ -123,12 +123,7 @@ func TestReadOnlySessionSeesItsScopes(t *testing.T) {
 // TestBrowserReadOnlyNarrowed: in a browser, the narrowed reader's scopes
 // page counts its scopes and announces a new generation of one of them.
 func TestBrowserReadOnlyNarrowed(t *testing.T) {
-	s := newStack(t)
-	seed(t, s)
-	ctx := newTab(t)
-	signinAs(t, ctx, s.srv.URL, narrowToken)
-	wantText(t, ctx, "#scopes caption", "3 of 3 scopes")
-	time.Sleep(300 * time.Millisecond) // the stream is open
+	s, ctx := scopesPageAs(t, narrowToken, "3 of 3 scopes")
 	s.publish(t, "shop.front.search", `{"engine":"v3"}`, "")
 	run(t, ctx, chromedp.WaitVisible(chromedp.CSS(`#scopes tr[data-scope="shop.front.search"]`)))
 	wantText(t, ctx, "#live", "Generation 2 of shop.front.search is live")
@@ -157,12 +152,7 @@ func TestTimelineMarksRollbacks(t *testing.T) {
 // not counted among the user's scopes and make no live banner; a user's
 // commit does.
 func TestBrowserInternalScopesStayOut(t *testing.T) {
-	s := newStack(t)
-	seed(t, s)
-	ctx := newTab(t)
-	signinAs(t, ctx, s.srv.URL, adminToken)
-	wantText(t, ctx, "#scopes caption", "4 of 4 scopes")
-	time.Sleep(300 * time.Millisecond) // the stream is open
+	s, ctx := scopesPageAs(t, adminToken, "4 of 4 scopes")
 	if _, err := s.svc.PutPolicy(context.Background(), varplane.Identity{ID: "setup", Roles: []string{"*"}}, control.Policy{Scope: "pay", Approvals: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -174,4 +164,16 @@ func TestBrowserInternalScopesStayOut(t *testing.T) {
 	wantText(t, ctx, "#live", "Generation 2 of shop.front.search is live")
 	run(t, ctx, chromedp.Navigate(s.srv.URL+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#scopes")))
 	wantText(t, ctx, "#scopes caption", "4 of 4 scopes")
+}
+
+// scopesPageAs opens the seeded stack's scopes page in a browser signed in
+// with token, checks its count and waits for its live stream to open.
+func scopesPageAs(t *testing.T, token, count string) (*stack, context.Context) {
+	s := newStack(t)
+	seed(t, s)
+	ctx := newTab(t)
+	signinAs(t, ctx, s.srv.URL, token)
+	wantText(t, ctx, "#scopes caption", count)
+	time.Sleep(300 * time.Millisecond)
+	return s, ctx
 }
