@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -63,8 +64,15 @@ active scope, deactivate asks for confirmation first; --yes skips the question
 	req := varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: expected,
 		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey}
 	refused := func(dry bool, err error) error {
+		// The refusal names the scope under the policy: the scope itself
+		// or one its cascade would clear.
+		under := scope
+		var ve *varplane.Error
+		if errors.As(err, &ve) && ve.Scope != "" {
+			under = ve.Scope
+		}
 		return classify(ctx, wouldBeRefused("deactivate", dry, underPolicy(err, fmt.Sprintf(
-			"deactivating %s would clear a scope under a review policy (scope: names it), and a deactivation does not go through review: deactivate the scopes outside the policy one by one, or see `varplane policy get %s`", scope, scope))))
+			"%s is under a review policy, and a deactivation does not go through review: deactivate the scopes outside the policy one by one, or see `varplane policy get %s`", under, under))))
 	}
 	terminal := c.m.terminal
 	if terminal == nil {

@@ -55,7 +55,7 @@ func TestDryRunTellsTheTruth(t *testing.T) {
 		code   string
 		detail string
 	}{
-		{"the issue's repro: a cascade over a scope under a policy", alice, "", []string{"deactivate", "svc"}, "change-required", `scope: "svc.b"`},
+		{"the issue's repro: a cascade over a scope under a policy", alice, "", []string{"deactivate", "svc"}, "change-required", "svc.b is under a review policy"},
 		{"a set under a policy", alice, `{"n":3}`, []string{"set", "svc.b"}, "change-required", "varplane change propose svc.b"},
 		{"a rollback under a policy", alice, "", []string{"rollback", "svc.b", "--expected-generation", "1", "--to-generation", "1"}, "change-required", "varplane change rollback svc.b"},
 		{"an owned scope", alice, "", []string{"deactivate", "varplane-control", "--expected-generation", "0"}, "scope-owned", ""},
