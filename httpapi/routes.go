@@ -232,6 +232,9 @@ func (h *Handler) handleActivate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if req.DryRun, ok = h.dryRun(w, r); !ok {
+		return
+	}
 	start := time.Now()
 	res, err := h.engine.Activate(r.Context(), req)
 	h.metrics.timeCommit("activate", start)
@@ -249,6 +252,9 @@ func (h *Handler) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if req.DryRun, ok = h.dryRun(w, r); !ok {
+		return
+	}
 	start := time.Now()
 	res, err := h.engine.Deactivate(r.Context(), req)
 	h.metrics.timeCommit("deactivate", start)
@@ -264,6 +270,9 @@ func (h *Handler) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) handleRollback(w http.ResponseWriter, r *http.Request) {
 	req, ok := mutation(h, w, r, DecodeRollback, func(q *varplane.RollbackRequest) (varplane.Scope, *string) { return q.Scope, &q.Actor })
 	if !ok {
+		return
+	}
+	if req.DryRun, ok = h.dryRun(w, r); !ok {
 		return
 	}
 	start := time.Now()

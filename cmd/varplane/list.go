@@ -21,7 +21,8 @@ func (c *ListCommand) Run(ctx context.Context, args []string) error {
 List the scopes the server knows (every scope that has appeared in its log),
 sorted, with their state, generation, revision and last change. PREFIX (also
 --prefix) keeps the prefix itself and the scopes below it, as a watch prefix
-does. Only the scopes the token may audit are listed. Without --limit every
+does. Only the scopes the token may audit or read are listed; one it may
+only read shows no last change (that is the audit log's). Without --limit every
 page is fetched; with it one page is printed, and the next one is --after the
 scope printed last ("next:" says which).`)
 	var cf clientFlags
