@@ -135,7 +135,8 @@ func AppendChainContent(b []byte, ev *Event) []byte {
 	}
 	// Sorted by name: actor, cascade, generation, idempotencyKey, kind,
 	// onBehalfOf, previousGeneration, reason, rejectionReason, requestHash,
-	// revision, schemaId, schemaVersion, scope, timestamp, unauthenticated.
+	// revision, rollbackOf, schemaId, schemaVersion, scope, timestamp,
+	// unauthenticated.
 	str("actor", ev.Actor)
 	if len(ev.Cascade) > 0 {
 		if sep {
@@ -168,6 +169,9 @@ func AppendChainContent(b []byte, ev *Event) []byte {
 	str("rejectionReason", ev.RejectionReason)
 	str("requestHash", ev.RequestHash)
 	str("revision", string(ev.Revision))
+	if ev.RollbackOf != 0 {
+		num("rollbackOf", uint64(ev.RollbackOf))
+	}
 	str("schemaId", ev.SchemaID)
 	str("schemaVersion", ev.SchemaVersion)
 	str("scope", string(ev.Scope))

@@ -33,6 +33,7 @@ func chainEvent(t *rapid.T) varplane.Event {
 		RejectionReason: str.Draw(t, "rejection"),
 		Timestamp:       time.Unix(rapid.Int64Range(0, 1<<33).Draw(t, "sec"), rapid.Int64Range(0, 999999999).Draw(t, "nsec")).UTC(),
 		Unauthenticated: rapid.Bool().Draw(t, "unauth"),
+		RollbackOf:      varplane.Generation(rapid.Uint64Range(0, 1<<53).Draw(t, "rollbackOf")),
 		Seq:             rapid.Uint64().Draw(t, "seq"),
 		Hash:            str.Draw(t, "ownHash"),
 	}
@@ -98,6 +99,28 @@ func TestChainVector(t *testing.T) {
 	}
 	if head.Seq != 1 || ev.Seq != 1 || ev.Hash != head.Hash {
 		t.Fatalf("Next set seq %d hash %q, returned %+v", ev.Seq, ev.Hash, head)
+	}
+}
+
+// TestChainVectorRollback pins the content and hash of a rollback's
+// activation, whose rollbackOf member the chain covers (in RFC 8785 order,
+// between revision and schemaId), for verifiers in other languages.
+func TestChainVectorRollback(t *testing.T) {
+	ev := varplane.Event{
+		Kind:       varplane.EventActivated,
+		Scope:      "agentic.lanes.vinci",
+		Revision:   "sha256:f9e3c89f711e1c3e41a48cb0208eedad2ef77a1d65b2ceeeb50a25204ff699ba",
+		Generation: 3, PreviousGeneration: varplane.GenerationPtr(2), RollbackOf: 2,
+		Actor: "ops", Reason: "bad deploy",
+		Timestamp: time.Date(2026, 12, 1, 20, 20, 49, 408819140, time.UTC),
+	}
+	if got, want := string(varplane.AppendChainContent(nil, &ev)), `{"actor":"ops","generation":3,"kind":"activated","previousGeneration":2,"reason":"bad deploy","revision":"sha256:f9e3c89f711e1c3e41a48cb0208eedad2ef77a1d65b2ceeeb50a25204ff699ba","rollbackOf":2,"scope":"agentic.lanes.vinci","timestamp":"2026-12-01T20:20:49.40881914Z"}`; got != want {
+		t.Fatalf("content\n got %s\nwant %s", got, want)
+	}
+	// Any SHA-256 of 32 zero bytes, seq 1 as 8 bytes big-endian and the
+	// content above gives it.
+	if got, want := varplane.ChainHash("", 1, &ev), "de5d2b4b50ad42ec43097a27fa147dbdbaab293c0520b14bc2366d885e14d04e"; got != want {
+		t.Fatalf("hash %s, want %s", got, want)
 	}
 }
 

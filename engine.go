@@ -183,7 +183,7 @@ type CreateRevisionResult struct {
 // included, and appends nothing.
 func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) (CreateRevisionResult, error) {
 	by := authorOf(req.Actor, req.OnBehalfOf)
-	a, err := e.admit(ctx, req.Scope, req.Document, CheckedDocument{}, req.SchemaID, req.SchemaVersion, by, req.Owner, req.IdempotencyKey,
+	a, err := e.admit(ctx, req.Scope, req.Document, CheckedDocument{}, req.SchemaID, req.SchemaVersion, by, req.Owner, req.IdempotencyKey, false,
 		func(content string) string {
 			return requestHash("create", req.Scope, content, req.SchemaID, req.SchemaVersion)
 		})
@@ -238,7 +238,7 @@ type admitted struct {
 // appends nothing; an earlier acceptance is returned as replay; a key that
 // served another request is idempotency-key-reused. A rejection is
 // recorded with the key, which binds it to the request.
-func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessage, checked CheckedDocument, schemaID, schemaVersion string, by author, owner, key string, fingerprint func(content string) string) (admitted, error) {
+func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessage, checked CheckedDocument, schemaID, schemaVersion string, by author, owner, key string, dry bool, fingerprint func(content string) string) (admitted, error) {
 	if err := e.writable(scope, owner); err != nil {
 		return admitted{}, err
 	}
@@ -275,6 +275,9 @@ func (e *Engine) admit(ctx context.Context, scope Scope, document json.RawMessag
 	}
 	if len(issues) == 0 {
 		return a, nil
+	}
+	if dry {
+		return admitted{}, InvalidError(issues) // a dry run records nothing
 	}
 	rej := &Event{
 		Kind:            EventRejected,
@@ -521,14 +524,24 @@ type ActivateRequest struct {
 	Owner              string
 	Reason             string
 	IdempotencyKey     string
+	// RollbackOf, set by Rollback and by an owner that publishes a rollback
+	// (a reviewed change proposed as one), marks the activation as a
+	// rollback of that generation (Event.RollbackOf). The var API never
+	// sets it from a request.
+	RollbackOf Generation
+	// DryRun asks for every check of the activation (DryRun in dryrun.go)
+	// and no commit.
+	DryRun bool
 }
 
-// ActivationResult answers Activate and Rollback.
+// ActivationResult answers Activate and Rollback. DryRun marks the answer of
+// a dry run: what the write would have done; nothing was written.
 type ActivationResult struct {
 	Scope       Scope      `json:"scope"`
 	Generation  Generation `json:"generation"`
 	Revision    Revision   `json:"revision"`
 	EffectiveAt time.Time  `json:"effectiveAt"`
+	DryRun      bool       `json:"dryRun,omitempty"`
 }
 
 // Activate makes req.Revision the head of req.Scope at the next generation.
@@ -557,6 +570,10 @@ func (e *Engine) activate(ctx context.Context, req ActivateRequest, hash string)
 	}
 	ev := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, authorOf(req.Actor, req.OnBehalfOf), req.Reason, req.IdempotencyKey, hash)
 	ev.Revision = req.Revision
+	ev.RollbackOf = req.RollbackOf
+	if req.DryRun {
+		return e.dryActivate(ctx, ev, req.ExpectedGeneration)
+	}
 	switch err := e.store.Append(ctx, ev, req.ExpectedGeneration); {
 	case errors.Is(err, ErrDuplicateIdempotencyKey):
 		rec, err := e.replayedAfterRace(ctx, req.IdempotencyKey, hash)
@@ -586,15 +603,22 @@ type DeactivateRequest struct {
 	Owner              string
 	Reason             string
 	IdempotencyKey     string
+	// DryRun asks for every check of the deactivation and no commit.
+	DryRun bool
 }
 
 // DeactivationResult answers Deactivate. Cascade lists the descendants that
-// the same commit deactivated.
+// the same commit deactivated (a dry run: would deactivate, as the store
+// holds them now).
 type DeactivationResult struct {
 	Scope      Scope          `json:"scope"`
 	Generation Generation     `json:"generation"`
 	Active     bool           `json:"active"`
 	Cascade    []CascadeEntry `json:"cascade,omitempty"`
+	DryRun     bool           `json:"dryRun,omitempty"`
+	// WasActive, in a dry run's answer only, says that the scope serves a
+	// head now, which the deactivation would clear.
+	WasActive bool `json:"wasActive,omitempty"`
 }
 
 // Deactivate clears the head of req.Scope and of every active descendant in
@@ -612,6 +636,9 @@ func (e *Engine) Deactivate(ctx context.Context, req DeactivateRequest) (Deactiv
 	}
 	if err := e.cascadeWritable(ctx, req.Scope, req.Owner); err != nil {
 		return DeactivationResult{}, err
+	}
+	if req.DryRun {
+		return e.dryDeactivate(ctx, req)
 	}
 	ev := e.guardedEvent(EventDeactivated, req.Scope, req.ExpectedGeneration, authorOf(req.Actor, req.OnBehalfOf), req.Reason, req.IdempotencyKey, hash)
 	switch err := e.store.AppendSubtreeDeactivation(ctx, ev, req.ExpectedGeneration); {
@@ -645,11 +672,15 @@ type RollbackRequest struct {
 	Owner              string
 	Reason             string
 	IdempotencyKey     string
+	// DryRun asks for every check of the rollback (its target resolved)
+	// and no commit.
+	DryRun bool
 }
 
 // Rollback re-activates an earlier revision of req.Scope as a new generation;
 // history only grows. The activated event's reason is "rollback to
-// <revision>" unless req.Reason is set. It returns not-found when the target
+// <revision>" unless req.Reason is set; the event names the generation it
+// rolled back (Event.RollbackOf). It returns not-found when the target
 // does not exist and revision-conflict on a generation mismatch; under a
 // schema binding, a target the bound schema rejects is revision-invalid
 // naming the schema, as Activate refuses it.
@@ -688,6 +719,8 @@ func (e *Engine) Rollback(ctx context.Context, req RollbackRequest) (ActivationR
 		Owner:              req.Owner,
 		Reason:             reason,
 		IdempotencyKey:     req.IdempotencyKey,
+		RollbackOf:         req.ExpectedGeneration,
+		DryRun:             req.DryRun,
 	}, hash)
 }
 

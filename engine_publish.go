@@ -27,6 +27,9 @@ type PublishRequest struct {
 	// modified until Publish returns), and a store that implements
 	// CheckedPublisher does not scan it either. Otherwise it is ignored.
 	Checked CheckedDocument
+	// DryRun asks for every check of the publish (the document validated,
+	// no rejection recorded) and no commit.
+	DryRun bool
 }
 
 // PublishResult answers Publish: the activation, as Activate answers it,
@@ -66,7 +69,7 @@ func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult
 		}
 	}
 	by := authorOf(req.Actor, req.OnBehalfOf)
-	a, err := e.admit(ctx, req.Scope, req.Document, req.Checked, req.SchemaID, req.SchemaVersion, by, req.Owner, req.IdempotencyKey,
+	a, err := e.admit(ctx, req.Scope, req.Document, req.Checked, req.SchemaID, req.SchemaVersion, by, req.Owner, req.IdempotencyKey, req.DryRun,
 		func(content string) string {
 			return requestHash("publish", req.Scope, content, req.SchemaID, req.SchemaVersion, fmt.Sprint(req.ExpectedGeneration))
 		})
@@ -76,6 +79,9 @@ func (e *Engine) Publish(ctx context.Context, req PublishRequest) (PublishResult
 	doc, rev, hash := a.doc, a.rev, a.hash // hash: only a request with a key is recorded with one
 	act := e.guardedEvent(EventActivated, req.Scope, req.ExpectedGeneration, by, req.Reason, req.IdempotencyKey, hash)
 	act.Revision = rev
+	if req.DryRun {
+		return e.dryPublish(ctx, act, req.ExpectedGeneration)
+	}
 	created := createdEvent(req.Scope, rev, doc, a.schemaID, req.SchemaVersion, by, req.Reason, act.Timestamp)
 	var isNew bool
 	if cp, ok := e.store.(CheckedPublisher); ok && req.Checked.Holds(doc) {

@@ -81,6 +81,10 @@ const (
 	// proposal was not recorded; nothing changed. Try again when it
 	// answers.
 	CodeCheckUnavailable Code = "check-unavailable"
+	// CodeTargetingKeyMissing: an OpenFeature evaluation of a scope whose
+	// revision is chosen per targeting key (a progressive rollout) came
+	// without one. OFREP answers it TARGETING_KEY_MISSING.
+	CodeTargetingKeyMissing Code = "targeting-key-missing"
 )
 
 // Error is the one error type of the domain. Its Code decides the HTTP status

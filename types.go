@@ -102,6 +102,12 @@ type Event struct {
 	// authenticated (a server without tokens records the request's actor,
 	// as the reference var server does).
 	Unauthenticated bool `json:"unauthenticated,omitempty"`
+	// RollbackOf marks an activated event that is a rollback (Engine.Rollback,
+	// or a reviewed change proposed as one): it names the generation the
+	// rollback replaced (the head it undid). Zero, and absent from the JSON,
+	// on every other event, so a log written before it existed reads the same
+	// and a reader that does not know it skips it. The chain hash covers it.
+	RollbackOf Generation `json:"rollbackOf,omitempty"`
 	// Seq and Hash place the event in its scope's chain (chain.go): Seq
 	// counts the scope's chained events from 1, Hash links the event to
 	// the one before it. Both are set by the store in the step that

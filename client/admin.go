@@ -124,6 +124,17 @@ func claim(actor, onBehalfOf, owner string) (string, error) {
 	return actor, nil
 }
 
+// dryRunQuery is the query of a write whose request asks for a dry run
+// (the DryRun field of varplane's requests): ?dryRun=true, which the server
+// answers with every check of the write and no commit (the result's DryRun
+// set), or with the refusal the write would meet.
+func dryRunQuery(dry bool) url.Values {
+	if !dry {
+		return nil
+	}
+	return url.Values{"dryRun": {"true"}}
+}
+
 // CreateRevision stores req.Document as a revision of req.Scope: POST
 // {base}/admin/revisions. req.Actor (or OnBehalfOf) is sent as the claimed
 // actor; req.Owner must be empty.
@@ -155,7 +166,7 @@ func (a *Admin) Activate(ctx context.Context, req varplane.ActivateRequest) (var
 	}
 	body := mutationBody{Scope: req.Scope, Revision: req.Revision, ExpectedGeneration: &req.ExpectedGeneration,
 		Actor: actor, Reason: req.Reason, IdempotencyKey: req.IdempotencyKey}
-	return out, a.call(ctx, http.MethodPost, "/admin/activate", nil, body, &out)
+	return out, a.call(ctx, http.MethodPost, "/admin/activate", dryRunQuery(req.DryRun), body, &out)
 }
 
 // Publish stores a document and makes it the head in one commit: POST
@@ -168,7 +179,7 @@ func (a *Admin) Publish(ctx context.Context, req varplane.PublishRequest) (varpl
 	}
 	body := mutationBody{Scope: req.Scope, Document: req.Document, ExpectedGeneration: &req.ExpectedGeneration,
 		SchemaID: req.SchemaID, SchemaVersion: req.SchemaVersion, Actor: actor, Reason: req.Reason, IdempotencyKey: req.IdempotencyKey}
-	return out, a.call(ctx, http.MethodPost, "/admin/publish", nil, body, &out)
+	return out, a.call(ctx, http.MethodPost, "/admin/publish", dryRunQuery(req.DryRun), body, &out)
 }
 
 // Deactivate clears a scope's head and its active descendants: POST
@@ -181,7 +192,7 @@ func (a *Admin) Deactivate(ctx context.Context, req varplane.DeactivateRequest) 
 	}
 	body := mutationBody{Scope: req.Scope, ExpectedGeneration: &req.ExpectedGeneration,
 		Actor: actor, Reason: req.Reason, IdempotencyKey: req.IdempotencyKey}
-	return out, a.call(ctx, http.MethodPost, "/admin/deactivate", nil, body, &out)
+	return out, a.call(ctx, http.MethodPost, "/admin/deactivate", dryRunQuery(req.DryRun), body, &out)
 }
 
 // Rollback re-activates an earlier revision as a new generation: POST
@@ -194,7 +205,7 @@ func (a *Admin) Rollback(ctx context.Context, req varplane.RollbackRequest) (var
 	}
 	body := mutationBody{Scope: req.Scope, ExpectedGeneration: &req.ExpectedGeneration, ToRevision: req.ToRevision,
 		ToGeneration: req.ToGeneration, Actor: actor, Reason: req.Reason, IdempotencyKey: req.IdempotencyKey}
-	return out, a.call(ctx, http.MethodPost, "/admin/rollback", nil, body, &out)
+	return out, a.call(ctx, http.MethodPost, "/admin/rollback", dryRunQuery(req.DryRun), body, &out)
 }
 
 // Status returns where scope stands: GET {base}/admin/status.

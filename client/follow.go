@@ -27,6 +27,11 @@ type fetchReq struct {
 	done chan error
 }
 
+// Refused reports whether err, Fetch's error, says the server refused the
+// scope for good (the token is not accepted, may not read the scope, or
+// the server has no such route): the client no longer follows it.
+func Refused(err error) bool { return final(err) }
+
 // final reports whether err, the server's answer to a read, ends a fetch
 // at once instead of being retried: the token is not accepted, may not
 // read the scope, or the server has no such route (a wrong base path).

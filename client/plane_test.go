@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/httpapi"
 	"github.com/varplane/varplane/internal/wire"
+	"github.com/varplane/varplane/internal/wire/wiretest"
 	"github.com/varplane/varplane/push"
 	"github.com/varplane/varplane/rpc"
 	"github.com/varplane/varplane/store/memory"
@@ -127,17 +127,7 @@ func (p *plane) start() {
 	p.t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var ln net.Listener
-	var err error
-	for i := 0; i < 50; i++ { // the old socket may linger for a moment
-		if ln, err = net.Listen("tcp", p.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		p.t.Fatal(err)
-	}
+	ln := wiretest.Listen(p.t, p.addr)
 	p.addr = ln.Addr().String()
 	// One port, as varplane serve: gRPC requests (h2c) go to grpc-go.
 	var protos http.Protocols

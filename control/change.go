@@ -522,6 +522,7 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 		Scope: c.Scope, Revision: c.Revision, ExpectedGeneration: c.Base,
 		Actor: by.ID, Owner: OwnerName, Reason: changeReason(c.ID),
 		IdempotencyKey: fmt.Sprintf("control:%s:%d", c.ID, c.Base),
+		RollbackOf:     rollbackOf(c),
 	})
 	invalid := varplane.ErrorCode(actErr) == varplane.CodeRevisionInvalid
 	if actErr != nil && !errors.Is(actErr, varplane.ErrConflict) && !invalid {
@@ -548,6 +549,16 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	}
 	svc.detectAfterPublish(ctx, c)
 	return c, nil
+}
+
+// rollbackOf is the generation a rollback change rolls back (its base),
+// recorded on its activation (varplane.Event.RollbackOf); 0 for any other
+// change.
+func rollbackOf(c *Change) varplane.Generation {
+	if c.RollbackTo == nil {
+		return 0
+	}
+	return c.Base
 }
 
 // recheckClaim judges a publishing change again before its publish is

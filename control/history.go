@@ -77,6 +77,9 @@ type RevisionEntry struct {
 	OnBehalfOf string              `json:"onBehalfOf,omitempty"`
 	Reason     string              `json:"reason,omitempty"`
 	Change     string              `json:"change,omitempty"`
+	// RollbackOf marks an activation that rolled back that generation
+	// (varplane.Event.RollbackOf).
+	RollbackOf varplane.Generation `json:"rollbackOf,omitempty"`
 	At         time.Time           `json:"at"`
 	// Document is set on a single revision's answer.
 	Document json.RawMessage `json:"document,omitempty"`
@@ -130,7 +133,7 @@ func (svc *Service) Revisions(ctx context.Context, scope varplane.Scope, before 
 func entryOf(ev *varplane.Event) RevisionEntry {
 	return RevisionEntry{
 		Generation: ev.Generation, Kind: ev.Kind, Revision: ev.Revision, By: ev.Actor,
-		OnBehalfOf: ev.OnBehalfOf, Reason: ev.Reason, Change: changeOf(ev.Reason), At: ev.Timestamp,
+		OnBehalfOf: ev.OnBehalfOf, Reason: ev.Reason, Change: changeOf(ev.Reason), RollbackOf: ev.RollbackOf, At: ev.Timestamp,
 	}
 }
 

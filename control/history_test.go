@@ -230,6 +230,22 @@ func TestRollbackIsAChange(t *testing.T) {
 	if st := headOf(t, e, "pay.limits"); st.Generation != 3 || string(st.Head.Document) != `{"max":10}` {
 		t.Fatalf("head after rollback: %d %s", st.Generation, st.Head.Document)
 	}
+	// Its activation is recognisable as a rollback of generation 2 (the
+	// change's base); the change's ordinary publishes are not.
+	hist, err := e.store.History(context.Background(), "pay.limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range hist {
+		if want := varplane.Generation(0); ev.Generation == 3 {
+			want = 2
+			if ev.RollbackOf != want {
+				t.Errorf("the rollback change's activation has rollbackOf %d, want %d", ev.RollbackOf, want)
+			}
+		} else if ev.RollbackOf != want {
+			t.Errorf("%s at %d has rollbackOf %d", ev.Kind, ev.Generation, ev.RollbackOf)
+		}
+	}
 	s, b = e.do("POST", "/v1/control/documents/pay.limits:rollback", "alice", map[string]any{"revision": 9}, nil)
 	want(t, "rollback to nothing", s, b, 404, varplane.CodeNotFound)
 }

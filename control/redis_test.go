@@ -102,6 +102,26 @@ func TestTwoReplicasOnOneRedis(t *testing.T) {
 	}
 	r2.act("bob", a.ID, "approve", nil)
 	r1.act("bob", c.ID, "approve", nil)
+	// Each approval was made on the other replica: wait until the one that
+	// publishes reads it (see the eventual consistency below); a publish
+	// that reads the change before is refused as unapproved, which is right
+	// for what it read.
+	approved := func(r *env, id string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got, err := r.svc.Get(ctx, id)
+			if err == nil && len(got.Approvals) == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the approval of %s as the other replica reads it: %+v %v", id, got, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	approved(r1, a.ID)
+	approved(r2, c.ID)
 
 	st, body, _ := r1.act("alice", a.ID, "publish", nil)
 	want(t, "replica 1 publishes", st, body, 200, "")

@@ -101,6 +101,12 @@ type Options struct {
 	// not be able to create or activate.
 	TrustedOrigins []string
 
+	// Rollouts, when set, chooses the revision each OpenFeature (OFREP)
+	// evaluation serves from its targeting key, for scopes under a
+	// progressive rollout (ofrep.go). Nil: every evaluation serves the
+	// scope's head, and no evaluation needs a targeting key.
+	Rollouts Rollouts
+
 	// DisableOps stops the handler from serving /healthz, /readyz and
 	// /metrics (for embedders whose own mux already has them; they can serve
 	// OpsHandler themselves).
@@ -120,13 +126,21 @@ type Handler struct {
 	ctl    *control.Service
 	access *access.Service
 	values *config.Service
+	// rollouts is Options.Rollouts (nil: heads only).
+	rollouts Rollouts
+	// largeBulks holds a slot per large OFREP bulk answer being built.
+	largeBulks chan struct{}
 
 	mux       *http.ServeMux
 	ops       *http.ServeMux
 	routes    map[string]*route
 	readRoute *route
-	unmatched *route
-	metrics   *metrics
+	// ofrepFlagRoute is the OFREP evaluation of one flag, served before
+	// the mux for the paths under ofrepFlagPrefix (ofrep.go).
+	ofrepFlagRoute  *route
+	ofrepFlagPrefix string
+	unmatched       *route
+	metrics         *metrics
 
 	cross *http.CrossOriginProtection
 
@@ -168,20 +182,22 @@ const (
 // (Options.Authorizer) before it acts.
 func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h := &Handler{
-		engine: engine,
-		base:   normalizeBase(opts.Base),
-		auth:   opts.Authorizer,
-		limits: engine.Limits(),
-		log:    opts.Logger,
-		ready:  opts.Ready,
-		hub:    opts.Hub,
-		stream: opts.Stream.withDefaults(),
-		ctl:    opts.Control,
-		access: opts.Access,
-		values: opts.Values,
-		mux:    http.NewServeMux(),
-		ops:    http.NewServeMux(),
-		routes: map[string]*route{},
+		engine:     engine,
+		base:       normalizeBase(opts.Base),
+		auth:       opts.Authorizer,
+		limits:     engine.Limits(),
+		log:        opts.Logger,
+		ready:      opts.Ready,
+		hub:        opts.Hub,
+		stream:     opts.Stream.withDefaults(),
+		ctl:        opts.Control,
+		access:     opts.Access,
+		values:     opts.Values,
+		rollouts:   opts.Rollouts,
+		largeBulks: make(chan struct{}, MaxOFREPLargeBulks),
+		mux:        http.NewServeMux(),
+		ops:        http.NewServeMux(),
+		routes:     map[string]*route{},
 	}
 	h.streams, h.endStreams = context.WithCancel(context.Background())
 	if h.log == nil {
@@ -229,6 +245,7 @@ func NewHandler(engine *varplane.Engine, opts Options) *Handler {
 	h.handle("GET "+b+"/admin/scopes", loud, h.handleScopes)
 	h.handle("GET "+b+"/admin/chain", loud, h.handleChain)
 	h.schemaRoutes(b + "/admin/schemas")
+	h.ofrepRoutes(b)
 	if h.ctl != nil {
 		h.controlRoutes(b + "/control")
 		h.fleetRoutes(b + "/control")
@@ -371,6 +388,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.handleRead(sw, r)
 		return
 	}
+	// So does a flag's evaluation: its key holds a JSON Pointer, whose
+	// empty, "." and ".." tokens the mux would clean away with a redirect.
+	if r.Method == http.MethodPost && h.ofrepFlagPrefix != "" && strings.HasPrefix(r.URL.Path, h.ofrepFlagPrefix) {
+		rt = h.ofrepFlagRoute
+		if h.crossOrigin(sw, r) {
+			return
+		}
+		h.handleOFREPFlag(sw, r)
+		return
+	}
 	// The mux is asked for the route first (its pattern names the request
 	// in logs and metrics, and decides the steps below); its ServeHTTP then
 	// matches again, which sets the request's path values.
@@ -383,12 +410,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.answerUnmatched(sw, r, next)
 		return
 	}
-	if !rt.mounted {
-		// Before anything of the request is read (safe methods pass).
-		if err := h.cross.Check(r); err != nil {
-			h.writeError(sw, r, varplane.Errorf(varplane.CodeForbidden, "cross-origin writes are refused"))
-			return
-		}
+	// Before anything of the request is read (safe methods pass).
+	if !rt.mounted && h.crossOrigin(sw, r) {
+		return
 	}
 	if rt.stream {
 		ctx, cancel := context.WithCancel(r.Context())
@@ -398,6 +422,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 	}
 	h.mux.ServeHTTP(sw, r)
+}
+
+// crossOrigin answers 403 to a cross-origin write (Options.TrustedOrigins)
+// and reports whether it did.
+func (h *Handler) crossOrigin(w http.ResponseWriter, r *http.Request) bool {
+	if err := h.cross.Check(r); err != nil {
+		h.writeError(w, r, varplane.Errorf(varplane.CodeForbidden, "cross-origin writes are refused"))
+		return true
+	}
+	return false
 }
 
 // answerUnmatched turns the mux's plain-text 404 and 405 into JSON errors,

@@ -60,6 +60,9 @@ func (h *Handler) handlePublish(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if req.DryRun, ok = h.dryRun(w, r); !ok {
+		return
+	}
 	start := time.Now()
 	res, err := h.engine.Publish(r.Context(), req)
 	h.metrics.timeCommit("publish", start)
@@ -67,7 +70,7 @@ func (h *Handler) handlePublish(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	if body, ok := appendPublishResult(make([]byte, 0, 256), res); ok {
+	if body, ok := appendPublishResult(make([]byte, 0, 256), res); ok && !res.DryRun {
 		wire.WriteRaw(w, http.StatusOK, body)
 		return
 	}

@@ -16,9 +16,12 @@ import (
 // scopes below it (as a watch prefix).
 //
 // Authorization filters per scope: each scope is listed only when the
-// request may audit it (kind audit, as its status), so a token narrowed to
-// some prefixes lists exactly the scopes it could inspect one by one, and
-// no route tells it of the others. The request is first authenticated (kind
+// request may audit it (kind audit, as its status) or read it (kind read),
+// so a token narrowed to some prefixes lists exactly the scopes it could
+// inspect or read one by one, and no route tells it of the others. A scope
+// the request may read but not audit is listed with what a read of it
+// tells (active, generation, revision), without its last change (who made
+// it is the audit log's). The request is first authenticated (kind
 // identify, no scope): a missing token is refused 401 and an unknown one 403,
 // never answered an empty page; an authorizer that fails fails the request
 // closed.
@@ -95,17 +98,18 @@ func (h *Handler) listScopes(r *http.Request) (*varplane.ScopePage, error) {
 			}
 			continue
 		}
-		if _, err := h.authorize(r, varplane.KindAudit, sc, false); err != nil {
-			if varplane.ErrorCode(err) == varplane.CodeForbidden {
-				continue
-			}
+		listed, audit, err := h.mayList(r, sc)
+		if err != nil {
 			return nil, err
+		}
+		if !listed {
+			continue
 		}
 		if len(res.Items) == limit {
 			res.Next = res.Items[len(res.Items)-1].Scope
 			break
 		}
-		item, err := h.summarize(r, st, sc)
+		item, err := h.summarize(r, st, sc, audit)
 		if err != nil {
 			return nil, err
 		}
@@ -120,9 +124,25 @@ func hasPrefixText(s, p varplane.Scope) bool {
 	return len(s) >= len(p) && s[:len(p)] == p
 }
 
-// summarize reads one scope's item: its state, and its last change from
-// the head or, for a scope without one, from its history.
-func (h *Handler) summarize(r *http.Request, st varplane.Store, sc varplane.Scope) (varplane.ScopeSummary, error) {
+// mayList reports whether the request may see sc in a listing (it may
+// audit or read it) and whether it may audit it. An error other than
+// forbidden (an authorizer that fails) fails the listing.
+func (h *Handler) mayList(r *http.Request, sc varplane.Scope) (listed, audit bool, err error) {
+	for _, kind := range [...]varplane.Kind{varplane.KindAudit, varplane.KindRead} {
+		_, err := h.authorize(r, kind, sc, false)
+		if err == nil {
+			return true, kind == varplane.KindAudit, nil
+		}
+		if varplane.ErrorCode(err) != varplane.CodeForbidden {
+			return false, false, err
+		}
+	}
+	return false, false, nil
+}
+
+// summarize reads one scope's item: its state and, when audit, its last
+// change from the head or, for a scope without one, from its history.
+func (h *Handler) summarize(r *http.Request, st varplane.Store, sc varplane.Scope, audit bool) (varplane.ScopeSummary, error) {
 	ctx := r.Context()
 	s, err := st.State(ctx, sc)
 	if err != nil {
@@ -131,10 +151,13 @@ func (h *Handler) summarize(r *http.Request, st varplane.Store, sc varplane.Scop
 	item := varplane.ScopeSummary{Scope: sc, Generation: s.Generation}
 	if hd := s.Head; hd != nil {
 		item.Active, item.Revision = true, hd.Revision
+		if !audit {
+			return item, nil
+		}
 		item.LastChange = &varplane.ScopeLastChange{Kind: varplane.EventActivated, Generation: hd.Generation, Timestamp: hd.EffectiveAt, Actor: hd.Actor}
 		return item, nil
 	}
-	if s.Generation == 0 {
+	if s.Generation == 0 || !audit {
 		return item, nil
 	}
 	events, err := st.History(ctx, sc)

@@ -27,6 +27,8 @@ func TestScopesRoute(t *testing.T) {
 		{Token: "all"},
 		{Token: "agentic", Kinds: []varplane.Kind{varplane.KindAudit}, Prefixes: []string{"agentic."}},
 		{Token: "reader", Kinds: []varplane.Kind{varplane.KindRead}},
+		{Token: "billing-reader", Kinds: []varplane.Kind{varplane.KindRead}, Prefixes: []string{"billing."}},
+		{Token: "writer", Kinds: []varplane.Kind{varplane.KindMutate}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +79,9 @@ func TestScopesRoute(t *testing.T) {
 		{"after within a prefix", "all", "?prefix=agentic&after=agentic.b", "agentic.lanes.vinci", ""},
 		{"narrow token sees its scopes only", "agentic", "", "agentic.b agentic.lanes.vinci", ""},
 		{"narrow token pages over its scopes", "agentic", "?limit=1", "agentic.b", "agentic.b"},
-		{"read-only token sees nothing", "reader", "", "", ""},
+		{"read-only token sees what it may read", "reader", "", "agentic agentic-x.y agentic.b agentic.lanes.vinci billing.z zeta", ""},
+		{"read-only token narrowed to a prefix", "billing-reader", "", "billing.z", ""},
+		{"a token that may neither read nor audit sees nothing", "writer", "", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,6 +107,17 @@ func TestScopesRoute(t *testing.T) {
 		}
 		if n := byScope["agentic-x.y"]; n.Active || n.Generation != 0 || n.LastChange != nil {
 			t.Errorf("never activated item = %+v", n)
+		}
+	})
+	t.Run("a reader's items carry no last change", func(t *testing.T) {
+		items := list(t, "billing-reader", "").Items
+		if len(items) != 1 || !items[0].Active || items[0].Generation != 1 || !strings.HasPrefix(string(items[0].Revision), "sha256:") || items[0].LastChange != nil {
+			t.Fatalf("a reader's items = %+v", items)
+		}
+		for _, it := range list(t, "reader", "").Items {
+			if it.LastChange != nil {
+				t.Errorf("a reader sees the last change of %s: %+v", it.Scope, it.LastChange)
+			}
 		}
 	})
 	t.Run("refusals", func(t *testing.T) {

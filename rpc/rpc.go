@@ -308,7 +308,8 @@ func scopes(in []string) []varplane.Scope {
 func CodeOf(code varplane.Code) connect.Code {
 	switch code {
 	case varplane.CodeBadRequest, varplane.CodeLimitExceeded, varplane.CodeRevisionInvalid,
-		varplane.CodeInvalidConfiguration, varplane.CodeUnsupportedMediaType:
+		varplane.CodeInvalidConfiguration, varplane.CodeUnsupportedMediaType,
+		varplane.CodeTargetingKeyMissing:
 		return connect.CodeInvalidArgument
 	case varplane.CodeUnauthorized:
 		return connect.CodeUnauthenticated

@@ -314,8 +314,8 @@ func TestBrowserRollbackAndDeactivate(t *testing.T) {
 	// Deactivate the parent: the cascade is listed before confirming.
 	run(t, ctx, chromedp.Navigate(base+"/ui/scope?s=shop.front"))
 	clickAndLoad(t, ctx, `a[href="/ui/deactivate?s=shop.front"]`, "#cascade")
-	for _, sc := range []string{"shop.front", "shop.front.checkout", "shop.front.search"} {
-		wantText(t, ctx, "#cascade", sc+" (generation")
+	for _, sc := range []string{"shop.front (generation 1)", "shop.front.checkout (to generation 4)", "shop.front.search (to generation 2)"} {
+		wantText(t, ctx, "#cascade", sc)
 	}
 	shoot(t, ctx, "deactivate")
 	clickAndLoad(t, ctx, `#main form button.danger`, "#flash")
@@ -398,7 +398,10 @@ func TestBrowserReadOnly(t *testing.T) {
 
 	// The confirmation page, reached by its address, offers no form.
 	run(t, ctx, chromedp.Navigate(s.srv.URL+"/ui/rollback?s=shop.front.checkout&to=1"), chromedp.WaitVisible(chromedp.CSS("#diff")))
-	wantText(t, ctx, "#main", "Your token may not change this scope.")
+	wantText(t, ctx, "#refusal", "does not allow mutate on this scope). Sign in with a token that has that right")
+	if n := get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('#main form').length`)); n != 0 {
+		t.Fatalf("the refused rollback still offers %d forms", n)
+	}
 }
 
 func TestBrowserComponents(t *testing.T) {

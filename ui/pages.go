@@ -20,6 +20,9 @@ type scopesView struct {
 	Status string
 	Items  []varplane.ScopeSummary
 	Total  int
+	// Internal is varplane.InternalRoots, space-separated, for the script:
+	// their commits make no banner on the list.
+	Internal string
 }
 
 // handleScopes lists the scopes the token may audit (the API filters, and
@@ -31,7 +34,7 @@ func (h *Handler) handleScopes(w http.ResponseWriter, r *http.Request, q *reques
 		h.renderError(w, r, q.s, err)
 		return
 	}
-	v := scopesView{Query: strings.TrimSpace(r.URL.Query().Get("q")), Status: r.URL.Query().Get("status"), Total: len(all)}
+	v := scopesView{Query: strings.TrimSpace(r.URL.Query().Get("q")), Status: r.URL.Query().Get("status"), Total: len(all), Internal: internalRoots}
 	for _, it := range all {
 		if v.Query != "" && !strings.Contains(string(it.Scope), v.Query) {
 			continue
@@ -43,6 +46,16 @@ func (h *Handler) handleScopes(w http.ResponseWriter, r *http.Request, q *reques
 	}
 	h.render(w, r, q.s, http.StatusOK, "scopes", "Scopes", v)
 }
+
+// internalRoots is varplane.InternalRoots as the scopes page hands them to
+// its script.
+var internalRoots = func() string {
+	roots := make([]string, len(varplane.InternalRoots))
+	for i, r := range varplane.InternalRoots {
+		roots[i] = string(r)
+	}
+	return strings.Join(roots, " ")
+}()
 
 type scopeView struct {
 	Scope     varplane.Scope
@@ -57,6 +70,9 @@ type scopeView struct {
 	Policy    *control.Policy
 	Draft     string
 	Reason    string
+	// ReadOnly, for a scope the session may read but not audit, says so
+	// in place of the history (readerScope).
+	ReadOnly string
 }
 
 func scopeParam(r *http.Request) (varplane.Scope, error) {
@@ -85,6 +101,9 @@ func (h *Handler) handleScope(w http.ResponseWriter, r *http.Request, q *request
 	ctx := r.Context()
 	v := scopeView{Scope: scope}
 	if v.Status, err = q.api.Status(ctx, scope); err != nil {
+		if varplane.ErrorCode(err) == varplane.CodeForbidden && h.readerScope(w, r, q, scope) {
+			return
+		}
 		h.renderError(w, r, q.s, err)
 		return
 	}
@@ -270,17 +289,27 @@ func (h *Handler) handlePublish(w http.ResponseWriter, r *http.Request, q *reque
 }
 
 type confirmView struct {
-	Scope    varplane.Scope
-	Status   varplane.Status
-	To       varplane.Generation
-	Diff     *sideBySide
-	Cascade  []varplane.ScopeSummary
-	CanWrite bool
-	Policy   *control.Policy
+	Scope   varplane.Scope
+	Status  varplane.Status
+	To      varplane.Generation
+	Diff    *sideBySide
+	Cascade []varplane.CascadeEntry
+	// WasActive: the deactivation would clear the scope's own head.
+	WasActive bool
+	Policy    *control.Policy
+	// Refusal says, when the server's dry run of the write refuses it,
+	// what would be refused and what to do; the page then offers no
+	// button that would meet that refusal.
+	Refusal string
+	// Propose: the write is refused because the scope is under a review
+	// policy, and the page offers to propose it as a change instead.
+	Propose bool
 }
 
 // handleRollbackConfirm shows what a rollback to generation to would do:
-// the diff from the head to it, and a form to confirm.
+// the diff from the head to it, and a form to confirm when the server's
+// dry run of it passes (a form to propose it when the scope is under a
+// review policy; what refuses it otherwise).
 func (h *Handler) handleRollbackConfirm(w http.ResponseWriter, r *http.Request, q *request) {
 	scope, err := scopeParam(r)
 	if err != nil {
@@ -311,8 +340,14 @@ func (h *Handler) handleRollbackConfirm(w http.ResponseWriter, r *http.Request, 
 		v.Diff = sideBySideOf("", doc)
 		v.Diff.To = v.To
 	}
-	v.CanWrite = h.may(ctx, q.s, varplane.KindMutate, scope)
 	v.Policy = policyFor(ctx, q.api, scope)
+	// The server's dry run of the very rollback the form sends: the
+	// button is offered only when the write would pass.
+	_, err = q.api.Rollback(ctx, varplane.RollbackRequest{Scope: scope, ExpectedGeneration: v.Status.Generation, ToGeneration: &v.To, DryRun: true})
+	v.Propose = varplane.ErrorCode(err) == varplane.CodeChangeRequired
+	if err != nil && !v.Propose {
+		v.Refusal = refusal(err, scope)
+	}
 	h.render(w, r, q.s, http.StatusOK, "rollback", "Roll back "+string(scope), &v)
 }
 
@@ -356,7 +391,9 @@ func (h *Handler) handleRollback(w http.ResponseWriter, r *http.Request, q *requ
 }
 
 // handleDeactivateConfirm lists every active scope the cascade would
-// clear (the scope and its active descendants) before the confirmation.
+// clear (the scope and its active descendants), as the server's dry run of
+// the deactivation finds them, before the confirmation; or what would
+// refuse it, and then no button.
 func (h *Handler) handleDeactivateConfirm(w http.ResponseWriter, r *http.Request, q *request) {
 	scope, err := scopeParam(r)
 	if err != nil {
@@ -369,17 +406,14 @@ func (h *Handler) handleDeactivateConfirm(w http.ResponseWriter, r *http.Request
 		h.renderError(w, r, q.s, err)
 		return
 	}
-	all, err := q.api.AllScopes(ctx, scope)
+	// The server's dry run of the very deactivation the form sends: what
+	// it would clear, or what refuses it (a scope of the cascade under a
+	// review policy or owned, the token's rights).
+	plan, err := q.api.Deactivate(ctx, varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: v.Status.Generation, DryRun: true})
 	if err != nil {
-		h.renderError(w, r, q.s, err)
-		return
+		v.Refusal = refusal(err, scope)
 	}
-	for _, it := range all {
-		if it.Active {
-			v.Cascade = append(v.Cascade, it)
-		}
-	}
-	v.CanWrite = h.may(ctx, q.s, varplane.KindMutate, scope)
+	v.Cascade, v.WasActive = plan.Cascade, plan.WasActive
 	h.render(w, r, q.s, http.StatusOK, "deactivate", "Deactivate "+string(scope), &v)
 }
 
@@ -508,7 +542,13 @@ func (h *Handler) handleLive(w http.ResponseWriter, r *http.Request, q *request)
 	target := q.api.URL("/watch")
 	switch scope := varplane.Scope(r.URL.Query().Get("s")); {
 	case scope == "":
-		target += "?all=1"
+		query, ok := h.liveEverything(r.Context(), q)
+		if !ok {
+			// Nothing the token may follow: the script stops asking.
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		target += "?" + query
 	case scope.IsGroup():
 		target += "?group=" + url.QueryEscape(string(scope))
 	default:

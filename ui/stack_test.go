@@ -22,11 +22,13 @@ import (
 
 // Tokens of the test stack: admin may do everything (and holds every
 // role), reader may only read and audit, reviewer may do everything as
-// another identity (to approve admin's changes).
+// another identity (to approve admin's changes), narrow may only read the
+// scopes under shop.
 const (
 	adminToken    = "admin-secret-token"
 	readerToken   = "reader-secret-token"
 	reviewerToken = "reviewer-secret-token"
+	narrowToken   = "narrow-secret-token"
 )
 
 // cartManifest declares one component with a configuration, for the
@@ -68,6 +70,7 @@ func newStack(t *testing.T) *stack {
 		{Token: adminToken, ID: "alice"},
 		{Token: readerToken, ID: "rita", Kinds: []varplane.Kind{varplane.KindRead, varplane.KindAudit}, Roles: []string{config.RoleGet}},
 		{Token: reviewerToken, ID: "bob"},
+		{Token: narrowToken, ID: "nora", Kinds: []varplane.Kind{varplane.KindRead}, Prefixes: []string{"shop."}},
 	})
 	if err != nil {
 		t.Fatal(err)

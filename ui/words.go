@@ -39,7 +39,8 @@ func Sentence(err error) string {
 	case varplane.CodeStoreUnavailable:
 		return "The store is unreachable right now; nothing was changed. Try again in a moment."
 	case varplane.CodeForbidden:
-		return "Your token is not allowed to do this (" + msg + ")."
+		// The server's message names the right that is missing.
+		return "Your token is not allowed to do this (" + msg + "). Sign in with a token that has that right, or ask whoever manages the tokens to grant it."
 	case varplane.CodeUnauthorized:
 		return "You need to sign in with a token to see this."
 	case varplane.CodeIdempotencyReused:

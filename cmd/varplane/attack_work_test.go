@@ -232,3 +232,56 @@ func TestAttackDiffOfLargeDocuments(t *testing.T) {
 	}
 	s.checkRSS(t)
 }
+
+// TestAttackBatchOfLargeDocuments: six batch reads at once, each of 48
+// scopes of 1 MiB, answer every document whole and the server's memory
+// stays bounded (each answer was once built in one buffer: 48 MiB a
+// request).
+func TestAttackBatchOfLargeDocuments(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "var-log.jsonl")
+	s := startServer(t, "--store", "file:"+log)
+	const scopes = 48
+	part := strings.Repeat("y", 255_000)
+	var q strings.Builder
+	for i := 0; i < scopes; i++ {
+		sc := fmt.Sprintf("batch.s%02d", i)
+		publishDoc(t, s.Base, "", sc, map[string]any{"i": i, "blob": []string{part, part, part, part}}, 0)
+		fmt.Fprintf(&q, "key=%s&", sc)
+	}
+	q.WriteString("key=batch.none")
+	target := s.Base + "/batch?" + q.String()
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			status, body, err := sendAs("GET", target, nil, "", time.Minute)
+			if err != nil || status != 200 {
+				t.Errorf("batch: %d %v", status, err)
+				return
+			}
+			var got struct {
+				Items []struct {
+					Scope, Status string
+					Values        map[string]struct {
+						I    int
+						Blob []string
+					}
+				}
+			}
+			if err := json.Unmarshal(body, &got); err != nil || len(got.Items) != scopes+1 {
+				t.Errorf("batch answer: %d items, %v", len(got.Items), err)
+				return
+			}
+			for i, it := range got.Items[:scopes] {
+				v := it.Values[it.Scope]
+				if it.Status != "ok" || v.I != i || len(v.Blob) != 4 || v.Blob[3] != part {
+					t.Errorf("item %d: %s %s i=%d", i, it.Scope, it.Status, v.I)
+				}
+			}
+			if it := got.Items[scopes]; it.Status != "no-head" {
+				t.Errorf("the last item: %+v", it)
+			}
+		})
+	}
+	wg.Wait()
+	s.checkRSS(t)
+}

@@ -16,6 +16,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/varplane/varplane"
 )
 
 // jsonErr decodes the one JSON object -o json writes on stderr for an error.
@@ -247,13 +249,9 @@ func TestCLICommands(t *testing.T) {
 	t.Run("deactivate --dry-run and the cascade", func(t *testing.T) {
 		run(t, 0, `{"agentic.x": 1}`, "set", "agentic")
 		r := run(t, 0, "", "deactivate", "agentic", "--dry-run", "-o", "json")
-		var dry struct {
-			Scopes []struct {
-				Scope string `json:"scope"`
-			} `json:"scopes"`
-		}
+		var dry varplane.DeactivationResult
 		decodeOut(t, r, &dry)
-		if len(dry.Scopes) != 2 || dry.Scopes[0].Scope != "agentic" || dry.Scopes[1].Scope != key {
+		if !dry.DryRun || dry.Scope != "agentic" || !dry.WasActive || len(dry.Cascade) != 1 || dry.Cascade[0].Scope != key {
 			t.Fatalf("dry run = %+v", dry)
 		}
 		r = run(t, 0, "", "deactivate", "agentic", "--dry-run")

@@ -3,11 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/varplane/varplane"
-	"github.com/varplane/varplane/client"
 )
 
 // DeactivateCommand clears a scope's head and its subtree:
@@ -17,9 +17,10 @@ type DeactivateCommand struct {
 }
 
 // Run parses args and deactivates. A stale --expected-generation is a
-// revision-conflict *varplane.Error. With --dry-run it only lists what the
-// cascade would clear; in a terminal, a cascade over more than one scope
-// asks first unless --yes.
+// revision-conflict *varplane.Error. With --dry-run the server checks the
+// deactivation as it would commit it and answers what it would clear, or
+// the refusal the commit would meet; in a terminal, a cascade asks first
+// unless --yes, listing what the server's dry run found.
 func (c *DeactivateCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.newFlagSet("deactivate", "SCOPE [--expected-generation N] [--dry-run] [--yes] [flags]", `
 Clear the head of a scope so that it serves nothing, together with every active
@@ -28,13 +29,16 @@ Each cleared scope takes its own next generation. Guarded by
 --expected-generation; without it the scope's current generation is read
 first (and said on stderr).
 
---dry-run lists the scopes the commit would clear (the scope and its active
-descendants, as the server lists them now) and changes nothing. When stdin is
-a terminal and the commit would clear more than one scope, deactivate asks
-for confirmation first; --yes skips the question (scripts never get it).`)
+--dry-run asks the server to check the deactivation as it would commit it
+(your token's rights, review policies and owned scopes over the whole
+cascade, the generation) and lists the scopes it would clear; it changes
+nothing, and exits 1 with the refusal when the deactivation would be
+refused. When stdin is a terminal and the commit would clear more than one
+active scope, deactivate asks for confirmation first; --yes skips the question
+(scripts never get it).`)
 	var g guardedFlags
 	g.register(fs, c.m.Getenv, "deactivate")
-	dryRun := fs.Bool("dry-run", false, "list what would be deactivated; change nothing")
+	dryRun := dryRunFlag(fs)
 	yes := fs.Bool("yes", false, "do not ask for confirmation of a cascade")
 	pos, err := parseArgs(fs, args, 1)
 	if err != nil {
@@ -51,13 +55,24 @@ for confirmation first; --yes skips the question (scripts never get it).`)
 		return err
 	}
 	scope := varplane.Scope(g.scope)
-	var expected varplane.Generation
-	if !*dryRun {
-		// Read before the cascade is listed, so that the question shows
-		// what the guarded commit will clear.
-		if expected, err = g.generation(ctx, c.m, a, "deactivate"); err != nil {
-			return err
+	// Read before the cascade is listed, so that the question shows what
+	// the guarded commit will clear.
+	expected, err := g.generation(ctx, c.m, a, "deactivate")
+	if err != nil {
+		return err
+	}
+	req := varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: expected,
+		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey}
+	refused := func(dry bool, err error) error {
+		// The refusal names the scope under the policy: the scope itself
+		// or one its cascade would clear.
+		under := scope
+		var ve *varplane.Error
+		if errors.As(err, &ve) && ve.Scope != "" {
+			under = ve.Scope
 		}
+		return classify(ctx, wouldBeRefused("deactivate", dry, underPolicy(err, fmt.Sprintf(
+			"%s is under a review policy, and a deactivation does not go through review: deactivate the scopes outside the policy one by one, or see `varplane policy get %s`", under, under))))
 	}
 	terminal := c.m.terminal
 	if terminal == nil {
@@ -65,29 +80,22 @@ for confirmation first; --yes skips the question (scripts never get it).`)
 	}
 	ask := !*yes && !*dryRun && terminal(c.m.Stdin)
 	if *dryRun || ask {
-		hit, err := c.cascade(ctx, a, scope)
+		dry := req
+		dry.DryRun = true
+		plan, err := a.Deactivate(ctx, dry)
 		if err != nil {
-			return err
+			return refused(true, err)
 		}
 		if *dryRun {
-			return emit(c.m.Stdout, g.json(), struct {
-				Scope  varplane.Scope          `json:"scope"`
-				Scopes []varplane.ScopeSummary `json:"scopes"`
-			}{scope, hit}, func() error {
-				if len(hit) == 0 {
-					_, err := fmt.Fprintf(c.m.Stdout, "would deactivate nothing: neither %s nor any scope below it is active\n", scope)
-					return err
-				}
-				for _, s := range hit {
-					fmt.Fprintf(c.m.Stdout, "would deactivate %s (active at generation %d, revision %s)\n", s.Scope, s.Generation, shortRevision(string(s.Revision)))
-				}
-				return nil
-			})
+			return emit(c.m.Stdout, g.json(), plan, func() error { return printDeactivation(c.m, plan) })
 		}
-		if len(hit) > 1 {
-			fmt.Fprintf(c.m.Stderr, "deactivate %s clears %d active scopes:\n", scope, len(hit))
-			for _, s := range hit {
-				fmt.Fprintf(c.m.Stderr, "  %s (generation %d)\n", s.Scope, s.Generation)
+		if n := len(plan.Cascade) + btoi(plan.WasActive); n > 1 {
+			fmt.Fprintf(c.m.Stderr, "deactivate %s clears %d active scopes:\n", scope, n)
+			if plan.WasActive {
+				fmt.Fprintf(c.m.Stderr, "  %s (to generation %d)\n", scope, plan.Generation)
+			}
+			for _, s := range plan.Cascade {
+				fmt.Fprintf(c.m.Stderr, "  %s (to generation %d)\n", s.Scope, s.Generation)
 			}
 			fmt.Fprint(c.m.Stderr, "proceed? [y/N] ")
 			line, _ := bufio.NewReader(c.m.Stdin).ReadString('\n')
@@ -96,38 +104,16 @@ for confirmation first; --yes skips the question (scripts never get it).`)
 			}
 		}
 	}
-	out, err := a.Deactivate(ctx, varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: expected,
-		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey})
+	out, err := a.Deactivate(ctx, req)
 	if err != nil {
-		return classify(ctx, err)
+		return refused(false, err)
 	}
-	return emit(c.m.Stdout, g.json(), out, func() error {
-		fmt.Fprintf(c.m.Stdout, "deactivated %s generation %d\n", out.Scope, out.Generation)
-		for _, d := range out.Cascade {
-			fmt.Fprintf(c.m.Stdout, "  also deactivated %s generation %d\n", d.Scope, d.Generation)
-		}
-		return nil
-	})
+	return emit(c.m.Stdout, g.json(), out, func() error { return printDeactivation(c.m, out) })
 }
 
-// cascade lists the active scopes a deactivation of scope would clear now:
-// the scope itself and its active descendants, from the scope listing. The
-// scope's status is read first: the listing leaves out what the token may
-// not audit, and a token that may not audit the scope itself gets that
-// refusal rather than an empty list.
-func (c *DeactivateCommand) cascade(ctx context.Context, a *client.Admin, scope varplane.Scope) ([]varplane.ScopeSummary, error) {
-	if _, err := a.Status(ctx, scope); err != nil {
-		return nil, classify(ctx, err)
+func btoi(b bool) int {
+	if b {
+		return 1
 	}
-	all, err := a.AllScopes(ctx, scope)
-	if err != nil {
-		return nil, classify(ctx, err)
-	}
-	hit := []varplane.ScopeSummary{}
-	for _, s := range all {
-		if s.Active {
-			hit = append(hit, s)
-		}
-	}
-	return hit, nil
+	return 0
 }

@@ -18,9 +18,11 @@ type HistoryCommand struct {
 func (c *HistoryCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.newFlagSet("history", "SCOPE [flags]", `
 List every event of a scope's append-only audit log, oldest first: revisions
-created, activations (rollbacks included), deactivations and rejections, with
-generation, actor (the authenticated caller, "for" the actor it claimed with
---actor), reason and time. With -o json the documents are included.
+created, activations, deactivations and rejections, with generation, actor
+(the authenticated caller, "for" the actor it claimed with --actor), reason
+and time. A rollback is an activation marked "rollback of G" (the generation
+it rolled back; "rollbackOf" with -o json). With -o json the documents are
+included.
 SCOPE may also be given as --scope.`)
 	var cf clientFlags
 	cf.register(fs, c.m.Getenv)
@@ -72,7 +74,11 @@ SCOPE may also be given as --scope.`)
 			if ev.OnBehalfOf != "" {
 				actor += " for " + ev.OnBehalfOf
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", shortTime(ev.Timestamp), ev.Kind, gen, shortRevision(string(ev.Revision)), actor, dash(reason))
+			kind := string(ev.Kind)
+			if ev.RollbackOf != 0 {
+				kind += fmt.Sprintf(" (rollback of %d)", ev.RollbackOf)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", shortTime(ev.Timestamp), kind, gen, shortRevision(string(ev.Revision)), actor, dash(reason))
 		}
 		return tw.Flush()
 	})

@@ -21,7 +21,8 @@ func (c *ListCommand) Run(ctx context.Context, args []string) error {
 List the scopes the server knows (every scope that has appeared in its log),
 sorted, with their state, generation, revision and last change. PREFIX (also
 --prefix) keeps the prefix itself and the scopes below it, as a watch prefix
-does. Only the scopes the token may audit are listed. Without --limit every
+does. Only the scopes the token may audit or read are listed; one it may
+only read shows no last change (that is the audit log's). Without --limit every
 page is fetched; with it one page is printed, and the next one is --after the
 scope printed last ("next:" says which).`)
 	var cf clientFlags
@@ -61,11 +62,6 @@ scope printed last ("next:" says which).`)
 	}
 	return emit(c.m.Stdout, cf.json(), page, func() error {
 		if len(page.Items) == 0 {
-			if cf.token != "" && *after == "" {
-				// A token that may only read audits nothing: say why the
-				// list is empty, and where it can read instead.
-				fmt.Fprintln(c.m.Stderr, "list: only the scopes the token may audit are listed (a read-only token sees none; read a scope with varplane get SCOPE)")
-			}
 			_, err := fmt.Fprintln(c.m.Stdout, "no scopes")
 			return err
 		}

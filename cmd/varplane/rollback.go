@@ -23,12 +23,14 @@ digits), or the revision activated at --to-generation, or by default the
 revision that was active before the current one. Guarded by
 --expected-generation; without it the scope's current generation is read
 first (and said on stderr). A scope under a review policy refuses a direct
-rollback: propose it with varplane change rollback.`)
+rollback: propose it with varplane change rollback. --dry-run asks the
+server whether it would roll back (and to what), and changes nothing.`)
 	var g guardedFlags
 	g.register(fs, c.m.Getenv, "roll back")
 	toRevision := fs.String("to-revision", "", "revision to re-activate: sha256:… or a unique prefix")
 	var toGeneration uintFlag
 	fs.Var(&toGeneration, "to-generation", "re-activate the revision that generation G activated")
+	dryRun := dryRunFlag(fs)
 	pos, err := parseArgs(fs, args, 1)
 	if err != nil {
 		return err
@@ -52,7 +54,7 @@ rollback: propose it with varplane change rollback.`)
 		return err
 	}
 	req := varplane.RollbackRequest{Scope: scope, ExpectedGeneration: expected,
-		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey}
+		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey, DryRun: *dryRun}
 	if *toRevision != "" {
 		if req.ToRevision, err = resolveRevision(ctx, a, scope, *toRevision); err != nil {
 			return err
@@ -68,7 +70,7 @@ rollback: propose it with varplane change rollback.`)
 		if toGeneration.set {
 			target = fmt.Sprintf(" --to-generation %d", toGeneration.value)
 		}
-		return classify(ctx, underPolicy(err, fmt.Sprintf("%s is under a review policy: propose the rollback as a change with `varplane change rollback %s%s`, then have it approved and published", scope, scope, target)))
+		return classify(ctx, wouldBeRefused("rollback", *dryRun, underPolicy(err, fmt.Sprintf("%s is under a review policy: propose the rollback as a change with `varplane change rollback %s%s`, then have it approved and published", scope, scope, target))))
 	}
 	return emit(c.m.Stdout, g.json(), out, func() error { return printActivation(c.m, "rolled back", out) })
 }

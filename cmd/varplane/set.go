@@ -26,7 +26,9 @@ so on stderr, and publishes against that, so a commit made in between is
 still refused (revision-conflict), never overwritten.
 
 The document is read from -f FILE (--file), or from stdin when absent or "-".
-It may be JSON or YAML, as for create. SCOPE may also be given as --scope.`)
+It may be JSON or YAML, as for create. SCOPE may also be given as --scope.
+--dry-run asks the server whether it would publish (the document validated,
+the rights, policies and generation checked), and changes nothing.`)
 	var cf clientFlags
 	var mf mutationFlags
 	var expected uintFlag
@@ -37,6 +39,7 @@ It may be JSON or YAML, as for create. SCOPE may also be given as --scope.`)
 	fs.Var(&expected, "expected-generation", "generation the scope must be at (default: its current one, read first)")
 	schemaID := fs.String("schema-id", "", "schemaId to validate the document against")
 	schemaVersion := fs.String("schema-version", "", "schema version, recorded with the revision")
+	dryRun := dryRunFlag(fs)
 	a, err := c.m.openScoped(fs, &cf, args, scope)
 	if err != nil {
 		return err
@@ -54,14 +57,21 @@ It may be JSON or YAML, as for create. SCOPE may also be given as --scope.`)
 		expected.value = uint64(gen)
 	}
 	out, err := a.Publish(ctx, varplane.PublishRequest{Scope: sc, Document: doc, ExpectedGeneration: varplane.Generation(expected.value),
-		SchemaID: *schemaID, SchemaVersion: *schemaVersion, Actor: mf.actor, Reason: mf.reason, IdempotencyKey: mf.idempotencyKey})
+		SchemaID: *schemaID, SchemaVersion: *schemaVersion, Actor: mf.actor, Reason: mf.reason, IdempotencyKey: mf.idempotencyKey, DryRun: *dryRun})
 	if err != nil {
-		return classify(ctx, underPolicy(err, fmt.Sprintf("%s is under a review policy: propose the document as a change with `varplane change propose %s -f FILE`, then have it approved and published", sc, sc)))
+		return classify(ctx, wouldBeRefused("set", *dryRun, underPolicy(err, fmt.Sprintf("%s is under a review policy: propose the document as a change with `varplane change propose %s -f FILE`, then have it approved and published", sc, sc))))
 	}
 	return emit(c.m.Stdout, cf.json(), out, func() error {
 		how := "created"
 		if !out.Created {
 			how = "already stored"
+		}
+		if out.DryRun {
+			if out.Created {
+				how = "would be created"
+			}
+			fmt.Fprintf(c.m.Stdout, "would set %s generation %d revision %s (%s)\n", out.Scope, out.Generation, out.Revision, how)
+			return dryNote(c.m)
 		}
 		_, err := fmt.Fprintf(c.m.Stdout, "set %s generation %d revision %s (%s)\n", out.Scope, out.Generation, out.Revision, how)
 		return err

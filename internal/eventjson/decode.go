@@ -159,6 +159,8 @@ func eventMemberBit(key []byte) uint32 {
 		return 1 << 17
 	case "hash":
 		return 1 << 18
+	case "rollbackOf":
+		return 1 << 19
 	}
 	return 0
 }
@@ -298,6 +300,12 @@ func (d *decoder) field(key []byte, ev *varplane.Event) error {
 		}
 	case "hash":
 		err = d.strPlain(&ev.Hash)
+	case "rollbackOf":
+		if !d.null() {
+			var g uint64
+			g, err = d.uint()
+			ev.RollbackOf = varplane.Generation(g)
+		}
 	default:
 		err = d.skipValue(1)
 	}

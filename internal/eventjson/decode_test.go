@@ -26,6 +26,8 @@ var codecEvents = []varplane.Event{
 	{Kind: varplane.EventRejected, Scope: "tenant:acme", RejectionReason: "document.unknown-field: /budgets2", Timestamp: time.Time{}},
 	{Kind: varplane.EventActivated, Scope: "a.b", Revision: varplane.Revision("sha256:" + strings.Repeat("0f", 32)), Generation: 2,
 		Actor: "claimed", Unauthenticated: true, Timestamp: ts, Seq: 18446744073709551615, Hash: strings.Repeat("9e", 32)},
+	{Kind: varplane.EventActivated, Scope: "a.b", Revision: varplane.Revision("sha256:" + strings.Repeat("0f", 32)), Generation: 4,
+		PreviousGeneration: varplane.GenerationPtr(3), Reason: "rollback to sha256:0f0f", RollbackOf: 3, Timestamp: ts},
 }
 
 func TestCodecRoundTrip(t *testing.T) {

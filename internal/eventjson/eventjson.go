@@ -108,6 +108,10 @@ func AppendEvent(b []byte, ev *varplane.Event) []byte {
 	if ev.Unauthenticated {
 		b = append(b, `,"unauthenticated":true`...)
 	}
+	if ev.RollbackOf != 0 {
+		b = append(b, `,"rollbackOf":`...)
+		b = strconv.AppendUint(b, uint64(ev.RollbackOf), 10)
+	}
 	if ev.Seq != 0 {
 		b = append(b, `,"seq":`...)
 		b = strconv.AppendUint(b, ev.Seq, 10)

@@ -37,6 +37,7 @@ func TestEventMatchesEncodingJSON(t *testing.T) {
 		{"cascade", varplane.Event{Kind: varplane.EventDeactivated, Scope: "a", Generation: 3, Cascade: []varplane.CascadeEntry{{Scope: "a.b", Generation: 2}, {Scope: "a.c", Generation: 9}}, Timestamp: ts}},
 		{"keys", varplane.Event{Kind: varplane.EventActivated, Scope: "a", OnBehalfOf: "u", IdempotencyKey: "k", RequestHash: "h", Timestamp: ts}},
 		{"chained", varplane.Event{Kind: varplane.EventActivated, Scope: "a", Actor: "claimed", Unauthenticated: true, Timestamp: ts, Seq: 12, Hash: "ab01"}},
+		{"rollback", varplane.Event{Kind: varplane.EventActivated, Scope: "a", Revision: "sha256:00", Generation: 8, PreviousGeneration: varplane.GenerationPtr(7), RollbackOf: 7, Timestamp: ts, Seq: 3, Hash: "ab"}},
 		{"zero time", varplane.Event{Kind: varplane.EventActivated, Scope: "a"}},
 		{"offset time", varplane.Event{Kind: varplane.EventActivated, Scope: "a", Timestamp: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))}},
 	} {
@@ -86,6 +87,7 @@ func TestEncodingProperty(t *testing.T) {
 			RejectionReason: str.Draw(t, "rejection"),
 			Timestamp:       time.Unix(rapid.Int64Range(0, 1<<34).Draw(t, "sec"), rapid.Int64Range(0, 999999999).Draw(t, "nsec")).UTC(),
 			Unauthenticated: rapid.Bool().Draw(t, "unauthenticated"),
+			RollbackOf:      varplane.Generation(rapid.Uint64().Draw(t, "rollbackOf")),
 			Seq:             rapid.Uint64().Draw(t, "seq"),
 			Hash:            str.Draw(t, "chainHash"),
 		}

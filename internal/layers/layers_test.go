@@ -243,7 +243,7 @@ func TestNetHTTP(t *testing.T) {
 
 // TestSDKLinks: the SDK links no server code and no gRPC: none of its
 // dependencies is a package of layers 3 or 5, grpc-go, protobuf or the
-// Prometheus client.
+// Prometheus client, nor the OpenFeature SDK (client/openfeature links it).
 func TestSDKLinks(t *testing.T) {
 	layers := readLayers(t)
 	pkgs := goList(t)
@@ -258,7 +258,7 @@ func TestSDKLinks(t *testing.T) {
 			}
 			continue
 		}
-		for _, banned := range []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/"} {
+		for _, banned := range []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/", "github.com/open-feature/"} {
 			if strings.HasPrefix(dep, banned) {
 				t.Errorf("client links %s", dep)
 			}

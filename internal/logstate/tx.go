@@ -906,6 +906,9 @@ func wellFormed(ev *varplane.Event, known, decoded bool) error {
 		return badRequest("event timestamp year %d is outside [0, 9999]", y)
 	}
 	hasGen := ev.Generation != 0 || ev.PreviousGeneration != nil
+	if err := varplane.CheckRollbackMark(ev); err != nil {
+		return err
+	}
 	switch ev.Kind {
 	case varplane.EventRevisionCreated:
 		if _, err := varplane.ParseRevision(string(ev.Revision)); err != nil {

@@ -27,7 +27,8 @@ import (
 // that says a state change may have completed.
 func Status(code varplane.Code) int {
 	switch code {
-	case varplane.CodeBadRequest, varplane.CodeStoreUnsupported, varplane.CodeLimitExceeded:
+	case varplane.CodeBadRequest, varplane.CodeStoreUnsupported, varplane.CodeLimitExceeded,
+		varplane.CodeTargetingKeyMissing:
 		return http.StatusBadRequest
 	case varplane.CodeUnauthorized:
 		return http.StatusUnauthorized
@@ -143,6 +144,13 @@ func (b ErrorBody) Err() *varplane.Error {
 // logged with their cause on log (when not nil); the client only ever sees
 // the body. A 503 carries Retry-After.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	body, status := answerError(w, r, log, err)
+	WriteJSON(w, status, body)
+}
+
+// answerError is what every error answer does before its body: the body and
+// status of err, the log line of a 5xx, Retry-After on a 503.
+func answerError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) (ErrorBody, int) {
 	body := BodyOf(err)
 	status := Status(body.Code)
 	// A full push layer refuses in floods; its metric counts them.
@@ -154,7 +162,7 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
-	WriteJSON(w, status, body)
+	return body, status
 }
 
 // MaxErrorBytes bounds how much of an error answer a client reads.

@@ -107,7 +107,7 @@ func TestStatusTable(t *testing.T) {
 		varplane.CodeDocumentFailed: 503, varplane.CodeDocumentStale: 503, varplane.CodeNotReady: 503,
 		varplane.CodeInternal: 500, "no-such-code": 500,
 		varplane.CodeChangeRequired: 403, varplane.CodeChangeState: 409, varplane.CodeRevisionReclaimed: 410,
-		varplane.CodeOutcomeUnknown: 504, varplane.CodeCanaryWindowOpen: 409,
+		varplane.CodeOutcomeUnknown: 504, varplane.CodeCanaryWindowOpen: 409, varplane.CodeTargetingKeyMissing: 400,
 	}
 	for code, status := range want {
 		if got := Status(code); got != status {

@@ -104,6 +104,9 @@ func (s *Store) Append(ctx context.Context, ev *varplane.Event, expected varplan
 	if err := checkScope(ev.Scope); err != nil {
 		return err
 	}
+	if err := varplane.CheckRollbackMark(ev); err != nil {
+		return err
+	}
 	ctx, cancel := s.cmdCtx(ctx)
 	defer cancel()
 	switch ev.Kind {

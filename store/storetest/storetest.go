@@ -83,6 +83,7 @@ func Run(t *testing.T, h Harness) {
 		{"EventHistory", testEventHistory},
 		{"Capabilities", testCapabilities},
 		{"Chain", RunChain},
+		{"RollbackMark", testRollbackMark},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
@@ -511,6 +512,9 @@ func testMalformedEvents(t *testing.T, h Harness) {
 		{"no document", &varplane.Event{Kind: varplane.EventRevisionCreated, Scope: "m.scope", Revision: RevisionOf(Doc(2))}},
 		{"invalid document", &varplane.Event{Kind: varplane.EventRevisionCreated, Scope: "m.scope", Revision: RevisionOf(Doc(2)), Document: json.RawMessage(`{"a":`)}},
 		{"wrong generation", &varplane.Event{Kind: varplane.EventActivated, Scope: "m.scope", Revision: rev, Generation: 7}},
+		{"rollback of a later generation", &varplane.Event{Kind: varplane.EventActivated, Scope: "m.scope", Revision: rev, Generation: 1,
+			PreviousGeneration: varplane.GenerationPtr(0), RollbackOf: 1, Timestamp: time.Now().UTC()}},
+		{"rollback mark on a rejection", &varplane.Event{Kind: varplane.EventRejected, Scope: "m.scope", RejectionReason: "x", RollbackOf: 1, Timestamp: time.Now().UTC()}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

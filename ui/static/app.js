@@ -9,6 +9,7 @@
   var page = document.querySelector("[data-live-scope]");
   var all = document.querySelector("[data-live-all]");
   var poll = document.querySelector("[data-live-poll]");
+  var internal = all ? (all.getAttribute("data-internal-roots") || "").split(" ") : [];
   if (!page && !all && !poll) { return; }
   var prefix = document.querySelector("link[rel=stylesheet]").getAttribute("href").replace(/\/static\/app\.css$/, "");
   var scope = page ? page.getAttribute("data-live-scope") : "";
@@ -43,9 +44,10 @@
     if (scope && data.scope !== scope) { return; }
     var gen = Number(data.generation);
     if (scope && gen <= shown) { return; }
-    // The project's own records (change requests, policies, principals)
-    // are not the user's scopes: they make no banner on the list.
-    if (!scope && /^varplane(-control)?(\.|$)/.test(data.scope)) { return; }
+    // The project's own records (change requests, policies, principals:
+    // the roots the page names, varplane.InternalRoots) are not the
+    // user's scopes: they make no banner on the list.
+    if (!scope && internal.indexOf(data.scope.split(".")[0]) >= 0) { return; }
     if (!scope) {
       // The stream opens with every head: a row that shows it already is
       // not news.
