@@ -71,8 +71,11 @@ active scope, deactivate asks for confirmation first; --yes skips the question
 		if errors.As(err, &ve) && ve.Scope != "" {
 			under = ve.Scope
 		}
-		return classify(ctx, wouldBeRefused("deactivate", dry, underPolicy(err, fmt.Sprintf(
-			"%s is under a review policy, and a deactivation does not go through review: deactivate the scopes outside the policy one by one, or see `varplane policy get %s`", under, under))))
+		hint := fmt.Sprintf("%s is under a review policy, and a deactivation does not go through review: deactivate the scopes outside the policy one by one, or see `varplane policy get %s`", under, under)
+		if under == scope {
+			hint = fmt.Sprintf("%s is under a review policy, and a deactivation does not go through review: see `varplane policy get %s`; whoever manages the policies can lift it (`varplane policy delete`) for the deactivation", scope, scope)
+		}
+		return classify(ctx, wouldBeRefused("deactivate", dry, underPolicy(err, hint)))
 	}
 	terminal := c.m.terminal
 	if terminal == nil {
@@ -84,7 +87,10 @@ active scope, deactivate asks for confirmation first; --yes skips the question
 		dry.DryRun = true
 		plan, err := a.Deactivate(ctx, dry)
 		if err != nil {
-			return refused(true, err)
+			// Asked before the question: the write itself would meet
+			// this refusal, so it is the write's (a dry run's only when
+			// the user asked for one).
+			return refused(*dryRun, err)
 		}
 		if *dryRun {
 			return emit(c.m.Stdout, g.json(), plan, func() error { return printDeactivation(c.m, plan) })

@@ -204,3 +204,38 @@ func TestDeactivateAsksInATerminal(t *testing.T) {
 		t.Fatalf("--yes asked: %d %q", code, errOut)
 	}
 }
+
+// TestDeactivateRefusedBeforeTheQuestion: in a terminal, the question is
+// preceded by the server's dry run; a refusal there is the write's own
+// refusal (the user asked for no dry run), and nothing changes.
+func TestDeactivateRefusedBeforeTheQuestion(t *testing.T) {
+	st := memory.New()
+	e := varplane.NewEngine(st, varplane.Options{})
+	noMutate := varplane.AuthorizerFunc(func(_ context.Context, a varplane.Access) (varplane.Identity, error) {
+		if a.Kind == varplane.KindMutate && a.Scope == "app.locked" {
+			return varplane.Identity{}, varplane.ErrForbidden
+		}
+		return varplane.Anonymous, nil
+	})
+	api := httpapi.NewHandler(e, httpapi.Options{Authorizer: noMutate, DisableOps: true, Logger: slog.New(slog.DiscardHandler)})
+	srv := httptest.NewServer(api)
+	t.Cleanup(func() { srv.Close(); api.Close(); e.Close(); _ = st.Close() })
+	if _, err := e.Publish(context.Background(), varplane.PublishRequest{Scope: "app.locked", Document: json.RawMessage(`{"a":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb syncbuf.Buffer
+	m := &Main{Stdin: strings.NewReader("y\n"), Stdout: &out, Stderr: &errb, terminal: func(any) bool { return true },
+		Getenv: func(k string) string {
+			if k == "VARPLANE_SERVER" {
+				return srv.URL
+			}
+			return ""
+		}}
+	code := m.Run(context.Background(), []string{"deactivate", "app.locked", "--expected-generation", "1"})
+	if code == 0 || strings.Contains(errb.String(), "dry run") || !strings.Contains(errb.String(), "forbidden") {
+		t.Fatalf("exit %d stdout %q stderr %q: want the write's refusal, not a dry run's", code, out.String(), errb.String())
+	}
+	if s, _ := st.State(context.Background(), "app.locked"); s.Head == nil {
+		t.Error("the refused deactivation changed the scope")
+	}
+}
