@@ -53,7 +53,7 @@ func (a *Authorizer) Authorize(ctx context.Context, req varplane.Access) (varpla
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token is not accepted")
 	}
 	if !e.grant.Allows(req) {
-		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token does not allow %s on this scope", req.Kind)
+		return varplane.Identity{}, notAllowed(req)
 	}
 	return e.identity, nil
 }

@@ -215,7 +215,7 @@ func (a *ScopedAuthorizer) Authorize(_ context.Context, req varplane.Access) (va
 		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token is not accepted")
 	}
 	if !g.grant.Allows(req) {
-		return varplane.Identity{}, varplane.Errorf(varplane.CodeForbidden, "the token does not allow %s on this scope", req.Kind)
+		return varplane.Identity{}, notAllowed(req)
 	}
 	return g.identity, nil
 }
@@ -390,4 +390,18 @@ func quotable(s string) bool {
 		}
 	}
 	return true
+}
+
+// notAllowed is the refusal of a token whose grant does not cover req: it
+// names the right and where it was asked for, so that the caller knows
+// what to ask for.
+func notAllowed(req varplane.Access) error {
+	where := fmt.Sprintf("%q", req.Scope)
+	switch {
+	case req.Scope == "":
+		where = "every scope"
+	case req.Subtree:
+		where += " and every scope below it"
+	}
+	return varplane.Errorf(varplane.CodeForbidden, "the token does not allow %s on %s", req.Kind, where)
 }

@@ -197,6 +197,19 @@ func TestScopedAuthorizer(t *testing.T) {
 	if _, err := access.Scoped([]access.Grant{{Token: "x", Kinds: []varplane.Kind{"write"}}}); err == nil {
 		t.Error("Scoped accepted an unknown kind")
 	}
+	// A refusal names the right and where it was asked for.
+	for _, tt := range []struct {
+		req  varplane.Access
+		want string
+	}{
+		{varplane.Access{Kind: varplane.KindMutate, Scope: "a.b", Token: "reader"}, `the token does not allow mutate on "a.b"`},
+		{varplane.Access{Kind: varplane.KindMutate, Scope: "agentic", Subtree: true, Token: "agentic-ops"}, `the token does not allow mutate on "agentic" and every scope below it`},
+		{varplane.Access{Kind: varplane.KindAudit, Token: "agentic-ops"}, `the token does not allow audit on every scope`},
+	} {
+		if _, err := auth.Authorize(context.Background(), tt.req); varplane.ErrorMessage(err) != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.req, varplane.ErrorMessage(err), tt.want)
+		}
+	}
 }
 
 func TestParseTokens(t *testing.T) {

@@ -398,7 +398,7 @@ func TestBrowserReadOnly(t *testing.T) {
 
 	// The confirmation page, reached by its address, offers no form.
 	run(t, ctx, chromedp.Navigate(s.srv.URL+"/ui/rollback?s=shop.front.checkout&to=1"), chromedp.WaitVisible(chromedp.CSS("#diff")))
-	wantText(t, ctx, "#refusal", "does not allow mutate on this scope). Sign in with a token that has that right")
+	wantText(t, ctx, "#refusal", "does not allow mutate on \"shop.front.checkout\"). Sign in with a token that has that right")
 	if n := get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('#main form').length`)); n != 0 {
 		t.Fatalf("the refused rollback still offers %d forms", n)
 	}

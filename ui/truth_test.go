@@ -42,7 +42,7 @@ func TestConfirmationsTellTheTruth(t *testing.T) {
 		{"the issue's repro", admin, "/ui/deactivate?s=app", "app.b, below app, is under a review policy", ""},
 		{"a deactivation that passes", admin, "/ui/deactivate?s=app.a", "", `class="primary danger"`},
 		{"an owned scope", admin, "/ui/deactivate?s=varplane-control", "belongs to a subsystem", ""},
-		{"a token without mutate", reader, "/ui/deactivate?s=app.a", "(the token does not allow mutate on this scope). Sign in with a token that has that right", ""},
+		{"a token without mutate", reader, "/ui/deactivate?s=app.a", "(the token does not allow mutate on &#34;app.a&#34;). Sign in with a token that has that right", ""},
 		{"a rollback that passes", admin, "/ui/rollback?s=app.a&to=1", "", `value="rollback"`},
 		{"a rollback under a policy is proposed", admin, "/ui/rollback?s=app.b&to=1", "", `value="propose"`},
 		{"a rollback without mutate", reader, "/ui/rollback?s=app.a&to=1", "does not allow mutate", ""},
