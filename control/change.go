@@ -148,7 +148,12 @@ func publishable(c *Change, pol Policy, has bool) error {
 			msg += ", holding one of the roles " + strings.Join(pol.Roles, ", ")
 		}
 		msg += ")"
-		return varplane.Errorf(varplane.CodeChangeState, "%s", msg)
+		who := "another identity"
+		if len(pol.Roles) > 0 {
+			who = "an identity holding one of the roles " + strings.Join(pol.Roles, ", ")
+		}
+		return &varplane.Error{Code: varplane.CodeChangeState, Message: msg,
+			Hint: fmt.Sprintf("%s approves it (varplane change approve %s), then publish it again", who, c.ID)}
 	}
 	if pol.Canary && !c.Canary.passed() {
 		return &varplane.Error{Code: varplane.CodeStoreUnavailable, Message: fmt.Sprintf("change %s needs a passed canary window", c.ID)}

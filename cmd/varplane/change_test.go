@@ -58,7 +58,7 @@ func TestChangeCLI(t *testing.T) {
 		t.Fatalf("change propose on base 1 = %+v", r)
 	}
 	id = m[1]
-	if r = runCLI(t, env, "", "change", "publish", id); r.code != ExitRefused || !strings.Contains(r.stderr, "0 of 1 approvals") {
+	if r = runCLI(t, env, "", "change", "publish", id); r.code != ExitRefused || !strings.Contains(r.stderr, "0 of 1 approvals") || !strings.Contains(r.stderr, "approves it (varplane change approve "+id+")") {
 		t.Fatalf("unapproved publish = %+v", r)
 	}
 	if r = runCLI(t, env, "", "change", "approve", id); r.code != ExitRefused || !strings.Contains(r.stderr, "error: forbidden:") {
