@@ -534,3 +534,29 @@ func TestWritePromises(t *testing.T) {
 		}
 	}
 }
+
+// TestChangeRoutesAuthenticateFirst: the routes of one change answer a
+// request without a token, or with a forged one, the same whether the
+// change exists or not: existence is not told before authentication.
+func TestChangeRoutesAuthenticateFirst(t *testing.T) {
+	p := newPromisePlane(t)
+	c := p.must("POST", "/vars/control/changes", `{"scope":"app.a","base":0,"document":{"x":1}}`)
+	for _, id := range []string{c["id"].(string), "ch-0123456789abcdef"} {
+		for _, r := range []struct{ method, path, body string }{
+			{"GET", "/vars/control/changes/" + id, ""},
+			{"GET", "/vars/control/changes/" + id + "/reports", ""},
+			{"POST", "/vars/control/changes/" + id + ":approve", `{}`},
+		} {
+			for _, a := range []struct {
+				token  string
+				status int
+				code   varplane.Code
+			}{{"", 401, varplane.CodeUnauthorized}, {forgedToken, 403, varplane.CodeForbidden}} {
+				st, _, raw := p.send(a.token, r.method, r.path, r.body)
+				if e := wire.ParseError(st, []byte(raw)); st != a.status || e.Code != a.code {
+					t.Errorf("%s %s with token %q: %d %s, want %d %s", r.method, r.path, a.token, st, raw, a.status, a.code)
+				}
+			}
+		}
+	}
+}
