@@ -503,11 +503,17 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	if err != nil {
 		return nil, err
 	}
+	// Once this publish claimed the change (its record now says
+	// publishing) or its document was activated, the store of record holds
+	// a trace of it: a store that fails after that is not "nothing
+	// changed" (503 store-unavailable) but a publish left to finish.
+	claimed := false
 	if c.State == StatePublishing {
 		if c, err = svc.recheckClaim(ctx, by, c); err != nil {
 			return nil, err
 		}
 	} else {
+		claimed = true
 		if c, err = svc.transition(ctx, id, "publish", func(c *Change, pol Policy, hasPolicy bool) error {
 			if err := publishable(c, pol, hasPolicy); err != nil {
 				return err
@@ -525,6 +531,9 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	})
 	invalid := varplane.ErrorCode(actErr) == varplane.CodeRevisionInvalid
 	if actErr != nil && !errors.Is(actErr, varplane.ErrConflict) && !invalid {
+		if claimed {
+			return nil, unfinished(actErr, "the change is publishing and its document was not activated")
+		}
 		return nil, actErr // still publishing: the next publish finishes it
 	}
 	version, now := c.Version, svc.now()
@@ -541,6 +550,9 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 		c.move(StatePublished, by.ID, now, "")
 	}
 	if err := svc.save(ctx, c, version, "publish"); err != nil {
+		if claimed || actErr == nil {
+			return nil, unfinished(err, "the change is publishing and its document may be active")
+		}
 		return nil, err
 	}
 	if actErr != nil {
@@ -548,6 +560,20 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	}
 	svc.detectAfterPublish(ctx, c)
 	return c, nil
+}
+
+// unfinished is the error of a publish that failed on a store that already
+// holds part of it (the claim, or the activation), where is what it holds:
+// a store-unavailable error, which promises that nothing changed, becomes
+// outcome-unknown, which tells the caller that the publish is under way
+// and that repeating it finishes it. Other errors are answered as they
+// are.
+func unfinished(err error, where string) error {
+	if varplane.ErrorCode(err) != varplane.CodeStoreUnavailable {
+		return err
+	}
+	return &varplane.Error{Code: varplane.CodeOutcomeUnknown, Err: err,
+		Message: "the publish was started and the store then failed: " + where + "; read the change, or repeat its publish to finish it"}
 }
 
 // recheckClaim judges a publishing change again before its publish is

@@ -49,7 +49,7 @@ func (strictSchemas) IDs() []string { return []string{"loose", "strict"} }
 // the store's principals.
 type promisePlane struct {
 	t     *testing.T
-	store *memory.Store
+	store varplane.Store
 	h     *httpapi.Handler
 }
 
@@ -67,6 +67,12 @@ func newPromisePlane(t *testing.T) *promisePlane {
 	t.Helper()
 	st := memory.New()
 	t.Cleanup(func() { _ = st.Close() })
+	return newPromisePlaneOn(t, st)
+}
+
+// newPromisePlaneOn is newPromisePlane over st.
+func newPromisePlaneOn(t *testing.T, st varplane.Store) *promisePlane {
+	t.Helper()
 	guard := control.NewGuard()
 	e := varplane.NewEngine(st, varplane.Options{Logger: quiet, Validator: strictSchemas{},
 		Owners: append(guard.Owners(), access.Owner, config.Owner), Binder: guard})
@@ -138,39 +144,50 @@ type storeView struct {
 
 func (p *promisePlane) view(windows ...string) storeView {
 	p.t.Helper()
+	return viewOf(p.t, p.store, windows...)
+}
+
+// viewOf is what st holds (see storeView).
+func viewOf(t *testing.T, st varplane.Store, windows ...string) storeView {
+	t.Helper()
 	ctx := context.Background()
 	v := storeView{States: map[varplane.Scope]varplane.ScopeState{}, Events: map[varplane.Scope][]varplane.Event{},
 		Statuses: map[string]string{}, Reports: map[string]map[string]string{}}
-	scopes, err := p.store.Scopes(ctx)
+	scopes, err := st.Scopes(ctx)
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
 	for _, s := range scopes {
-		state, err := p.store.State(ctx, s)
+		state, err := st.State(ctx, s)
 		if err != nil {
-			p.t.Fatal(err)
+			t.Fatal(err)
 		}
 		v.States[s] = *state
-		evs, err := p.store.EventHistory(ctx, s)
+		evs, err := st.EventHistory(ctx, s)
 		if err != nil {
-			p.t.Fatal(err)
+			t.Fatal(err)
 		}
 		for i := range evs {
 			evs[i].Document = nil
 		}
 		v.Events[s] = evs
 	}
-	sts, err := p.store.InstanceStatuses(ctx)
+	statuses, ok := varplane.StoreAs[varplane.StatusReader](st)
+	reports, ok2 := varplane.StoreAs[varplane.ReportReader](st)
+	if !ok || !ok2 {
+		t.Fatalf("store %s keeps no statuses or reports", st.Name())
+	}
+	sts, err := statuses.InstanceStatuses(ctx)
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
 	for id, b := range sts {
 		v.Statuses[id] = string(b)
 	}
 	for _, w := range windows {
-		reps, err := p.store.CanaryReports(ctx, w)
+		reps, err := reports.CanaryReports(ctx, w)
 		if err != nil {
-			p.t.Fatal(err)
+			t.Fatal(err)
 		}
 		v.Reports[w] = map[string]string{}
 		for id, b := range reps {
