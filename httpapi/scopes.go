@@ -121,7 +121,7 @@ func hasPrefixText(s, p varplane.Scope) bool {
 }
 
 // summarize reads one scope's item: its state, and its last change from
-// the head or, for a scope without one, from its history.
+// the head or, for a scope without one, from its history as of that state.
 func (h *Handler) summarize(r *http.Request, st varplane.Store, sc varplane.Scope) (varplane.ScopeSummary, error) {
 	ctx := r.Context()
 	s, err := st.State(ctx, sc)
@@ -141,8 +141,11 @@ func (h *Handler) summarize(r *http.Request, st varplane.Store, sc varplane.Scop
 	if err != nil {
 		return varplane.ScopeSummary{}, err
 	}
+	// The history is read after the state: a commit in between (the scope
+	// published again) must not lend the item a last change its state
+	// does not hold.
 	for j := len(events) - 1; j >= 0; j-- {
-		if ev := events[j]; ev.Kind == varplane.EventDeactivated || ev.Kind == varplane.EventActivated {
+		if ev := events[j]; (ev.Kind == varplane.EventDeactivated || ev.Kind == varplane.EventActivated) && ev.Generation <= s.Generation {
 			item.LastChange = &varplane.ScopeLastChange{Kind: ev.Kind, Generation: ev.Generation, Timestamp: ev.Timestamp.UTC(), Actor: ev.Actor}
 			break
 		}
