@@ -12,6 +12,7 @@ import (
 	"github.com/varplane/varplane/internal/wire"
 	"github.com/varplane/varplane/store/redis"
 	"github.com/varplane/varplane/store/redis/redistest"
+	"github.com/varplane/varplane/store/storetest"
 )
 
 // pausingStore is a Redis store that pauses its server (SIGSTOP) around
@@ -111,9 +112,13 @@ func TestPausedStoreWrites(t *testing.T) {
 	ctx := context.Background()
 	run := 0
 	// plane starts a handler over a fresh prefix of srv, set up for op.
-	plane := func(setup func(*promisePlane) (string, string, string)) (p *promisePlane, st *pausingStore, view func() storeView, method, target, body string) {
+	plane := func(setup func(*promisePlane) (string, string, string)) (p *promisePlane, st *pausingStore, px *storetest.Proxy, view func() storeView, again func() *promisePlane, method, target, body string) {
 		run++
-		u := srv.URL(fmt.Sprintf("vp-promises-%d", run))
+		prefix := fmt.Sprintf("vp-promises-%d", run)
+		u := srv.URL(prefix)
+		// The server's store goes through a proxy, which can pause Redis
+		// as the commit script is sent.
+		px = storetest.StartProxy(t, srv.Addr)
 		open := func() *redis.Store {
 			s, err := redis.Open(ctx, u, redis.Options{CommandTimeout: 300 * time.Millisecond})
 			if err != nil {
@@ -122,7 +127,10 @@ func TestPausedStoreWrites(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		}
+		direct := u
+		u = "redis://" + px.Addr() + "/0?prefix=" + prefix
 		st = &pausingStore{Store: open(), srv: srv}
+		u = direct
 		t.Cleanup(st.resume)
 		p = newPromisePlaneOn(t, st)
 		p.must("PUT", "/vars/admin/schemas/bindings/app", `{"schemaId":"strict"}`)
@@ -144,11 +152,14 @@ func TestPausedStoreWrites(t *testing.T) {
 			t.Fatal("the store never settled")
 			return v
 		}
-		return p, st, view, method, target, body
+		// Another server over the same store, straight to Redis (the
+		// proxy keeps dropping the answers of a connection it paused).
+		again = func() *promisePlane { return newPromisePlaneOn(t, open()) }
+		return p, st, px, view, again, method, target, body
 	}
 	for _, op := range ops {
 		// A first run counts the write's commits.
-		p, st, _, method, target, body := plane(op.setup)
+		p, st, _, _, _, method, target, body := plane(op.setup)
 		base := st.commits.Load()
 		if code, _, raw := p.send(writerToken, method, target, body); code/100 != 2 {
 			t.Fatalf("%s: %d %s", op.name, code, raw)
@@ -157,14 +168,15 @@ func TestPausedStoreWrites(t *testing.T) {
 		type when struct {
 			name          string
 			before, after int32
+			sent          bool
 		}
-		whens := []when{{name: "before the request"}}
+		whens := []when{{name: "before the request"}, {name: "as the first commit script is sent", sent: true}}
 		for n := int32(1); n <= commits; n++ {
-			whens = append(whens, when{fmt.Sprintf("before commit %d", n), n, 0}, when{fmt.Sprintf("after commit %d", n), 0, n})
+			whens = append(whens, when{name: fmt.Sprintf("before commit %d", n), before: n}, when{name: fmt.Sprintf("after commit %d", n), after: n})
 		}
 		for _, w := range whens {
 			t.Run(op.name+"/paused "+w.name, func(t *testing.T) {
-				p, st, view, method, target, body := plane(op.setup)
+				p, st, px, view, again, method, target, body := plane(op.setup)
 				before := view()
 				base := st.commits.Load()
 				if w.before > 0 {
@@ -173,7 +185,10 @@ func TestPausedStoreWrites(t *testing.T) {
 				if w.after > 0 {
 					st.after.Store(base + w.after)
 				}
-				if w.before == 0 && w.after == 0 {
+				switch {
+				case w.sent:
+					px.Arm([]byte("$7\r\nEVALSHA\r\n"), st.pause)
+				case w.before == 0 && w.after == 0:
 					st.pause()
 				}
 				code, _, raw := p.send(writerToken, method, target, body)
@@ -192,7 +207,7 @@ func TestPausedStoreWrites(t *testing.T) {
 				case code == 504 && e.Code == varplane.CodeOutcomeUnknown:
 					t.Logf("answered 504 outcome-unknown; written: %v", len(written(before, after)) > 0)
 					if op.finish != nil {
-						if code, _, raw := p.send(writerToken, method, target, body); code != 200 {
+						if code, _, raw := again().send(writerToken, method, target, body); code != 200 {
 							t.Fatalf("the write repeated after outcome-unknown: %d %s, want 200", code, raw)
 						}
 						op.finish(t, view())
