@@ -47,3 +47,20 @@ func TestChangePublishOutcomeUnknownExplained(t *testing.T) {
 		t.Fatalf("change publish answered outcome-unknown: %+v", r)
 	}
 }
+
+// TestTokenCreateOutcomeUnknownExplained: a token's creation answered
+// outcome-unknown tells that the principal may exist with a token never
+// shown, and how to find out and start again.
+func TestTokenCreateOutcomeUnknownExplained(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusGatewayTimeout)
+		_, _ = w.Write([]byte(`{"code":"outcome-unknown","error":"the store may or may not have committed the write: re-read, or repeat it with the same idempotency key"}`))
+	}))
+	t.Cleanup(srv.Close)
+	r := runCLI(t, []string{"VARPLANE_SERVER=" + srv.URL}, "", "token", "create", "--id", "ci")
+	if r.code != ExitRefused || !strings.Contains(r.stderr, "never shown") || !strings.Contains(r.stderr, "varplane token list") ||
+		!strings.Contains(r.stderr, "varplane token revoke ci") || strings.Contains(r.stderr, "--idempotency-key") {
+		t.Fatalf("token create answered outcome-unknown: %+v", r)
+	}
+}
