@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,10 +14,13 @@ import (
 	"github.com/varplane/varplane/store/memory"
 )
 
-// TestOneSnapshotPerRequest holds promise (3) where Engine.Heads makes it,
-// under publishes running meanwhile: every flag of one OFREP bulk call
-// that names one scope is of one revision (its values agree), and a batch
-// read that names a scope twice answers it twice the same.
+// TestOneSnapshotPerRequest holds promise (3), one snapshot per request
+// (Engine.Heads), under publishes of a key and then its group running
+// meanwhile: every flag of one OFREP bulk call that names one scope is of
+// one revision (its values agree), a batch read that names a scope twice
+// answers it twice the same, and both read the key and the group as they
+// stood together at one moment (the group's value is the key's, or the one
+// before it), never an older head of one beside a newer head of the other.
 func TestOneSnapshotPerRequest(t *testing.T) {
 	p := newPlane(t, httpapi.Options{})
 	p.do("POST", "/vars/admin/publish", `{"scope":"app.k","document":{"x":0,"y":0},"expectedGeneration":0}`)
@@ -46,8 +50,15 @@ func TestOneSnapshotPerRequest(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); wg.Wait() }()
+	// Between the key and the group, the request reads many other scopes
+	// (none has a head), so that publishes land while it reads.
+	var pad, padQuery strings.Builder
+	for i := range 240 {
+		fmt.Fprintf(&pad, `,"pad.p%d"`, i)
+		fmt.Fprintf(&padQuery, "&key=pad.p%d", i)
+	}
 	for range 300 {
-		rec := p.do("POST", "/vars/ofrep/v1/evaluate/flags", `{"context":{"flags":["app.k#/x","app#/app.g/x","app.k#/y","app.k"]}}`, "Content-Type", "application/json")
+		rec := p.do("POST", "/vars/ofrep/v1/evaluate/flags", `{"context":{"flags":["app.k#/x"`+pad.String()+`,"app#/app.g/x","app.k#/y","app.k"]}}`, "Content-Type", "application/json")
 		var bulk struct {
 			Flags []struct {
 				Value    json.RawMessage `json:"value"`
@@ -57,10 +68,11 @@ func TestOneSnapshotPerRequest(t *testing.T) {
 			} `json:"flags"`
 		}
 		mustJSON(t, rec.Body.Bytes(), &bulk)
-		if rec.Code != 200 || len(bulk.Flags) != 4 {
+		if rec.Code != 200 || len(bulk.Flags) != 244 {
 			t.Fatalf("bulk: %d %s", rec.Code, rec.Body)
 		}
-		x, y, k := bulk.Flags[0], bulk.Flags[2], bulk.Flags[3]
+		x, g, y, k := bulk.Flags[0], bulk.Flags[241], bulk.Flags[242], bulk.Flags[243]
+		oneMoment(t, "bulk", x.Value, g.Value, rec.Body.String())
 		var doc struct{ X, Y json.Number }
 		_ = json.Unmarshal(k.Value, &doc)
 		if string(x.Value) != string(y.Value) || x.Metadata.Revision != y.Metadata.Revision || x.Metadata.Revision != k.Metadata.Revision ||
@@ -68,14 +80,33 @@ func TestOneSnapshotPerRequest(t *testing.T) {
 			t.Fatalf("one bulk call read app.k at two revisions: %s", rec.Body)
 		}
 
-		rec = p.do("GET", "/vars/batch?key=app.k&group=app&key=app.k", "")
+		rec = p.do("GET", "/vars/batch?key=app.k"+padQuery.String()+"&group=app&key=app.k", "")
 		var batch struct {
 			Items []json.RawMessage `json:"items"`
 		}
 		mustJSON(t, rec.Body.Bytes(), &batch)
+		batch.Items = append(batch.Items[:1], batch.Items[241:]...)
 		if rec.Code != 200 || len(batch.Items) != 3 || string(batch.Items[0]) != string(batch.Items[2]) {
 			t.Fatalf("one batch read app.k twice differently: %d %s", rec.Code, rec.Body)
 		}
+		var key, group struct {
+			Values map[string]struct{ X json.RawMessage } `json:"values"`
+		}
+		mustJSON(t, batch.Items[0], &key)
+		mustJSON(t, batch.Items[1], &group)
+		oneMoment(t, "batch", key.Values["app.k"].X, group.Values["app.g"].X, rec.Body.String())
+	}
+}
+
+// oneMoment fails unless key and group, the values of app.k and of the
+// group app read by one request, stood together at one moment while the
+// key and then the group are published with the same value in turn: the
+// group's is the key's, or one less.
+func oneMoment(t *testing.T, what string, key, group json.RawMessage, body string) {
+	t.Helper()
+	var k, g int
+	if json.Unmarshal(key, &k) != nil || json.Unmarshal(group, &g) != nil || (k != g && k != g+1) {
+		t.Fatalf("one %s read app.k at %s beside app at %s, which never stood together: %s", what, key, group, body)
 	}
 }
 
