@@ -532,7 +532,7 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	invalid := varplane.ErrorCode(actErr) == varplane.CodeRevisionInvalid
 	if actErr != nil && !errors.Is(actErr, varplane.ErrConflict) && !invalid {
 		if claimed {
-			return nil, unfinished(actErr, "the change is publishing and its document was not activated")
+			return nil, unfinished(actErr, "the publish was started and the store then failed: the change is publishing and its document was not activated; read the change, or repeat its publish to finish it")
 		}
 		return nil, actErr // still publishing: the next publish finishes it
 	}
@@ -551,7 +551,7 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	}
 	if err := svc.save(ctx, c, version, "publish"); err != nil {
 		if claimed || actErr == nil {
-			return nil, unfinished(err, "the change is publishing and its document may be active")
+			return nil, unfinished(err, "the publish was started and the store then failed: the change is publishing and its document may be active; read the change, or repeat its publish to finish it")
 		}
 		return nil, err
 	}
@@ -562,18 +562,18 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	return c, nil
 }
 
-// unfinished is the error of a publish that failed on a store that already
-// holds part of it (the claim, or the activation), where is what it holds:
-// a store-unavailable error, which promises that nothing changed, becomes
-// outcome-unknown, which tells the caller that the publish is under way
-// and that repeating it finishes it. Other errors are answered as they
-// are.
-func unfinished(err error, where string) error {
+// unfinished is the error of a transition that failed on a store that
+// already holds part of it (a publish's claim or activation, a canary
+// window's staged candidate); message says what it holds and how to
+// finish. A store-unavailable error, which promises that nothing changed,
+// becomes outcome-unknown, which tells the caller that the transition is
+// under way and that repeating it finishes it. Other errors are answered
+// as they are.
+func unfinished(err error, message string) error {
 	if varplane.ErrorCode(err) != varplane.CodeStoreUnavailable {
 		return err
 	}
-	return &varplane.Error{Code: varplane.CodeOutcomeUnknown, Err: err,
-		Message: "the publish was started and the store then failed: " + where + "; read the change, or repeat its publish to finish it"}
+	return &varplane.Error{Code: varplane.CodeOutcomeUnknown, Err: err, Message: message}
 }
 
 // recheckClaim judges a publishing change again before its publish is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,6 +108,24 @@ func TestPausedStoreWrites(t *testing.T) {
 		}},
 		{name: "token create", setup: func(*promisePlane) (string, string, string) {
 			return "POST", "/vars/access/tokens", `{"id":"ci","kinds":["read"],"prefixes":["app."]}`
+		}},
+		// Further writes of more than one commit, or of services of their own.
+		{name: "canary window open", setup: func(p *promisePlane) (string, string, string) {
+			c := p.must("POST", "/vars/control/changes", `{"scope":"app.w","base":0,"document":{"x":1}}`)
+			return "POST", fmt.Sprintf("/vars/control/changes/%s:canary", c["id"]), `{"duration":"10m","minInstances":1}`
+		}, finish: func(t *testing.T, v storeView) {
+			for s, st := range v.States {
+				if strings.HasPrefix(string(s), "varplane-control.change.") && st.Head != nil && strings.Contains(string(st.Head.Document), `"state":"canary"`) {
+					return
+				}
+			}
+			t.Error("the canary window opened again: no change records it")
+		}},
+		{name: "policy put", setup: func(*promisePlane) (string, string, string) {
+			return "PUT", "/vars/control/policies/app", `{"approvals":1}`
+		}},
+		{name: "configuration create", setup: func(*promisePlane) (string, string, string) {
+			return "POST", "/configuration/values/alpha.bare/", `{"configuration":{"n":1}}`
 		}},
 	}
 	ctx := context.Background()
