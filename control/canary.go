@@ -217,7 +217,7 @@ func (svc *Service) OpenCanary(ctx context.Context, by varplane.Identity, id str
 	if err != nil && staged {
 		// The candidate is staged where instances read it: not "nothing
 		// changed". Opening again stages nothing twice and records it.
-		return nil, unfinished(err, "the canary window was staged and the store then failed before the change recorded it; "+
+		return nil, varplane.AfterCommit(err, "the canary window was staged and the store then failed before the change recorded it; "+
 			"read the change, or open its canary window again to finish")
 	}
 	return c, err

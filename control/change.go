@@ -295,7 +295,13 @@ func (svc *Service) Propose(ctx context.Context, by varplane.Identity, req Propo
 		to = StateConflicted
 	}
 	c.move(to, by.ID, now, "")
-	return c, svc.save(ctx, c, 0, "propose")
+	if err := svc.save(ctx, c, 0, "propose"); err != nil {
+		if c.Revision != "" { // the checks stored the candidate
+			err = varplane.AfterCommit(err, "the proposed document was stored as a revision of its scope (never made current), and the store then failed before the change was recorded: propose it again")
+		}
+		return nil, err
+	}
+	return c, nil
 }
 
 // Get returns change id, expiring it first when its time is up.
@@ -532,7 +538,7 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	invalid := varplane.ErrorCode(actErr) == varplane.CodeRevisionInvalid
 	if actErr != nil && !errors.Is(actErr, varplane.ErrConflict) && !invalid {
 		if claimed {
-			return nil, unfinished(actErr, "the publish was started and the store then failed: the change is publishing and its document was not activated; read the change, or repeat its publish to finish it")
+			return nil, varplane.AfterCommit(actErr, "the publish was started and the store then failed: the change is publishing and its document was not activated; read the change, or repeat its publish to finish it")
 		}
 		return nil, actErr // still publishing: the next publish finishes it
 	}
@@ -551,7 +557,7 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	}
 	if err := svc.save(ctx, c, version, "publish"); err != nil {
 		if claimed || actErr == nil {
-			return nil, unfinished(err, "the publish was started and the store then failed: the change is publishing and its document may be active; read the change, or repeat its publish to finish it")
+			return nil, varplane.AfterCommit(err, "the publish was started and the store then failed: the change is publishing and its document may be active; read the change, or repeat its publish to finish it")
 		}
 		return nil, err
 	}
@@ -560,20 +566,6 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	}
 	svc.detectAfterPublish(ctx, c)
 	return c, nil
-}
-
-// unfinished is the error of a transition that failed on a store that
-// already holds part of it (a publish's claim or activation, a canary
-// window's staged candidate); message says what it holds and how to
-// finish. A store-unavailable error, which promises that nothing changed,
-// becomes outcome-unknown, which tells the caller that the transition is
-// under way and that repeating it finishes it. Other errors are answered
-// as they are.
-func unfinished(err error, message string) error {
-	if varplane.ErrorCode(err) != varplane.CodeStoreUnavailable {
-		return err
-	}
-	return &varplane.Error{Code: varplane.CodeOutcomeUnknown, Err: err, Message: message}
 }
 
 // recheckClaim judges a publishing change again before its publish is

@@ -346,7 +346,13 @@ var promiseWrites = map[string][]writeCase{
 		transition("publish", "", nil, "app.a"),
 		transition("canary", `{"duration":"10m","minInstances":1}`, nil, "varplane-control.change."),
 		{name: "withdraw", // only the author withdraws: writer proposes, then withdraws
-			setup: func(p *promisePlane) (string, string) { return "", "" }, audit: "varplane-control.change."},
+			setup: func(p *promisePlane) (string, string) {
+				st, m, raw := p.send(writerToken, "POST", "/vars/control/changes", `{"scope":"app.a","base":0,"document":{"x":1}}`)
+				if st != 201 {
+					p.t.Fatalf("propose as writer: %d %s", st, raw)
+				}
+				return fmt.Sprintf("/vars/control/changes/%s:withdraw", m["id"]), ""
+			}, audit: "varplane-control.change."},
 		transition("rebase", `{"base":1}`, func(p *promisePlane) {
 			p.must("POST", "/vars/admin/publish", `{"scope":"app.a","document":{"x":0},"expectedGeneration":0}`)
 		}, "varplane-control.change."),
@@ -511,13 +517,6 @@ func TestWritePromises(t *testing.T) {
 				p.must("PUT", "/vars/admin/schemas/bindings/app", `{"schemaId":"strict"}`)
 				as := writerToken
 				target, body := c.setup(p)
-				if c.name == "withdraw" {
-					st, m, raw := p.send(writerToken, "POST", "/vars/control/changes", `{"scope":"app.a","base":0,"document":{"x":1}}`)
-					if st != 201 {
-						t.Fatalf("propose as writer: %d %s", st, raw)
-					}
-					target = fmt.Sprintf("/vars/control/changes/%s:withdraw", m["id"])
-				}
 				var windows []string
 				if c.window != nil {
 					windows = append(windows, c.window(p))
