@@ -204,7 +204,8 @@ func (e *Engine) CreateRevision(ctx context.Context, req CreateRevisionRequest) 
 	}
 	st, err := e.store.State(ctx, req.Scope)
 	if err != nil {
-		return CreateRevisionResult{}, err
+		return CreateRevisionResult{}, AfterCommit(err, "the revision is stored, and the store then failed as the scope's generation was read: "+
+			"repeat the create to read it (it answers the same revision, created false)")
 	}
 	return CreateRevisionResult{Scope: req.Scope, Revision: a.rev, Generation: st.Generation, Created: created}, nil
 }

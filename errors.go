@@ -212,6 +212,19 @@ func OutcomeUnknown(err error) *Error {
 	return &Error{Code: CodeOutcomeUnknown, Message: "the store may or may not have committed the write: re-read, or repeat it with the same idempotency key", Err: err}
 }
 
+// AfterCommit is the error of a request whose own commit already landed (a
+// revision stored, a claim recorded, a candidate staged) when err stopped
+// it: store-unavailable, which promises that nothing changed, becomes
+// outcome-unknown with message (what is stored, how to finish); any other
+// error is returned as it is. A 503 is never answered for a write that is
+// found done.
+func AfterCommit(err error, message string) error {
+	if ErrorCode(err) != CodeStoreUnavailable {
+		return err
+	}
+	return &Error{Code: CodeOutcomeUnknown, Message: message, Err: err}
+}
+
 // ErrorCode returns the code of err: the Code of the first *Error in its
 // chain, or CodeInternal for anything else (including nil-free unknown errors).
 func ErrorCode(err error) Code {

@@ -338,25 +338,18 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 		return Created{}, invalid(issues)
 	}
 	scope := Scope(req.Component, c.Epoch)
-	rev, err := s.engine.CreateRevision(ctx, varplane.CreateRevisionRequest{
-		Scope:    scope,
-		Document: doc,
-		Actor:    req.Originator,
-		Owner:    OwnerName,
-		Reason:   "configuration created",
-	})
+	// One publish stores the configuration and makes it current in one
+	// commit: a store that fails leaves no revision behind that was never
+	// made current.
+	st, err := s.engine.Status(ctx, scope)
 	if err != nil {
-		var ve *varplane.Error
-		if errors.As(err, &ve) && ve.Code == varplane.CodeRevisionInvalid {
-			return Created{}, invalid(ve.Issues)
-		}
 		return Created{}, fmt.Errorf("store configuration of %s: %w", req.Component, err)
 	}
-	expected := rev.Generation
+	expected := st.Generation
 	for attempt := 0; ; attempt++ {
-		act, err := s.engine.Activate(ctx, varplane.ActivateRequest{
+		act, err := s.engine.Publish(ctx, varplane.PublishRequest{
 			Scope:              scope,
-			Revision:           rev.Revision,
+			Document:           doc,
 			ExpectedGeneration: expected,
 			Actor:              req.Originator,
 			Owner:              OwnerName,
@@ -366,12 +359,15 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Created, error
 			return Created{ID: ObjectID(scope, act.Generation), Epoch: c.Epoch, Created: uint64(act.Generation)}, nil
 		}
 		var ve *varplane.Error
+		if errors.As(err, &ve) && ve.Code == varplane.CodeRevisionInvalid {
+			return Created{}, invalid(ve.Issues)
+		}
 		if attempt+1 < s.casAttempts && errors.As(err, &ve) && ve.Code == varplane.CodeRevisionConflict && ve.Current != nil {
 			// Another create won the generation: this one becomes the next.
 			expected = *ve.Current
 			continue
 		}
-		return Created{}, fmt.Errorf("activate configuration of %s: %w", req.Component, err)
+		return Created{}, fmt.Errorf("store configuration of %s: %w", req.Component, err)
 	}
 }
 

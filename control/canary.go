@@ -197,7 +197,8 @@ func (svc *Service) OpenCanary(ctx context.Context, by varplane.Identity, id str
 	if d <= 0 || d > MaxWindow || minInstances < 0 {
 		return nil, varplane.Errorf(varplane.CodeBadRequest, "a window needs a duration of up to %v and minInstances >= 0", MaxWindow)
 	}
-	return svc.transition(ctx, id, "canary", func(c *Change, _ Policy, _ bool) error {
+	staged := false
+	c, err := svc.transition(ctx, id, "canary", func(c *Change, _ Policy, _ bool) error {
 		// An approved change may still need a window: a policy that asks
 		// for one since it was approved decides when it publishes.
 		if c.State != StateChecked && c.State != StateApproved {
@@ -208,10 +209,18 @@ func (svc *Service) OpenCanary(ctx context.Context, by varplane.Identity, id str
 		if err := svc.stage(ctx, w, c); err != nil {
 			return err
 		}
+		staged = true
 		c.Canary = &w
 		c.move(StateCanary, by.ID, now, fmt.Sprintf("window %s for %v", w.ID, d))
 		return nil
 	})
+	if err != nil && staged {
+		// The candidate is staged where instances read it: not "nothing
+		// changed". Opening again stages nothing twice and records it.
+		return nil, varplane.AfterCommit(err, "the canary window was staged and the store then failed before the change recorded it; "+
+			"read the change, or open its canary window again to finish")
+	}
+	return c, err
 }
 
 // stage stages w's candidate of c. When the slot of c's scope is held by

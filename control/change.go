@@ -300,7 +300,13 @@ func (svc *Service) Propose(ctx context.Context, by varplane.Identity, req Propo
 		to = StateConflicted
 	}
 	c.move(to, by.ID, now, "")
-	return c, svc.save(ctx, c, 0, "propose")
+	if err := svc.save(ctx, c, 0, "propose"); err != nil {
+		if c.Revision != "" { // the checks stored the candidate
+			err = varplane.AfterCommit(err, "the proposed document was stored as a revision of its scope (never made current), and the store then failed before the change was recorded: propose it again")
+		}
+		return nil, err
+	}
+	return c, nil
 }
 
 // Get returns change id, expiring it first when its time is up.
@@ -508,11 +514,17 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	if err != nil {
 		return nil, err
 	}
+	// Once this publish claimed the change (its record now says
+	// publishing) or its document was activated, the store of record holds
+	// a trace of it: a store that fails after that is not "nothing
+	// changed" (503 store-unavailable) but a publish left to finish.
+	claimed := false
 	if c.State == StatePublishing {
 		if c, err = svc.recheckClaim(ctx, by, c); err != nil {
 			return nil, err
 		}
 	} else {
+		claimed = true
 		if c, err = svc.transition(ctx, id, "publish", func(c *Change, pol Policy, hasPolicy bool) error {
 			if err := publishable(c, pol, hasPolicy); err != nil {
 				return err
@@ -531,6 +543,9 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 	})
 	invalid := varplane.ErrorCode(actErr) == varplane.CodeRevisionInvalid
 	if actErr != nil && !errors.Is(actErr, varplane.ErrConflict) && !invalid {
+		if claimed {
+			return nil, varplane.AfterCommit(actErr, "the publish was started and the store then failed: the change is publishing and its document was not activated; read the change, or repeat its publish to finish it")
+		}
 		return nil, actErr // still publishing: the next publish finishes it
 	}
 	version, now := c.Version, svc.now()
@@ -547,6 +562,9 @@ func (svc *Service) Publish(ctx context.Context, by varplane.Identity, id string
 		c.move(StatePublished, by.ID, now, "")
 	}
 	if err := svc.save(ctx, c, version, "publish"); err != nil {
+		if claimed || actErr == nil {
+			return nil, varplane.AfterCommit(err, "the publish was started and the store then failed: the change is publishing and its document may be active; read the change, or repeat its publish to finish it")
+		}
 		return nil, err
 	}
 	if actErr != nil {

@@ -98,7 +98,9 @@ func TestPublishCutShortRechecks(t *testing.T) {
 	s, b, _ := e.act("bob", c.ID, "approve", nil)
 	want(t, "approve", s, b, 200, "")
 	s, b, _ = e.act("alice", c.ID, "publish", nil)
-	want(t, "publish with the store away", s, b, 503, varplane.CodeStoreUnavailable)
+	// The claim is stored: the answer says the publish is under way,
+	// not that nothing changed.
+	want(t, "publish with the store away", s, b, 504, varplane.CodeOutcomeUnknown)
 	if got, err := e.svc.Get(context.Background(), c.ID); err != nil || got.State != control.StatePublishing {
 		t.Fatalf("after the failed publish: %+v %v", got, err)
 	}

@@ -429,14 +429,17 @@ func (f *failOnce) Append(ctx context.Context, ev *varplane.Event, expected varp
 }
 
 // TestPublishCutShort: a publish whose activation fails leaves the change
-// claimed (publishing): nobody can reject or withdraw it meanwhile, and the
-// next publish finishes it.
+// claimed (publishing), which its answer says (504 outcome-unknown, not a
+// 503 that promises nothing changed): nobody can reject or withdraw it
+// meanwhile, and the next publish finishes it.
 func TestPublishCutShort(t *testing.T) {
 	st := &failOnce{Store: memory.New(), scope: "app.flags"}
 	e := newEnv(t, envOpts{store: st})
 	c := e.propose("alice", "app.flags", 0, `{"a":1}`)
 	s, b, _ := e.act("alice", c.ID, "publish", nil)
-	want(t, "publish with the store away", s, b, 503, varplane.CodeStoreUnavailable)
+	// The claim is stored: the answer says the publish is under way,
+	// not that nothing changed.
+	want(t, "publish with the store away", s, b, 504, varplane.CodeOutcomeUnknown)
 	got, err := e.svc.Get(context.Background(), c.ID)
 	if err != nil || got.State != control.StatePublishing {
 		t.Fatalf("after the failed publish: %+v %v", got, err)

@@ -370,7 +370,7 @@ func (h *Handler) handleControlChanges(w http.ResponseWriter, r *http.Request) e
 
 // handleControlChange serves GET {base}/control/changes/{id}.
 func (h *Handler) handleControlChange(w http.ResponseWriter, r *http.Request) error {
-	c, err := h.ctl.Get(r.Context(), r.PathValue("id"))
+	c, err := h.change(r)
 	if err == nil {
 		_, err = h.authorize(r, varplane.KindAudit, c.Scope, false)
 	}
@@ -381,9 +381,19 @@ func (h *Handler) handleControlChange(w http.ResponseWriter, r *http.Request) er
 	return nil
 }
 
+// change loads the change the path's {id} names, once the caller is
+// authenticated: an anonymous or forged request is refused before it can
+// learn whether a change exists (the route then authorizes on its scope).
+func (h *Handler) change(r *http.Request) (*control.Change, error) {
+	if _, err := h.identify(r); err != nil {
+		return nil, err
+	}
+	return h.ctl.Get(r.Context(), r.PathValue("id"))
+}
+
 // handleControlReports serves GET {base}/control/changes/{id}/reports.
 func (h *Handler) handleControlReports(w http.ResponseWriter, r *http.Request) error {
-	c, err := h.ctl.Get(r.Context(), r.PathValue("id"))
+	c, err := h.change(r)
 	if err == nil {
 		_, err = h.authorize(r, varplane.KindAudit, c.Scope, false)
 	}
@@ -418,6 +428,9 @@ func (h *Handler) handleControlTransition(w http.ResponseWriter, r *http.Request
 	}
 	changeID, op := idop[:i], idop[i+1:]
 	ctx := r.Context()
+	if _, err := h.identify(r); err != nil {
+		return err
+	}
 	c, err := h.ctl.Get(ctx, changeID)
 	if err != nil {
 		return err

@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -321,6 +323,37 @@ func (h *Handler) Mount(pattern string, handler http.Handler) {
 	rt.mounted = true
 	h.routes[pattern] = rt
 	h.mux.Handle(pattern, handler)
+}
+
+// Route is one entry of the route table as registered: its method (empty
+// for a mounted handler, which takes every method) and its path pattern in
+// net/http.ServeMux syntax. Mounted reports a handler of another package
+// (Mount), which decides its own authorization.
+type Route struct {
+	Method  string
+	Pattern string
+	Mounted bool
+}
+
+// Routes lists every route h serves (the route table with the services h
+// was built with, the probes, and what was mounted so far), sorted by
+// pattern then method. A test that must cover every route (the promises
+// of writes: authenticated, authorized, audited, validated) checks its
+// cases against this list, so that a route added later without a case
+// fails it.
+func (h *Handler) Routes() []Route {
+	out := make([]Route, 0, len(h.routes))
+	for p, rt := range h.routes {
+		method, path, ok := strings.Cut(p, " ")
+		if !ok {
+			method, path = "", p
+		}
+		out = append(out, Route{Method: method, Pattern: path, Mounted: rt.mounted})
+	}
+	slices.SortFunc(out, func(a, b Route) int {
+		return cmp.Or(strings.Compare(a.Pattern, b.Pattern), strings.Compare(a.Method, b.Method))
+	})
+	return out
 }
 
 // CloseStreams ends every long-lived request (the watch streams, the values

@@ -184,6 +184,10 @@ func (f *failingStore) State(context.Context, varplane.Scope) (*varplane.ScopeSt
 	return nil, f.err
 }
 
+func (f *failingStore) States(context.Context, []varplane.Scope) ([]*varplane.ScopeState, error) {
+	return nil, f.err
+}
+
 // replayStore adds a Replay that answers from the current state, enough to
 // drive the replay route through HTTP.
 type replayStore struct{ *memory.Store }

@@ -141,7 +141,8 @@ func (h *Handler) mayList(r *http.Request, sc varplane.Scope) (listed, audit boo
 }
 
 // summarize reads one scope's item: its state and, when audit, its last
-// change from the head or, for a scope without one, from its history.
+// change from the head or, for a scope without one, from its history as of
+// that state.
 func (h *Handler) summarize(r *http.Request, st varplane.Store, sc varplane.Scope, audit bool) (varplane.ScopeSummary, error) {
 	ctx := r.Context()
 	s, err := st.State(ctx, sc)
@@ -160,12 +161,16 @@ func (h *Handler) summarize(r *http.Request, st varplane.Store, sc varplane.Scop
 	if s.Generation == 0 || !audit {
 		return item, nil
 	}
-	events, err := st.History(ctx, sc)
+	// The events without their documents: the last change is metadata.
+	events, err := st.EventHistory(ctx, sc)
 	if err != nil {
 		return varplane.ScopeSummary{}, err
 	}
+	// The history is read after the state: a commit in between (the scope
+	// published again) must not lend the item a last change its state
+	// does not hold.
 	for j := len(events) - 1; j >= 0; j-- {
-		if ev := events[j]; ev.Kind == varplane.EventDeactivated || ev.Kind == varplane.EventActivated {
+		if ev := events[j]; (ev.Kind == varplane.EventDeactivated || ev.Kind == varplane.EventActivated) && ev.Generation <= s.Generation {
 			item.LastChange = &varplane.ScopeLastChange{Kind: ev.Kind, Generation: ev.Generation, Timestamp: ev.Timestamp.UTC(), Actor: ev.Actor}
 			break
 		}

@@ -238,6 +238,12 @@ func (c *ChangeCommand) transition(ctx context.Context, sub string, args []strin
 		}{*note}
 		err = a.Call(ctx, http.MethodPost, "/control/changes/"+url.PathEscape(id)+":"+sub, nil, body, &ch)
 	}
+	if sub == "publish" {
+		// A change's publish has no idempotency key or expected
+		// generation to repeat with: repeating it is what finishes it.
+		err = withOutcomeHint(err, fmt.Sprintf("the publish may have happened: `varplane change show %s` tells its state; "+
+			"`varplane change publish %s` again finishes a publish that is under way and changes nothing twice", id, id))
+	}
 	if err != nil {
 		return classify(ctx, err)
 	}

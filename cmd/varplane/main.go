@@ -298,6 +298,18 @@ func outcomeHint(e *varplane.Error) {
 		"with the same --expected-generation is refused as a conflict if it did"
 }
 
+// withOutcomeHint gives an outcome-unknown error of a write that has no
+// idempotency key or expected generation (a change's publish, a token's
+// creation) the hint that fits it instead of outcomeHint's; err is
+// returned either way.
+func withOutcomeHint(err error, hint string) error {
+	var se *varplane.Error
+	if errors.As(err, &se) && se.Code == varplane.CodeOutcomeUnknown && se.Hint == "" {
+		se.Hint = hint
+	}
+	return err
+}
+
 // usageError marks an error as the caller's mistake (exit 2). reported is set
 // when the flag package already printed it.
 type usageError struct {

@@ -87,7 +87,9 @@ and roles that token holds itself.`)
 	req := map[string]any{"id": *id, "kinds": splitList(*kinds), "prefixes": splitList(*prefixes), "roles": splitList(*roles), "reason": *reason}
 	var out access.Created
 	if err := a.Call(ctx, http.MethodPost, "/access/tokens", nil, req, &out); err != nil {
-		return classify(ctx, err)
+		// The principal may have been stored with a token nobody saw.
+		return classify(ctx, withOutcomeHint(err, fmt.Sprintf("principal %s may have been created with a token that was never shown: "+
+			"`varplane token list` tells; if it is listed, `varplane token revoke %s` and create it again", *id, *id)))
 	}
 	return emit(c.m.Stdout, cf.json(), out, func() error {
 		fmt.Fprintf(c.m.Stdout, "created principal %s (generation %d)\n", out.ID, out.Generation)

@@ -91,6 +91,12 @@ type State struct {
 
 	idemMu sync.RWMutex
 	idem   map[string]*varplane.IdempotencyRecord
+
+	// view is held (read) by States while it reads several scopes, and
+	// (write) by Tx.Commit while it publishes a transaction's snapshots,
+	// so that a read of several scopes is one moment of the log. A read of
+	// one scope (Load, State) takes no lock.
+	view sync.RWMutex
 }
 
 // New returns an empty fold.
@@ -131,6 +137,19 @@ func (st *State) State(s varplane.Scope) *varplane.ScopeState {
 		return ss
 	}
 	return &varplane.ScopeState{Scope: s}
+}
+
+// States returns the current snapshots of scopes as of one moment: no
+// commit is published between the first and the last (each a zero state
+// for a scope never written). A scope named twice is the same snapshot.
+func (st *State) States(scopes []varplane.Scope) []*varplane.ScopeState {
+	out := make([]*varplane.ScopeState, len(scopes))
+	st.view.RLock()
+	defer st.view.RUnlock()
+	for i, s := range scopes {
+		out[i] = st.State(s)
+	}
+	return out
 }
 
 // Revision returns the stored revision rev of scope s with its document

@@ -35,6 +35,17 @@ func (r *Reads) State(_ context.Context, scope varplane.Scope) (*varplane.ScopeS
 	return r.st.State(scope), nil
 }
 
+// States answers scopes as one moment of the log (varplane.Snapshotter,
+// which Engine.Heads uses): no commit lands between two of its reads, so
+// an OFREP bulk evaluation or a batch read never pairs a scope's older
+// head with another's newer one. ErrClosed once the store is shut.
+func (r *Reads) States(_ context.Context, scopes []varplane.Scope) ([]*varplane.ScopeState, error) {
+	if r.down.Load() {
+		return nil, varplane.ErrClosed
+	}
+	return r.st.States(scopes), nil
+}
+
 // Revision returns the stored revision rev of scope, ErrReclaimed for one
 // retention took out, a not-found error, or ErrClosed.
 func (r *Reads) Revision(_ context.Context, scope varplane.Scope, rev varplane.Revision) (*varplane.RevisionRecord, error) {

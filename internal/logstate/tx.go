@@ -316,6 +316,10 @@ func (tx *Tx) Commit() []varplane.Commit {
 		return nil
 	}
 	var fresh []*slot
+	// The transaction's snapshots are published together: a read of
+	// several scopes (States) sees all of them or none.
+	st.view.Lock()
+	defer st.view.Unlock()
 	for _, p := range tx.order {
 		sl := p.slot
 		if sl == nil {
