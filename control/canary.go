@@ -38,6 +38,11 @@ type InstanceStatus struct {
 	Instance  string                                 `json:"instance"`
 	At        time.Time                              `json:"at"`
 	Installed map[varplane.Scope]varplane.Generation `json:"installed"`
+	// Labels are the instance's labels (a rollout's label steps select by
+	// them); Serving the revision it serves of each scope where a rollout
+	// selects it (instead of the installed head).
+	Labels  map[string]string                    `json:"labels,omitempty"`
+	Serving map[varplane.Scope]varplane.Revision `json:"serving,omitempty"`
 }
 
 // StatusFresh is how old a status may be and still count.

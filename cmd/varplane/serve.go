@@ -95,6 +95,7 @@ type serveConfig struct {
 	checks          listFlag        // --check NAME=URL: check webhooks
 	hooks           []control.Check // built from checks after parsing
 	checkTimeout    time.Duration   // --check-timeout
+	rolloutInterval time.Duration   // --rollout-interval
 	detectTimeout   time.Duration   // --detect-timeout
 	accessControl   bool            // --access-control: principals held in the store
 	components      string          // --components: the values service's deployment
@@ -164,6 +165,7 @@ Stores (--store):
 	fs.BoolVar(&cfg.control, "control", true, "serve the control API under {base}/control (reviewed changes, review policies, paged history, diff)")
 	fs.DurationVar(&cfg.changeExpiry, "change-expiry", control.DefaultExpireAfter, "how long after it was proposed an open change request expires")
 	fs.Var(&cfg.checks, "check", "NAME=URL: a check webhook every proposed change is posted to (repeatable); it answers the issues it finds and the heads it read, which are compared again after each publish (env VARPLANE_CHECK_TOKEN: a bearer token sent to it)")
+	fs.DurationVar(&cfg.rolloutInterval, "rollout-interval", 5*time.Second, "how often the rollouts in progress are driven: their gates judged, their steps moved on (docs/rollouts.md)")
 	fs.DurationVar(&cfg.checkTimeout, "check-timeout", hook.DefaultTimeout, "how long one call of a check webhook may take; past it the proposal fails with check-unavailable")
 	fs.DurationVar(&cfg.detectTimeout, "detect-timeout", control.DefaultDetectTimeout, "how long the comparison of the checks' heads after a publish may take; past it the change is marked review-needed (detection-timed-out)")
 	fs.BoolVar(&cfg.accessControl, "access-control", false, "authorize by the principals held in the store (varplane token, varplane migrate bootstrap) as well as --tokens: a token is looked up in the tokens file first, then in the store; serves {base}/access/tokens")
@@ -273,6 +275,9 @@ func (cfg *serveConfig) check() (err error) {
 	if cfg.checkTimeout <= 0 || cfg.detectTimeout <= 0 {
 		return usagef("--check-timeout and --detect-timeout must be positive")
 	}
+	if cfg.rolloutInterval < 100*time.Millisecond || cfg.rolloutInterval > time.Hour {
+		return usagef("--rollout-interval must be from 100ms to 1h")
+	}
 	if len(cfg.checks) > 0 && !cfg.control {
 		return usagef("--check needs the control API (--control)")
 	}
@@ -366,9 +371,16 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		// reports from the store of record; a store without them says so
 		// (control.ErrNoHeartbeats) instead of counting 0 of 0. The
 		// policies record is written by the first policy, never at start.
+		// Each check webhook is also a gate a rollout may name.
+		gates := map[string]control.Gate{}
+		for _, chk := range cfg.hooks {
+			if g, ok := chk.(control.Gate); ok {
+				gates[g.Name()] = g
+			}
+		}
 		ctl = control.New(engine, guard, control.Options{ExpireAfter: cfg.changeExpiry, Logger: log, Instances: control.StoreInstances(engine),
-			Checks: cfg.hooks, DetectTimeout: cfg.detectTimeout})
-		defer runControlPasses(ctx, ctl, store, log)()
+			Checks: cfg.hooks, DetectTimeout: cfg.detectTimeout, Gates: gates})
+		defer runControlPasses(ctx, ctl, store, cfg.rolloutInterval, log)()
 		log.Info("control API served", "path", base+"/control/", "change-expiry", cfg.changeExpiry)
 	}
 	var principals *access.Service
