@@ -43,6 +43,9 @@ type InstanceStatus struct {
 	// selects it (instead of the installed head).
 	Labels  map[string]string                    `json:"labels,omitempty"`
 	Serving map[varplane.Scope]varplane.Revision `json:"serving,omitempty"`
+	// Failed holds the generation of each scope the instance installed
+	// as failed (it could not decode it: a rejection).
+	Failed map[varplane.Scope]varplane.Generation `json:"failed,omitempty"`
 }
 
 // StatusFresh is how old a status may be and still count.

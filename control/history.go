@@ -267,17 +267,13 @@ func (svc *Service) Propagation(ctx context.Context, scope varplane.Scope, n var
 		return nil, err
 	}
 	p := &Propagation{Generation: n}
-	if svc.opts.Instances == nil {
-		p.Unknown = "no instance reports to this control plane"
-		return p, nil
-	}
-	statuses, err := svc.opts.Instances.Statuses(ctx)
-	if errors.Is(err, ErrNoHeartbeats) {
-		p.Unknown = varplane.ErrorMessage(err)
-		return p, nil
-	}
+	statuses, unknown, err := svc.statuses(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if unknown != "" {
+		p.Unknown = unknown
+		return p, nil
 	}
 	now := svc.now()
 	for _, s := range statuses {
@@ -290,6 +286,21 @@ func (svc *Service) Propagation(ctx context.Context, scope varplane.Scope, n var
 		}
 	}
 	return p, nil
+}
+
+// statuses returns every instance's status, or, when no instance can
+// report to this control plane (no Options.Instances, or a store that
+// keeps no heartbeats), why not: counts made of them are then unknown,
+// not 0 of 0.
+func (svc *Service) statuses(ctx context.Context) ([]InstanceStatus, string, error) {
+	if svc.opts.Instances == nil {
+		return nil, "no instance reports to this control plane", nil
+	}
+	statuses, err := svc.opts.Instances.Statuses(ctx)
+	if errors.Is(err, ErrNoHeartbeats) {
+		return nil, varplane.ErrorMessage(err), nil
+	}
+	return statuses, "", err
 }
 
 // Rollback proposes a change whose content is generation n's document, on

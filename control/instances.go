@@ -62,6 +62,12 @@ func (si *storeInstances) Statuses(ctx context.Context) ([]InstanceStatus, error
 			if !d.Failed && d.Revision != "" {
 				is.Installed[d.Scope] = d.Generation
 			}
+			if d.Failed {
+				if is.Failed == nil {
+					is.Failed = map[varplane.Scope]varplane.Generation{}
+				}
+				is.Failed[d.Scope] = d.Generation
+			}
 			if d.Rollout != "" && d.Serving != "" {
 				if is.Serving == nil {
 					is.Serving = map[varplane.Scope]varplane.Revision{}

@@ -3,7 +3,9 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/control"
@@ -18,7 +20,11 @@ import (
 //	GET  /rollouts/{id}                        one rollout, in progress or ended (audit)
 //	POST /rollouts/{id}:pause|:resume|:abort   {note?} (mutate, and the policy's roles)
 //	GET  /documents/{scope}/rollout            the scope's rollout in progress (audit); 404 none
+//	GET  /documents/{scope}/wait?generation=&min=&timeout=
+//	                                           how far a generation reached the live instances,
+//	                                           held up to timeout (at most a minute) (audit)
 func (h *Handler) rolloutRoutes(prefix string) {
+	h.handleErr("GET "+prefix+"/documents/{scope}/wait", quiet, h.handleWait)
 	h.handleErr("GET "+prefix+"/rollouts", loud, h.handleRollouts)
 	h.handleErr("GET "+prefix+"/rollouts/{id}", loud, h.handleRollout)
 	h.handleErr("POST "+prefix+"/rollouts/{id}", loud, h.handleRolloutControl)
@@ -187,5 +193,41 @@ func (h *Handler) handleRolloutControl(w http.ResponseWriter, r *http.Request) e
 		return err
 	}
 	writeJSON(w, http.StatusOK, ro)
+	return nil
+}
+
+// handleWait serves GET {base}/control/documents/{scope}/wait: the
+// progress of generation (required) toward min percent (100 when absent)
+// of the live instances, held up to timeout (a Go duration, at most
+// control.MaxWait; absent: answered at once). It answers 200 with the
+// progress whether or not it is met; the caller decides.
+func (h *Handler) handleWait(w http.ResponseWriter, r *http.Request) error {
+	scope, err := h.auditPathScope(r)
+	if err != nil {
+		return err
+	}
+	q, err := wire.SingleParams(r.URL.RawQuery, "generation", "min", "timeout")
+	if err != nil {
+		return err
+	}
+	req := control.WaitRequest{Scope: scope, Min: 100}
+	if req.Generation, err = wire.GenerationText("generation", q["generation"]); err != nil {
+		return err
+	}
+	if s, ok := q["min"]; ok {
+		if req.Min, err = strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64); err != nil {
+			return wire.BadRequest("min must be a share such as 95 or 95%%")
+		}
+	}
+	if s, ok := q["timeout"]; ok {
+		if req.For, err = time.ParseDuration(s); err != nil {
+			return wire.BadRequest("timeout must be a Go duration such as 30s")
+		}
+	}
+	p, err := h.ctl.Wait(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, p)
 	return nil
 }

@@ -107,12 +107,23 @@ func (c *Cache[T]) Rollouts() []Rollout {
 	return out
 }
 
-// syncRollouts reads the rollouts again and, when that found a rollout's
-// revision that does not decode, reports it at once rather than at the
-// next heartbeat.
+// syncRollouts reads the rollouts again. When that changed what the
+// instance serves it writes its status at once, and when it found a
+// rollout's revision that does not decode it reports it at once, rather
+// than at the next heartbeat: the rollout's lag and rejection gates read
+// them.
 func (c *Cache[T]) syncRollouts(ctx context.Context) {
-	if c.readRollouts(ctx) {
+	changed, rejected := c.readRollouts(ctx)
+	if rejected {
 		c.reportRollouts(ctx)
+	}
+	if changed && c.opts.InstanceID != "" {
+		if hs, ok := c.store.(varplane.StatusWriter); ok {
+			b, _ := json.Marshal(c.status())
+			if err := hs.WriteStatus(ctx, c.opts.InstanceID, b); err != nil {
+				c.log.Warn("instance: the status could not be written after a rollout's step; it is written again at the next heartbeat", "err", err)
+			}
+		}
 	}
 }
 
@@ -121,14 +132,15 @@ func (c *Cache[T]) syncRollouts(ctx context.Context) {
 // served when its step selects the instance. A failure to read keeps
 // what is installed; one that does not decode serves no rollout (the
 // control plane wrote it, so that is a fault to log, and safe).
-// It reports whether a revision newly failed to decode.
-func (c *Cache[T]) readRollouts(ctx context.Context) (rejected bool) {
+// It reports whether what the instance serves changed, and whether a
+// revision newly failed to decode.
+func (c *Cache[T]) readRollouts(ctx context.Context) (changed, rejected bool) {
 	c.rollout.mu.Lock()
 	defer c.rollout.mu.Unlock()
 	st, err := c.store.State(ctx, varplane.RolloutScope)
 	if err != nil {
 		c.log.Warn("instance: the rollouts could not be read; they are read again at the next pass", "err", err)
-		return false
+		return false, false
 	}
 	var staged varplane.StagedRollouts
 	if st.Head != nil {
@@ -139,7 +151,7 @@ func (c *Cache[T]) readRollouts(ctx context.Context) (rejected bool) {
 	}
 	old := c.rollouts.Load()
 	if old != nil && old.version > st.Generation {
-		return false // a later reading is installed
+		return false, false // a later reading is installed
 	}
 	next := &rolloutSet[T]{version: st.Generation, byScope: map[varplane.Scope]*served[T]{}}
 	for _, r := range staged.Rollouts {
@@ -159,7 +171,38 @@ func (c *Cache[T]) readRollouts(ctx context.Context) (rejected bool) {
 		next.byScope[r.Scope] = s
 	}
 	c.rollouts.Store(next)
-	return rejected
+	return !sameServing(old, next), rejected
+}
+
+// sameServing reports whether a and b serve the same revisions.
+func sameServing[T any](a, b *rolloutSet[T]) bool {
+	count := func(rs *rolloutSet[T]) int {
+		n := 0
+		if rs != nil {
+			for _, s := range rs.byScope {
+				if s.selected && s.doc != nil {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if count(a) != count(b) {
+		return false
+	}
+	if b == nil {
+		return true
+	}
+	for sc, s := range b.byScope {
+		if !s.selected || s.doc == nil {
+			continue
+		}
+		p := a.find(sc)
+		if p == nil || !p.selected || p.doc == nil || p.r.ID != s.r.ID || p.r.Revision != s.r.Revision {
+			return false
+		}
+	}
+	return true
 }
 
 func (rs *rolloutSet[T]) find(scope varplane.Scope) *served[T] {

@@ -1,0 +1,159 @@
+package control_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/varplane/varplane"
+	"github.com/varplane/varplane/control"
+	"github.com/varplane/varplane/control/controltest"
+)
+
+// TestWait: the progress of a generation among the live instances that
+// hold the scope, its rejections, the share asked for, a held wait that
+// returns as soon as the share is met, and the bounds of the route.
+func TestWait(t *testing.T) {
+	in := &controltest.Instances{}
+	e := newEnv(t, envOpts{instances: in})
+	scope := varplane.Scope("app.flags")
+	e.publish(scope, `{"v":1}`)
+	e.publish(scope, `{"v":2}`)
+	now := e.clock.Now()
+	gen := func(g varplane.Generation) map[varplane.Scope]varplane.Generation {
+		return map[varplane.Scope]varplane.Generation{scope: g}
+	}
+	in.SetStatuses(
+		control.InstanceStatus{Instance: "a", At: now, Installed: gen(2)},
+		control.InstanceStatus{Instance: "b", At: now, Installed: gen(1)},
+		control.InstanceStatus{Instance: "c", At: now, Installed: map[varplane.Scope]varplane.Generation{"other": 4}},
+		control.InstanceStatus{Instance: "stale", At: now.Add(-time.Hour), Installed: gen(1)},
+	)
+	ctx := context.Background()
+	p, err := e.svc.Wait(ctx, control.WaitRequest{Scope: scope, Generation: 2, Min: 50})
+	if err != nil || p.Live != 2 || p.Installed != 1 || !p.Met || p.Share != 50 {
+		t.Fatalf("progress %+v %v", p, err)
+	}
+	if p, _ = e.svc.Wait(ctx, control.WaitRequest{Scope: scope, Generation: 2, Min: 100}); p.Met {
+		t.Fatalf("half met a 100%% wait: %+v", p)
+	}
+	in.SetStatuses(control.InstanceStatus{Instance: "a", At: now, Installed: gen(2)},
+		control.InstanceStatus{Instance: "b", At: now, Installed: map[varplane.Scope]varplane.Generation{}, Failed: gen(2)})
+	if p, _ = e.svc.Wait(ctx, control.WaitRequest{Scope: scope, Generation: 2, Min: 100, For: time.Minute}); len(p.Rejected) != 1 || p.Rejected[0] != "b" {
+		t.Fatalf("a rejection did not end the wait: %+v", p)
+	}
+	// A held wait returns once the statuses meet it.
+	in.SetStatuses(control.InstanceStatus{Instance: "a", At: now, Installed: gen(1)})
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		in.SetStatuses(control.InstanceStatus{Instance: "a", At: now, Installed: gen(2)})
+	}()
+	start := time.Now()
+	if p, _ = e.svc.Wait(ctx, control.WaitRequest{Scope: scope, Generation: 2, Min: 100, For: time.Minute}); !p.Met || time.Since(start) > 30*time.Second {
+		t.Fatalf("a held wait: %+v", p)
+	}
+	for _, q := range []string{"", "?generation=0", "?generation=2&min=101", "?generation=2&min=x", "?generation=2&timeout=2m", "?generation=2&timeout=x", "?generation=2&generation=3"} {
+		st, b := e.do("GET", "/v1/control/documents/app.flags/wait"+q, "dave", nil, nil)
+		want(t, "wait "+q, st, b, http.StatusBadRequest, varplane.CodeBadRequest)
+	}
+	var got control.WaitProgress
+	st, b := e.do("GET", "/v1/control/documents/app.flags/wait?generation=2&min=95%25", "dave", nil, &got)
+	want(t, "wait", st, b, 200, "")
+	if !got.Met || got.Min != 95 {
+		t.Fatalf("wait answer %s", b)
+	}
+	st, b = e.do("GET", "/v1/control/documents/secret/wait?generation=1", "dave", nil, nil)
+	want(t, "wait on a scope the caller may not audit", st, b, http.StatusForbidden, varplane.CodeForbidden)
+}
+
+// TestRolloutRoutes: the rollout routes through the handler: who may start,
+// see and control a rollout, and hostile bodies, each refused with
+// nothing stored.
+func TestRolloutRoutes(t *testing.T) {
+	e := newEnv(t, envOpts{instances: &controltest.Instances{}})
+	scope := varplane.Scope("app.flags")
+	e.publish(scope, `{"v":1}`)
+	c := e.approved(scope, 1, `{"v":2}`)
+	for _, tc := range []struct {
+		name, token string
+		body        any
+		status      int
+		code        varplane.Code
+	}{
+		{"no strategy", "alice", map[string]any{}, 400, varplane.CodeBadRequest},
+		{"bad strategy text", "alice", map[string]any{"strategy": "linear:0:1m"}, 400, varplane.CodeBadRequest},
+		{"shrinking steps", "alice", map[string]any{"strategy": map[string]any{"kind": "linear", "steps": []any{map[string]any{"share": 5000, "bake": "1m"}, map[string]any{"share": 100, "bake": "1m"}}}}, 400, varplane.CodeBadRequest},
+		{"unknown member", "alice", map[string]any{"strategy": "linear:2:1m", "force": true}, 400, varplane.CodeBadRequest},
+		{"negative rejections", "alice", map[string]any{"strategy": "linear:2:1m", "gates": map[string]any{"maxRejections": -1}}, 400, varplane.CodeBadRequest},
+		{"unknown check", "alice", map[string]any{"strategy": "linear:2:1m", "gates": map[string]any{"checks": []string{"nope"}}}, 400, varplane.CodeBadRequest},
+		{"huge body", "alice", map[string]any{"strategy": "linear:2:1m", "note": strings.Repeat("x", 1<<20)}, 413, ""},
+		{"deep body", "alice", map[string]any{"strategy": "linear:2:1m", "gates": deep(10000)}, 400, ""},
+		{"no token", "", map[string]any{"strategy": "linear:2:1m"}, 401, varplane.CodeUnauthorized},
+		{"reader", "viewer", map[string]any{"strategy": "linear:2:1m"}, 403, varplane.CodeForbidden},
+	} {
+		st, b, _ := e.act(tc.token, c.ID, "rollout", tc.body)
+		if st != tc.status {
+			t.Fatalf("%s: %d %s", tc.name, st, b)
+		}
+		if tc.code != "" {
+			want(t, tc.name, st, b, tc.status, tc.code)
+		}
+		if h := headOf(t, e, varplane.RolloutScope); h.Generation != 0 {
+			t.Fatalf("%s: the rollouts record was written", tc.name)
+		}
+		if got, _ := e.svc.Get(context.Background(), c.ID); got.State != control.StateApproved {
+			t.Fatalf("%s: the change moved to %s", tc.name, got.State)
+		}
+	}
+	var ro control.Rollout
+	st, b := e.do("POST", "/v1/control/changes/"+c.ID+":rollout", "alice", map[string]any{"strategy": "exponential:10%:1m"}, &ro)
+	want(t, "start", st, b, 201, "")
+	if ro.Steps != 5 || ro.Share != 1000 || ro.State != varplane.RolloutRunning {
+		t.Fatalf("started %s", b)
+	}
+	st, b = e.do("POST", "/v1/control/changes/"+c.ID+":rollout", "alice", map[string]any{"strategy": "linear:2:1m"}, nil)
+	want(t, "a second rollout of the change", st, b, 409, varplane.CodeChangeState)
+	other := e.approved("app.other", 0, `{"v":1}`)
+	st, b = e.do("POST", "/v1/control/changes/"+other.ID+":rollout", "alice", map[string]any{"strategy": "linear:2:1m"}, nil)
+	want(t, "a rollout of another scope", st, b, 201, "")
+	var list struct{ Rollouts []control.Rollout }
+	st, b = e.do("GET", "/v1/control/rollouts", "dave", nil, &list)
+	want(t, "list", st, b, 200, "")
+	if len(list.Rollouts) != 2 {
+		t.Fatalf("list %s", b)
+	}
+	list.Rollouts = nil
+	st, b = e.do("GET", "/v1/control/rollouts", "viewer", nil, &list)
+	want(t, "list by who may not audit", st, b, 200, "")
+	if len(list.Rollouts) != 0 {
+		t.Fatalf("a caller that may not audit the scopes sees %s", b)
+	}
+	st, b = e.do("GET", "/v1/control/rollouts/"+ro.ID, "dave", nil, nil)
+	want(t, "get", st, b, 200, "")
+	for _, path := range []string{"/v1/control/rollouts/ro-nope", "/v1/control/rollouts/ch-0000000000000000", "/v1/control/documents/app.none/rollout"} {
+		st, b = e.do("GET", path, "dave", nil, nil)
+		want(t, path, st, b, 404, varplane.CodeNotFound)
+	}
+	st, b = e.do("POST", "/v1/control/rollouts/"+ro.ID+":pause", "viewer", map[string]any{}, nil)
+	want(t, "pause by a reader", st, b, 403, varplane.CodeForbidden)
+	st, b = e.do("POST", "/v1/control/rollouts/"+ro.ID+":explode", "alice", map[string]any{}, nil)
+	want(t, "an unknown control", st, b, 404, varplane.CodeNotFound)
+	st, b = e.do("POST", "/v1/control/rollouts/"+ro.ID+":pause", "alice", map[string]any{"note": strings.Repeat("x", 64<<10)}, nil)
+	want(t, "a huge note", st, b, 413, "")
+	st, b = e.do("POST", "/v1/control/rollouts/"+ro.ID+":pause", "bob", map[string]any{"note": "hold"}, &ro)
+	want(t, "pause", st, b, 200, "")
+	if ro.State != varplane.RolloutPaused {
+		t.Fatalf("paused %s", b)
+	}
+}
+
+// deep returns n nested arrays.
+func deep(n int) any {
+	var v any = 1
+	for range n {
+		v = []any{v}
+	}
+	return v
+}

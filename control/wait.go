@@ -1,0 +1,150 @@
+package control
+
+import (
+	"context"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/varplane/varplane"
+)
+
+// Bounds of a wait (Service.Wait).
+const (
+	// MaxWait bounds how long one wait request holds: a longer wait (the
+	// CLI's --timeout) asks again.
+	MaxWait = time.Minute
+	// MaxWaiting bounds the waits held at once by one Service; past it a
+	// wait answers the progress at once without waiting.
+	MaxWaiting = 64
+	// WaitPoll is how often a held wait reads the statuses again.
+	WaitPoll = 500 * time.Millisecond
+	// MaxWaitRejections bounds the rejecting instances a progress names.
+	MaxWaitRejections = 20
+)
+
+// WaitRequest asks how far generation Generation of Scope has reached.
+type WaitRequest struct {
+	Scope      varplane.Scope
+	Generation varplane.Generation
+	// Min is the share of the live instances (0 to 100 percent) that
+	// must have installed it.
+	Min float64
+	// For is how long to hold until Min is met or a rejection is seen (at
+	// most MaxWait; zero answers at once).
+	For time.Duration
+}
+
+// WaitProgress is how far a generation has reached: of the Live instances
+// that hold the scope (a fresh status listing it), Installed have
+// installed that generation or a later one; Rejected name those that
+// installed it as failed (they could not decode it).
+type WaitProgress struct {
+	Scope      varplane.Scope      `json:"scope"`
+	Generation varplane.Generation `json:"generation"`
+	Live       int                 `json:"live"`
+	Installed  int                 `json:"installed"`
+	// Share is Installed of Live in percent (0 when no instance is live).
+	Share float64 `json:"share"`
+	Min   float64 `json:"min"`
+	// Met is true when Share reaches Min with at least one live instance.
+	Met      bool     `json:"met"`
+	Rejected []string `json:"rejected"`
+	// RejectedOmitted counts the rejecting instances past
+	// MaxWaitRejections.
+	RejectedOmitted int `json:"rejectedOmitted,omitempty"`
+	// Unknown says why nothing can be counted (no instance reports to
+	// this control plane).
+	Unknown string `json:"unknown,omitempty"`
+}
+
+// Wait answers how far req.Generation of req.Scope has reached among the
+// live instances, holding up to req.For (at most MaxWait) until the share
+// reaches req.Min or an instance rejects it. It reads the instances'
+// statuses (as propagation and the fleet view do) every WaitPoll; past
+// MaxWaiting waits at once it answers without holding.
+func (svc *Service) Wait(ctx context.Context, req WaitRequest) (*WaitProgress, error) {
+	if _, err := varplane.ParseScope(string(req.Scope)); err != nil {
+		return nil, err
+	}
+	if req.Generation == 0 {
+		return nil, varplane.Errorf(varplane.CodeBadRequest, "generation must be at least 1")
+	}
+	if math.IsNaN(req.Min) || req.Min < 0 || req.Min > 100 {
+		return nil, varplane.Errorf(varplane.CodeBadRequest, "min must be a share from 0 to 100 percent")
+	}
+	if req.For < 0 || req.For > MaxWait {
+		return nil, varplane.Errorf(varplane.CodeBadRequest, "a wait holds at most %v; ask again for longer", MaxWait)
+	}
+	hold := req.For > 0
+	if hold {
+		select {
+		case svc.waits <- struct{}{}:
+			defer func() { <-svc.waits }()
+		default:
+			hold = false
+		}
+	}
+	if !hold {
+		return svc.progress(ctx, req)
+	}
+	deadline := time.NewTimer(req.For)
+	defer deadline.Stop()
+	for {
+		p, err := svc.progress(ctx, req)
+		if err != nil || p.Met || len(p.Rejected) > 0 || p.Unknown != "" {
+			return p, err
+		}
+		t := time.NewTimer(WaitPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, varplane.Unavailable(ctx.Err())
+		case <-deadline.C:
+			t.Stop()
+			return p, nil // the time is up: the progress as it stands
+		case <-t.C:
+		}
+	}
+}
+
+// progress counts once.
+func (svc *Service) progress(ctx context.Context, req WaitRequest) (*WaitProgress, error) {
+	p := &WaitProgress{Scope: req.Scope, Generation: req.Generation, Min: req.Min, Rejected: []string{}}
+	statuses, unknown, err := svc.statuses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if unknown != "" {
+		p.Unknown = unknown
+		return p, nil
+	}
+	now := svc.now()
+	for _, s := range statuses {
+		if now.Sub(s.At) > StatusFresh {
+			continue
+		}
+		g, holds := s.Installed[req.Scope]
+		fg, failed := s.Failed[req.Scope]
+		if !holds && !failed {
+			continue
+		}
+		p.Live++
+		switch {
+		case failed && fg >= req.Generation:
+			if len(p.Rejected) < MaxWaitRejections {
+				p.Rejected = append(p.Rejected, s.Instance)
+			} else {
+				p.RejectedOmitted++
+			}
+		case holds && g >= req.Generation:
+			p.Installed++
+		}
+	}
+	slices.Sort(p.Rejected)
+	if p.Live > 0 {
+		p.Share = 100 * float64(p.Installed) / float64(p.Live)
+	}
+	p.Met = p.Live > 0 && p.Share >= req.Min
+	return p, nil
+}
