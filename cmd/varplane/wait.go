@@ -110,4 +110,3 @@ as an instance installed the generation as failed (it could not decode it);
 		return &refusedError{msg: fmt.Sprintf("wait: timed out after %v: %d of %d live instances have generation %d of %s (want %.1f%%)", *timeout, p.Installed, p.Live, p.Generation, p.Scope, p.Min)}
 	}
 }
-
