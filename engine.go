@@ -546,6 +546,10 @@ type DeactivateRequest struct {
 	Owner              string
 	Reason             string
 	IdempotencyKey     string
+	// Force goes past the deletion protection of a control plane's HTTP
+	// API (confirmation-required while live instances hold the scope,
+	// docs/rollouts.md); the engine itself ignores it.
+	Force bool
 }
 
 // DeactivationResult answers Deactivate. Cascade lists the descendants that

@@ -81,6 +81,11 @@ const (
 	// proposal was not recorded; nothing changed. Try again when it
 	// answers.
 	CodeCheckUnavailable Code = "check-unavailable"
+	// CodeConfirmationRequired: a deactivation would clear a scope that
+	// live instances installed (deletion protection, docs/rollouts.md); the
+	// message names them, nothing changed, and the same request with force
+	// goes ahead.
+	CodeConfirmationRequired Code = "confirmation-required"
 )
 
 // Error is the one error type of the domain. Its Code decides the HTTP status

@@ -157,3 +157,47 @@ func deep(n int) any {
 	}
 	return v
 }
+
+// TestDeactivationProtection: a deactivation of a scope that live
+// instances hold (it or a scope below it) is refused with
+// confirmation-required naming them, and nothing changes; with force it
+// goes ahead. An instance whose status is older than an hour, or that
+// holds another scope, does not hold it back.
+func TestDeactivationProtection(t *testing.T) {
+	in := &controltest.Instances{}
+	e := newEnv(t, envOpts{instances: in})
+	e.publish("app.flags", `{"v":1}`)
+	e.publish("app.eu", `{"v":1}`)
+	e.publish("misc.other", `{"v":1}`)
+	now := e.clock.Now()
+	in.SetStatuses(
+		control.InstanceStatus{Instance: "pod-1", At: now, Installed: map[varplane.Scope]varplane.Generation{"app.eu": 1}},
+		control.InstanceStatus{Instance: "pod-2", At: now, Installed: map[varplane.Scope]varplane.Generation{}, Failed: map[varplane.Scope]varplane.Generation{"app.flags": 1}},
+		control.InstanceStatus{Instance: "gone", At: now.Add(-2 * time.Hour), Installed: map[varplane.Scope]varplane.Generation{"app.flags": 1}},
+		control.InstanceStatus{Instance: "elsewhere", At: now, Installed: map[varplane.Scope]varplane.Generation{"other2": 1}},
+	)
+	st, b := e.do("POST", "/v1/admin/deactivate", "dave", map[string]any{"scope": "app", "expectedGeneration": 0}, nil)
+	want(t, "deactivate app", st, b, 409, varplane.CodeConfirmationRequired)
+	if !contains(b, "pod-1") || !contains(b, "pod-2") || contains(b, "gone") || contains(b, "elsewhere") {
+		t.Fatalf("the refusal names %s", b)
+	}
+	if headOf(t, e, "app.flags").Head == nil || headOf(t, e, "app.eu").Head == nil {
+		t.Fatal("a refused deactivation changed something")
+	}
+	st, b = e.do("POST", "/v1/admin/deactivate", "dave", map[string]any{"scope": "misc.other", "expectedGeneration": 1}, nil)
+	want(t, "deactivate a scope nobody holds", st, b, 200, "")
+	st, b = e.do("POST", "/v1/admin/deactivate", "dave", map[string]any{"scope": "app.eu", "expectedGeneration": 1}, nil)
+	want(t, "deactivate a scope below what an instance holds", st, b, 409, varplane.CodeConfirmationRequired)
+	if !contains(b, "pod-1") || contains(b, "pod-2") {
+		t.Fatalf("the refusal names %s", b)
+	}
+	st, b = e.do("POST", "/v1/admin/deactivate", "dave", map[string]any{"scope": "app.flags", "expectedGeneration": 1, "force": "yes"}, nil)
+	want(t, "force that is not a boolean", st, b, 400, varplane.CodeBadRequest)
+	st, b = e.do("POST", "/v1/admin/deactivate", "viewer", map[string]any{"scope": "app.flags", "expectedGeneration": 1}, nil)
+	want(t, "a reader is refused before the instances are named", st, b, 403, varplane.CodeForbidden)
+	st, b = e.do("POST", "/v1/admin/deactivate", "dave", map[string]any{"scope": "app", "expectedGeneration": 0, "force": true}, nil)
+	want(t, "deactivate with force", st, b, 200, "")
+	if headOf(t, e, "app.flags").Head != nil || headOf(t, e, "app.eu").Head != nil {
+		t.Fatal("a forced deactivation did not clear the subtree")
+	}
+}

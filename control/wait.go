@@ -2,8 +2,10 @@ package control
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/varplane/varplane"
@@ -147,4 +149,62 @@ func (svc *Service) progress(ctx context.Context, req WaitRequest) (*WaitProgres
 	}
 	p.Met = p.Live > 0 && p.Share >= req.Min
 	return p, nil
+}
+
+// Deletion protection.
+const (
+	// ReaderWindow is how recent an instance's status must be for a
+	// deactivation to name it: the stores keep a status two minutes after
+	// its last write, so in practice the instances that wrote one then.
+	ReaderWindow = time.Hour
+	// MaxReadersNamed bounds the instances a refusal names.
+	MaxReadersNamed = 20
+)
+
+// ProtectDeactivation refuses, with confirmation-required naming them, a
+// deactivation of scope while instances whose status is at most
+// ReaderWindow old hold scope or a scope below it (installed, or installed
+// as failed): a deactivation would take their document away. It answers
+// nil when none does, or when no instance reports to this control plane.
+func (svc *Service) ProtectDeactivation(ctx context.Context, scope varplane.Scope) error {
+	statuses, unknown, err := svc.statuses(ctx)
+	if err != nil || unknown != "" {
+		return err
+	}
+	now := svc.now()
+	var names []string
+	held := 0
+	for _, s := range statuses {
+		if now.Sub(s.At) > ReaderWindow {
+			continue
+		}
+		if !holdsUnder(s, scope) {
+			continue
+		}
+		held++
+		if len(names) < MaxReadersNamed {
+			names = append(names, s.Instance)
+		}
+	}
+	if held == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	msg := fmt.Sprintf("%d instance(s) hold %q or a scope below it: %s", held, scope, strings.Join(names, ", "))
+	if held > len(names) {
+		msg += fmt.Sprintf(" and %d more", held-len(names))
+	}
+	return varplane.Errorf(varplane.CodeConfirmationRequired, "%s; deactivating takes their document away: send the request again with force to go ahead", msg)
+}
+
+// holdsUnder reports whether s installed scope or a scope below it.
+func holdsUnder(s InstanceStatus, scope varplane.Scope) bool {
+	for _, m := range []map[varplane.Scope]varplane.Generation{s.Installed, s.Failed} {
+		for sc := range m {
+			if sc == scope || sc.IsDescendantOf(scope) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -218,11 +218,20 @@ func (h *Handler) handleActivate(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleDeactivate serves POST {base}/admin/deactivate: 200 {scope,
-// generation, active: false, cascade?}; 409 revision-conflict.
+// generation, active: false, cascade?}; 409 revision-conflict; with the
+// control API, 409 confirmation-required naming the live instances that
+// hold the scope or a scope below it, unless the body says force: true
+// (deletion protection, docs/rollouts.md).
 func (h *Handler) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 	req, ok := mutation(h, w, r, DecodeDeactivate, func(q *varplane.DeactivateRequest) (varplane.Scope, *string) { return q.Scope, &q.Actor })
 	if !ok {
 		return
+	}
+	if h.ctl != nil && !req.Force {
+		if err := h.ctl.ProtectDeactivation(r.Context(), req.Scope); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
 	}
 	start := time.Now()
 	res, err := h.engine.Deactivate(r.Context(), req)

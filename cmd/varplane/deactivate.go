@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -31,11 +32,18 @@ first (and said on stderr).
 --dry-run lists the scopes the commit would clear (the scope and its active
 descendants, as the server lists them now) and changes nothing. When stdin is
 a terminal and the commit would clear more than one scope, deactivate asks
-for confirmation first; --yes skips the question (scripts never get it).`)
+for confirmation first; --yes skips the question (scripts never get it).
+
+Deletion protection: while live instances hold the scope or a scope below it
+(their status in the last hour lists it), the server refuses with
+confirmation-required naming them. In a terminal deactivate shows them and
+asks you to type the scope to go ahead; a script is refused (exit 1) unless
+it passes --force.`)
 	var g guardedFlags
 	g.register(fs, c.m.Getenv, "deactivate")
 	dryRun := fs.Bool("dry-run", false, "list what would be deactivated; change nothing")
 	yes := fs.Bool("yes", false, "do not ask for confirmation of a cascade")
+	force := fs.Bool("force", false, "deactivate even while live instances hold the scope (deletion protection)")
 	pos, err := parseArgs(fs, args, 1)
 	if err != nil {
 		return err
@@ -96,8 +104,25 @@ for confirmation first; --yes skips the question (scripts never get it).`)
 			}
 		}
 	}
-	out, err := a.Deactivate(ctx, varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: expected,
-		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey})
+	req := varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: expected,
+		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey, Force: *force}
+	out, err := a.Deactivate(ctx, req)
+	if varplane.ErrorCode(err) == varplane.CodeConfirmationRequired {
+		if !terminal(c.m.Stdin) {
+			var se *varplane.Error
+			if errors.As(err, &se) && se.Hint == "" {
+				se.Hint = "pass --force to deactivate anyway"
+			}
+			return classify(ctx, err)
+		}
+		fmt.Fprintf(c.m.Stderr, "%s\ntype %s to deactivate it anyway: ", varplane.ErrorMessage(err), scope)
+		line, _ := bufio.NewReader(c.m.Stdin).ReadString('\n')
+		if strings.TrimSpace(line) != string(scope) {
+			return &refusedError{msg: "deactivate: not confirmed; nothing changed"}
+		}
+		req.Force = true
+		out, err = a.Deactivate(ctx, req)
+	}
 	if err != nil {
 		return classify(ctx, err)
 	}

@@ -135,4 +135,18 @@ func TestRolloutFleet(t *testing.T) {
 	if show.code != 0 || !strings.Contains(show.stdout, "aborted") || !strings.Contains(show.stdout, "abort by alice") {
 		t.Fatalf("rollout show: %d %s %s", show.code, show.stdout, show.stderr)
 	}
+
+	// Deletion protection: the replicas hold app.flags, so a script is
+	// refused naming them, and goes ahead with --force.
+	alice := []string{"VARPLANE_SERVER=" + a.URL, "VARPLANE_TOKEN=alice-token"}
+	res = runCLI(t, alice, "", "deactivate", "app.flags")
+	if res.code != 1 || !strings.Contains(res.stderr, "confirmation-required") || !strings.Contains(res.stderr, "rep-0") || !strings.Contains(res.stderr, "--force") {
+		t.Fatalf("deactivate held by replicas: %d %s %s", res.code, res.stdout, res.stderr)
+	}
+	if st, g, _ := readGen(t, a.Base, "app.flags", "Authorization", "Bearer viewer-token"); st != 200 || g != 2 {
+		t.Fatalf("a refused deactivation changed the head: %d %d", st, g)
+	}
+	if res = runCLI(t, alice, "", "deactivate", "app.flags", "--force"); res.code != 0 {
+		t.Fatalf("deactivate --force: %d %s %s", res.code, res.stdout, res.stderr)
+	}
 }
