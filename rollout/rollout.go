@@ -351,3 +351,6 @@ func Percent(share int) string {
 	}
 	return fmt.Sprintf("%.2f%%", float64(share)/100)
 }
+
+// String writes d as Go's duration text ("5m0s").
+func (d Duration) String() string { return time.Duration(d).String() }
