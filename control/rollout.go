@@ -257,7 +257,7 @@ func (svc *Service) validGates(g Gates) error {
 	}
 	for i, name := range g.Checks {
 		if _, ok := svc.opts.Gates[name]; !ok {
-			return varplane.Errorf(varplane.CodeBadRequest, "gates: no check %q runs on this control plane (serve --check NAME=URL)", name)
+			return varplane.Errorf(varplane.CodeBadRequest, "gates: no check %q runs on this control plane (serve --gate NAME=URL)", name)
 		}
 		if slices.Contains(g.Checks[:i], name) {
 			return varplane.Errorf(varplane.CodeBadRequest, "gates: check %q is named twice", name)

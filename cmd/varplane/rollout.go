@@ -64,7 +64,7 @@ func (c *RolloutCommand) start(ctx context.Context, args []string) error {
 	maxRejections := fs.Int("max-rejections", 0, "instances that may reject the revision before the rollout rolls back")
 	maxLag := fs.Duration("max-lag", 0, "how long the selected instances have to serve a step's revision (default 2m)")
 	var checks listFlag
-	fs.Var(&checks, "gate-check", "a check webhook (serve --check NAME=URL) asked during each bake (repeatable)")
+	fs.Var(&checks, "gate-check", "a check (serve --gate or --check NAME=URL) asked during each bake (repeatable)")
 	note := fs.String("note", "", "why")
 	id, args := firstArg(args)
 	if err := parseFlags(fs, args); err != nil {
