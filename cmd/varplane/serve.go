@@ -96,12 +96,12 @@ type serveConfig struct {
 	hooks           []control.Check // built from checks after parsing
 	gateChecks      listFlag        // --gate NAME=URL: rollout gates only
 	gates           map[string]control.Gate
-	checkTimeout    time.Duration   // --check-timeout
-	rolloutInterval time.Duration   // --rollout-interval
-	detectTimeout   time.Duration   // --detect-timeout
-	accessControl   bool            // --access-control: principals held in the store
-	components      string          // --components: the values service's deployment
-	rpcAddr         string          // --rpc-addr: an extra gRPC/Connect listener
+	checkTimeout    time.Duration // --check-timeout
+	rolloutInterval time.Duration // --rollout-interval
+	detectTimeout   time.Duration // --detect-timeout
+	accessControl   bool          // --access-control: principals held in the store
+	components      string        // --components: the values service's deployment
+	rpcAddr         string        // --rpc-addr: an extra gRPC/Connect listener
 	grpc            rpc.GRPCOptions
 	reclaimInterval time.Duration // --reclaim-interval
 	policy          policyFlags   // the retention policy
