@@ -126,6 +126,11 @@ type Rollout struct {
 	Events     []RolloutEvent `json:"events"`
 	// Generation is the scope's generation once the rollout completed.
 	Generation varplane.Generation `json:"generation,omitempty"`
+	// Completing is set, before the head moves, once the last step baked
+	// with every gate passing: from then on only the completion moves the
+	// rollout (no gate, pause or abort), so a head that moved is never
+	// recorded as aborted or rolled back.
+	Completing bool `json:"completing,omitempty"`
 }
 
 // rolloutsDoc is the document of varplane.RolloutScope.
@@ -421,6 +426,10 @@ func (svc *Service) control(ctx context.Context, by varplane.Identity, id, op, n
 			return false
 		}
 		r := d.Rollouts[i]
+		if r.Completing {
+			refused = varplane.Errorf(varplane.CodeChangeState, "rollout %s is completing: its head is moving to the new generation", r.ID)
+			return false
+		}
 		pol, has, err := svc.PolicyFor(ctx, r.Scope)
 		if err != nil {
 			refused = err
@@ -526,6 +535,9 @@ func (svc *Service) drive(ctx context.Context, r Rollout, statuses []InstanceSta
 	if !r.Serves() {
 		return svc.finish(ctx, r)
 	}
+	if r.Completing {
+		return svc.complete(ctx, r) // a completion cut short
+	}
 	if r.State == varplane.RolloutPaused {
 		return nil
 	}
@@ -554,41 +566,74 @@ func (svc *Service) drive(ctx context.Context, r Rollout, statuses []InstanceSta
 		_ = next.event(now, RolloutActor, "step", fmt.Sprintf("share %s", rollout.Percent(next.Share)), nil)
 		reason = fmt.Sprintf("rollout %s: step %d/%d (%s)", r.ID, next.Step+1, next.Steps, rollout.Percent(next.Share))
 	default:
-		c, err := svc.load(ctx, r.Change)
-		if err != nil {
+		// The last step baked with every gate passing: claim the
+		// completion before the head moves.
+		next.Completing = true
+		lost, err := svc.replaceRollout(ctx, r, next, fmt.Sprintf("rollout %s: completing", r.ID))
+		if err != nil || lost {
 			return err
 		}
-		res, actErr := svc.engine.Activate(ctx, varplane.ActivateRequest{
-			Scope: r.Scope, Revision: r.Revision, ExpectedGeneration: r.Base,
-			Actor: c.Author, Owner: OwnerName, Reason: changeReason(r.Change),
-			IdempotencyKey: fmt.Sprintf("control:%s:%d", r.Change, r.Base),
-		})
-		next.EndedAt = &now
-		switch {
-		case actErr == nil:
-			next.State, next.Generation = varplane.RolloutCompleted, res.Generation
-			_ = next.event(now, RolloutActor, "complete", fmt.Sprintf("generation %d", res.Generation), nil)
-		case errors.Is(actErr, varplane.ErrConflict):
-			next.State = varplane.RolloutConflicted
-			_ = next.event(now, RolloutActor, "conflict", "the scope moved past the base "+fmt.Sprint(r.Base), nil)
-		default:
-			return actErr
-		}
-		reason = fmt.Sprintf("rollout %s: %s", r.ID, next.State)
+		return svc.complete(ctx, next)
 	}
-	var lost bool
-	err := svc.updateRollouts(ctx, RolloutActor, reason, func(d *rolloutsDoc) bool {
+	lost, err := svc.replaceRollout(ctx, r, next, reason)
+	if err != nil || lost || next.Serves() {
+		return err
+	}
+	return svc.finish(ctx, next)
+}
+
+// replaceRollout writes next in place of r, only while the record still
+// holds r as this pass judged it (its state, step, step start, events and
+// completion): a person's pause or abort meanwhile wins, lost is true and
+// the next pass judges again.
+func (svc *Service) replaceRollout(ctx context.Context, r, next Rollout, reason string) (lost bool, err error) {
+	err = svc.updateRollouts(ctx, RolloutActor, reason, func(d *rolloutsDoc) bool {
 		i := slices.IndexFunc(d.Rollouts, func(x Rollout) bool { return x.ID == r.ID })
-		// Only over the version this pass judged: a person's pause or
-		// abort meanwhile wins, and the next pass judges again.
-		if i < 0 || d.Rollouts[i].State != r.State || d.Rollouts[i].Step != r.Step || !d.Rollouts[i].StepStartedAt.Equal(r.StepStartedAt) || len(d.Rollouts[i].Events) != len(r.Events) {
+		if i < 0 {
+			lost = true
+			return false
+		}
+		x := d.Rollouts[i]
+		if x.State != r.State || x.Step != r.Step || !x.StepStartedAt.Equal(r.StepStartedAt) || len(x.Events) != len(r.Events) || x.Completing != r.Completing {
 			lost = true
 			return false
 		}
 		d.Rollouts[i] = next
 		return true
 	})
-	if err != nil || lost || next.Serves() {
+	return lost, err
+}
+
+// complete moves the head of a completing rollout r: its revision is
+// activated at Base+1 (with the change's idempotency key, so a completion
+// cut short and done again activates once), then the rollout is recorded
+// completed (or conflicted when the scope moved past the base) and
+// finished.
+func (svc *Service) complete(ctx context.Context, r Rollout) error {
+	c, err := svc.load(ctx, r.Change)
+	if err != nil {
+		return err
+	}
+	res, actErr := svc.engine.Activate(ctx, varplane.ActivateRequest{
+		Scope: r.Scope, Revision: r.Revision, ExpectedGeneration: r.Base,
+		Actor: c.Author, Owner: OwnerName, Reason: changeReason(r.Change),
+		IdempotencyKey: fmt.Sprintf("control:%s:%d", r.Change, r.Base),
+	})
+	now := svc.now()
+	next := r
+	next.EndedAt = &now
+	switch {
+	case actErr == nil:
+		next.State, next.Generation = varplane.RolloutCompleted, res.Generation
+		_ = next.event(now, RolloutActor, "complete", fmt.Sprintf("generation %d", res.Generation), nil)
+	case errors.Is(actErr, varplane.ErrConflict):
+		next.State = varplane.RolloutConflicted
+		_ = next.event(now, RolloutActor, "conflict", "the scope moved past the base "+fmt.Sprint(r.Base), nil)
+	default:
+		return actErr
+	}
+	lost, err := svc.replaceRollout(ctx, r, next, fmt.Sprintf("rollout %s: %s", r.ID, next.State))
+	if err != nil || lost {
 		return err
 	}
 	return svc.finish(ctx, next)

@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -395,4 +396,67 @@ func TestRolloutResumesAfterRestart(t *testing.T) {
 	if h := headOf(t, e, scope); h.Generation != 2 {
 		t.Fatalf("head %d", h.Generation)
 	}
+}
+
+// TestRolloutCompletionCutShort: once a rollout is completing (its last
+// step baked with every gate passing, recorded before the head moves) no
+// person can abort or pause it, and a control plane that stopped before
+// moving the head has the next pass finish it: the head moves once, and
+// the change is published.
+func TestRolloutCompletionCutShort(t *testing.T) {
+	e := newEnv(t, envOpts{instances: &controltest.Instances{}})
+	scope := varplane.Scope("app.flags")
+	e.publish(scope, `{"v":1}`)
+	c := e.approved(scope, 1, `{"v":2}`)
+	ctx := context.Background()
+	r, err := e.svc.StartRollout(ctx, bob, c.ID, control.StartRolloutRequest{Strategy: twoSteps(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a pass that stopped right after claiming the completion left.
+	st, err := e.store.State(ctx, varplane.RolloutScope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Rollouts []map[string]any `json:"rollouts"`
+	}
+	if err := json.Unmarshal(st.Head.Document, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc.Rollouts[0]["completing"] = true
+	b, _ := json.Marshal(doc)
+	if _, err := e.engine.Publish(ctx, varplane.PublishRequest{Scope: varplane.RolloutScope, Document: b, ExpectedGeneration: st.Generation,
+		Actor: control.RolloutActor, Owner: control.OwnerName, Reason: "test: completing"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.AbortRollout(ctx, bob, r.ID, ""); !isCode(err, varplane.CodeChangeState) {
+		t.Fatalf("an abort of a completing rollout: %v", err)
+	}
+	if _, err := e.svc.PauseRollout(ctx, bob, r.ID, ""); !isCode(err, varplane.CodeChangeState) {
+		t.Fatalf("a pause of a completing rollout: %v", err)
+	}
+	if err := e.svc.RolloutPass(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if h := headOf(t, e, scope); h.Generation != 2 || h.Head.Revision != c.Revision {
+		t.Fatalf("head %d after the completion", h.Generation)
+	}
+	if got, _ := e.svc.Get(ctx, c.ID); got.State != control.StatePublished {
+		t.Fatalf("change %s", got.State)
+	}
+	if err := e.svc.RolloutPass(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if h := headOf(t, e, scope); h.Generation != 2 {
+		t.Fatalf("the head moved twice: %d", h.Generation)
+	}
+}
+
+// TestRolloutRecordOwned: nobody but the control plane writes the
+// rollouts record: a direct write is refused scope-owned.
+func TestRolloutRecordOwned(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	st, b := e.do("POST", "/v1/admin/publish", "admin", map[string]any{"scope": string(varplane.RolloutScope), "document": map[string]any{"rollouts": []any{}}, "expectedGeneration": 0}, nil)
+	want(t, "a direct write of the rollouts record", st, b, 403, varplane.CodeScopeOwned)
 }
