@@ -132,6 +132,19 @@ type StagedRollout struct {
 	Selectors     []rollout.Selector `json:"selectors,omitempty"`
 }
 
+// Of returns the rollout of scope that instances may serve (Serves), if
+// any: a reader that answers for a targeting key (an OFREP endpoint)
+// serves its Revision as generation Base+1 when the scope's head is still
+// at Base and r.Target().Key(key, labels) selects the key.
+func (s StagedRollouts) Of(scope Scope) (StagedRollout, bool) {
+	for _, r := range s.Rollouts {
+		if r.Scope == scope && r.Serves() {
+			return r, true
+		}
+	}
+	return StagedRollout{}, false
+}
+
 // Serves reports whether instances may serve r's revision: r is running
 // or paused.
 func (r StagedRollout) Serves() bool { return r.State == RolloutRunning || r.State == RolloutPaused }
