@@ -46,6 +46,10 @@ type InstanceStatus struct {
 	// Failed holds the generation of each scope the instance installed
 	// as failed (it could not decode it: a rejection).
 	Failed map[varplane.Scope]varplane.Generation `json:"failed,omitempty"`
+	// Identity is the instance identity that filed the status over HTTP
+	// (a Go SDK consumer, which takes part in no rollout); empty when an
+	// instance cache wrote it to the store itself.
+	Identity string `json:"identity,omitempty"`
 }
 
 // StatusFresh is how old a status may be and still count.

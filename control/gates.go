@@ -47,7 +47,8 @@ const (
 //     say, judge);
 //   - lag: the selected instances with a fresh status that holds the
 //     scope and does not yet serve the revision; pending while the step is
-//     younger than Gates.MaxLag, failed past it;
+//     younger than Gates.MaxLag, failed past it. A status filed over HTTP
+//     (a Go SDK consumer, which serves no rollout) is not counted;
 //   - check:NAME: each external check, failed when it answers fail,
 //     pending when it brings no verdict.
 func (svc *Service) evaluateGates(ctx context.Context, r Rollout, now time.Time, statuses []InstanceStatus) []GateState {
@@ -129,8 +130,8 @@ func lagGate(r Rollout, now time.Time, statuses []InstanceStatus) GateState {
 	t := r.Target()
 	var lagging []string
 	for _, s := range statuses {
-		if now.Sub(s.At) > StatusFresh {
-			continue
+		if now.Sub(s.At) > StatusFresh || s.Identity != "" {
+			continue // stale, or an SDK consumer: it serves no rollout
 		}
 		if _, holds := s.Installed[r.Scope]; !holds {
 			continue

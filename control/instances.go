@@ -57,7 +57,7 @@ func (si *storeInstances) Statuses(ctx context.Context) ([]InstanceStatus, error
 		if json.Unmarshal(b, &st) != nil {
 			continue
 		}
-		is := InstanceStatus{Instance: id, At: st.WrittenAt, Installed: map[varplane.Scope]varplane.Generation{}, Labels: st.Labels}
+		is := InstanceStatus{Instance: id, At: st.WrittenAt, Installed: map[varplane.Scope]varplane.Generation{}, Labels: st.Labels, Identity: st.Identity}
 		for _, d := range st.Documents {
 			if !d.Failed && d.Revision != "" {
 				is.Installed[d.Scope] = d.Generation

@@ -1,6 +1,7 @@
 package control_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -276,14 +277,17 @@ func TestRolloutLagGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sel string
-	for i := 0; sel == ""; i++ {
+	var sel, sdk string
+	for i := 0; sdk == ""; i++ {
 		if id := fmt.Sprintf("h%d", i); rollout.Selected(id, r.ID, rollout.Full/2) {
-			sel = id
+			sel, sdk = cmp.Or(sel, id), map[bool]string{true: id}[sel != ""]
 		}
 	}
 	status := func() {
-		in.SetStatuses(control.InstanceStatus{Instance: sel, At: e.clock.Now(), Installed: map[varplane.Scope]varplane.Generation{scope: 1}})
+		in.SetStatuses(control.InstanceStatus{Instance: sel, At: e.clock.Now(), Installed: map[varplane.Scope]varplane.Generation{scope: 1}},
+			// An SDK consumer (its status filed over HTTP) serves no
+			// rollout: it never holds one back.
+			control.InstanceStatus{Instance: sdk, Identity: "svc", At: e.clock.Now(), Installed: map[varplane.Scope]varplane.Generation{scope: 1}})
 	}
 	status()
 	e.clock.Advance(30 * time.Second)
@@ -303,6 +307,9 @@ func TestRolloutLagGate(t *testing.T) {
 	got, _ = e.svc.GetRollout(ctx, r.ID)
 	if got.State != varplane.RolloutRolledBack || !strings.Contains(got.Events[len(got.Events)-1].Note, "gate lag failed") {
 		t.Fatalf("past the bound: %s %+v", got.State, got.Events)
+	}
+	if ev := strings.Join(got.Events[len(got.Events)-1].Evidence[1].Evidence, "\n"); !strings.Contains(ev, `"`+sel+`"`) || strings.Contains(ev, `"`+sdk+`"`) || !strings.Contains(ev, "1 selected instances") {
+		t.Fatalf("the lag evidence: %s", ev)
 	}
 }
 
