@@ -51,6 +51,9 @@ const (
 	MaxGateChecks = 8
 	// MaxEvidence bounds the lines of evidence one gate keeps.
 	MaxEvidence = 10
+	// eventsReserved is the room MaxRolloutEvents keeps for the events
+	// that move or end a rollout.
+	eventsReserved = rollout.MaxSteps + 8
 	// DefaultMaxLag is how long after a step starts its selected
 	// instances may take to serve the revision when Gates.MaxLag is zero.
 	DefaultMaxLag = 2 * time.Minute
@@ -161,9 +164,14 @@ func (r *Rollout) step(i int, now time.Time) {
 	r.GateStates = nil
 }
 
+// event records an event on r. A pause or a resume past
+// MaxRolloutEvents-eventsReserved events is refused (limit-exceeded); the
+// events that end or move a rollout (start, a step, a rollback, an abort,
+// the completion) are always recorded: there are at most MaxSteps+4 of
+// them, within the room kept.
 func (r *Rollout) event(at time.Time, by, kind, note string, evidence []GateState) error {
-	if len(r.Events) >= MaxRolloutEvents {
-		return varplane.Errorf(varplane.CodeLimitExceeded, "rollout %s has recorded %d events, the most one may", r.ID, MaxRolloutEvents)
+	if (kind == "pause" || kind == "resume") && len(r.Events) >= MaxRolloutEvents-eventsReserved {
+		return varplane.Errorf(varplane.CodeLimitExceeded, "rollout %s has recorded %d events, the most pauses and resumes leave room for; it can still be aborted", r.ID, len(r.Events))
 	}
 	r.Events = append(r.Events, RolloutEvent{At: at, By: by, Kind: kind, Step: r.Step + 1, Note: note, Evidence: evidence})
 	return nil

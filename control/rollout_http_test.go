@@ -201,3 +201,32 @@ func TestDeactivationProtection(t *testing.T) {
 		t.Fatal("a forced deactivation did not clear the subtree")
 	}
 }
+
+// TestRolloutEventFlood: pauses and resumes stop at the bound of events,
+// and the rollout can still be aborted, its abort recorded.
+func TestRolloutEventFlood(t *testing.T) {
+	e := newEnv(t, envOpts{instances: &controltest.Instances{}})
+	e.publish("app.flags", `{"v":1}`)
+	c := e.approved("app.flags", 1, `{"v":2}`)
+	ctx := context.Background()
+	r, err := e.svc.StartRollout(ctx, bob, c.ID, control.StartRolloutRequest{Strategy: twoSteps(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused error
+	for i := 0; i < control.MaxRolloutEvents && refused == nil; i++ {
+		if _, refused = e.svc.PauseRollout(ctx, bob, r.ID, ""); refused == nil {
+			_, refused = e.svc.ResumeRollout(ctx, bob, r.ID, "")
+		}
+	}
+	if !isCode(refused, varplane.CodeLimitExceeded) {
+		t.Fatalf("a flood of pauses: %v", refused)
+	}
+	got, err := e.svc.AbortRollout(ctx, bob, r.ID, "enough")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Events) > control.MaxRolloutEvents || got.Events[len(got.Events)-1].Kind != "abort" {
+		t.Fatalf("%d events, the last %+v", len(got.Events), got.Events[len(got.Events)-1])
+	}
+}
