@@ -152,7 +152,9 @@ func lagGate(r Rollout, now time.Time, statuses []InstanceStatus) GateState {
 	if age > r.Gates.maxLag() {
 		g.State = GateFail
 	}
-	ev := []string{fmt.Sprintf("%d selected instances do not serve revision %s %v after the step started (bound %v)", len(lagging), r.Revision, age.Round(time.Second), r.Gates.maxLag())}
+	// The evidence names no age: it changes only when the instances do,
+	// so a pending gate is not written again at every pass.
+	ev := []string{fmt.Sprintf("%d selected instances do not serve revision %s (each has %v from the step's start)", len(lagging), r.Revision, r.Gates.maxLag())}
 	for _, id := range lagging {
 		ev = append(ev, fmt.Sprintf("instance %q", id))
 	}

@@ -299,6 +299,16 @@ func TestRolloutLagGate(t *testing.T) {
 	if got.State != varplane.RolloutRunning || got.Step != 0 || got.GateStates[1].State != control.GatePending {
 		t.Fatalf("within the bound: %s step %d gates %+v", got.State, got.Step, got.GateStates)
 	}
+	// A pass that finds the gates as they were writes nothing.
+	version := headOf(t, e, varplane.RolloutScope).Generation
+	e.clock.Advance(5 * time.Second)
+	status()
+	if err := e.svc.RolloutPass(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if v := headOf(t, e, varplane.RolloutScope).Generation; v != version {
+		t.Fatalf("an unchanged pending gate wrote the record again (%d → %d)", version, v)
+	}
 	e.clock.Advance(time.Minute)
 	status()
 	if err := e.svc.RolloutPass(ctx, "p"); err != nil {
