@@ -187,6 +187,9 @@ func rolloutFleet(t *testing.T, storeArgs []string, replica func(i int) *server,
 		res := runCLI(t, env, "", "wait", "app.flags", "--generation", "2", "--min", "100%", "--timeout", "2s")
 		return res.code == 0, res.stdout + res.stderr
 	})
+	if res := runCLI(t, env, "", "change", "show", id); res.code != 0 || !strings.Contains(res.stdout, "rollout: "+rid) {
+		t.Fatalf("change show: %d %s %s", res.code, res.stdout, res.stderr)
+	}
 	if res := runCLI(t, env, "", "wait", "app.flags", "--generation", "3", "--min", "50%", "--timeout", "1s"); res.code != 1 || !strings.Contains(res.stderr, "timed out") {
 		t.Fatalf("wait for a generation nobody has: exit %d %s %s", res.code, res.stdout, res.stderr)
 	}
