@@ -25,6 +25,10 @@ type DocumentHead struct {
 	Reason      string              `json:"reason,omitempty"`
 	Change      string              `json:"change,omitempty"`
 	ApprovedBy  []string            `json:"approvedBy"`
+	// Rollout is the scope's rollout in progress, when one is: while it
+	// runs, the instances its step selects serve its revision and every
+	// other reader this head (docs/rollouts.md).
+	Rollout *varplane.StagedRollout `json:"rollout,omitempty"`
 }
 
 // Head returns scope's head; no-head when it serves nothing.
@@ -56,6 +60,13 @@ func (svc *Service) Head(ctx context.Context, scope varplane.Scope) (*DocumentHe
 				out.ApprovedBy = append(out.ApprovedBy, a.By)
 			}
 		}
+	}
+	var staged varplane.StagedRollouts
+	if _, _, err := readRecord(ctx, svc.store, varplane.RolloutScope, &staged); err != nil {
+		return nil, err
+	}
+	if r, ok := staged.Of(scope); ok {
+		out.Rollout = &r
 	}
 	return out, nil
 }

@@ -115,6 +115,12 @@ func TestRolloutRoutes(t *testing.T) {
 	}
 	st, b = e.do("POST", "/v1/control/changes/"+c.ID+":rollout", "alice", map[string]any{"strategy": "linear:2:1m"}, nil)
 	want(t, "a second rollout of the change", st, b, 409, varplane.CodeChangeState)
+	var head control.DocumentHead
+	st, b = e.do("GET", "/v1/control/documents/app.flags", "dave", nil, &head)
+	want(t, "the head", st, b, 200, "")
+	if head.Generation != 1 || head.Rollout == nil || head.Rollout.ID != ro.ID || head.Rollout.Share != 1000 {
+		t.Fatalf("the head during the rollout: %s", b)
+	}
 	other := e.approved("app.other", 0, `{"v":1}`)
 	st, b = e.do("POST", "/v1/control/changes/"+other.ID+":rollout", "alice", map[string]any{"strategy": "linear:2:1m"}, nil)
 	want(t, "a rollout of another scope", st, b, 201, "")

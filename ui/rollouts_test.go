@@ -66,6 +66,10 @@ func TestRolloutPages(t *testing.T) {
 			t.Errorf("the rollout page has no %q:\n%s", want, page)
 		}
 	}
+	_, page = b.do("GET", "/ui/scope?s=app.x", nil)
+	if !strings.Contains(html.UnescapeString(page), `id="rollout-link"><a href="/ui/rollout?id=`+ro.ID+`">`) {
+		t.Errorf("the scope page does not link to its rollout:\n%s", page)
+	}
 	csrf := b.csrf("/ui/rollout?id=" + ro.ID)
 	b.do("POST", "/ui/rollout", url.Values{"csrf": {csrf}, "id": {ro.ID}, "action": {"pause"}, "note": {"looking"}})
 	if got, _ := s.svc.GetRollout(ctx, ro.ID); got.State != varplane.RolloutPaused || got.Events[len(got.Events)-1].Note != "looking" {
