@@ -66,6 +66,12 @@ func TestRolloutPages(t *testing.T) {
 			t.Errorf("the rollout page has no %q:\n%s", want, page)
 		}
 	}
+	fileStatus(t, s, varplane.InstanceStatus{Instance: "pod-r", WrittenAt: time.Now(), Ready: true,
+		Documents: []varplane.InstanceDocument{{Scope: "app.x", Generation: 1, Revision: "sha256:aa", Rollout: ro.ID, Serving: ro.Revision}}})
+	_, page = b.do("GET", "/ui/fleet", nil)
+	if row := rowOf(t, page, "pod-r"); !strings.Contains(row, "of rollout <a href=\"/ui/rollout?id="+ro.ID+"\">") {
+		t.Errorf("the fleet page does not show what the instance serves of the rollout:\n%s", row)
+	}
 	_, page = b.do("GET", "/ui/scope?s=app.x", nil)
 	if !strings.Contains(html.UnescapeString(page), `id="rollout-link"><a href="/ui/rollout?id=`+ro.ID+`">`) {
 		t.Errorf("the scope page does not link to its rollout:\n%s", page)

@@ -155,6 +155,18 @@ func rolloutFleet(t *testing.T, storeArgs []string, replica func(i int) *server,
 		}
 		return 1
 	})
+	// The fleet view shows who serves the rollout's revision.
+	eventually(t, 10*time.Second, "the fleet view of the rollout", func() (bool, string) {
+		res := runCLI(t, []string{"VARPLANE_SERVER=" + a.URL, "VARPLANE_TOKEN=viewer-token"}, "", "instances", "app.flags")
+		n := strings.Count(res.stdout, "of rollout "+rid)
+		want := 0
+		for i := range reps {
+			if selected(i) {
+				want++
+			}
+		}
+		return res.code == 0 && n == want, res.stdout + res.stderr
+	})
 	// The read API shows the rollout; the head has not moved.
 	state := expect(t, as("GET", "/control/documents/app.flags/rollout", "viewer-token", nil), 200, "")
 	if state["state"] != "running" || num(t, state, "step") != 0 || num(t, state, "share") != 5000 {
