@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/varplane/varplane"
@@ -278,7 +279,7 @@ func (svc *Service) Propagation(ctx context.Context, scope varplane.Scope, n var
 		return nil, err
 	}
 	p := &Propagation{Generation: n}
-	statuses, unknown, err := svc.statuses(ctx)
+	statuses, unknown, err := svc.statuses(ctx, StatusFresh)
 	if err != nil {
 		return nil, err
 	}
@@ -286,11 +287,7 @@ func (svc *Service) Propagation(ctx context.Context, scope varplane.Scope, n var
 		p.Unknown = unknown
 		return p, nil
 	}
-	now := svc.now()
 	for _, s := range statuses {
-		if now.Sub(s.At) > StatusFresh {
-			continue
-		}
 		p.Live++
 		if s.Installed[scope] >= n {
 			p.Installed++
@@ -299,11 +296,11 @@ func (svc *Service) Propagation(ctx context.Context, scope varplane.Scope, n var
 	return p, nil
 }
 
-// statuses returns every instance's status, or, when no instance can
-// report to this control plane (no Options.Instances, or a store that
-// keeps no heartbeats), why not: counts made of them are then unknown,
-// not 0 of 0.
-func (svc *Service) statuses(ctx context.Context) ([]InstanceStatus, string, error) {
+// statuses returns the statuses written at most within ago, or, when no
+// instance can report to this control plane (no Options.Instances, or a
+// store that keeps no heartbeats), why not: counts made of them are then
+// unknown, not 0 of 0.
+func (svc *Service) statuses(ctx context.Context, within time.Duration) ([]InstanceStatus, string, error) {
 	if svc.opts.Instances == nil {
 		return nil, "no instance reports to this control plane", nil
 	}
@@ -311,7 +308,8 @@ func (svc *Service) statuses(ctx context.Context) ([]InstanceStatus, string, err
 	if errors.Is(err, ErrNoHeartbeats) {
 		return nil, varplane.ErrorMessage(err), nil
 	}
-	return statuses, "", err
+	now := svc.now()
+	return slices.DeleteFunc(statuses, func(s InstanceStatus) bool { return now.Sub(s.At) > within }), "", err
 }
 
 // Rollback proposes a change whose content is generation n's document, on

@@ -113,7 +113,7 @@ func (svc *Service) Wait(ctx context.Context, req WaitRequest) (*WaitProgress, e
 // progress counts once.
 func (svc *Service) progress(ctx context.Context, req WaitRequest) (*WaitProgress, error) {
 	p := &WaitProgress{Scope: req.Scope, Generation: req.Generation, Min: req.Min, Rejected: []string{}}
-	statuses, unknown, err := svc.statuses(ctx)
+	statuses, unknown, err := svc.statuses(ctx, StatusFresh)
 	if err != nil {
 		return nil, err
 	}
@@ -121,11 +121,7 @@ func (svc *Service) progress(ctx context.Context, req WaitRequest) (*WaitProgres
 		p.Unknown = unknown
 		return p, nil
 	}
-	now := svc.now()
 	for _, s := range statuses {
-		if now.Sub(s.At) > StatusFresh {
-			continue
-		}
 		g, holds := s.Installed[req.Scope]
 		fg, failed := s.Failed[req.Scope]
 		if !holds && !failed {
@@ -167,17 +163,13 @@ const (
 // as failed): a deactivation would take their document away. It answers
 // nil when none does, or when no instance reports to this control plane.
 func (svc *Service) ProtectDeactivation(ctx context.Context, scope varplane.Scope) error {
-	statuses, unknown, err := svc.statuses(ctx)
+	statuses, unknown, err := svc.statuses(ctx, ReaderWindow)
 	if err != nil || unknown != "" {
 		return err
 	}
-	now := svc.now()
 	var names []string
 	held := 0
 	for _, s := range statuses {
-		if now.Sub(s.At) > ReaderWindow {
-			continue
-		}
 		if !holdsUnder(s, scope) {
 			continue
 		}
