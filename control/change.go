@@ -224,7 +224,7 @@ type Service struct {
 	opts   Options
 	listed listedInstances // the instances FileStatus listed, and when
 	diffs  chan struct{}   // one token per diff being computed
-	waits  chan struct{}   // one token per wait being held
+	waits  *waiters        // the waits being held
 }
 
 // New returns a Service over engine and binds guard to the engine: its
@@ -249,7 +249,9 @@ func New(engine *varplane.Engine, guard *Guard, opts Options) *Service {
 		opts.MaxDiffs = DefaultMaxDiffs
 	}
 	guard.bindEngine(engine)
-	return &Service{engine: engine, store: engine.Store(), guard: guard, opts: opts, diffs: make(chan struct{}, opts.MaxDiffs), waits: make(chan struct{}, MaxWaiting)}
+	svc := &Service{engine: engine, store: engine.Store(), guard: guard, opts: opts, diffs: make(chan struct{}, opts.MaxDiffs)}
+	svc.waits = &waiters{svc: svc, slots: make(chan struct{}, MaxWaiting)}
+	return svc
 }
 
 func (svc *Service) now() time.Time { return svc.opts.Now().UTC() }

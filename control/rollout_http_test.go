@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,5 +236,43 @@ func TestRolloutEventFlood(t *testing.T) {
 	}
 	if len(got.Events) > control.MaxRolloutEvents || got.Events[len(got.Events)-1].Kind != "abort" {
 		t.Fatalf("%d events, the last %+v", len(got.Events), got.Events[len(got.Events)-1])
+	}
+}
+
+// countingInstances counts the reads of the statuses.
+type countingInstances struct {
+	*controltest.Instances
+	reads atomic.Int64
+}
+
+func (c *countingInstances) Statuses(ctx context.Context) ([]control.InstanceStatus, error) {
+	c.reads.Add(1)
+	return c.Instances.Statuses(ctx)
+}
+
+// TestWaitsShareReads: held waits count again from one read of the
+// statuses per poll, shared by all of them, so many waits on a large
+// fleet cost what one does.
+func TestWaitsShareReads(t *testing.T) {
+	in := &countingInstances{Instances: &controltest.Instances{}}
+	e := newEnv(t, envOpts{instances: in})
+	e.publish("app.flags", `{"v":1}`)
+	in.SetStatuses(control.InstanceStatus{Instance: "a", At: e.clock.Now(), Installed: map[varplane.Scope]varplane.Generation{"app.flags": 1}})
+	const waits = 10
+	var wg sync.WaitGroup
+	for range waits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := e.svc.Wait(context.Background(), control.WaitRequest{Scope: "app.flags", Generation: 2, Min: 100, For: 4 * control.WaitPoll})
+			if err != nil || p.Met {
+				t.Errorf("wait %+v %v", p, err)
+			}
+		}()
+	}
+	wg.Wait()
+	// Each wait's first count, then about four shared polls.
+	if n := in.reads.Load(); n > waits+8 {
+		t.Fatalf("%d waits held for four polls read the statuses %d times", waits, n)
 	}
 }

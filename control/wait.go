@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/varplane/varplane"
@@ -63,8 +64,9 @@ type WaitProgress struct {
 // Wait answers how far req.Generation of req.Scope has reached among the
 // live instances, holding up to req.For (at most MaxWait) until the share
 // reaches req.Min or an instance rejects it. It reads the instances'
-// statuses (as propagation and the fleet view do) every WaitPoll; past
-// MaxWaiting waits at once it answers without holding.
+// statuses (as propagation and the fleet view do), then counts again every
+// WaitPoll from one read shared by every held wait; past MaxWaiting waits
+// at once it answers without holding.
 func (svc *Service) Wait(ctx context.Context, req WaitRequest) (*WaitProgress, error) {
 	if _, err := varplane.ParseScope(string(req.Scope)); err != nil {
 		return nil, err
@@ -81,19 +83,23 @@ func (svc *Service) Wait(ctx context.Context, req WaitRequest) (*WaitProgress, e
 	hold := req.For > 0
 	if hold {
 		select {
-		case svc.waits <- struct{}{}:
-			defer func() { <-svc.waits }()
+		case svc.waits.slots <- struct{}{}:
+			defer func() { <-svc.waits.slots }()
 		default:
 			hold = false
 		}
 	}
 	if !hold {
-		return svc.progress(ctx, req)
+		return svc.progress(ctx, req, svc.statuses)
 	}
 	deadline := time.NewTimer(req.For)
 	defer deadline.Stop()
+	// The first count reads the statuses as they are; the next ones share
+	// the held waits' read.
+	read := svc.statuses
 	for {
-		p, err := svc.progress(ctx, req)
+		p, err := svc.progress(ctx, req, read)
+		read = svc.waits.statuses
 		if err != nil || p.Met || len(p.Rejected) > 0 || p.Unknown != "" {
 			return p, err
 		}
@@ -110,10 +116,10 @@ func (svc *Service) Wait(ctx context.Context, req WaitRequest) (*WaitProgress, e
 	}
 }
 
-// progress counts once.
-func (svc *Service) progress(ctx context.Context, req WaitRequest) (*WaitProgress, error) {
+// progress counts once, from the statuses read answers.
+func (svc *Service) progress(ctx context.Context, req WaitRequest, read func(context.Context, time.Duration) ([]InstanceStatus, string, error)) (*WaitProgress, error) {
 	p := &WaitProgress{Scope: req.Scope, Generation: req.Generation, Min: req.Min, Rejected: []string{}}
-	statuses, unknown, err := svc.statuses(ctx, StatusFresh)
+	statuses, unknown, err := read(ctx, StatusFresh)
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +151,35 @@ func (svc *Service) progress(ctx context.Context, req WaitRequest) (*WaitProgres
 	}
 	p.Met = p.Live > 0 && p.Share >= req.Min
 	return p, nil
+}
+
+// waiters is what the held waits share: at most MaxWaiting of them at
+// once (slots), and one read of the statuses per WaitPoll among them all,
+// so that many waits on a large fleet cost what one does.
+type waiters struct {
+	svc   *Service
+	slots chan struct{}
+
+	mu      sync.Mutex
+	readAt  time.Time // by the system clock: an age of the cache, not of a status
+	list    []InstanceStatus
+	unknown string
+}
+
+// statuses answers the statuses as svc.statuses does, read again only once
+// the last read is WaitPoll old.
+func (w *waiters) statuses(ctx context.Context, within time.Duration) ([]InstanceStatus, string, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.readAt.IsZero() && time.Since(w.readAt) < WaitPoll {
+		return w.list, w.unknown, nil
+	}
+	list, unknown, err := w.svc.statuses(ctx, within)
+	if err != nil {
+		return nil, "", err
+	}
+	w.readAt, w.list, w.unknown = time.Now(), list, unknown
+	return list, unknown, nil
 }
 
 // Deletion protection.
