@@ -606,6 +606,10 @@ type DeactivateRequest struct {
 	IdempotencyKey     string
 	// DryRun asks for every check of the deactivation and no commit.
 	DryRun bool
+	// Force goes past the deletion protection of a control plane's HTTP
+	// API (confirmation-required while live instances hold the scope,
+	// docs/rollouts.md); the engine itself ignores it.
+	Force bool
 }
 
 // DeactivationResult answers Deactivate. Cascade lists the descendants that

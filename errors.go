@@ -85,6 +85,11 @@ const (
 	// revision is chosen per targeting key (a progressive rollout) came
 	// without one. OFREP answers it TARGETING_KEY_MISSING.
 	CodeTargetingKeyMissing Code = "targeting-key-missing"
+	// CodeConfirmationRequired: a deactivation would clear a scope that
+	// live instances installed (deletion protection, docs/rollouts.md); the
+	// message names them, nothing changed, and the same request with force
+	// goes ahead.
+	CodeConfirmationRequired Code = "confirmation-required"
 )
 
 // Error is the one error type of the domain. Its Code decides the HTTP status

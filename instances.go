@@ -3,6 +3,8 @@ package varplane
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/varplane/varplane/rollout"
 )
 
 // The protocol between the data plane's instances and the control plane
@@ -66,8 +68,9 @@ type InstanceStatus struct {
 	// set by the control plane whatever the body said; empty when the
 	// instance wrote it to the store itself.
 	Identity string `json:"identity,omitempty"`
-	// Labels describe the instance to people (region, version, ...): the
-	// fleet view shows them, and nothing decides by them.
+	// Labels describe the instance (region, tier, version, ...): the fleet
+	// view shows them, and a rollout's label steps select instances by them
+	// (docs/rollouts.md).
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
@@ -78,6 +81,77 @@ type InstanceDocument struct {
 	Revision   Revision   `json:"revision,omitempty"`
 	Failed     bool       `json:"failed,omitempty"`
 	LagSeconds float64    `json:"lagSeconds"`
+	// Rollout and Serving are set while the instance serves the new
+	// revision of a running rollout on the scope instead of the installed
+	// head (Generation and Revision): the rollout's id and that revision.
+	Rollout string   `json:"rollout,omitempty"`
+	Serving Revision `json:"serving,omitempty"`
+}
+
+// RolloutScope is the reserved scope (owned by the control subsystem)
+// whose document, a StagedRollouts, lists the rollouts in progress: the
+// control plane writes it at each step, and every instance reads it (it
+// follows the scope like a document it holds) to decide whether it serves
+// a rollout's new revision (docs/rollouts.md).
+const RolloutScope Scope = "varplane-control.rollouts"
+
+// The states of a rollout. Instances serve the new revision of a rollout
+// only while it is running or paused; the others are final.
+const (
+	RolloutRunning    = "running"
+	RolloutPaused     = "paused"
+	RolloutCompleted  = "completed"
+	RolloutRolledBack = "rolled-back"
+	RolloutAborted    = "aborted"
+	RolloutConflicted = "conflicted"
+)
+
+// StagedRollouts is the document of RolloutScope as instances read it
+// (the control plane keeps more of each rollout in it; a reader ignores
+// what it does not know).
+type StagedRollouts struct {
+	Rollouts []StagedRollout `json:"rollouts"`
+}
+
+// StagedRollout is one rollout as instances read it: the new revision
+// Revision of Scope, proposed on generation Base (it becomes Base+1 once
+// the last step completes), the step in force (Step of Steps, from
+// StepStartedAt) and its Target, which decides who serves the revision
+// (rollout.Target's fields).
+type StagedRollout struct {
+	ID            string             `json:"id"`
+	Change        string             `json:"change"`
+	Scope         Scope              `json:"scope"`
+	Revision      Revision           `json:"revision"`
+	Base          Generation         `json:"base"`
+	State         string             `json:"state"`
+	Step          int                `json:"step"`
+	Steps         int                `json:"steps"`
+	StepStartedAt time.Time          `json:"stepStartedAt"`
+	Share         int                `json:"share"`
+	Selectors     []rollout.Selector `json:"selectors,omitempty"`
+}
+
+// Of returns the rollout of scope that instances may serve (Serves), if
+// any: a reader that answers for a targeting key (an OFREP endpoint)
+// serves its Revision as generation Base+1 when the scope's head is still
+// at Base and r.Target().Key(key, labels) selects the key.
+func (s StagedRollouts) Of(scope Scope) (StagedRollout, bool) {
+	for _, r := range s.Rollouts {
+		if r.Scope == scope && r.Serves() {
+			return r, true
+		}
+	}
+	return StagedRollout{}, false
+}
+
+// Serves reports whether instances may serve r's revision: r is running
+// or paused.
+func (r StagedRollout) Serves() bool { return r.State == RolloutRunning || r.State == RolloutPaused }
+
+// Target is r's step as rollout.Target: who serves its revision.
+func (r StagedRollout) Target() rollout.Target {
+	return rollout.Target{ID: r.ID, Share: r.Share, Selectors: r.Selectors}
 }
 
 // StagedWindows is the document of StagedScope.

@@ -108,6 +108,7 @@ type mutationBody struct {
 	Actor              string               `json:"actor,omitempty"`
 	Reason             string               `json:"reason,omitempty"`
 	IdempotencyKey     string               `json:"idempotencyKey,omitempty"`
+	Force              bool                 `json:"force,omitempty"`
 }
 
 // claim is the actor a request claims: the server records its own
@@ -191,7 +192,7 @@ func (a *Admin) Deactivate(ctx context.Context, req varplane.DeactivateRequest) 
 		return out, err
 	}
 	body := mutationBody{Scope: req.Scope, ExpectedGeneration: &req.ExpectedGeneration,
-		Actor: actor, Reason: req.Reason, IdempotencyKey: req.IdempotencyKey}
+		Actor: actor, Reason: req.Reason, IdempotencyKey: req.IdempotencyKey, Force: req.Force}
 	return out, a.call(ctx, http.MethodPost, "/admin/deactivate", dryRunQuery(req.DryRun), body, &out)
 }
 

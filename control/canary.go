@@ -38,6 +38,18 @@ type InstanceStatus struct {
 	Instance  string                                 `json:"instance"`
 	At        time.Time                              `json:"at"`
 	Installed map[varplane.Scope]varplane.Generation `json:"installed"`
+	// Labels are the instance's labels (a rollout's label steps select by
+	// them); Serving the revision it serves of each scope where a rollout
+	// selects it (instead of the installed head).
+	Labels  map[string]string                    `json:"labels,omitempty"`
+	Serving map[varplane.Scope]varplane.Revision `json:"serving,omitempty"`
+	// Failed holds the generation of each scope the instance installed
+	// as failed (it could not decode it: a rejection).
+	Failed map[varplane.Scope]varplane.Generation `json:"failed,omitempty"`
+	// Identity is the instance identity that filed the status over HTTP
+	// (a Go SDK consumer, which takes part in no rollout); empty when an
+	// instance cache wrote it to the store itself.
+	Identity string `json:"identity,omitempty"`
 }
 
 // StatusFresh is how old a status may be and still count.

@@ -25,6 +25,8 @@ const (
 	StateCanary     State = "canary"     // a canary window is open
 	StateApproved   State = "approved"   // approved as the policy asks; may publish
 	StatePublishing State = "publishing" // claimed by a publish; only a publish moves it
+	// StateRollout (rolling-out, rollout.go): claimed by a rollout; only
+	// the rollout moves it.
 	StateConflicted State = "conflicted" // its base moved; rebase re-checks it
 	StatePublished  State = "published"
 	StateRejected   State = "rejected"
@@ -43,7 +45,7 @@ func (s State) Open() bool {
 
 func validState(s State) bool {
 	switch s {
-	case StateProposed, StateChecked, StateFailed, StateCanary, StateApproved, StatePublishing, StateConflicted,
+	case StateProposed, StateChecked, StateFailed, StateCanary, StateApproved, StatePublishing, StateRollout, StateConflicted,
 		StatePublished, StateRejected, StateWithdrawn, StateExpired:
 		return true
 	}
@@ -74,6 +76,9 @@ type Change struct {
 	Checks     []CheckResult        `json:"checks"`
 	Approvals  []Approval           `json:"approvals"`
 	Canary     *Window              `json:"canary,omitempty"`
+	// Rollout is the id of the rollout that publishes (or published, or
+	// rolled back) the change in steps, when one started.
+	Rollout string `json:"rollout,omitempty"`
 	// Published is set once the change is the head.
 	Published *Publication `json:"published,omitempty"`
 	// AfterPublish is what the comparison of the heads its checks read
@@ -201,6 +206,9 @@ type Options struct {
 	// (DefaultMaxDiffs when zero). Together they bound a diff's memory.
 	MaxDiffBytes int64
 	MaxDiffs     int
+	// Gates are the external checks a rollout may name among its gates
+	// (Gates.Checks), by name: serve gives each --check webhook.
+	Gates map[string]Gate
 }
 
 // DefaultDetectTimeout bounds the comparison after a publish by default.
@@ -221,6 +229,7 @@ type Service struct {
 	opts   Options
 	listed listedInstances // the instances FileStatus listed, and when
 	diffs  chan struct{}   // one token per diff being computed
+	waits  *waiters        // the waits being held
 }
 
 // New returns a Service over engine and binds guard to the engine: its
@@ -245,7 +254,9 @@ func New(engine *varplane.Engine, guard *Guard, opts Options) *Service {
 		opts.MaxDiffs = DefaultMaxDiffs
 	}
 	guard.bindEngine(engine)
-	return &Service{engine: engine, store: engine.Store(), guard: guard, opts: opts, diffs: make(chan struct{}, opts.MaxDiffs)}
+	svc := &Service{engine: engine, store: engine.Store(), guard: guard, opts: opts, diffs: make(chan struct{}, opts.MaxDiffs)}
+	svc.waits = &waiters{svc: svc, slots: make(chan struct{}, MaxWaiting)}
+	return svc
 }
 
 func (svc *Service) now() time.Time { return svc.opts.Now().UTC() }
@@ -637,7 +648,7 @@ func (svc *Service) transition(ctx context.Context, id, op string, fn func(c *Ch
 	if err := svc.expireIfDue(ctx, c); err != nil {
 		return nil, err
 	}
-	if !c.State.Open() || (c.State == StatePublishing && op != "publish") {
+	if !c.State.Open() || (c.State == StatePublishing && op != "publish") || c.State == StateRollout {
 		return nil, stateError(c, op)
 	}
 	pol, has, err := svc.PolicyFor(ctx, c.Scope)
@@ -711,7 +722,7 @@ func (svc *Service) expireIfDue(ctx context.Context, c *Change) error {
 // expire moves c to expired when it is open and its time is up, and
 // reports whether this call expired it.
 func (svc *Service) expire(ctx context.Context, c *Change) (bool, error) {
-	if !c.State.Open() || c.State == StatePublishing || svc.now().Before(c.ExpiresAt) {
+	if !c.State.Open() || c.State == StatePublishing || c.State == StateRollout || svc.now().Before(c.ExpiresAt) {
 		return false, nil
 	}
 	version := c.Version

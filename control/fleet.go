@@ -120,6 +120,10 @@ type FleetScope struct {
 	Head          varplane.Generation `json:"head,omitempty"`
 	Behind        uint64              `json:"behind"`
 	BehindSeconds float64             `json:"behindSeconds,omitempty"`
+	// Rollout and Serving are set while the instance serves a rollout's
+	// revision of the scope instead of the installed one (docs/rollouts.md).
+	Rollout string            `json:"rollout,omitempty"`
+	Serving varplane.Revision `json:"serving,omitempty"`
 }
 
 // FleetReport is an instance's report of one open canary window.
@@ -315,7 +319,8 @@ func (f *fleetReader) instance(ctx context.Context, id string, st *varplane.Inst
 			in.ScopesOmitted++
 			continue
 		}
-		fs := FleetScope{Scope: d.Scope, Generation: d.Generation, Revision: d.Revision, Failed: d.Failed, ConfirmedLagSeconds: d.LagSeconds}
+		fs := FleetScope{Scope: d.Scope, Generation: d.Generation, Revision: d.Revision, Failed: d.Failed, ConfirmedLagSeconds: d.LagSeconds,
+			Rollout: d.Rollout, Serving: d.Serving}
 		hs, err := f.head(ctx, d.Scope)
 		if err != nil {
 			return in, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/varplane/varplane"
@@ -25,6 +26,10 @@ type DocumentHead struct {
 	Reason      string              `json:"reason,omitempty"`
 	Change      string              `json:"change,omitempty"`
 	ApprovedBy  []string            `json:"approvedBy"`
+	// Rollout is the scope's rollout in progress, when one is: while it
+	// runs, the instances its step selects serve its revision and every
+	// other reader this head (docs/rollouts.md).
+	Rollout *varplane.StagedRollout `json:"rollout,omitempty"`
 }
 
 // Head returns scope's head; no-head when it serves nothing.
@@ -56,6 +61,13 @@ func (svc *Service) Head(ctx context.Context, scope varplane.Scope) (*DocumentHe
 				out.ApprovedBy = append(out.ApprovedBy, a.By)
 			}
 		}
+	}
+	var staged varplane.StagedRollouts
+	if _, _, err := readRecord(ctx, svc.store, varplane.RolloutScope, &staged); err != nil {
+		return nil, err
+	}
+	if r, ok := staged.Of(scope); ok {
+		out.Rollout = &r
 	}
 	return out, nil
 }
@@ -270,29 +282,37 @@ func (svc *Service) Propagation(ctx context.Context, scope varplane.Scope, n var
 		return nil, err
 	}
 	p := &Propagation{Generation: n}
-	if svc.opts.Instances == nil {
-		p.Unknown = "no instance reports to this control plane"
-		return p, nil
-	}
-	statuses, err := svc.opts.Instances.Statuses(ctx)
-	if errors.Is(err, ErrNoHeartbeats) {
-		p.Unknown = varplane.ErrorMessage(err)
-		return p, nil
-	}
+	statuses, unknown, err := svc.statuses(ctx, StatusFresh)
 	if err != nil {
 		return nil, err
 	}
-	now := svc.now()
+	if unknown != "" {
+		p.Unknown = unknown
+		return p, nil
+	}
 	for _, s := range statuses {
-		if now.Sub(s.At) > StatusFresh {
-			continue
-		}
 		p.Live++
 		if s.Installed[scope] >= n {
 			p.Installed++
 		}
 	}
 	return p, nil
+}
+
+// statuses returns the statuses written at most within ago, or, when no
+// instance can report to this control plane (no Options.Instances, or a
+// store that keeps no heartbeats), why not: counts made of them are then
+// unknown, not 0 of 0.
+func (svc *Service) statuses(ctx context.Context, within time.Duration) ([]InstanceStatus, string, error) {
+	if svc.opts.Instances == nil {
+		return nil, "no instance reports to this control plane", nil
+	}
+	statuses, err := svc.opts.Instances.Statuses(ctx)
+	if errors.Is(err, ErrNoHeartbeats) {
+		return nil, varplane.ErrorMessage(err), nil
+	}
+	now := svc.now()
+	return slices.DeleteFunc(statuses, func(s InstanceStatus) bool { return now.Sub(s.At) > within }), "", err
 }
 
 // Rollback proposes a change whose content is generation n's document, on

@@ -57,10 +57,22 @@ func (si *storeInstances) Statuses(ctx context.Context) ([]InstanceStatus, error
 		if json.Unmarshal(b, &st) != nil {
 			continue
 		}
-		is := InstanceStatus{Instance: id, At: st.WrittenAt, Installed: map[varplane.Scope]varplane.Generation{}}
+		is := InstanceStatus{Instance: id, At: st.WrittenAt, Installed: map[varplane.Scope]varplane.Generation{}, Labels: st.Labels, Identity: st.Identity}
 		for _, d := range st.Documents {
 			if !d.Failed && d.Revision != "" {
 				is.Installed[d.Scope] = d.Generation
+			}
+			if d.Failed {
+				if is.Failed == nil {
+					is.Failed = map[varplane.Scope]varplane.Generation{}
+				}
+				is.Failed[d.Scope] = d.Generation
+			}
+			if d.Rollout != "" && d.Serving != "" {
+				if is.Serving == nil {
+					is.Serving = map[varplane.Scope]varplane.Revision{}
+				}
+				is.Serving[d.Scope] = d.Serving
 			}
 		}
 		out = append(out, is)

@@ -32,6 +32,7 @@ import (
 //	POST /changes/{id}:approve|:reject|:withdraw|:publish   {note?}
 //	POST /changes/{id}:rebase                          {base}
 //	POST /changes/{id}:canary                          {duration, minInstances}
+//	POST /changes/{id}:rollout                         {strategy, gates?, note?}: rollout.go
 //	GET  /policies; PUT|DELETE /policies/{scope}       {approvals, roles?, canary?}
 //	PUT  /instances/{id}/status                        a consumer's heartbeat
 //	GET  /windows; GET /windows/{window}/candidate     the open canary windows, a candidate
@@ -55,6 +56,7 @@ func (h *Handler) controlRoutes(prefix string) {
 	h.handleErr("GET "+prefix+"/windows", quiet, h.handleWindows)
 	h.handleErr("GET "+prefix+"/windows/{window}/candidate", quiet, h.handleCandidate)
 	h.handleErr("PUT "+prefix+"/windows/{window}/reports/{id}", quiet, h.handleFileReport)
+	h.rolloutRoutes(prefix)
 }
 
 // identify authenticates the caller (kind identify, no scope): a list
@@ -439,6 +441,9 @@ func (h *Handler) handleControlTransition(w http.ResponseWriter, r *http.Request
 	if err != nil {
 		return err
 	}
+	if op == "rollout" {
+		return h.startRollout(w, r, by, changeID)
+	}
 	var b transitionBody
 	if r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
 		if err := h.readBody(w, r, &b); err != nil {
@@ -470,7 +475,7 @@ func (h *Handler) handleControlTransition(w http.ResponseWriter, r *http.Request
 			c, err = h.ctl.OpenCanary(ctx, by, changeID, d, *b.MinInstances)
 		}
 	default:
-		err = varplane.Errorf(varplane.CodeNotFound, "no transition %q (approve, reject, withdraw, publish, rebase, canary)", op)
+		err = varplane.Errorf(varplane.CodeNotFound, "no transition %q (approve, reject, withdraw, publish, rebase, canary, rollout)", op)
 	}
 	if err != nil {
 		return err

@@ -58,6 +58,7 @@ type deactivateBody struct {
 	Actor              *string         `json:"actor"`
 	Reason             *string         `json:"reason"`
 	IdempotencyKey     *string         `json:"idempotencyKey"`
+	Force              *bool           `json:"force"`
 }
 
 type rollbackBody struct {
@@ -168,6 +169,7 @@ func DecodeDeactivate(body []byte, lim varplane.Limits) (varplane.DeactivateRequ
 	return varplane.DeactivateRequest{
 		Scope: scope, ExpectedGeneration: gen, OnBehalfOf: wire.Optional(b.Actor),
 		Reason: wire.Optional(b.Reason), IdempotencyKey: wire.Optional(b.IdempotencyKey),
+		Force: b.Force != nil && *b.Force,
 	}, nil
 }
 

@@ -246,7 +246,10 @@ func (h *Handler) handleActivate(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleDeactivate serves POST {base}/admin/deactivate: 200 {scope,
-// generation, active: false, cascade?}; 409 revision-conflict.
+// generation, active: false, cascade?}; 409 revision-conflict; with the
+// control API, 409 confirmation-required naming the live instances that
+// hold the scope or a scope below it, unless the body says force: true
+// (deletion protection, docs/rollouts.md).
 func (h *Handler) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 	req, ok := mutation(h, w, r, DecodeDeactivate, func(q *varplane.DeactivateRequest) (varplane.Scope, *string) { return q.Scope, &q.Actor })
 	if !ok {
@@ -254,6 +257,14 @@ func (h *Handler) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.DryRun, ok = h.dryRun(w, r); !ok {
 		return
+	}
+	// Deletion protection before the engine, for a dry run too: it tells
+	// the truth about the write, which would meet it.
+	if h.ctl != nil && !req.Force {
+		if err := h.ctl.ProtectDeactivation(r.Context(), req.Scope); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
 	}
 	start := time.Now()
 	res, err := h.engine.Deactivate(r.Context(), req)

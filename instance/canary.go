@@ -59,6 +59,8 @@ func (c *Cache[T]) beat(ctx context.Context, hs varplane.StatusWriter) {
 		c.log.Warn("instance: the status heartbeat could not be written; it is written again at the next one", "err", err)
 	}
 	c.canaryStep(ctx)
+	c.syncRollouts(ctx)
+	c.reportRollouts(ctx)
 	if err != nil {
 		c.stats.heartbeatErrors.Add(1)
 	} else {

@@ -95,8 +95,14 @@ type Options[T any] struct {
 	// LagWarn and LagEscalate are the lag log thresholds.
 	LagWarn, LagEscalate time.Duration
 	// InstanceID names the instance in its status heartbeat; empty turns
-	// the heartbeat off (or when the store cannot hold one).
+	// the heartbeat off (or when the store cannot hold one). A rollout's
+	// share selects instances by it (rollout.Selected): without one, an
+	// instance never serves a rollout's revision to Get (GetFor still
+	// does, by its entity key).
 	InstanceID string
+	// Labels describe the instance in its status (region, tier, ...): a
+	// rollout's label steps select instances by them.
+	Labels map[string]string
 	// CanaryEvaluate, when set, runs beside the current head on the
 	// candidate of each open canary window of a scope the instance holds
 	// (see Beat); without it a candidate only has to decode.
@@ -222,6 +228,9 @@ type Cache[T any] struct {
 	local   *localCopy
 	canary  canaryState
 	follow  atomic.Pointer[func(varplane.Scope) bool]
+
+	rollouts atomic.Pointer[rolloutSet[T]]
+	rollout  rolloutState
 }
 
 // load is one cold load in flight; loads count toward no bound.
@@ -282,6 +291,7 @@ func New[T any](ctx context.Context, store varplane.Store, opts Options[T]) (*Ca
 			c.log.Warn("instance: prewarm failed; the scope loads on first need", "scope", string(sc), "err", err)
 		}
 	}
+	c.syncRollouts(ctx)
 	if o.InstanceID != "" {
 		if hs, ok := store.(varplane.StatusWriter); ok {
 			c.wg.Add(1)
@@ -323,13 +333,21 @@ func errNoHead(scope varplane.Scope) error {
 // ColdLoadTimeout. Errors: not-ready before the root exists, no-head when
 // the store says scope has no document, document-failed, document-stale
 // (a fail-closed scope whose document or the root lags), store-unavailable.
+//
+// While a rollout of scope runs and its step selects this instance, Get
+// answers the rollout's revision as generation Base+1 (docs/rollouts.md);
+// GetFor decides by an entity key instead.
 func (c *Cache[T]) Get(ctx context.Context, scope varplane.Scope) (*Doc[T], error) {
-	return c.get(ctx, scope, true)
+	d, err := c.getHead(ctx, scope, true)
+	if err != nil {
+		return nil, err
+	}
+	return c.serving(d), nil
 }
 
-// get is Get; judge false leaves the fail-closed rule to the caller, which
-// judges a whole request (view).
-func (c *Cache[T]) get(ctx context.Context, scope varplane.Scope, judge bool) (*Doc[T], error) {
+// getHead is Get without rollouts: the installed head; judge false leaves
+// the fail-closed rule to the caller, which judges a whole request (view).
+func (c *Cache[T]) getHead(ctx context.Context, scope varplane.Scope, judge bool) (*Doc[T], error) {
 	if v, ok := c.entries.Load(scope); ok {
 		e := v
 		if !c.ready.Load() {
@@ -392,9 +410,10 @@ func (c *Cache[T]) view(ctx context.Context, scopes []varplane.Scope) ([]*Doc[T]
 			out[i] = d
 			continue
 		}
-		d, err := c.get(ctx, sc, false)
+		d, err := c.getHead(ctx, sc, false)
 		switch {
 		case err == nil:
+			d = c.serving(d)
 		case varplane.ErrorCode(err) == varplane.CodeNoHead:
 			d = &Doc[T]{Scope: sc, Generation: c.absentGeneration(sc)}
 		default:
@@ -475,7 +494,7 @@ func (c *Cache[T]) wants(scope varplane.Scope) bool {
 // installed, being loaded, or remembered as absent (whose first document
 // the store must announce).
 func (c *Cache[T]) holds(scope varplane.Scope) bool {
-	if scope == c.opts.Root {
+	if scope == c.opts.Root || scope == varplane.RolloutScope {
 		return true
 	}
 	if _, ok := c.entries.Load(scope); ok {
@@ -516,7 +535,7 @@ func (c *Cache[T]) cold(ctx context.Context, scope varplane.Scope, judge bool) (
 	if _, ok := c.entries.Load(scope); ok {
 		c.mu.Unlock()
 		if scope == c.opts.Root || c.ready.Load() {
-			return c.get(ctx, scope, judge)
+			return c.getHead(ctx, scope, judge)
 		}
 		return nil, c.notReady()
 	}

@@ -28,6 +28,12 @@ func (c *Cache[T]) invalidationLoop() {
 
 // apply installs one change the store announced.
 func (c *Cache[T]) apply(ch varplane.ScopeChange) {
+	if ch.Scope == varplane.RolloutScope {
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.StoreReadTimeout)
+		defer cancel()
+		c.syncRollouts(ctx)
+		return
+	}
 	_, held := c.entries.Load(ch.Scope)
 	wasAbsent := c.forgetAbsent(ch.Scope)
 	if !held && !wasAbsent && ch.Scope != c.opts.Root {
@@ -249,6 +255,7 @@ func (c *Cache[T]) runPass(ctx context.Context) {
 	}
 	wg.Wait()
 	c.stats.lastPassNanos.Store(int64(c.clock.Now().Sub(began)))
+	c.syncRollouts(ctx)
 	c.logLags()
 }
 

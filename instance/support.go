@@ -255,7 +255,7 @@ func (c *Cache[T]) writeLocal(scope varplane.Scope, d *Doc[T], at time.Time) {
 // status builds the current status value.
 func (c *Cache[T]) status() varplane.InstanceStatus {
 	now := c.clock.Now()
-	st := varplane.InstanceStatus{Instance: c.opts.InstanceID, WrittenAt: now.UTC(), Ready: c.ready.Load(), Root: c.opts.Root, Documents: []varplane.InstanceDocument{}}
+	st := varplane.InstanceStatus{Instance: c.opts.InstanceID, WrittenAt: now.UTC(), Ready: c.ready.Load(), Root: c.opts.Root, Documents: []varplane.InstanceDocument{}, Labels: c.opts.Labels}
 	for _, sc := range c.installed() {
 		v, ok := c.entries.Load(sc)
 		if !ok {
@@ -267,6 +267,9 @@ func (c *Cache[T]) status() varplane.InstanceStatus {
 			LagSeconds: time.Duration(now.UnixNano() - e.confirmed.Load()).Seconds()}
 		if d.Head != nil {
 			sd.Revision = d.Head.Revision
+		}
+		if s := c.serving(d); s != d {
+			sd.Rollout, sd.Serving = c.rollouts.Load().byScope[sc].r.ID, s.Head.Revision
 		}
 		st.Documents = append(st.Documents, sd)
 	}

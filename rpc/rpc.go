@@ -319,7 +319,7 @@ func CodeOf(code varplane.Code) connect.Code {
 		return connect.CodeNotFound
 	case varplane.CodeRevisionReclaimed:
 		return connect.CodeNotFound
-	case varplane.CodeChangeRequired, varplane.CodeChangeState, varplane.CodeCanaryWindowOpen:
+	case varplane.CodeChangeRequired, varplane.CodeChangeState, varplane.CodeCanaryWindowOpen, varplane.CodeConfirmationRequired:
 		return connect.CodeFailedPrecondition
 	case varplane.CodeRevisionConflict:
 		return connect.CodeAborted

@@ -9,7 +9,7 @@ import (
 )
 
 // pageNames are the pages; each is templates/<name>.html with the layout.
-var pageNames = []string{"signin", "error", "scopes", "scope", "rollback", "deactivate", "changes", "change", "policies", "schemas", "components", "fleet"}
+var pageNames = []string{"signin", "error", "scopes", "scope", "rollback", "deactivate", "changes", "change", "policies", "schemas", "components", "fleet", "rollouts", "rollout"}
 
 func parsePages(h *Handler) map[string]*template.Template {
 	funcs := template.FuncMap{

@@ -219,7 +219,7 @@ func TestSentenceEveryCode(t *testing.T) {
 		varplane.CodeRevisionConflict, varplane.CodePayloadTooLarge, varplane.CodeStoreUnsupported, varplane.CodeStoreUnavailable,
 		varplane.CodeForbidden, varplane.CodeUnauthorized, varplane.CodeIdempotencyReused, varplane.CodeTooManyRequests,
 		varplane.CodeLimitExceeded, varplane.CodeScopeOwned, varplane.CodeChangeRequired, varplane.CodeChangeState,
-		varplane.CodeRevisionReclaimed, varplane.CodeUnknownComponent, varplane.CodeInvalidConfiguration}
+		varplane.CodeRevisionReclaimed, varplane.CodeUnknownComponent, varplane.CodeInvalidConfiguration, varplane.CodeConfirmationRequired}
 	seen := map[string]varplane.Code{}
 	for _, c := range codes {
 		s := Sentence(&varplane.Error{Code: c, Message: "m"})

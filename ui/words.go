@@ -55,6 +55,8 @@ func Sentence(err error) string {
 		return "The change is not in a state that allows this: " + msg + "."
 	case varplane.CodeRevisionReclaimed:
 		return "That generation's document is no longer kept (retention)."
+	case varplane.CodeConfirmationRequired:
+		return "Live instances still read this scope, so it was not deactivated: " + msg + "."
 	case varplane.CodeUnknownComponent:
 		return "No such component: " + msg + "."
 	case varplane.CodeInvalidConfiguration:

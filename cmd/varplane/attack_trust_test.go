@@ -54,13 +54,15 @@ func live(t *testing.T, s *server) float64 {
 }
 
 // flood PUTs body to path(i) for i in [0, n) as token, eight at a time,
-// and returns how many answers had each status and code.
+// and returns how many answers had each status and code. The requests are
+// queued at once: a worker that a failed call ends (t.Fatal) cannot leave
+// the test blocked on the queue until its timeout.
 func flood(t *testing.T, s *server, token string, n int, path func(i int) string, body []byte) map[string]int {
 	t.Helper()
 	var mu sync.Mutex
 	got := map[string]int{}
 	var wg sync.WaitGroup
-	next := make(chan int)
+	next := make(chan int, n)
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func() {

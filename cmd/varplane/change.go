@@ -54,6 +54,9 @@ type changeView struct {
 		Moved   []string `json:"moved"`
 	} `json:"afterPublish"`
 	Canary *client.CanaryWindow `json:"canary"`
+	// Rollout is the rollout that publishes (or published, or rolled
+	// back) the change in steps.
+	Rollout string `json:"rollout"`
 }
 
 const changeUsage = `propose|rollback|show|list|approve|reject|withdraw|publish|rebase ...`
@@ -396,6 +399,9 @@ func printChange(w io.Writer, ch *changeView) error {
 	}
 	if ch.Revision != "" {
 		fmt.Fprintf(&b, "  revision: %s\n", ch.Revision)
+	}
+	if ch.Rollout != "" {
+		fmt.Fprintf(&b, "  rollout: %s (varplane rollout show %s)\n", ch.Rollout, ch.Rollout)
 	}
 	for _, k := range ch.Checks {
 		verdict := "passed"

@@ -24,26 +24,37 @@ const expiryLease = "control:changes-expiry"
 // runControlPasses starts serve's maintenance passes of the control plane
 // (every controlPassInterval: an expiry pass under its lease, and a canary
 // pass, which takes its own) and returns the function that stops them.
-func runControlPasses(ctx context.Context, svc *control.Service, store varplane.Store, log *slog.Logger) (stop func()) {
+//
+// The rollout pass runs on its own ticker, every rolloutEvery, so that a
+// step's bake and gates are judged within seconds (docs/rollouts.md).
+func runControlPasses(ctx context.Context, svc *control.Service, store varplane.Store, rolloutEvery time.Duration, log *slog.Logger) (stop func()) {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	holder := "serve-" + hex.EncodeToString(b[:])
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(controlPassInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-pctx.Done():
-				return
-			case <-t.C:
-				controlPasses(pctx, svc, store, holder, log)
+	every := func(d time.Duration, fn func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(d)
+			defer t.Stop()
+			for {
+				select {
+				case <-pctx.Done():
+					return
+				case <-t.C:
+					fn()
+				}
 			}
+		}()
+	}
+	every(controlPassInterval, func() { controlPasses(pctx, svc, store, holder, log) })
+	every(rolloutEvery, func() {
+		if err := svc.RolloutPass(pctx, holder); err != nil {
+			log.Error("control: rollout pass", "err", err)
 		}
-	}()
+	})
 	return func() {
 		cancel()
 		wg.Wait()

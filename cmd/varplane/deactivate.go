@@ -35,11 +35,18 @@ cascade, the generation) and lists the scopes it would clear; it changes
 nothing, and exits 1 with the refusal when the deactivation would be
 refused. When stdin is a terminal and the commit would clear more than one
 active scope, deactivate asks for confirmation first; --yes skips the question
-(scripts never get it).`)
+(scripts never get it).
+
+Deletion protection: while live instances hold the scope or a scope below it
+(their status in the last hour lists it), the server refuses with
+confirmation-required naming them (a dry run says so too). In a terminal
+deactivate shows them and asks you to type the scope to go ahead; a script
+is refused (exit 1) unless it passes --force.`)
 	var g guardedFlags
 	g.register(fs, c.m.Getenv, "deactivate")
 	dryRun := dryRunFlag(fs)
 	yes := fs.Bool("yes", false, "do not ask for confirmation of a cascade")
+	force := fs.Bool("force", false, "deactivate even while live instances hold the scope (deletion protection)")
 	pos, err := parseArgs(fs, args, 1)
 	if err != nil {
 		return err
@@ -62,7 +69,7 @@ active scope, deactivate asks for confirmation first; --yes skips the question
 		return err
 	}
 	req := varplane.DeactivateRequest{Scope: scope, ExpectedGeneration: expected,
-		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey}
+		Actor: g.actor, Reason: g.reason, IdempotencyKey: g.idempotencyKey, Force: *force}
 	refused := func(dry bool, err error) error {
 		// The refusal names the scope under the policy: the scope itself
 		// or one its cascade would clear.
@@ -86,16 +93,19 @@ active scope, deactivate asks for confirmation first; --yes skips the question
 		dry := req
 		dry.DryRun = true
 		plan, err := a.Deactivate(ctx, dry)
-		if err != nil {
+		switch {
+		case ask && varplane.ErrorCode(err) == varplane.CodeConfirmationRequired:
+			// Deletion protection: the write below meets it and asks
+			// for the scope's name instead of the cascade's yes.
+		case err != nil:
 			// Asked before the question: the write itself would meet
 			// this refusal, so it is the write's (a dry run's only when
 			// the user asked for one).
 			return refused(*dryRun, err)
-		}
-		if *dryRun {
+		case *dryRun:
 			return emit(c.m.Stdout, g.json(), plan, func() error { return printDeactivation(c.m, plan) })
-		}
-		if n := len(plan.Cascade) + btoi(plan.WasActive); n > 1 {
+		case len(plan.Cascade)+btoi(plan.WasActive) > 1:
+			n := len(plan.Cascade) + btoi(plan.WasActive)
 			fmt.Fprintf(c.m.Stderr, "deactivate %s clears %d active scopes:\n", scope, n)
 			if plan.WasActive {
 				fmt.Fprintf(c.m.Stderr, "  %s (to generation %d)\n", scope, plan.Generation)
@@ -111,6 +121,22 @@ active scope, deactivate asks for confirmation first; --yes skips the question
 		}
 	}
 	out, err := a.Deactivate(ctx, req)
+	if varplane.ErrorCode(err) == varplane.CodeConfirmationRequired {
+		if !terminal(c.m.Stdin) {
+			var se *varplane.Error
+			if errors.As(err, &se) && se.Hint == "" {
+				se.Hint = "pass --force to deactivate anyway"
+			}
+			return classify(ctx, err)
+		}
+		fmt.Fprintf(c.m.Stderr, "%s\ntype %s to deactivate it anyway: ", varplane.ErrorMessage(err), scope)
+		line, _ := bufio.NewReader(c.m.Stdin).ReadString('\n')
+		if strings.TrimSpace(line) != string(scope) {
+			return &refusedError{msg: "deactivate: not confirmed; nothing changed"}
+		}
+		req.Force = true
+		out, err = a.Deactivate(ctx, req)
+	}
 	if err != nil {
 		return refused(false, err)
 	}

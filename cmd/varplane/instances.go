@@ -139,6 +139,9 @@ func printFleet(w io.Writer, page *control.FleetPage) error {
 			if s.Failed {
 				rev += " (failed)"
 			}
+			if s.Rollout != "" {
+				rev += " (serving " + shortRevision(string(s.Serving)) + " of rollout " + s.Rollout + ")"
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", name, st, ag, s.Scope, s.Generation, behind(s), rev)
 		}
 	}

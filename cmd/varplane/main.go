@@ -112,6 +112,8 @@ var commands = []commandInfo{
 	{"version", "print the version and VCS revision of this build", func(m *Main) command { return &VersionCommand{m: m} }},
 	{"completion", "print a shell completion script (bash, zsh or fish)", func(m *Main) command { return &CompletionCommand{m: m} }},
 	{"change", "reviewed changes: propose, rollback, show, list, approve, reject, withdraw, publish, rebase", func(m *Main) command { return &ChangeCommand{m: m} }},
+	{"rollout", "progressive delivery: start a change's rollout in steps, list, show, pause, resume, abort", func(m *Main) command { return &RolloutCommand{m: m} }},
+	{"wait", "wait until a share of the live instances has installed a generation (for CI)", func(m *Main) command { return &WaitCommand{m: m} }},
 	{"policy", "review policies: list, get, set, delete", func(m *Main) command { return &PolicyCommand{m: m} }},
 	{"schema", "schemas and their bindings to scope prefixes: list, bind, unbind", func(m *Main) command { return &SchemaCommand{m: m} }},
 	{"instances", "list the fleet: each instance's installed revisions, lag, rejections and last report", func(m *Main) command { return &InstancesCommand{m: m} }},

@@ -277,9 +277,9 @@ func tryCall(method, target string, body any) (answer, error) {
 
 // readGen reads scope on base and returns the status and the generation (-1
 // without one).
-func readGen(t testing.TB, base, scope string) (int, int, []byte) {
+func readGen(t testing.TB, base, scope string, header ...string) (int, int, []byte) {
 	t.Helper()
-	a := call(t, "GET", base+"?key="+q(scope), nil)
+	a := call(t, "GET", base+"?key="+q(scope), nil, header...)
 	gen := -1
 	var m map[string]any
 	if json.Unmarshal(a.body, &m) == nil {

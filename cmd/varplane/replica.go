@@ -15,6 +15,7 @@ import (
 
 	"github.com/varplane/varplane"
 	"github.com/varplane/varplane/instance"
+	"github.com/varplane/varplane/rollout"
 	"github.com/varplane/varplane/store/redis"
 )
 
@@ -32,6 +33,7 @@ type replicaFlags struct {
 	localMaxAge      time.Duration
 	cacheDir         string
 	instanceID       string
+	labels           listFlag
 	limits           varplane.Limits // serve's document limits, which bound a local copy
 }
 
@@ -46,6 +48,7 @@ func (f *replicaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cacheDir, "cache-dir", "", "with --root: keep a local copy of each installed document here (written atomically); it may serve a cold load")
 	fs.DurationVar(&f.localMaxAge, "local-max-age", instance.DefaultLocalMaxAge, "with --cache-dir: the oldest local copy a cold load may take")
 	fs.StringVar(&f.instanceID, "instance-id", "", "with --root: the id of this instance's status heartbeat in the store (default: the host name and process id)")
+	fs.Var(&f.labels, "instance-label", "with --root: KEY=VALUE, a label of this instance in its status (repeatable): the fleet view shows it, a rollout's label steps select by it")
 }
 
 // options builds the cache's options, refusing malformed values as usage
@@ -72,6 +75,18 @@ func (f *replicaFlags) options(rf redisFlags, log *slog.Logger) (instance.Option
 			return o, usagef("--family %q: want PREFIX=N with a positive N", fam)
 		}
 		o.Families = append(o.Families, instance.Family{Prefix: varplane.Scope(p), MaxCached: max})
+	}
+	for _, l := range f.labels {
+		sel, err := rollout.ParseSelector(l)
+		if err != nil || len(sel) != 1 {
+			return o, usagef("--instance-label %q: want KEY=VALUE", l)
+		}
+		if o.Labels == nil {
+			o.Labels = map[string]string{}
+		}
+		for k, v := range sel {
+			o.Labels[k] = v
+		}
 	}
 	if o.InstanceID == "" {
 		host, _ := os.Hostname()

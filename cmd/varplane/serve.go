@@ -94,11 +94,14 @@ type serveConfig struct {
 	changeExpiry    time.Duration   // --change-expiry
 	checks          listFlag        // --check NAME=URL: check webhooks
 	hooks           []control.Check // built from checks after parsing
-	checkTimeout    time.Duration   // --check-timeout
-	detectTimeout   time.Duration   // --detect-timeout
-	accessControl   bool            // --access-control: principals held in the store
-	components      string          // --components: the values service's deployment
-	rpcAddr         string          // --rpc-addr: an extra gRPC/Connect listener
+	gateChecks      listFlag        // --gate NAME=URL: rollout gates only
+	gates           map[string]control.Gate
+	checkTimeout    time.Duration // --check-timeout
+	rolloutInterval time.Duration // --rollout-interval
+	detectTimeout   time.Duration // --detect-timeout
+	accessControl   bool          // --access-control: principals held in the store
+	components      string        // --components: the values service's deployment
+	rpcAddr         string        // --rpc-addr: an extra gRPC/Connect listener
 	grpc            rpc.GRPCOptions
 	reclaimInterval time.Duration // --reclaim-interval
 	policy          policyFlags   // the retention policy
@@ -164,6 +167,8 @@ Stores (--store):
 	fs.BoolVar(&cfg.control, "control", true, "serve the control API under {base}/control (reviewed changes, review policies, paged history, diff)")
 	fs.DurationVar(&cfg.changeExpiry, "change-expiry", control.DefaultExpireAfter, "how long after it was proposed an open change request expires")
 	fs.Var(&cfg.checks, "check", "NAME=URL: a check webhook every proposed change is posted to (repeatable); it answers the issues it finds and the heads it read, which are compared again after each publish (env VARPLANE_CHECK_TOKEN: a bearer token sent to it)")
+	fs.Var(&cfg.gateChecks, "gate", "NAME=URL: a check a rollout may name among its gates (repeatable), asked during each bake and never on proposals: a check webhook or a Prometheus query URL (/api/v1/query?query=…: any series is a firing alert); each --check may be named too (env VARPLANE_CHECK_TOKEN: a bearer token sent to it)")
+	fs.DurationVar(&cfg.rolloutInterval, "rollout-interval", 5*time.Second, "how often the rollouts in progress are driven: their gates judged, their steps moved on (docs/rollouts.md)")
 	fs.DurationVar(&cfg.checkTimeout, "check-timeout", hook.DefaultTimeout, "how long one call of a check webhook may take; past it the proposal fails with check-unavailable")
 	fs.DurationVar(&cfg.detectTimeout, "detect-timeout", control.DefaultDetectTimeout, "how long the comparison of the checks' heads after a publish may take; past it the change is marked review-needed (detection-timed-out)")
 	fs.BoolVar(&cfg.accessControl, "access-control", false, "authorize by the principals held in the store (varplane token, varplane migrate bootstrap) as well as --tokens: a token is looked up in the tokens file first, then in the store; serves {base}/access/tokens")
@@ -208,7 +213,7 @@ Stores (--store):
 	if err := cfg.check(); err != nil {
 		return err
 	}
-	if cfg.hooks, err = checkHooks(cfg, c.m.Getenv, log); err != nil {
+	if cfg.hooks, cfg.gates, err = checkHooks(cfg, c.m.Getenv, log); err != nil {
 		return err
 	}
 	return c.serve(ctx, cfg, base, log)
@@ -273,8 +278,11 @@ func (cfg *serveConfig) check() (err error) {
 	if cfg.checkTimeout <= 0 || cfg.detectTimeout <= 0 {
 		return usagef("--check-timeout and --detect-timeout must be positive")
 	}
-	if len(cfg.checks) > 0 && !cfg.control {
-		return usagef("--check needs the control API (--control)")
+	if cfg.rolloutInterval < 100*time.Millisecond || cfg.rolloutInterval > time.Hour {
+		return usagef("--rollout-interval must be from 100ms to 1h")
+	}
+	if (len(cfg.checks) > 0 || len(cfg.gateChecks) > 0) && !cfg.control {
+		return usagef("--check and --gate need the control API (--control)")
 	}
 	if cfg.reclaimInterval < 0 {
 		return usagef("--reclaim-interval must not be negative")
@@ -369,8 +377,8 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		// (control.ErrNoHeartbeats) instead of counting 0 of 0. The
 		// policies record is written by the first policy, never at start.
 		ctl = control.New(engine, guard, control.Options{ExpireAfter: cfg.changeExpiry, Logger: log, Instances: control.StoreInstances(engine),
-			Checks: cfg.hooks, DetectTimeout: cfg.detectTimeout})
-		defer runControlPasses(ctx, ctl, store, log)()
+			Checks: cfg.hooks, DetectTimeout: cfg.detectTimeout, Gates: cfg.gates})
+		defer runControlPasses(ctx, ctl, store, cfg.rolloutInterval, log)()
 		log.Info("control API served", "path", base+"/control/", "change-expiry", cfg.changeExpiry)
 	}
 	var principals *access.Service
@@ -592,26 +600,35 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // checkHooks builds the --check webhooks, in the order given; a name given
 // twice is a usage error. Each is logged by name, host and path (never
 // with the URL's user information or query, which may hold a secret).
-func checkHooks(cfg serveConfig, getenv func(string) string, log *slog.Logger) ([]control.Check, error) {
+func checkHooks(cfg serveConfig, getenv func(string) string, log *slog.Logger) ([]control.Check, map[string]control.Gate, error) {
 	var out []control.Check
-	seen := map[string]bool{}
-	for _, spec := range cfg.checks {
-		name, target, ok := strings.Cut(spec, "=")
-		if !ok {
-			return nil, usagef("--check: want NAME=URL")
+	gates := map[string]control.Gate{}
+	for _, list := range []struct {
+		flag  string
+		specs []string
+	}{{"--check", cfg.checks}, {"--gate", cfg.gateChecks}} {
+		for _, spec := range list.specs {
+			name, target, ok := strings.Cut(spec, "=")
+			if !ok {
+				return nil, nil, usagef("%s: want NAME=URL", list.flag)
+			}
+			if _, seen := gates[name]; seen {
+				return nil, nil, usagef("%s %s: the name is given twice", list.flag, name)
+			}
+			chk, err := hook.New(name, target, hook.Options{Timeout: cfg.checkTimeout, Token: getenv("VARPLANE_CHECK_TOKEN"), Logger: log})
+			if err != nil {
+				return nil, nil, usagef("%s: %v", list.flag, err)
+			}
+			log.Info("check webhook", "check", name, "url", chk.Where(), "timeout", cfg.checkTimeout, "proposals", list.flag == "--check")
+			// Every check is a gate a rollout may name; only --check is
+			// asked on proposals.
+			gates[name] = chk
+			if list.flag == "--check" {
+				out = append(out, chk)
+			}
 		}
-		if seen[name] {
-			return nil, usagef("--check %s: the name is given twice", name)
-		}
-		seen[name] = true
-		chk, err := hook.New(name, target, hook.Options{Timeout: cfg.checkTimeout, Token: getenv("VARPLANE_CHECK_TOKEN"), Logger: log})
-		if err != nil {
-			return nil, usagef("--check: %v", err)
-		}
-		log.Info("check webhook", "check", name, "url", chk.Where(), "timeout", cfg.checkTimeout)
-		out = append(out, chk)
 	}
-	return out, nil
+	return out, gates, nil
 }
 
 // loadDeployment reads the values service's deployment declaration: the

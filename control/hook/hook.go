@@ -127,9 +127,27 @@ func (c *Check) unavailable(reason string, cause error) error {
 
 // Check posts the candidate and records the heads the answer declares.
 func (c *Check) Check(ctx context.Context, in *control.CheckInput) ([]varplane.Issue, error) {
-	req, err := wire.NewRequest(ctx, http.MethodPost, c.target, c.token, Request{
+	body, err := c.post(ctx, Request{
 		Check: c.name, Scope: in.Scope, Base: in.Base, Document: in.Document, SchemaID: in.SchemaID,
 	})
+	if err != nil {
+		return nil, err
+	}
+	ans, err := ParseAnswer(body)
+	if err != nil {
+		return nil, c.unavailable("answer is not a check result ("+err.Error()+")", nil)
+	}
+	for _, r := range ans.Reads {
+		in.Record(r)
+	}
+	return ans.Issues, nil
+}
+
+// post posts v to the webhook and returns the body of its 200 answer (at
+// most MaxAnswerBytes+1: the parser refuses a longer one); any other outcome is check-unavailable
+// (unavailable).
+func (c *Check) post(ctx context.Context, v any) ([]byte, error) {
+	req, err := wire.NewRequest(ctx, http.MethodPost, c.target, c.token, v)
 	if err != nil {
 		return nil, err
 	}
@@ -151,14 +169,7 @@ func (c *Check) Check(ctx context.Context, in *control.CheckInput) ([]varplane.I
 	if err != nil {
 		return nil, c.unavailable("answer could not be read", err)
 	}
-	ans, err := ParseAnswer(body)
-	if err != nil {
-		return nil, c.unavailable("answer is not a check result ("+err.Error()+")", nil)
-	}
-	for _, r := range ans.Reads {
-		in.Record(r)
-	}
-	return ans.Issues, nil
+	return body, nil
 }
 
 // ParseAnswer decodes a webhook's answer strictly (unknown or repeated

@@ -38,7 +38,7 @@ func Status(code varplane.Code) int {
 		return http.StatusNotFound
 	case varplane.CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case varplane.CodeRevisionConflict, varplane.CodeChangeState, varplane.CodeCanaryWindowOpen:
+	case varplane.CodeRevisionConflict, varplane.CodeChangeState, varplane.CodeCanaryWindowOpen, varplane.CodeConfirmationRequired:
 		return http.StatusConflict
 	case varplane.CodeRevisionReclaimed:
 		return http.StatusGone
