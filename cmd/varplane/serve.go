@@ -411,6 +411,10 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		Values:       values,
 		// Writes from pages of other origins are refused unless listed.
 		TrustedOrigins: splitList(cfg.origins),
+		// An OpenFeature evaluation with a targeting key is served the
+		// revision of a running rollout as the embedded instance serves
+		// an entity key.
+		Rollouts: varplane.NewRolloutPicker(engine),
 	}
 	if base == "" {
 		opts.Base = "/"
