@@ -73,9 +73,18 @@ func flood(t *testing.T, s *server, token string, n int, path func(i int) string
 				// a large body is read can reach the client as a reset
 				// instead (the server closes the connection rather than
 				// read the rest); the request is sent again, as a client
-				// would, and a transport error that stays is counted.
+				// would, after a pause: each such connection stays open on
+				// the server for half a second after the answer (net/http
+				// waits before closing a connection whose body it did not
+				// read), and a flood of them meets the per-address cap
+				// (--max-connections-per-addr, 1,000), where new
+				// connections are closed at once. A transport error that
+				// stays is counted.
 				key := ""
-				for attempt := 0; attempt < 5 && !strings.HasPrefix(key, "2") && !strings.HasPrefix(key, "4") && !strings.HasPrefix(key, "5"); attempt++ {
+				for attempt := 0; attempt < 8 && !strings.HasPrefix(key, "2") && !strings.HasPrefix(key, "4") && !strings.HasPrefix(key, "5"); attempt++ {
+					if attempt > 0 {
+						time.Sleep(time.Duration(attempt) * 250 * time.Millisecond)
+					}
 					status, b, err := sendRaw("PUT", s.Base+path(i), body, token)
 					if err != nil {
 						key = "transport error: " + err.Error()
