@@ -405,9 +405,20 @@ func (svc *Service) ListEach(ctx context.Context, req ListRequest, fn func(c *Ch
 // maintenance pass does; it returns how many it expired.
 func (svc *Service) ExpireDue(ctx context.Context) (int, error) {
 	n := 0
+	var staged *rolloutsDoc
 	err := svc.each(ctx, func(c *Change) error {
 		if !c.State.Open() {
 			return nil
+		}
+		if c.State == StateRollout {
+			if staged == nil {
+				d, _, err := svc.readRollouts(ctx)
+				if err != nil {
+					return err
+				}
+				staged = &d
+			}
+			return svc.releaseOrphanedClaim(ctx, c, *staged)
 		}
 		expired, err := svc.expire(ctx, c)
 		if expired {

@@ -256,7 +256,10 @@ func (svc *Service) StartRollout(ctx context.Context, by varplane.Identity, id s
 	}
 	// Give the change back: the rollout never started.
 	if _, rerr := svc.rolloutMoveChange(ctx, c.ID, rid, ro.From, by.ID, "rollout not started: "+varplane.ErrorMessage(refused), nil); rerr != nil {
-		svc.opts.Logger.Error("control: a change claimed by a rollout that could not start stays rolling-out", "change", c.ID, "rollout", rid, "err", rerr)
+		svc.opts.Logger.Error("control: a change claimed by a rollout that could not start stays rolling-out until the expiry pass gives it back", "change", c.ID, "rollout", rid, "err", rerr)
+		// The claim landed and could not be undone: a 503 would say that
+		// nothing changed.
+		return nil, varplane.AfterCommit(refused, fmt.Sprintf("change %s was claimed by rollout %s and the store then failed before the rollout was recorded: the rollout did not start; the control plane gives the change back within %v, then start it again", c.ID, rid, orphanGrace+time.Minute))
 	}
 	return nil, refused
 }
@@ -277,6 +280,35 @@ func (svc *Service) validGates(g Gates) error {
 		}
 	}
 	return nil
+}
+
+// orphanGrace is how long a change may stay claimed by a rollout that is
+// neither in progress nor archived before the claim is given back: a start
+// records the rollout just after it claims the change.
+const orphanGrace = time.Minute
+
+// releaseOrphanedClaim gives c back to the state it had before a rollout
+// claimed it, when that rollout was never recorded: a start whose store
+// failed between the claim and the rollouts record (it answered
+// outcome-unknown). A claim younger than orphanGrace, or of a rollout in
+// progress or archived, is left alone.
+func (svc *Service) releaseOrphanedClaim(ctx context.Context, c *Change, staged rolloutsDoc) error {
+	if c.Rollout == "" || len(c.Transitions) == 0 {
+		return nil
+	}
+	last := c.Transitions[len(c.Transitions)-1]
+	if last.To != StateRollout || svc.now().Sub(last.At) < orphanGrace {
+		return nil
+	}
+	if slices.ContainsFunc(staged.Rollouts, func(r Rollout) bool { return r.ID == c.Rollout }) {
+		return nil
+	}
+	if st, err := svc.store.State(ctx, rolloutArchive(c.Rollout)); err != nil || st.Head != nil {
+		return err
+	}
+	_, err := svc.rolloutMoveChange(ctx, c.ID, c.Rollout, last.From, "varplane:control",
+		"rollout "+c.Rollout+" was never recorded (its start was cut short): the change is given back", nil)
+	return err
 }
 
 // rolloutMoveChange moves change id, claimed by rollout rid, to state to
@@ -416,7 +448,12 @@ func (svc *Service) AbortRollout(ctx context.Context, by varplane.Identity, id, 
 	if err != nil {
 		return nil, err
 	}
-	return r, svc.finish(ctx, *r)
+	if err := svc.finish(ctx, *r); err != nil {
+		// The abort is recorded: no instance serves the rollout's
+		// revision any more; what is left the rollout pass finishes.
+		return nil, varplane.AfterCommit(err, fmt.Sprintf("rollout %s is aborted (recorded; no instance serves its revision) and the store then failed before the change was given back: the control plane finishes it at its next rollout pass; read the rollout", r.ID))
+	}
+	return r, nil
 }
 
 // control applies a person's control op to rollout id.

@@ -477,3 +477,47 @@ func TestRolloutRecordOwned(t *testing.T) {
 	st, b := e.do("POST", "/v1/admin/publish", "admin", map[string]any{"scope": string(varplane.RolloutScope), "document": map[string]any{"rollouts": []any{}}, "expectedGeneration": 0}, nil)
 	want(t, "a direct write of the rollouts record", st, b, 403, varplane.CodeScopeOwned)
 }
+
+// TestOrphanedClaimGivenBack: a change claimed by a rollout that was never
+// recorded (a start cut short between the claim and the rollouts record,
+// answered outcome-unknown) is given back to its state by the expiry pass
+// once the claim is older than a minute, and the rollout can be started
+// again; the claim of a recorded rollout is left alone.
+func TestOrphanedClaimGivenBack(t *testing.T) {
+	e := newEnv(t, envOpts{instances: &controltest.Instances{}})
+	scope := varplane.Scope("app.flags")
+	e.publish(scope, `{"v":1}`)
+	c := e.approved(scope, 1, `{"v":2}`)
+	ctx := context.Background()
+	if _, err := e.svc.StartRollout(ctx, bob, c.ID, control.StartRolloutRequest{Strategy: twoSteps(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	state := func() control.State {
+		t.Helper()
+		got, err := e.svc.Get(ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.State
+	}
+	e.clock.Advance(2 * time.Minute)
+	if _, err := e.svc.ExpireDue(ctx); err != nil || state() != control.StateRollout {
+		t.Fatalf("a claim of a recorded rollout: %s, %v", state(), err)
+	}
+	// The rollouts record loses the rollout, as if its start had never
+	// recorded it.
+	st, err := e.store.State(ctx, varplane.RolloutScope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.engine.Publish(ctx, varplane.PublishRequest{Scope: varplane.RolloutScope, Document: json.RawMessage(`{"rollouts":[]}`),
+		ExpectedGeneration: st.Generation, Owner: control.OwnerName}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.ExpireDue(ctx); err != nil || state() != control.StateApproved {
+		t.Fatalf("an orphaned claim of two minutes: %s, %v; want it given back (approved)", state(), err)
+	}
+	if _, err := e.svc.StartRollout(ctx, bob, c.ID, control.StartRolloutRequest{Strategy: twoSteps(time.Minute)}); err != nil {
+		t.Fatalf("starting again after the claim was given back: %v", err)
+	}
+}

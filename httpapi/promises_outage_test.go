@@ -164,8 +164,12 @@ func TestPausedStoreWrites(t *testing.T) {
 		// The server's store goes through a proxy, which can pause Redis
 		// as the commit script is sent.
 		px = storetest.StartProxy(t, srv.Addr)
+		// The server's store gives up on a paused Redis within 300 ms;
+		// the viewer, which reads once Redis is back, waits longer, so
+		// that a loaded machine does not fail the test's own reads.
+		timeout := 300 * time.Millisecond
 		open := func() *redis.Store {
-			s, err := redis.Open(ctx, u, redis.Options{CommandTimeout: 300 * time.Millisecond})
+			s, err := redis.Open(ctx, u, redis.Options{CommandTimeout: timeout})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,6 +187,7 @@ func TestPausedStoreWrites(t *testing.T) {
 		// What the server holds, read by a store of its own once the
 		// writes of the paused connection have landed: two reads in a row
 		// agree.
+		timeout = 10 * time.Second
 		viewer := open()
 		view = func() storeView {
 			v := viewOf(t, viewer)

@@ -356,6 +356,14 @@ var promiseWrites = map[string][]writeCase{
 		transition("rebase", `{"base":1}`, func(p *promisePlane) {
 			p.must("POST", "/vars/admin/publish", `{"scope":"app.a","document":{"x":0},"expectedGeneration":0}`)
 		}, "varplane-control.change."),
+		transition("rollout", `{"strategy":"linear:2:1m"}`, nil, varplane.RolloutScope),
+	},
+	"POST /vars/control/rollouts/{id}": {
+		rolloutControl("pause", nil),
+		rolloutControl("resume", func(p *promisePlane, rid string) {
+			p.must("POST", "/vars/control/rollouts/"+rid+":pause", `{}`)
+		}),
+		rolloutControl("abort", nil),
 	},
 	"PUT /vars/control/policies/{scope}": {{name: "put a policy",
 		setup: func(*promisePlane) (string, string) { return "/vars/control/policies/app", `{"approvals":1}` },
@@ -420,6 +428,21 @@ func transition(op, body string, prepare func(p *promisePlane), audit varplane.S
 			prepare(p)
 		}
 		return fmt.Sprintf("/vars/control/changes/%s:%s", m["id"], op), body
+	}}
+}
+
+// rolloutControl is a case of a person's control of a rollout (pause,
+// resume, abort) that root started on a change root proposed; prepare,
+// when set, runs as root before it (a resume needs a pause).
+func rolloutControl(op string, prepare func(p *promisePlane, rid string)) writeCase {
+	return writeCase{name: op + " a rollout", audit: varplane.RolloutScope, setup: func(p *promisePlane) (string, string) {
+		c := p.must("POST", "/vars/control/changes", `{"scope":"app.a","base":0,"document":{"x":1}}`)
+		r := p.must("POST", fmt.Sprintf("/vars/control/changes/%s:rollout", c["id"]), `{"strategy":"linear:2:1m"}`)
+		rid, _ := r["id"].(string)
+		if prepare != nil {
+			prepare(p, rid)
+		}
+		return "/vars/control/rollouts/" + rid + ":" + op, `{}`
 	}}
 }
 
