@@ -46,7 +46,7 @@ func (h *Handler) startRollout(w http.ResponseWriter, r *http.Request, by varpla
 	if err := h.readBodyMax(w, r, &b, 64<<10); err != nil {
 		return err
 	}
-	strategy, err := parseStrategy(b.Strategy)
+	strategy, err := parseStrategy(b.Strategy, h.limits)
 	if err != nil {
 		return err
 	}
@@ -62,22 +62,27 @@ func (h *Handler) startRollout(w http.ResponseWriter, r *http.Request, by varpla
 	return nil
 }
 
-// parseStrategy reads a strategy given as an object or as text.
-func parseStrategy(raw json.RawMessage) (rollout.Strategy, error) {
+// parseStrategy reads a strategy given as an object or as text, with the
+// strict decoder of every body for the object (unknown or differently
+// cased members are refused).
+func parseStrategy(raw json.RawMessage, lim varplane.Limits) (rollout.Strategy, error) {
 	if wire.IsNull(raw) {
 		return rollout.Strategy{}, wire.BadRequest("strategy is required: linear:N:BAKE, exponential:FIRST%%:BAKE, labels:SEL;SEL:BAKE, or {kind, steps}")
 	}
-	var text string
-	if json.Unmarshal(raw, &text) == nil {
+	var s rollout.Strategy
+	if len(raw) > 0 && raw[0] == '"' {
+		var text string // a JSON string: nothing for the strict decoder to check
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return s, wire.BadRequest("strategy: %s", err.Error())
+		}
 		s, err := rollout.ParseStrategy(text)
 		if err != nil {
 			return s, wire.BadRequest("%s", err.Error())
 		}
 		return s, nil
 	}
-	var s rollout.Strategy
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return s, wire.BadRequest("strategy: %s", err.Error())
+	if err := wire.DecodeStrict(raw, &s, lim); err != nil {
+		return s, err
 	}
 	if err := s.Validate(); err != nil {
 		return s, wire.BadRequest("strategy: %s", err.Error())
