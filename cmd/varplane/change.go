@@ -232,15 +232,7 @@ func (c *ChangeCommand) transition(ctx context.Context, sub string, args []strin
 	if err != nil {
 		return err
 	}
-	var ch json.RawMessage
-	if sub == "show" {
-		err = a.Call(ctx, http.MethodGet, "/control/changes/"+url.PathEscape(id), nil, nil, &ch)
-	} else {
-		body := struct {
-			Note string `json:"note,omitempty"`
-		}{*note}
-		err = a.Call(ctx, http.MethodPost, "/control/changes/"+url.PathEscape(id)+":"+sub, nil, body, &ch)
-	}
+	ch, err := showOrAct(ctx, a, "changes", id, sub, *note)
 	if sub == "publish" {
 		// A change's publish has no idempotency key or expected
 		// generation to repeat with: repeating it is what finishes it.
@@ -254,6 +246,21 @@ func (c *ChangeCommand) transition(ctx context.Context, sub string, args []strin
 		return err
 	}
 	return c.showReports(ctx, a, ch)
+}
+
+// showOrAct reads the control API's object /control/{collection}/{id}
+// (op "show"), or asks it op with an optional note: POST
+// /control/{collection}/{id}:{op} {note?}. Changes and rollouts share it.
+func showOrAct(ctx context.Context, a *client.Admin, collection, id, op, note string) (json.RawMessage, error) {
+	var out json.RawMessage
+	path := "/control/" + collection + "/" + url.PathEscape(id)
+	if op == "show" {
+		return out, a.Call(ctx, http.MethodGet, path, nil, nil, &out)
+	}
+	body := struct {
+		Note string `json:"note,omitempty"`
+	}{note}
+	return out, a.Call(ctx, http.MethodPost, path+":"+op, nil, body, &out)
 }
 
 // showReports prints, under a change that opened a canary window, each

@@ -150,16 +150,7 @@ func (c *RolloutCommand) one(ctx context.Context, sub string, args []string) err
 	if err != nil {
 		return err
 	}
-	var out json.RawMessage
-	if sub == "show" {
-		err = a.Call(ctx, http.MethodGet, "/control/rollouts/"+url.PathEscape(id), nil, nil, &out)
-	} else {
-		body := map[string]string{}
-		if *note != "" {
-			body["note"] = *note
-		}
-		err = a.Call(ctx, http.MethodPost, "/control/rollouts/"+url.PathEscape(id)+":"+sub, nil, body, &out)
-	}
+	out, err := showOrAct(ctx, a, "rollouts", id, sub, *note)
 	if err != nil {
 		return classify(ctx, err)
 	}
