@@ -104,6 +104,24 @@ func (h *Handler) readBodyMax(w http.ResponseWriter, r *http.Request, dst any, m
 	return wire.DecodeStrict(b, dst, h.limits)
 }
 
+// auditedScopeParam reads a list's optional scope parameter from q and
+// authorizes audit on it ("" when absent: the list is filtered by what the
+// caller may audit instead).
+func (h *Handler) auditedScopeParam(r *http.Request, q map[string]string) (varplane.Scope, error) {
+	s, ok := q["scope"]
+	if !ok {
+		return "", nil
+	}
+	scope, err := wire.ScopeField("scope", s)
+	if err != nil {
+		return "", err
+	}
+	if _, err := h.authorize(r, varplane.KindAudit, scope, false); err != nil {
+		return "", err
+	}
+	return scope, nil
+}
+
 // pathScope reads the {scope} path value (unescaped: a scope holding "/"
 // is sent as %2F), less suffix when given.
 func pathScope(r *http.Request, suffix string) (varplane.Scope, error) {
@@ -349,13 +367,8 @@ func (h *Handler) handleControlChanges(w http.ResponseWriter, r *http.Request) e
 		return err
 	}
 	var req control.ListRequest
-	if s, ok := q["scope"]; ok {
-		if req.Scope, err = wire.ScopeField("scope", s); err != nil {
-			return err
-		}
-		if _, err := h.authorize(r, varplane.KindAudit, req.Scope, false); err != nil {
-			return err
-		}
+	if req.Scope, err = h.auditedScopeParam(r, q); err != nil {
+		return err
 	}
 	req.State = q["state"]
 	if req.Scope == "" {

@@ -99,14 +99,9 @@ func (h *Handler) handleRollouts(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var scope varplane.Scope
-	if s, ok := q["scope"]; ok {
-		if scope, err = wire.ScopeField("scope", s); err != nil {
-			return err
-		}
-		if _, err := h.authorize(r, varplane.KindAudit, scope, false); err != nil {
-			return err
-		}
+	scope, err := h.auditedScopeParam(r, q)
+	if err != nil {
+		return err
 	}
 	list, err := h.ctl.Rollouts(r.Context(), scope)
 	if err != nil {
