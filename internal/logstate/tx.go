@@ -48,7 +48,20 @@ type Tx struct {
 	arena      [][]varplane.Event
 	arenaN     int
 	last       *slot // Tx.slot's cache
+	// spare holds the pendings of ended transactions, emptied, for the
+	// next ones: the committer's batches then stage their events in
+	// memory they have used before instead of allocating it each batch.
+	spare []*pending
 }
+
+// The bounds of what a Tx keeps for reuse: pendings beyond maxSpare, or
+// staging more than spareHist events or spareRevs revisions, are left to
+// the collector (one large batch must not stay resident).
+const (
+	maxSpare  = 256
+	spareHist = 64
+	spareRevs = 32
+)
 
 const arenaChunk = 4096
 
@@ -332,7 +345,7 @@ func (tx *Tx) Commit() []varplane.Commit {
 				sl.revs[r.Revision] = r
 				delete(sl.refs, r.Revision)
 			}
-			sl.hist = append(sl.hist, p.hist...)
+			sl.hist = appendHist(sl.hist, p.hist)
 			sl.mu.Unlock()
 		}
 		if p.changed || p.slot == nil {
@@ -445,6 +458,9 @@ func (tx *Tx) Discard() {
 		return
 	}
 	clear(tx.pend)
+	for _, p := range tx.order {
+		tx.recycle(p)
+	}
 	clear(tx.order)
 	tx.order = tx.order[:0]
 	clear(tx.idem)
@@ -534,7 +550,7 @@ func (tx *Tx) target(s varplane.Scope) target {
 	}
 	p := tx.pend[s]
 	if p == nil {
-		p = &pending{scope: s}
+		p = tx.newPending(s)
 		if sl := tx.slot(s); sl != nil {
 			p.slot, p.scope, p.w = sl, sl.scope, sl.w
 		}
@@ -566,6 +582,51 @@ func (t target) gen() varplane.Generation {
 	}
 	return t.sl.w.gen
 }
+
+// newPending returns an empty pending for s, a spare one when there is.
+func (tx *Tx) newPending(s varplane.Scope) *pending {
+	n := len(tx.spare)
+	if n == 0 {
+		return &pending{scope: s}
+	}
+	p := tx.spare[n-1]
+	tx.spare[n-1] = nil
+	tx.spare = tx.spare[:n-1]
+	p.scope = s
+	return p
+}
+
+// recycle empties p (dropping what it referenced) and keeps it for
+// newPending, unless the spares are full or p grew past their bounds.
+func (tx *Tx) recycle(p *pending) {
+	if len(tx.spare) >= maxSpare || cap(p.hist) > spareHist || cap(p.revs) > spareRevs {
+		return
+	}
+	clear(p.hist)
+	clear(p.revs)
+	*p = pending{hist: p.hist[:0], revs: p.revs[:0]}
+	tx.spare = append(tx.spare, p)
+}
+
+// appendHist appends add to a scope's history. The history only grows,
+// and its readers hold views clipped to their length, so when it needs
+// room it doubles instead of growing by the quarter append gives a large
+// slice: a scope taking a stream of commits then copies each event about
+// once in all instead of about four times, and allocates half as much.
+// Past histMaxDouble events it grows by a quarter again, so that a very
+// long history does not hold as much again in spare room.
+func appendHist(hist, add []varplane.Event) []varplane.Event {
+	if n := len(hist) + len(add); n > cap(hist) && len(hist) < histMaxDouble {
+		grown := make([]varplane.Event, len(hist), max(n, 2*cap(hist), 16))
+		copy(grown, hist)
+		hist = grown
+	}
+	return append(hist, add...)
+}
+
+// histMaxDouble is the history length past which appendHist lets append
+// grow it (by about a quarter) instead of doubling it.
+const histMaxDouble = 1 << 18
 
 // addHist appends ev to the scope's history and returns 1 + its index.
 func (t target) addHist(ev varplane.Event) int {
