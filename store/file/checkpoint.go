@@ -658,11 +658,15 @@ func (s *Store) checkpoint(ctx context.Context, live bool) error {
 			return ctx.Err()
 		}
 		if isCreatedLine(l.b) {
-			var ev varplane.Event
-			if _, _, err := eventjson.DecodeEventLazy(l.b[:len(l.b)-1], &ev, nil); err != nil {
-				return fmt.Errorf("file store: %s: the line at byte offset %d: %w", s.path, l.off, err)
+			sc, ok := createdLineScope(l.b)
+			if !ok {
+				var ev varplane.Event
+				if _, _, err := eventjson.DecodeEventLazy(l.b[:len(l.b)-1], &ev, nil); err != nil {
+					return fmt.Errorf("file store: %s: the line at byte offset %d: %w", s.path, l.off, err)
+				}
+				sc = ev.Scope
 			}
-			ck.revs[ev.Scope] = append(ck.revs[ev.Scope], l.off)
+			ck.revs[sc] = append(ck.revs[sc], l.off)
 		}
 	}
 	ck.at, ck.lines = at, lines

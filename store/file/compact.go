@@ -2,6 +2,7 @@ package file
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -321,6 +322,24 @@ func (s *Store) rewrite(ctx context.Context, f *os.File, at int64, gone map[varp
 func isCreatedLine(b []byte) bool {
 	const p = `{"kind":"revision-created",`
 	return len(b) > len(p) && string(b[:len(p)]) == p
+}
+
+// createdLineScope returns the scope of a revision-created line as this
+// store writes it (the scope the member after the kind, a string without
+// escapes), without decoding the line, which holds the document: the
+// checkpointer only needs the scope of each such line since the last
+// checkpoint. ok is false for any other shape; the caller then decodes.
+func createdLineScope(b []byte) (varplane.Scope, bool) {
+	const p = `{"kind":"revision-created","scope":"`
+	if len(b) <= len(p) || string(b[:len(p)]) != p {
+		return "", false
+	}
+	rest := b[len(p):]
+	end := bytes.IndexByte(rest, '"')
+	if end <= 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+		return "", false
+	}
+	return varplane.Scope(rest[:end]), true
 }
 
 func (s *Store) syncNew(f *os.File, name string) error {
