@@ -202,8 +202,10 @@ type listedInstances struct {
 
 const maxListed = 1 << 16
 
-// statusHold is how long a status holds its name: the stores' lifetime of
-// a status (two minutes after its last write).
+// statusHold is how long a status holds its name: two minutes after its
+// last write (four heartbeats). It is not the stores' lifetime of a status
+// (varplane.StatusLifetime, an hour): a name an instance stopped filing
+// under is free again long before its status expires.
 const statusHold = 2 * time.Minute
 
 func later(a, b time.Time) time.Time {

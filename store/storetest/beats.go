@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -168,5 +169,42 @@ func testBeatClosed(t *testing.T, h Harness) {
 	}
 	if _, err := b.CanaryReports(ctx, "w-1"); !errors.Is(err, varplane.ErrClosed) {
 		t.Errorf("CanaryReports after Close = %v, want ErrClosed", err)
+	}
+}
+
+// StatusWrittenAt is the JSON of a status of instance id written at at, as
+// a store's own expiry test writes one with an old writtenAt.
+func StatusWrittenAt(id string, at time.Time) []byte {
+	b, _ := json.Marshal(varplane.InstanceStatus{Instance: id, WrittenAt: at, Documents: []varplane.InstanceDocument{}})
+	return b
+}
+
+// WantHeldStatuses fails t unless r answers exactly the statuses want (by
+// instance id, byte for byte) through InstanceStatuses and, when it pages
+// (varplane.StatusPager), through one page of them.
+func WantHeldStatuses(t testing.TB, r varplane.StatusReader, want map[string][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := r.InstanceStatuses(ctx)
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("statuses = %q, %v; want %q", got, err, want)
+	}
+	for id, v := range want {
+		if string(got[id]) != string(v) {
+			t.Fatalf("status of %s = %q, want %q", id, got[id], v)
+		}
+	}
+	p, ok := r.(varplane.StatusPager)
+	if !ok {
+		return
+	}
+	page, _, err := p.InstanceStatusPage(ctx, "", varplane.MaxStatusPage)
+	if err != nil || len(page) != len(want) {
+		t.Fatalf("status page = %+v, %v; want %d statuses", page, err, len(want))
+	}
+	for _, v := range page {
+		if string(want[v.ID]) != string(v.Value) {
+			t.Fatalf("status page: %s = %q, want %q", v.ID, v.Value, want[v.ID])
+		}
 	}
 }
