@@ -42,8 +42,8 @@ const (
 // memory only: a restart forgets it, which costs nothing, since every
 // instance writes its status and its cumulative report again at each
 // heartbeat. Stores embed it and call InitBeats before use; its methods are
-// the ones package instance (StatusStore, ReportStore) and package control
-// (HeartbeatStore, ReportReader) look for. Every method is safe for
+// the ones package instance (varplane.StatusWriter, ReportWriter) and
+// package control (varplane.HeartbeatStore) look for. Every method is safe for
 // concurrent use.
 type Beats struct {
 	reads *Reads
@@ -181,6 +181,23 @@ func (b *Beats) WriteStatus(ctx context.Context, id string, value []byte) error 
 		b.dropStatus(oldest)
 	}
 	b.statuses[id] = b.byWrite.PushBack(&statusBeat{id: id, value: value, written: now})
+	return nil
+}
+
+// DeleteStatus removes instance id's status, and does nothing when it has
+// none (varplane.StatusDeleter).
+func (b *Beats) DeleteStatus(ctx context.Context, id string) error {
+	if err := checkBeatID(id); err != nil {
+		return err
+	}
+	if err := b.usable(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.statuses[id]; ok {
+		b.dropStatus(e)
+	}
 	return nil
 }
 

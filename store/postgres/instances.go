@@ -64,6 +64,14 @@ func (s *Store) WriteStatus(ctx context.Context, id string, value []byte) error 
 	return s.beatExec(ctx, fmt.Sprintf("write the status of instance %q", id), writeStatusSQL, id, value, leaseMillis(StatusTTL))
 }
 
+// DeleteStatus deletes instance id's status row (nothing when it has none).
+func (s *Store) DeleteStatus(ctx context.Context, id string) error {
+	if err := checkInstance(id); err != nil {
+		return err
+	}
+	return s.beatExec(ctx, fmt.Sprintf("delete the status of instance %q", id), `DELETE FROM instance_status WHERE id = $1`, id)
+}
+
 // ListInstance only checks the store is open: the status row itself lists
 // its instance for as long as it lives.
 func (s *Store) ListInstance(_ context.Context, id string, _ time.Time) error {

@@ -84,6 +84,23 @@ func (s *Store) WriteStatus(ctx context.Context, id string, value []byte) error 
 	return nil
 }
 
+// DeleteStatus deletes instance id's status key (nothing when it has none).
+// Its entry in the instance list stays, as an expired status's does, and
+// ages out of it past InstanceListMaxAge: another server may have listed
+// the id and would not list it again within varplane.ListInterval when the
+// name comes back.
+func (s *Store) DeleteStatus(ctx context.Context, id string) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	ctx, cancel := s.cmdCtx(ctx)
+	defer cancel()
+	if err := s.client.Do(ctx, s.client.B().Del().Key(s.keys.statusKey(id)).Build()).Error(); err != nil {
+		return varplane.Unavailable(fmt.Errorf("redis store: delete status of instance %q: %w", id, err))
+	}
+	return nil
+}
+
 // ListInstance lists instance id in the instance list as of now, dropping
 // entries older than InstanceListMaxAge.
 func (s *Store) ListInstance(ctx context.Context, id string, now time.Time) error {
