@@ -53,6 +53,18 @@ const (
 	// minutes after its last status and while a window it reported on is
 	// open.
 	MaxInstanceNames = 16
+	// MaxStoredNames bounds the statuses of one identity's names (filed
+	// over HTTP) that the store keeps. A name is free two minutes after
+	// its last status, but its status stays stored StatusLifetime (an
+	// hour) so that deletion protection and the fleet view name it: left
+	// to that, an identity changing names as fast as it may would keep 30 ×
+	// MaxInstanceNames statuses of up to MaxStatusBytes (240 MiB) on Redis
+	// or PostgreSQL. A new name past this bound takes the place of the
+	// identity's oldest status that holds no name now (control's claim);
+	// only MaxInstanceNames names held now refuse one. Twice
+	// MaxInstanceNames keeps, beside a full set of names held now, the set
+	// before it (every named instance restarted under new names).
+	MaxStoredNames = 2 * MaxInstanceNames
 	// StatusFresh is how old a status may be and its instance still count
 	// as live: propagation, waits, canary windows and rollout gates count
 	// only those (control.StatusFresh). Two heartbeats fit in it.
