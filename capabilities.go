@@ -28,6 +28,17 @@ type StatusReader interface {
 	InstanceStatuses(ctx context.Context) (map[string][]byte, error)
 }
 
+// StatusDeleter is a store that removes an instance's status before it
+// expires: DeleteStatus drops id's status (nothing when it has none). The
+// control plane calls it to hold an instance identity filing over HTTP to
+// MaxStoredNames statuses in the store, by dropping the oldest of its
+// statuses that hold no name. It is not part of StatusWriter, which the
+// instance cache asks of a store to write its own status, so that a store
+// of another module that only writes them keeps its heartbeats.
+type StatusDeleter interface {
+	DeleteStatus(ctx context.Context, id string) error
+}
+
 // ReportWriter is a store that keeps the instances' canary reports
 // (CanaryReport as JSON): each write replaces the instance's previous
 // report of the window. A window id holding a brace is refused.
@@ -42,11 +53,13 @@ type ReportReader interface {
 }
 
 // HeartbeatStore is the whole of the instances' side of a store: statuses
-// and canary reports, written and read. Every store of this module that
-// has one of the four has all of them (store/storetest checks it).
+// and canary reports, written, read and (statuses) deleted. Every store of
+// this module that has one of the five has all of them (store/storetest
+// checks it).
 type HeartbeatStore interface {
 	StatusWriter
 	StatusReader
+	StatusDeleter
 	ReportWriter
 	ReportReader
 }

@@ -607,8 +607,8 @@ type DeactivateRequest struct {
 	// DryRun asks for every check of the deactivation and no commit.
 	DryRun bool
 	// Force goes past the deletion protection of a control plane's HTTP
-	// API (confirmation-required while live instances hold the scope,
-	// docs/rollouts.md); the engine itself ignores it.
+	// API (confirmation-required while instances held the scope in the
+	// last hour, docs/rollouts.md); the engine itself ignores it.
 	Force bool
 }
 

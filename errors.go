@@ -86,8 +86,9 @@ const (
 	// without one. OFREP answers it TARGETING_KEY_MISSING.
 	CodeTargetingKeyMissing Code = "targeting-key-missing"
 	// CodeConfirmationRequired: a deactivation would clear a scope that
-	// live instances installed (deletion protection, docs/rollouts.md); the
-	// message names them, nothing changed, and the same request with force
+	// instances installed in the last hour (deletion protection,
+	// docs/rollouts.md); the message names them with when each last said
+	// so, nothing changed, and the same request with force
 	// goes ahead.
 	CodeConfirmationRequired Code = "confirmation-required"
 )

@@ -49,15 +49,38 @@ const (
 	// MaxReportBytes bounds the body of a canary report filed over HTTP.
 	MaxReportBytes = 16 << 10
 	// MaxInstanceNames bounds the instance ids one identity files under at
-	// a time over HTTP (its own id and "<id>:<name>"s): a name is held while
-	// its status lives (two minutes after its last write) and while a
-	// window it reported on is open.
+	// a time over HTTP (its own id and "<id>:<name>"s): a name is held two
+	// minutes after its last status and while a window it reported on is
+	// open.
 	MaxInstanceNames = 16
+	// MaxStoredNames bounds the statuses of one identity's names (filed
+	// over HTTP) that the store keeps. A name is free two minutes after
+	// its last status, but its status stays stored StatusLifetime (an
+	// hour) so that deletion protection and the fleet view name it: left
+	// to that, an identity changing names as fast as it may would keep 30 ×
+	// MaxInstanceNames statuses of up to MaxStatusBytes (240 MiB) on Redis
+	// or PostgreSQL. A new name past this bound takes the place of the
+	// identity's oldest status that holds no name now (control's claim);
+	// only MaxInstanceNames names held now refuse one. Twice
+	// MaxInstanceNames keeps, beside a full set of names held now, the set
+	// before it (every named instance restarted under new names).
+	MaxStoredNames = 2 * MaxInstanceNames
+	// StatusFresh is how old a status may be and its instance still count
+	// as live: propagation, waits, canary windows and rollout gates count
+	// only those (control.StatusFresh). Two heartbeats fit in it.
+	StatusFresh = time.Minute
+	// StatusLifetime is how long every store keeps a status after its
+	// last write. A status older than StatusFresh counts toward nothing
+	// live; it is kept so that deletion protection (control.ReaderWindow)
+	// names the instances that held a scope in the last hour, not only
+	// those running now, and the fleet view lists them as last seen.
+	StatusLifetime = time.Hour
 )
 
 // InstanceStatus is the heartbeat value an instance writes: what it has
-// installed and how old each document is. A reader ignores one whose
-// WrittenAt is more than a minute old; the stores expire it after two.
+// installed and how old each document is. A reader that counts live
+// instances ignores one whose WrittenAt is more than StatusFresh old; the
+// stores expire it StatusLifetime after its last write.
 type InstanceStatus struct {
 	Instance  string             `json:"instance"`
 	WrittenAt time.Time          `json:"writtenAt"`

@@ -52,8 +52,11 @@ type InstanceStatus struct {
 	Identity string `json:"identity,omitempty"`
 }
 
-// StatusFresh is how old a status may be and still count.
-const StatusFresh = time.Minute
+// StatusFresh is how old a status may be and its instance still count as
+// live (varplane.StatusFresh): propagation, waits, canary windows, rollout
+// gates and the fleet's live flag count only those. The stores keep a
+// status longer (varplane.StatusLifetime), for deletion protection.
+const StatusFresh = varplane.StatusFresh
 
 // The states of a canary window.
 const (

@@ -76,8 +76,10 @@ type FleetPage struct {
 // FleetInstance is one instance as its last status and reports show it.
 type FleetInstance struct {
 	Instance string `json:"instance"`
-	// Live is true when the status is at most FreshSeconds old; a stale
-	// one (the stores keep it up to two minutes) is listed, not counted.
+	// Live is true when the status is at most FreshSeconds old. An
+	// instance last seen longer ago (the stores keep a status an hour,
+	// varplane.StatusLifetime) is listed with Live false and its age, and
+	// counts toward nothing live.
 	Live bool `json:"live"`
 	// LastStatus is when its status was written; AgeSeconds its age at
 	// AsOf.

@@ -1,9 +1,11 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,7 +21,8 @@ import (
 // transport authenticates the caller, checks that it is an instance
 // identity (varplane.InstanceRole) filing under its own id, bounds the
 // body, and sets the Identity of what it files; the service holds each
-// identity to varplane.MaxInstanceNames names. What the body says is
+// identity to varplane.MaxInstanceNames names held at a time and
+// varplane.MaxStoredNames statuses stored. What the body says is
 // otherwise stored as is (a report naming another instance or window than
 // where it was filed is doubtful: Evaluate keeps the window open).
 
@@ -49,7 +52,9 @@ func (svc *Service) CheckHeartbeats() error {
 // and lists id among the instances once every varplane.ListInterval. It
 // answers ErrNoHeartbeats on a store that keeps none, and limit-exceeded
 // for a status listing more than varplane.MaxStatusDocuments documents or
-// when st.Identity holds varplane.MaxInstanceNames other names. The caller
+// when st.Identity holds varplane.MaxInstanceNames other names. A new name
+// first deletes the identity's oldest statuses that hold no name when the
+// store would keep more than varplane.MaxStoredNames of them. The caller
 // authorized st.Identity as an instance identity, id as one of its names,
 // and every scope st lists.
 func (svc *Service) FileStatus(ctx context.Context, id string, st varplane.InstanceStatus) error {
@@ -83,37 +88,77 @@ func (svc *Service) FileStatus(ctx context.Context, id string, st varplane.Insta
 
 // claim holds name id for identity until until. A name this process does
 // not hold yet is counted against the statuses in the store of record
-// too, so that servers sharing a store hold an identity to one bound: the
-// names it holds there are the ids of statuses written less than
-// statusHold ago that are its id or start with its id and ':'.
+// too (claimStored), so that servers sharing a store hold an identity to
+// one bound.
 func (svc *Service) claim(ctx context.Context, identity, id string, now, until time.Time) error {
 	if identity != "" && svc.listed.check(identity, id, now) == nil && !svc.listed.holds(identity, id, now) {
-		hs, ok := varplane.StoreAs[varplane.StatusReader](svc.store)
-		if ok {
-			raw, err := hs.InstanceStatuses(ctx)
-			if err != nil {
-				return err
-			}
-			n := 0
-			for other, b := range raw {
-				if other == id || (other != identity && !strings.HasPrefix(other, identity+":")) {
-					continue
-				}
-				// Held as this process holds a name: until statusHold past
-				// the status's writing (by this clock, as FileStatus sets it).
-				var st struct {
-					WrittenAt time.Time `json:"writtenAt"`
-				}
-				if json.Unmarshal(b, &st) == nil && now.Before(st.WrittenAt.Add(statusHold)) {
-					n++
-				}
-			}
-			if n >= varplane.MaxInstanceNames {
-				return nameLimit(identity)
-			}
+		if err := svc.claimStored(ctx, identity, id, now); err != nil {
+			return err
 		}
 	}
 	return svc.listed.claim(identity, id, now, until)
+}
+
+// claimStored counts name id, new to this process, against identity's
+// statuses in the store of record: those whose id is identity or starts
+// with identity and ':'. It answers limit-exceeded when
+// varplane.MaxInstanceNames of them hold their name at now (were written
+// less than statusHold ago, by this clock, as FileStatus sets it). Else,
+// when the store would keep more than varplane.MaxStoredNames of them
+// with id's, it deletes the oldest that the identity filed (its Identity)
+// and that hold no name, here or by their age, so that a stopped name's
+// status, which the store keeps an hour, does not let one identity fill
+// the store: deletion protection and the fleet view forget them first.
+func (svc *Service) claimStored(ctx context.Context, identity, id string, now time.Time) error {
+	hs, ok := varplane.StoreAs[varplane.StatusReader](svc.store)
+	if !ok {
+		return nil
+	}
+	raw, err := hs.InstanceStatuses(ctx)
+	if err != nil {
+		return err
+	}
+	type stored struct {
+		id      string
+		written time.Time
+	}
+	var free []stored // the identity's statuses that hold no name
+	kept, held := 0, 0
+	for other, b := range raw {
+		if other == id || (other != identity && !strings.HasPrefix(other, identity+":")) {
+			continue
+		}
+		kept++
+		var st struct {
+			WrittenAt time.Time `json:"writtenAt"`
+			Identity  string    `json:"identity"`
+		}
+		if json.Unmarshal(b, &st) != nil {
+			continue
+		}
+		if now.Before(st.WrittenAt.Add(statusHold)) {
+			held++
+		} else if st.Identity == identity && !svc.listed.holds(identity, other, now) {
+			free = append(free, stored{other, st.WrittenAt})
+		}
+	}
+	if held >= varplane.MaxInstanceNames {
+		return nameLimit(identity)
+	}
+	over := kept + 1 - varplane.MaxStoredNames
+	hd, ok := varplane.StoreAs[varplane.StatusDeleter](svc.store)
+	if over <= 0 || !ok {
+		return nil
+	}
+	slices.SortFunc(free, func(a, b stored) int {
+		return cmp.Or(a.written.Compare(b.written), strings.Compare(a.id, b.id))
+	})
+	for _, s := range free[:min(over, len(free))] {
+		if err := hd.DeleteStatus(ctx, s.id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CheckName answers limit-exceeded, as FileStatus and FileReport would,
@@ -189,8 +234,9 @@ func (svc *Service) FileReport(ctx context.Context, sw varplane.StagedWindow, id
 // cleared, which only lists instances again.
 //
 // It also holds the names each instance identity files under (claim), so
-// that one identity fills the store with at most varplane.MaxInstanceNames
-// statuses and reports per window. The table is this process's; a name new
+// that one identity files under at most varplane.MaxInstanceNames names at
+// a time (and so at most that many reports per window; the store keeps at
+// most varplane.MaxStoredNames of its statuses, Service.claimStored). The table is this process's; a name new
 // to it is also counted against the store's statuses (Service.claim), so
 // that servers sharing a store keep one bound, give or take the names
 // claimed at the same moment on different servers.
@@ -202,8 +248,10 @@ type listedInstances struct {
 
 const maxListed = 1 << 16
 
-// statusHold is how long a status holds its name: the stores' lifetime of
-// a status (two minutes after its last write).
+// statusHold is how long a status holds its name: two minutes after its
+// last write (four heartbeats). It is not the stores' lifetime of a status
+// (varplane.StatusLifetime, an hour): a name an instance stopped filing
+// under is free again long before its status expires.
 const statusHold = 2 * time.Minute
 
 func later(a, b time.Time) time.Time {

@@ -166,11 +166,12 @@ func deep(n int) any {
 	return v
 }
 
-// TestDeactivationProtection: a deactivation of a scope that live
-// instances hold (it or a scope below it) is refused with
-// confirmation-required naming them, and nothing changes; with force it
-// goes ahead. An instance whose status is older than an hour, or that
-// holds another scope, does not hold it back.
+// TestDeactivationProtection: a deactivation of a scope that instances
+// held in the last hour (it or a scope below it) is refused with
+// confirmation-required naming them with when each last said so, the most
+// recent first, and nothing changes; with force it goes ahead. An instance
+// whose status is older than an hour, or that holds another scope, does
+// not hold it back.
 func TestDeactivationProtection(t *testing.T) {
 	in := &controltest.Instances{}
 	e := newEnv(t, envOpts{instances: in})
@@ -179,15 +180,22 @@ func TestDeactivationProtection(t *testing.T) {
 	e.publish("misc.other", `{"v":1}`)
 	now := e.clock.Now()
 	in.SetStatuses(
-		control.InstanceStatus{Instance: "pod-1", At: now, Installed: map[varplane.Scope]varplane.Generation{"app.eu": 1}},
+		control.InstanceStatus{Instance: "pod-1", At: now.Add(-20 * time.Second), Installed: map[varplane.Scope]varplane.Generation{"app.eu": 1}},
 		control.InstanceStatus{Instance: "pod-2", At: now, Installed: map[varplane.Scope]varplane.Generation{}, Failed: map[varplane.Scope]varplane.Generation{"app.flags": 1}},
-		control.InstanceStatus{Instance: "gone", At: now.Add(-2 * time.Hour), Installed: map[varplane.Scope]varplane.Generation{"app.flags": 1}},
+		control.InstanceStatus{Instance: "stopped", At: now.Add(-12 * time.Minute), Installed: map[varplane.Scope]varplane.Generation{"app.flags": 1}},
+		control.InstanceStatus{Instance: "gone", At: now.Add(-61 * time.Minute), Installed: map[varplane.Scope]varplane.Generation{"app.flags": 1}},
 		control.InstanceStatus{Instance: "elsewhere", At: now, Installed: map[varplane.Scope]varplane.Generation{"other2": 1}},
 	)
-	st, b := e.do("POST", "/v1/admin/deactivate", "dave", map[string]any{"scope": "app", "expectedGeneration": 0}, nil)
+	st, b := e.do("POST", "/v1/admin/deactivate?dryRun=true", "dave", map[string]any{"scope": "app", "expectedGeneration": 0}, nil)
+	want(t, "dry run of deactivate app", st, b, 409, varplane.CodeConfirmationRequired)
+	named := `3 instance(s) held \"app\" or a scope below it in the last hour (2 live now; each with when it last said so): pod-2 (live, 0 s ago), pod-1 (live, 20 s ago), stopped (12 min ago)`
+	if !contains(b, named) {
+		t.Fatalf("the dry run's refusal = %s, want it to say %s", b, named)
+	}
+	st, b = e.do("POST", "/v1/admin/deactivate", "dave", map[string]any{"scope": "app", "expectedGeneration": 0}, nil)
 	want(t, "deactivate app", st, b, 409, varplane.CodeConfirmationRequired)
-	if !contains(b, "pod-1") || !contains(b, "pod-2") || contains(b, "gone") || contains(b, "elsewhere") {
-		t.Fatalf("the refusal names %s", b)
+	if !contains(b, named) || contains(b, "gone") || contains(b, "elsewhere") {
+		t.Fatalf("the refusal = %s, want it to say %s", b, named)
 	}
 	if headOf(t, e, "app.flags").Head == nil || headOf(t, e, "app.eu").Head == nil {
 		t.Fatal("a refused deactivation changed something")
@@ -196,7 +204,7 @@ func TestDeactivationProtection(t *testing.T) {
 	want(t, "deactivate a scope nobody holds", st, b, 200, "")
 	st, b = e.do("POST", "/v1/admin/deactivate", "dave", map[string]any{"scope": "app.eu", "expectedGeneration": 1}, nil)
 	want(t, "deactivate a scope below what an instance holds", st, b, 409, varplane.CodeConfirmationRequired)
-	if !contains(b, "pod-1") || contains(b, "pod-2") {
+	if !contains(b, "pod-1 (live, 20 s ago)") || contains(b, "pod-2") {
 		t.Fatalf("the refusal names %s", b)
 	}
 	st, b = e.do("POST", "/v1/admin/deactivate", "dave", map[string]any{"scope": "app.flags", "expectedGeneration": 1, "force": "yes"}, nil)
@@ -207,6 +215,55 @@ func TestDeactivationProtection(t *testing.T) {
 	want(t, "deactivate with force", st, b, 200, "")
 	if headOf(t, e, "app.flags").Head != nil || headOf(t, e, "app.eu").Head != nil {
 		t.Fatal("a forced deactivation did not clear the subtree")
+	}
+}
+
+// TestDeactivationProtectionStores: on every store of record, an instance
+// whose last status is 30 minutes old still holds a deactivation back
+// (409 naming it and its age), while propagation, waits and the fleet's
+// live flag count it as not live; one whose last status is 61 minutes old
+// is not named. The stores' own tests show they keep a status an hour
+// after its write (TestStatusHeldAnHour, TestBeatsHoldAnHour).
+func TestDeactivationProtectionStores(t *testing.T) {
+	for _, sc := range trustStores {
+		t.Run(sc.name, func(t *testing.T) {
+			s := sc.open(t)
+			e := newEnv(t, envOpts{store: s, storeInstances: true})
+			e.clock.Advance(time.Since(e.clock.Now()))
+			e.publish("app.flags", `{"v":1}`)
+			now := e.clock.Now()
+			for id, age := range map[string]time.Duration{"i-live": 5 * time.Second, "i-30": 30 * time.Minute, "i-61": 61 * time.Minute} {
+				fileStatus(t, s, varplane.InstanceStatus{Instance: id, WrittenAt: now.Add(-age), Ready: true,
+					Documents: []varplane.InstanceDocument{{Scope: "app.flags", Generation: 1, Revision: "sha256:f1"}}})
+			}
+			ctx := context.Background()
+			if p, err := e.svc.Propagation(ctx, "app.flags", 1); err != nil || p.Live != 1 || p.Installed != 1 {
+				t.Fatalf("propagation = %+v, %v; want the live instance alone", p, err)
+			}
+			if p, err := e.svc.Wait(ctx, control.WaitRequest{Scope: "app.flags", Generation: 1, Min: 100}); err != nil || p.Live != 1 || !p.Met {
+				t.Fatalf("wait = %+v, %v; want the live instance alone", p, err)
+			}
+			var page control.FleetPage
+			st, b := e.do("GET", "/v1/control/instances", "alice", nil, &page)
+			want(t, "fleet", st, b, 200, "")
+			byID := map[string]control.FleetInstance{}
+			for _, in := range page.Instances {
+				byID[in.Instance] = in
+			}
+			if i30, ok := byID["i-30"]; !ok || i30.Live || i30.AgeSeconds < 30*60 || !byID["i-live"].Live {
+				t.Fatalf("fleet = %s: want i-30 listed, last seen 30 minutes ago, and i-live live", b)
+			}
+			for _, path := range []string{"/v1/admin/deactivate?dryRun=true", "/v1/admin/deactivate"} {
+				st, b = e.do("POST", path, "dave", map[string]any{"scope": "app", "expectedGeneration": 0}, nil)
+				want(t, path, st, b, 409, varplane.CodeConfirmationRequired)
+				if !contains(b, "(1 live now;") || !contains(b, "i-live (live, 5 s ago), i-30 (30 min ago)") || contains(b, "i-61") {
+					t.Fatalf("%s: the refusal = %s, want i-live and i-30 (30 min ago) named, not i-61", path, b)
+				}
+			}
+			if headOf(t, e, "app.flags").Head == nil {
+				t.Fatal("a refused deactivation changed something")
+			}
+		})
 	}
 }
 

@@ -66,71 +66,67 @@ func (e *env) window(author string, scope varplane.Scope, min int) control.Chang
 // bodies (issue 34 item 3), on every store; every refusal has a stable
 // code and stores nothing.
 func TestFilingTrust(t *testing.T) {
-	for _, so := range trustStores {
-		t.Run(so.name, func(t *testing.T) {
-			e := newEnv(t, envOpts{store: so.open(t), storeInstances: true})
-			e.clock.Advance(time.Since(e.clock.Now())) // the shared stores expire by their own clocks
-			win := e.window("alice", "app.flags", 1).Canary.ID
-			statusPath := func(id string) string { return "/v1/control/instances/" + id + "/status" }
-			reportPath := func(id string) string { return "/v1/control/windows/" + win + "/reports/" + id }
-			okStatus, _ := json.Marshal(status("app.flags"))
-			bigStatus, _ := json.Marshal(varplane.InstanceStatus{Instance: strings.Repeat("x", varplane.MaxStatusBytes)})
-			bigReport, _ := json.Marshal(varplane.CanaryReport{Window: win, Instance: "reader", CandidateError: strings.Repeat("x", varplane.MaxReportBytes)})
+	onTrustStores(t, func(t *testing.T, e *env) {
+		win := e.window("alice", "app.flags", 1).Canary.ID
+		statusPath := func(id string) string { return "/v1/control/instances/" + id + "/status" }
+		reportPath := func(id string) string { return "/v1/control/windows/" + win + "/reports/" + id }
+		okStatus, _ := json.Marshal(status("app.flags"))
+		bigStatus, _ := json.Marshal(varplane.InstanceStatus{Instance: strings.Repeat("x", varplane.MaxStatusBytes)})
+		bigReport, _ := json.Marshal(varplane.CanaryReport{Window: win, Instance: "reader", CandidateError: strings.Repeat("x", varplane.MaxReportBytes)})
 
-			for _, tc := range []struct {
-				name, token, path, body string
-				status                  int
-				code                    varplane.Code
-			}{
-				{"a read-only token files a status", "viewer", statusPath("viewer"), string(okStatus), 403, varplane.CodeForbidden},
-				{"a read-only token files a named status", "viewer", statusPath("viewer:1"), string(okStatus), 403, varplane.CodeForbidden},
-				{"a read-only token reports", "viewer", reportPath("viewer"), `{"window":"` + win + `","instance":"viewer"}`, 403, varplane.CodeForbidden},
-				{"an administrator (*) files a status", "admin", statusPath("admin"), string(okStatus), 403, varplane.CodeForbidden},
-				{"an administrator (*) reports", "admin", reportPath("admin"), `{"window":"` + win + `","instance":"admin","decoded":1}`, 403, varplane.CodeForbidden},
-				{"the author reports", "alice", reportPath("alice"), `{"window":"` + win + `","instance":"alice","decoded":1}`, 403, varplane.CodeForbidden},
-				{"an instance files a status over the size bound", "reader", statusPath("reader"), string(bigStatus), 413, varplane.CodePayloadTooLarge},
-				{"an instance files a report over the size bound", "reader", reportPath("reader"), string(bigReport), 413, varplane.CodePayloadTooLarge},
-			} {
-				t.Run(tc.name, func(t *testing.T) {
-					before, beforeReps := statuses(t, e), reports(t, e, win)
-					s, b := e.raw("PUT", tc.path, tc.token, "application/json", tc.body)
-					want(t, tc.name, s, b, tc.status, tc.code)
-					if after, afterReps := statuses(t, e), reports(t, e, win); len(after) != len(before) || len(afterReps) != len(beforeReps) {
-						t.Fatalf("a refused filing stored something: statuses %d → %d, reports %d → %d", len(before), len(after), len(beforeReps), len(afterReps))
-					}
-				})
-			}
-
-			// An instance identity holds varplane.MaxInstanceNames names:
-			// its own id and named ones.
-			for i := 0; i < varplane.MaxInstanceNames; i++ {
-				id := "reader"
-				if i > 0 {
-					id = fmt.Sprintf("reader:p%d", i)
+		for _, tc := range []struct {
+			name, token, path, body string
+			status                  int
+			code                    varplane.Code
+		}{
+			{"a read-only token files a status", "viewer", statusPath("viewer"), string(okStatus), 403, varplane.CodeForbidden},
+			{"a read-only token files a named status", "viewer", statusPath("viewer:1"), string(okStatus), 403, varplane.CodeForbidden},
+			{"a read-only token reports", "viewer", reportPath("viewer"), `{"window":"` + win + `","instance":"viewer"}`, 403, varplane.CodeForbidden},
+			{"an administrator (*) files a status", "admin", statusPath("admin"), string(okStatus), 403, varplane.CodeForbidden},
+			{"an administrator (*) reports", "admin", reportPath("admin"), `{"window":"` + win + `","instance":"admin","decoded":1}`, 403, varplane.CodeForbidden},
+			{"the author reports", "alice", reportPath("alice"), `{"window":"` + win + `","instance":"alice","decoded":1}`, 403, varplane.CodeForbidden},
+			{"an instance files a status over the size bound", "reader", statusPath("reader"), string(bigStatus), 413, varplane.CodePayloadTooLarge},
+			{"an instance files a report over the size bound", "reader", reportPath("reader"), string(bigReport), 413, varplane.CodePayloadTooLarge},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				before, beforeReps := statuses(t, e), reports(t, e, win)
+				s, b := e.raw("PUT", tc.path, tc.token, "application/json", tc.body)
+				want(t, tc.name, s, b, tc.status, tc.code)
+				if after, afterReps := statuses(t, e), reports(t, e, win); len(after) != len(before) || len(afterReps) != len(beforeReps) {
+					t.Fatalf("a refused filing stored something: statuses %d → %d, reports %d → %d", len(before), len(after), len(beforeReps), len(afterReps))
 				}
-				s, b := e.raw("PUT", statusPath(id), "reader", "application/json", string(okStatus))
-				want(t, "status of "+id, s, b, http.StatusNoContent, "")
+			})
+		}
+
+		// An instance identity holds varplane.MaxInstanceNames names:
+		// its own id and named ones.
+		for i := 0; i < varplane.MaxInstanceNames; i++ {
+			id := "reader"
+			if i > 0 {
+				id = fmt.Sprintf("reader:p%d", i)
 			}
-			before := statuses(t, e)
-			s, b := e.raw("PUT", statusPath("reader:one-more"), "reader", "application/json", string(okStatus))
-			want(t, "a name past the bound", s, b, http.StatusBadRequest, varplane.CodeLimitExceeded)
-			s, b = e.raw("PUT", reportPath("reader:one-more"), "reader", "application/json", `{"window":"`+win+`","instance":"reader:one-more"}`)
-			want(t, "a report under a name past the bound", s, b, http.StatusBadRequest, varplane.CodeLimitExceeded)
-			if after := statuses(t, e); len(after) != len(before) || after["reader:one-more"] != nil {
-				t.Fatalf("a name past the bound was stored: %d → %d statuses", len(before), len(after))
-			}
-			// A name it holds is refreshed; another identity is not held
-			// to this one's names.
-			s, b = e.raw("PUT", statusPath("reader:p1"), "reader", "application/json", string(okStatus))
-			want(t, "a held name again", s, b, http.StatusNoContent, "")
-			s, b = e.raw("PUT", statusPath("pod"), "pod", "application/json", `{"documents":[]}`)
-			want(t, "another identity", s, b, http.StatusNoContent, "")
-			var got varplane.InstanceStatus
-			if err := json.Unmarshal(statuses(t, e)["reader:p1"], &got); err != nil || got.Identity != "reader" {
-				t.Fatalf("the stored status names identity %q (%v), want reader", got.Identity, err)
-			}
-		})
-	}
+			s, b := e.raw("PUT", statusPath(id), "reader", "application/json", string(okStatus))
+			want(t, "status of "+id, s, b, http.StatusNoContent, "")
+		}
+		before := statuses(t, e)
+		s, b := e.raw("PUT", statusPath("reader:one-more"), "reader", "application/json", string(okStatus))
+		want(t, "a name past the bound", s, b, http.StatusBadRequest, varplane.CodeLimitExceeded)
+		s, b = e.raw("PUT", reportPath("reader:one-more"), "reader", "application/json", `{"window":"`+win+`","instance":"reader:one-more"}`)
+		want(t, "a report under a name past the bound", s, b, http.StatusBadRequest, varplane.CodeLimitExceeded)
+		if after := statuses(t, e); len(after) != len(before) || after["reader:one-more"] != nil {
+			t.Fatalf("a name past the bound was stored: %d → %d statuses", len(before), len(after))
+		}
+		// A name it holds is refreshed; another identity is not held
+		// to this one's names.
+		s, b = e.raw("PUT", statusPath("reader:p1"), "reader", "application/json", string(okStatus))
+		want(t, "a held name again", s, b, http.StatusNoContent, "")
+		s, b = e.raw("PUT", statusPath("pod"), "pod", "application/json", `{"documents":[]}`)
+		want(t, "another identity", s, b, http.StatusNoContent, "")
+		var got varplane.InstanceStatus
+		if err := json.Unmarshal(statuses(t, e)["reader:p1"], &got); err != nil || got.Identity != "reader" {
+			t.Fatalf("the stored status names identity %q (%v), want reader", got.Identity, err)
+		}
+	})
 }
 
 // TestFilingNamesFreeUp: a name is held two minutes past its last status,
@@ -231,4 +227,107 @@ func TestFilingNamesShared(t *testing.T) {
 	// A name the identity holds through a is its own on b too.
 	s, body = b.do("PUT", "/v1/control/instances/reader:a3/status", "reader", status(), nil)
 	want(t, "a held name on server b", s, body, http.StatusNoContent, "")
+}
+
+// namesOf returns the statuses stored under identity's names (its id and
+// "<id>:<name>"s).
+func namesOf(all map[string][]byte, identity string) map[string][]byte {
+	out := map[string][]byte{}
+	for id, v := range all {
+		if id == identity || strings.HasPrefix(id, identity+":") {
+			out[id] = v
+		}
+	}
+	return out
+}
+
+// TestFilingStoredNames: an identity that files under one name after
+// another keeps at most varplane.MaxStoredNames statuses in the store on
+// every store, though each status is kept an hour: a new name takes the
+// place of its oldest status that holds no name now, the newest stay, and
+// another identity's statuses are untouched. A new name while
+// varplane.MaxInstanceNames are held now is refused still.
+func TestFilingStoredNames(t *testing.T) {
+	onTrustStores(t, func(t *testing.T, e *env) {
+		file := func(token, id string) (int, []byte) {
+			return e.do("PUT", "/v1/control/instances/"+id+"/status", token, status("app.flags"), nil)
+		}
+		// Another identity's statuses, the oldest in the store.
+		for _, id := range []string{"pod", "pod:x"} {
+			s, b := file("pod", id)
+			want(t, "status of "+id, s, b, http.StatusNoContent, "")
+		}
+		pods := namesOf(statuses(t, e), "pod")
+		e.clock.Advance(time.Hour / 2)
+
+		const n = 40
+		name := func(i int) string { return fmt.Sprintf("reader:n%02d", i) }
+		for i := range n {
+			if i > 0 && i%varplane.MaxInstanceNames == 0 {
+				// The last MaxInstanceNames names are held now: a new
+				// one is refused, though older statuses could go.
+				s, b := file("reader", "reader:refused")
+				want(t, "a new name while the bound is held", s, b, http.StatusBadRequest, varplane.CodeLimitExceeded)
+				e.clock.Advance(3 * time.Minute) // they are free again
+			}
+			s, b := file("reader", name(i))
+			want(t, "status of "+name(i), s, b, http.StatusNoContent, "")
+			if got := namesOf(statuses(t, e), "reader"); len(got) > varplane.MaxStoredNames {
+				t.Fatalf("after %d names the store keeps %d of reader's statuses, want at most %d", i+1, len(got), varplane.MaxStoredNames)
+			}
+		}
+		all := statuses(t, e)
+		got := namesOf(all, "reader")
+		if len(got) != varplane.MaxStoredNames {
+			t.Fatalf("the store keeps %d of reader's statuses, want %d", len(got), varplane.MaxStoredNames)
+		}
+		for i := range n {
+			if kept := got[name(i)] != nil; kept != (i >= n-varplane.MaxStoredNames) {
+				t.Errorf("%s kept %v; want the newest %d kept and the oldest gone", name(i), kept, varplane.MaxStoredNames)
+			}
+		}
+		if all["reader:refused"] != nil {
+			t.Errorf("a refused name was stored")
+		}
+		if other := namesOf(all, "pod"); len(other) != len(pods) || string(other["pod"]) != string(pods["pod"]) || string(other["pod:x"]) != string(pods["pod:x"]) {
+			t.Fatalf("pod's statuses changed: %q, want %q", other, pods)
+		}
+	})
+}
+
+// TestFilingNamesFlood: an identity that files under a new name every ten
+// seconds (never more than varplane.MaxInstanceNames held at a time, so
+// never refused) keeps the store's count of statuses bounded by
+// varplane.MaxStoredNames, on every store.
+func TestFilingNamesFlood(t *testing.T) {
+	onTrustStores(t, func(t *testing.T, e *env) {
+		s, b := e.do("PUT", "/v1/control/instances/pod/status", "pod", status(), nil)
+		want(t, "another identity's status", s, b, http.StatusNoContent, "")
+		most := 0
+		for i := range 200 {
+			s, b := e.do("PUT", fmt.Sprintf("/v1/control/instances/reader:f%d/status", i), "reader", status(), nil)
+			want(t, "a new name", s, b, http.StatusNoContent, "")
+			all := statuses(t, e)
+			most = max(most, len(all))
+			if len(all) > varplane.MaxStoredNames+1 || all["pod"] == nil {
+				t.Fatalf("after %d names the store holds %d statuses (pod's kept: %v), want at most %d and pod's", i+1, len(all), all["pod"] != nil, varplane.MaxStoredNames+1)
+			}
+			e.clock.Advance(10 * time.Second)
+		}
+		if most != varplane.MaxStoredNames+1 {
+			t.Fatalf("the store held at most %d statuses, want it to reach %d", most, varplane.MaxStoredNames+1)
+		}
+	})
+}
+
+// onTrustStores runs fn on each of trustStores, with an env whose clock is
+// set to now (the shared stores expire by their own clocks).
+func onTrustStores(t *testing.T, fn func(t *testing.T, e *env)) {
+	for _, so := range trustStores {
+		t.Run(so.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{store: so.open(t), storeInstances: true})
+			e.clock.Advance(time.Since(e.clock.Now()))
+			fn(t, e)
+		})
+	}
 }

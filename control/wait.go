@@ -185,9 +185,10 @@ func (w *waiters) statuses(ctx context.Context, within time.Duration) ([]Instanc
 // Deletion protection.
 const (
 	// ReaderWindow is how recent an instance's status must be for a
-	// deactivation to name it: the stores keep a status two minutes after
-	// its last write, so in practice the instances that wrote one then.
-	ReaderWindow = time.Hour
+	// deactivation to name it: the stores keep a status that long after
+	// its last write (varplane.StatusLifetime), so an instance that
+	// stopped within the hour is named as well as one running now.
+	ReaderWindow = varplane.StatusLifetime
 	// MaxReadersNamed bounds the instances a refusal names.
 	MaxReadersNamed = 20
 )
@@ -195,33 +196,61 @@ const (
 // ProtectDeactivation refuses, with confirmation-required naming them, a
 // deactivation of scope while instances whose status is at most
 // ReaderWindow old hold scope or a scope below it (installed, or installed
-// as failed): a deactivation would take their document away. It answers
-// nil when none does, or when no instance reports to this control plane.
+// as failed): a deactivation would take their document away. The refusal
+// says how many of them are live (a status at most StatusFresh old) and
+// names each with when it last said so ("pod-3 (live, 20 s ago)", "pod-9
+// (12 min ago)"), the most recent first. It answers nil when none does, or
+// when no instance reports to this control plane.
 func (svc *Service) ProtectDeactivation(ctx context.Context, scope varplane.Scope) error {
 	statuses, unknown, err := svc.statuses(ctx, ReaderWindow)
 	if err != nil || unknown != "" {
 		return err
 	}
-	var names []string
-	held := 0
-	for _, s := range statuses {
-		if !holdsUnder(s, scope) {
-			continue
-		}
-		held++
-		if len(names) < MaxReadersNamed {
-			names = append(names, s.Instance)
-		}
-	}
-	if held == 0 {
+	statuses = slices.DeleteFunc(statuses, func(s InstanceStatus) bool { return !holdsUnder(s, scope) })
+	if len(statuses) == 0 {
 		return nil
 	}
-	slices.Sort(names)
-	msg := fmt.Sprintf("%d instance(s) hold %q or a scope below it: %s", held, scope, strings.Join(names, ", "))
-	if held > len(names) {
-		msg += fmt.Sprintf(" and %d more", held-len(names))
+	now := svc.now()
+	live := 0
+	for _, s := range statuses {
+		if now.Sub(s.At) <= StatusFresh {
+			live++
+		}
+	}
+	// The most recent first, so that a long list names the live ones.
+	slices.SortStableFunc(statuses, func(a, b InstanceStatus) int { return b.At.Compare(a.At) })
+	var names []string
+	for _, s := range statuses[:min(len(statuses), MaxReadersNamed)] {
+		names = append(names, fmt.Sprintf("%s (%s)", s.Instance, seenAgo(now.Sub(s.At))))
+	}
+	msg := fmt.Sprintf("%d instance(s) held %q or a scope below it in the last hour (%d live now; each with when it last said so): %s",
+		len(statuses), scope, live, strings.Join(names, ", "))
+	if len(statuses) > len(names) {
+		msg += fmt.Sprintf(" and %d more", len(statuses)-len(names))
 	}
 	return varplane.Errorf(varplane.CodeConfirmationRequired, "%s; deactivating takes their document away: send the request again with force to go ahead", msg)
+}
+
+// seenAgo says when a status of age d was written: "live, 20 s ago" for
+// a live one (at most StatusFresh old), "12 min ago" otherwise.
+func seenAgo(d time.Duration) string {
+	if d <= StatusFresh {
+		return "live, " + agoUnit(d) + " ago"
+	}
+	return agoUnit(d) + " ago"
+}
+
+// agoUnit writes d (at least 0) in whole seconds under a minute, whole
+// minutes under an hour, and whole hours past it.
+func agoUnit(d time.Duration) string {
+	switch d = max(d, 0); {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min", int(d/time.Minute))
+	default:
+		return fmt.Sprintf("%d h", int(d/time.Hour))
+	}
 }
 
 // holdsUnder reports whether s installed scope or a scope below it.

@@ -247,9 +247,9 @@ func (h *Handler) handleActivate(w http.ResponseWriter, r *http.Request) {
 
 // handleDeactivate serves POST {base}/admin/deactivate: 200 {scope,
 // generation, active: false, cascade?}; 409 revision-conflict; with the
-// control API, 409 confirmation-required naming the live instances that
-// hold the scope or a scope below it, unless the body says force: true
-// (deletion protection, docs/rollouts.md).
+// control API, 409 confirmation-required naming the instances that held
+// the scope or a scope below it in the last hour, unless the body says
+// force: true (deletion protection, docs/rollouts.md).
 func (h *Handler) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 	req, ok := mutation(h, w, r, DecodeDeactivate, func(q *varplane.DeactivateRequest) (varplane.Scope, *string) { return q.Scope, &q.Actor })
 	if !ok {

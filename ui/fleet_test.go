@@ -26,7 +26,8 @@ func fileStatus(t *testing.T, s *stack, st varplane.InstanceStatus) {
 }
 
 // TestFleetPage lists the fleet: a live instance behind the head with its
-// labels, a stale one, a document installed as failed as a rejection; one
+// labels, one last seen 20 minutes ago (listed as last seen, not live), a
+// document installed as failed as a rejection; one
 // scope alone with ?s=; the change page links to its scope's fleet; and a
 // token that may not audit a scope does not see that scope's entries.
 func TestFleetPage(t *testing.T) {
@@ -37,7 +38,7 @@ func TestFleetPage(t *testing.T) {
 	now := time.Now()
 	fileStatus(t, s, varplane.InstanceStatus{Instance: "pod-a", WrittenAt: now, Ready: true, Labels: map[string]string{"region": "eu-west"},
 		Documents: []varplane.InstanceDocument{{Scope: "app.x", Generation: 1, Revision: "sha256:aa"}, {Scope: "app.y", Generation: 1, Revision: "sha256:bb"}}})
-	fileStatus(t, s, varplane.InstanceStatus{Instance: "pod-b", WrittenAt: now.Add(-90 * time.Second), Ready: true,
+	fileStatus(t, s, varplane.InstanceStatus{Instance: "pod-b", WrittenAt: now.Add(-20 * time.Minute), Ready: true,
 		Documents: []varplane.InstanceDocument{{Scope: "app.x", Generation: 2, Revision: "sha256:cc", Failed: true}}})
 
 	b := newBrowser(t, s)
@@ -49,7 +50,10 @@ func TestFleetPage(t *testing.T) {
 			t.Errorf("pod-a's row has no %q:\n%s", want, a)
 		}
 	}
-	for _, want := range []string{"stale", `app.x</a> generation 2 <span class="badge off">failed</span>`, "app.x generation 2 did not decode"} {
+	if strings.Contains(pb, `badge on">live`) {
+		t.Errorf("pod-b, last seen 20 minutes ago, is shown live:\n%s", pb)
+	}
+	for _, want := range []string{`<span class="badge off">last seen</span>`, `app.x</a> generation 2 <span class="badge off">failed</span>`, "app.x generation 2 did not decode"} {
 		if !strings.Contains(pb, want) {
 			t.Errorf("pod-b's row has no %q:\n%s", want, pb)
 		}

@@ -56,7 +56,7 @@ func Sentence(err error) string {
 	case varplane.CodeRevisionReclaimed:
 		return "That generation's document is no longer kept (retention)."
 	case varplane.CodeConfirmationRequired:
-		return "Live instances still read this scope, so it was not deactivated: " + msg + "."
+		return "Instances read this scope in the last hour, so it was not deactivated: " + msg + "."
 	case varplane.CodeUnknownComponent:
 		return "No such component: " + msg + "."
 	case varplane.CodeInvalidConfiguration:

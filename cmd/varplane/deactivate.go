@@ -37,16 +37,18 @@ refused. When stdin is a terminal and the commit would clear more than one
 active scope, deactivate asks for confirmation first; --yes skips the question
 (scripts never get it).
 
-Deletion protection: while live instances hold the scope or a scope below it
-(their status in the last hour lists it), the server refuses with
-confirmation-required naming them (a dry run says so too). In a terminal
+Deletion protection: while instances held the scope or a scope below it in
+the last hour (a status of theirs written in the last hour lists it, whether
+they are live now or were last seen minutes ago), the server refuses with
+confirmation-required naming each with when it last said so, e.g.
+"web-3 (12 min ago)" (a dry run says so too). In a terminal
 deactivate shows them and asks you to type the scope to go ahead; a script
 is refused (exit 1) unless it passes --force.`)
 	var g guardedFlags
 	g.register(fs, c.m.Getenv, "deactivate")
 	dryRun := dryRunFlag(fs)
 	yes := fs.Bool("yes", false, "do not ask for confirmation of a cascade")
-	force := fs.Bool("force", false, "deactivate even while live instances hold the scope (deletion protection)")
+	force := fs.Bool("force", false, "deactivate even while instances held the scope in the last hour (deletion protection)")
 	pos, err := parseArgs(fs, args, 1)
 	if err != nil {
 		return err

@@ -27,9 +27,9 @@ type InstancesCommand struct {
 func (c *InstancesCommand) Run(ctx context.Context, args []string) error {
 	fs := c.m.newFlagSet("instances", "[SCOPE] [--limit N [--after ID]] [flags]", `
 List the instances that report to the server (instance caches and SDK
-consumers, by their status heartbeat), in id order: whether each is live (its
-status at most a minute old; a stale one is listed as stale and counts
-nowhere), its labels, and per scope the generation and revision it installed,
+consumers, by their status heartbeat, in the last hour), in id order: whether
+each is live (its status at most a minute old) or was last seen longer ago
+(listed as "last seen" with its age, and counted nowhere), its labels, and per scope the generation and revision it installed,
 how many generations it is behind the head and for how long, then the
 documents it rejected (installed as failed, or a canary candidate it
 reported errors for) and its last canary report. With SCOPE (also --scope)
@@ -121,7 +121,7 @@ func printFleet(w io.Writer, page *control.FleetPage) error {
 	for _, in := range page.Instances {
 		status := "live"
 		if !in.Live {
-			status = "stale"
+			status = "last seen"
 		}
 		if !in.Ready {
 			status += ",not-ready"

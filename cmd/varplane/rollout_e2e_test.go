@@ -259,9 +259,14 @@ func rolloutFleet(t *testing.T, storeArgs []string, replica func(i int) *server,
 	failing.Store(false)
 
 	// Deletion protection: the fleet holds app.flags, so a script is
-	// refused naming it, and goes ahead with --force.
+	// refused naming each instance with when it last said so (a dry run
+	// says the same), and goes ahead with --force.
+	res = runCLI(t, alice, "", "deactivate", "app.flags", "--dry-run")
+	if res.code != 1 || !strings.Contains(res.stderr, "confirmation-required") || !strings.Contains(res.stderr, "emb-0 (live, ") || !strings.Contains(res.stderr, "in the last hour") {
+		t.Fatalf("dry run of a deactivation held by replicas: %d %s %s", res.code, res.stdout, res.stderr)
+	}
 	res = runCLI(t, alice, "", "deactivate", "app.flags")
-	if res.code != 1 || !strings.Contains(res.stderr, "confirmation-required") || !strings.Contains(res.stderr, "emb-0") || !strings.Contains(res.stderr, "--force") {
+	if res.code != 1 || !strings.Contains(res.stderr, "confirmation-required") || !strings.Contains(res.stderr, "emb-0 (live, ") || !strings.Contains(res.stderr, "--force") {
 		t.Fatalf("deactivate held by replicas: %d %s %s", res.code, res.stdout, res.stderr)
 	}
 	if st, g, _ := readGen(t, a.Base, "app.flags", "Authorization", "Bearer viewer-token"); st != 200 || g != 2 {

@@ -22,8 +22,8 @@ func (b *Beats) InstanceStatusPage(ctx context.Context, after string, limit int)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ids := make([]string, 0, len(b.statuses))
-	for id, v := range b.statuses {
-		if id > after && now.Before(v.expires) {
+	for id, e := range b.statuses {
+		if id > after && e.Value.(*statusBeat).held(now) {
 			ids = append(ids, id)
 		}
 	}
@@ -35,7 +35,7 @@ func (b *Beats) InstanceStatusPage(ctx context.Context, after string, limit int)
 	}
 	out := make([]varplane.StatusValue, len(ids))
 	for i, id := range ids {
-		out[i] = varplane.StatusValue{ID: id, Value: slices.Clone(b.statuses[id].value)}
+		out[i] = varplane.StatusValue{ID: id, Value: slices.Clone(b.statuses[id].Value.(*statusBeat).value)}
 	}
 	return out, next, nil
 }

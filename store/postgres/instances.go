@@ -17,11 +17,12 @@ import (
 // them (they are the one thing a data-plane instance writes), when its
 // database role may.
 
-// The lifetimes of the rows, the Redis store's: a status lives two minutes
-// after its last write (a reader ignores it after one, by its writtenAt),
-// a report eight days.
+// The lifetimes of the rows, the Redis store's: a status lives an hour
+// after its last write (varplane.StatusLifetime; a reader that counts live
+// instances ignores it after a minute, by its writtenAt), a report eight
+// days.
 const (
-	StatusTTL = 2 * time.Minute
+	StatusTTL = varplane.StatusLifetime
 	ReportTTL = 8 * 24 * time.Hour
 )
 
@@ -63,6 +64,14 @@ func (s *Store) WriteStatus(ctx context.Context, id string, value []byte) error 
 	return s.beatExec(ctx, fmt.Sprintf("write the status of instance %q", id), writeStatusSQL, id, value, leaseMillis(StatusTTL))
 }
 
+// DeleteStatus deletes instance id's status row (nothing when it has none).
+func (s *Store) DeleteStatus(ctx context.Context, id string) error {
+	if err := checkInstance(id); err != nil {
+		return err
+	}
+	return s.beatExec(ctx, fmt.Sprintf("delete the status of instance %q", id), `DELETE FROM instance_status WHERE id = $1`, id)
+}
+
 // ListInstance only checks the store is open: the status row itself lists
 // its instance for as long as it lives.
 func (s *Store) ListInstance(_ context.Context, id string, _ time.Time) error {
@@ -73,8 +82,8 @@ func (s *Store) ListInstance(_ context.Context, id string, _ time.Time) error {
 }
 
 // InstanceStatuses returns every unexpired status value by instance id. It
-// does not judge their age beyond expiry: the caller ignores a status whose
-// writtenAt is more than a minute old.
+// does not judge their age beyond expiry: a caller that counts live
+// instances ignores a status whose writtenAt is more than a minute old.
 func (s *Store) InstanceStatuses(ctx context.Context) (map[string][]byte, error) {
 	return s.beatQuery(ctx, "instance statuses", `SELECT id, value FROM instance_status WHERE expires > now()`)
 }

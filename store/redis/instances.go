@@ -36,10 +36,13 @@ func (s *Store) ConfirmedAt(scope varplane.Scope) (time.Time, bool) {
 // on a ReadOnly store. Unlike documents, they expire: a status nobody
 // refreshes must vanish.
 const (
-	// StatusTTL is how long a status value lives after its last write.
-	StatusTTL = 2 * time.Minute
-	// StatusMaxAge is the age past which a reader ignores a status.
-	StatusMaxAge = time.Minute
+	// StatusTTL is how long a status value lives after its last write
+	// (varplane.StatusLifetime): an hour, so that deletion protection
+	// names the instances seen in the last hour.
+	StatusTTL = varplane.StatusLifetime
+	// StatusMaxAge is the age past which a reader that counts live
+	// instances ignores a status (varplane.StatusFresh).
+	StatusMaxAge = varplane.StatusFresh
 	// InstanceListMaxAge is the age past which whoever writes the instance
 	// list drops an entry.
 	InstanceListMaxAge = 3 * time.Hour
@@ -81,6 +84,23 @@ func (s *Store) WriteStatus(ctx context.Context, id string, value []byte) error 
 	return nil
 }
 
+// DeleteStatus deletes instance id's status key (nothing when it has none).
+// Its entry in the instance list stays, as an expired status's does, and
+// ages out of it past InstanceListMaxAge: another server may have listed
+// the id and would not list it again within varplane.ListInterval when the
+// name comes back.
+func (s *Store) DeleteStatus(ctx context.Context, id string) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	ctx, cancel := s.cmdCtx(ctx)
+	defer cancel()
+	if err := s.client.Do(ctx, s.client.B().Del().Key(s.keys.statusKey(id)).Build()).Error(); err != nil {
+		return varplane.Unavailable(fmt.Errorf("redis store: delete status of instance %q: %w", id, err))
+	}
+	return nil
+}
+
 // ListInstance lists instance id in the instance list as of now, dropping
 // entries older than InstanceListMaxAge.
 func (s *Store) ListInstance(ctx context.Context, id string, now time.Time) error {
@@ -97,8 +117,9 @@ func (s *Store) ListInstance(ctx context.Context, id string, now time.Time) erro
 }
 
 // InstanceStatuses returns the status value of every listed instance that
-// has one, by instance id. It does not judge their age: the caller ignores
-// a status whose writtenAt is older than StatusMaxAge.
+// has one, by instance id: those written in the last StatusTTL. It does
+// not judge their age: a caller that counts live instances ignores a
+// status whose writtenAt is older than StatusMaxAge.
 func (s *Store) InstanceStatuses(ctx context.Context) (map[string][]byte, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err

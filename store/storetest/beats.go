@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -13,8 +14,9 @@ import (
 
 // testBeats runs the heartbeat and report contract on a store that
 // implements it (and skips one that does not): a write replaces the
-// instance's previous value, values come back byte for byte under the id
-// they were filed under, reports are kept per window, a window id with a
+// instance's previous value, a deleted status is gone (and only it, until
+// it is written again), values come back byte for byte under the id they
+// were filed under, reports are kept per window, a window id with a
 // brace is refused, concurrent writers lose nothing, and a closed store
 // answers ErrClosed. Expiry runs on the store's clock (minutes and days),
 // so each store's own tests cover it.
@@ -28,6 +30,7 @@ func testBeats(t *testing.T, h Harness) {
 		fn   func(t *testing.T, h Harness)
 	}{
 		{"StatusReplaces", testBeatStatus},
+		{"StatusDelete", testBeatStatusDelete},
 		{"StatusPage", testBeatStatusPage},
 		{"ReportsPerWindow", testBeatReports},
 		{"BadWindow", testBeatBadWindow},
@@ -85,6 +88,26 @@ func testBeatStatus(t *testing.T, h Harness) {
 	got["pod-a"][0] = 'X'
 	got, err = b.InstanceStatuses(ctx)
 	wantValues(t, "statuses after the caller changed its copy", got, err, map[string]string{"pod-a": `{"instance":"pod-a","n":2}`, "pod-b": `{"instance":"pod-b"}`})
+}
+
+func testBeatStatusDelete(t *testing.T, h Harness) {
+	_, b := openBeats(t, h)
+	ctx := context.Background()
+	for _, id := range []string{"pod-a", "pod-b", "pod-a:1"} {
+		must(t, b.ListInstance(ctx, id, time.Now()))
+		must(t, b.WriteStatus(ctx, id, []byte(`{"instance":"`+id+`"}`)))
+	}
+	must(t, b.DeleteStatus(ctx, "pod-a"))
+	WantHeldStatuses(t, b, map[string][]byte{"pod-b": []byte(`{"instance":"pod-b"}`), "pod-a:1": []byte(`{"instance":"pod-a:1"}`)})
+	// Deleting a status that is not there is no error.
+	must(t, b.DeleteStatus(ctx, "pod-a"))
+	must(t, b.DeleteStatus(ctx, "pod-never"))
+	// A deleted instance that writes again is back (still listed).
+	must(t, b.WriteStatus(ctx, "pod-a", []byte(`{"instance":"pod-a","n":2}`)))
+	WantHeldStatuses(t, b, map[string][]byte{"pod-a": []byte(`{"instance":"pod-a","n":2}`), "pod-b": []byte(`{"instance":"pod-b"}`), "pod-a:1": []byte(`{"instance":"pod-a:1"}`)})
+	must(t, b.DeleteStatus(ctx, "pod-b"))
+	must(t, b.DeleteStatus(ctx, "pod-a:1"))
+	WantHeldStatuses(t, b, map[string][]byte{"pod-a": []byte(`{"instance":"pod-a","n":2}`)})
 }
 
 func testBeatReports(t *testing.T, h Harness) {
@@ -163,10 +186,50 @@ func testBeatClosed(t *testing.T, h Harness) {
 	if _, err := b.InstanceStatuses(ctx); !errors.Is(err, varplane.ErrClosed) {
 		t.Errorf("InstanceStatuses after Close = %v, want ErrClosed", err)
 	}
+	if err := b.DeleteStatus(ctx, "pod-a"); !errors.Is(err, varplane.ErrClosed) {
+		t.Errorf("DeleteStatus after Close = %v, want ErrClosed", err)
+	}
 	if err := b.WriteCanaryReport(ctx, "w-1", "pod-a", []byte(`{}`)); !errors.Is(err, varplane.ErrClosed) {
 		t.Errorf("WriteCanaryReport after Close = %v, want ErrClosed", err)
 	}
 	if _, err := b.CanaryReports(ctx, "w-1"); !errors.Is(err, varplane.ErrClosed) {
 		t.Errorf("CanaryReports after Close = %v, want ErrClosed", err)
+	}
+}
+
+// StatusWrittenAt is the JSON of a status of instance id written at at, as
+// a store's own expiry test writes one with an old writtenAt.
+func StatusWrittenAt(id string, at time.Time) []byte {
+	b, _ := json.Marshal(varplane.InstanceStatus{Instance: id, WrittenAt: at, Documents: []varplane.InstanceDocument{}})
+	return b
+}
+
+// WantHeldStatuses fails t unless r answers exactly the statuses want (by
+// instance id, byte for byte) through InstanceStatuses and, when it pages
+// (varplane.StatusPager), through one page of them.
+func WantHeldStatuses(t testing.TB, r varplane.StatusReader, want map[string][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := r.InstanceStatuses(ctx)
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("statuses = %q, %v; want %q", got, err, want)
+	}
+	for id, v := range want {
+		if string(got[id]) != string(v) {
+			t.Fatalf("status of %s = %q, want %q", id, got[id], v)
+		}
+	}
+	p, ok := r.(varplane.StatusPager)
+	if !ok {
+		return
+	}
+	page, _, err := p.InstanceStatusPage(ctx, "", varplane.MaxStatusPage)
+	if err != nil || len(page) != len(want) {
+		t.Fatalf("status page = %+v, %v; want %d statuses", page, err, len(want))
+	}
+	for _, v := range page {
+		if string(want[v.ID]) != string(v.Value) {
+			t.Fatalf("status page: %s = %q, want %q", v.ID, v.Value, want[v.ID])
+		}
 	}
 }

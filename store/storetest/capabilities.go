@@ -24,10 +24,11 @@ func testCapabilities(t *testing.T, h Harness) {
 	// another would lose what one side wrote.
 	_, w1 := s.(varplane.StatusWriter)
 	_, r1 := s.(varplane.StatusReader)
+	_, d1 := s.(varplane.StatusDeleter)
 	_, w2 := s.(varplane.ReportWriter)
 	_, r2 := s.(varplane.ReportReader)
-	if _, whole := s.(varplane.HeartbeatStore); (w1 || r1 || w2 || r2) && !whole {
-		t.Errorf("the %s store has part of varplane.HeartbeatStore (StatusWriter %v, StatusReader %v, ReportWriter %v, ReportReader %v), not all of it", s.Name(), w1, r1, w2, r2)
+	if _, whole := s.(varplane.HeartbeatStore); (w1 || r1 || d1 || w2 || r2) && !whole {
+		t.Errorf("the %s store has part of varplane.HeartbeatStore (StatusWriter %v, StatusReader %v, StatusDeleter %v, ReportWriter %v, ReportReader %v), not all of it", s.Name(), w1, r1, d1, w2, r2)
 	}
 	if _, fin := s.(varplane.ReclaimFinisher); fin {
 		if _, ok := s.(varplane.Reclaimer); !ok {
