@@ -86,14 +86,7 @@ func TestPausedStoreWrites(t *testing.T) {
 		// would only make CI's race step a minute longer.
 		t.Skip("runs without the race detector (CI's go test ./... runs it)")
 	}
-	srv := redistest.StartServer(t)
-	ops := []struct {
-		name  string
-		setup func(p *promisePlane) (method, target, body string)
-		// finish, when set, is what a repeat of the write after an
-		// outcome-unknown answer must find in the store.
-		finish func(t *testing.T, v storeView)
-	}{
+	ops := []pausedOp{
 		{name: "publish", setup: func(*promisePlane) (string, string, string) {
 			return "POST", "/vars/admin/publish", `{"scope":"app.a","document":{"x":1},"expectedGeneration":0}`
 		}},
@@ -144,16 +137,40 @@ func TestPausedStoreWrites(t *testing.T) {
 				continue
 			}
 			setup := c.setup
-			ops = append(ops, struct {
-				name   string
-				setup  func(p *promisePlane) (method, target, body string)
-				finish func(t *testing.T, v storeView)
-			}{name: key + "/" + c.name, setup: func(p *promisePlane) (string, string, string) {
+			ops = append(ops, pausedOp{name: key + "/" + c.name, setup: func(p *promisePlane) (string, string, string) {
 				target, body := setup(p)
 				return method, target, body
 			}})
 		}
 	}
+	// Each pause stops a whole Redis server and most cases wait for the
+	// store's timeout, so the cases are split over two private servers
+	// run side by side.
+	const servers = 2
+	for g := range servers {
+		var mine []pausedOp
+		for i := g; i < len(ops); i += servers {
+			mine = append(mine, ops[i])
+		}
+		t.Run(fmt.Sprintf("redis%d", g), func(t *testing.T) {
+			t.Parallel()
+			pausedWrites(t, redistest.StartServer(t), mine)
+		})
+	}
+}
+
+// pausedOp is one write TestPausedStoreWrites pauses Redis around.
+type pausedOp struct {
+	name  string
+	setup func(p *promisePlane) (method, target, body string)
+	// finish, when set, is what a repeat of the write after an
+	// outcome-unknown answer must find in the store.
+	finish func(t *testing.T, v storeView)
+}
+
+// pausedWrites runs TestPausedStoreWrites's cases of ops on srv, one at a
+// time.
+func pausedWrites(t *testing.T, srv *redistest.Server, ops []pausedOp) {
 	ctx := context.Background()
 	run := 0
 	// plane starts a handler over a fresh prefix of srv, set up for op.

@@ -103,6 +103,7 @@ type detail struct {
 // string, number and object flags, sees a change after a publish, and gets
 // the protocol's errors.
 func TestOFREPNodeProviders(t *testing.T) {
+	t.Parallel() // its own servers, store and files: it waits mostly on them
 	dir := npmInstall(t)
 	s, rev1 := ofrepServer(t)
 
@@ -272,6 +273,7 @@ func docBlock(t *testing.T, re *regexp.Regexp) string {
 // docs/openfeature.md against the server binary: both print the flags'
 // values.
 func TestOpenFeatureDocExamples(t *testing.T) {
+	t.Parallel() // its own servers, store and files: it waits mostly on them
 	dir := npmInstall(t)
 	s, _ := ofrepServer(t)
 	const want = "enabled: true, rps: 5"

@@ -32,6 +32,7 @@ import (
 // person (a token that may not change the scope is refused) and every
 // replica is back on the head.
 func TestRolloutFleet(t *testing.T) {
+	t.Parallel() // its own servers, store and files: it waits mostly on them
 	r := newPrivateRedis(t)
 	const prefix = "e2eroll"
 	u := r.url(prefix)
@@ -51,6 +52,7 @@ func TestRolloutFleet(t *testing.T) {
 // planes are processes on one schema, the fleet embedded instances (read
 // replicas are Redis's).
 func TestRolloutFleetPostgres(t *testing.T) {
+	t.Parallel() // its own servers, store and files: it waits mostly on them
 	u := postgresSchemaURL(t)
 	rolloutFleet(t, []string{"--store", u}, nil, func() varplane.Store {
 		s, err := postgres.Open(context.Background(), u, postgres.Options{})
