@@ -153,6 +153,11 @@ func TestRolloutCompletes(t *testing.T) {
 			if err := e.svc.RolloutPass(ctx, "p"); err != nil {
 				t.Fatal(err)
 			}
+			// The pass moved the rollout to its last step (so that a wait
+			// below that times out is the instances', not the pass's).
+			if got, err := e.svc.GetRollout(ctx, r.ID); err != nil || got.Step != 1 {
+				t.Fatalf("after the first bake the rollout is at step %d (%v), want 1: %+v", got.Step, err, got)
+			}
 			serves(t, f, scope, func(int) float64 { return 2 })
 			if h := headOf(t, e, scope); h.Generation != 1 {
 				t.Fatalf("the head moved to %d before the last step baked", h.Generation)
