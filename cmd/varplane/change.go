@@ -216,23 +216,11 @@ func currentGeneration(ctx context.Context, a *client.Admin, scope string) (uint
 // transition is show (GET) and the transitions that take only a note.
 func (c *ChangeCommand) transition(ctx context.Context, sub string, args []string) error {
 	var cf clientFlags
-	fs := c.flags(sub, "ID [flags]", sub+" a change request.", &cf)
-	note := new(string)
-	if sub != "show" {
-		fs.StringVar(note, "note", "", "a note recorded with the transition")
-	}
-	id, args := firstArg(args)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := requireFlag("change id (the first argument)", id); err != nil {
-		return err
-	}
-	a, err := cf.admin(c.m)
+	id, note, a, err := c.m.idAndNote(&cf, "change", sub, "a change request", args)
 	if err != nil {
 		return err
 	}
-	ch, err := showOrAct(ctx, a, "changes", id, sub, *note)
+	ch, err := showOrAct(ctx, a, "changes", id, sub, note)
 	if sub == "publish" {
 		// A change's publish has no idempotency key or expected
 		// generation to repeat with: repeating it is what finishes it.
@@ -246,6 +234,26 @@ func (c *ChangeCommand) transition(ctx context.Context, sub string, args []strin
 		return err
 	}
 	return c.showReports(ctx, a, ch)
+}
+
+// idAndNote parses the arguments of `varplane NOUN SUB ID [--note N]`
+// (show, or a transition that takes only a note): the ID, the note (none
+// for show), and the client of cf's flags. Changes and rollouts share it.
+func (m *Main) idAndNote(cf *clientFlags, noun, sub, what string, args []string) (id, note string, a *client.Admin, err error) {
+	fs := m.newFlagSet(noun+" "+sub, "ID [flags]", sub+" "+what+".")
+	cf.register(fs, m.Getenv)
+	if sub != "show" {
+		fs.StringVar(&note, "note", "", "a note recorded with the "+noun+"'s event")
+	}
+	id, args = firstArg(args)
+	if err := parseFlags(fs, args); err != nil {
+		return "", "", nil, err
+	}
+	if err := requireFlag(noun+" id (the first argument)", id); err != nil {
+		return "", "", nil, err
+	}
+	a, err = cf.admin(m)
+	return id, note, a, err
 }
 
 // showOrAct reads the control API's object /control/{collection}/{id}

@@ -133,24 +133,11 @@ func (c *RolloutCommand) list(ctx context.Context, args []string) error {
 
 func (c *RolloutCommand) one(ctx context.Context, sub string, args []string) error {
 	var cf clientFlags
-	fs := c.m.newFlagSet("rollout "+sub, "ID [flags]", sub+" a rollout.")
-	cf.register(fs, c.m.Getenv)
-	note := new(string)
-	if sub != "show" {
-		fs.StringVar(note, "note", "", "a note recorded with the event")
-	}
-	id, args := firstArg(args)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := requireFlag("rollout id (the first argument)", id); err != nil {
-		return err
-	}
-	a, err := cf.admin(c.m)
+	id, note, a, err := c.m.idAndNote(&cf, "rollout", sub, "a rollout", args)
 	if err != nil {
 		return err
 	}
-	out, err := showOrAct(ctx, a, "rollouts", id, sub, *note)
+	out, err := showOrAct(ctx, a, "rollouts", id, sub, note)
 	if err != nil {
 		return classify(ctx, err)
 	}
