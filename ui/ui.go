@@ -44,13 +44,13 @@ type Options struct {
 	Limits varplane.Limits
 	// Logger receives the console's own failures; never a token.
 	Logger *slog.Logger
-	// MaxSessions bounds the session table (default 1024) and
-	// MaxSessionsPerIdentity the sessions of one identity (default
+	// MaxSessions bounds the session table (default DefaultMaxSessions)
+	// and MaxSessionsPerIdentity the sessions of one identity (default
 	// DefaultMaxSessionsPerIdentity): an identity at its cap that signs in
 	// again ends its own oldest session, never another identity's, and a
 	// sign-in to a table full of other identities' sessions is refused
 	// (503 too-many-subscribers, limit max-sessions). SessionTTL is a
-	// session's lifetime from sign-in (default 8h); a session whose token
+	// session's lifetime from sign-in (default DefaultSessionTTL); a session whose token
 	// the authorizer no longer accepts ends at its next request.
 	MaxSessions            int
 	MaxSessionsPerIdentity int
@@ -77,10 +77,14 @@ const (
 	signinCookie = "varplane_signin"
 )
 
-// DefaultMaxSessionsPerIdentity is the default of
-// Options.MaxSessionsPerIdentity: sixteen browsers of one identity, so that
-// it takes 64 identities to fill the default table.
-const DefaultMaxSessionsPerIdentity = 16
+// The defaults of Options' session bounds: sixteen browsers of one
+// identity, so that it takes 64 identities to fill the default table, and
+// a working day's sign-in.
+const (
+	DefaultMaxSessions            = 1024
+	DefaultMaxSessionsPerIdentity = 16
+	DefaultSessionTTL             = 8 * time.Hour
+)
 
 // New returns the console for opts.
 func New(opts Options) *Handler {
@@ -96,13 +100,13 @@ func New(opts Options) *Handler {
 		opts.Logger = slog.Default()
 	}
 	if opts.MaxSessions <= 0 {
-		opts.MaxSessions = 1024
+		opts.MaxSessions = DefaultMaxSessions
 	}
 	if opts.MaxSessionsPerIdentity <= 0 {
 		opts.MaxSessionsPerIdentity = DefaultMaxSessionsPerIdentity
 	}
 	if opts.SessionTTL <= 0 {
-		opts.SessionTTL = 8 * time.Hour
+		opts.SessionTTL = DefaultSessionTTL
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 5 * time.Second

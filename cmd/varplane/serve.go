@@ -105,6 +105,10 @@ type serveConfig struct {
 	grpc            rpc.GRPCOptions
 	reclaimInterval time.Duration // --reclaim-interval
 	policy          policyFlags   // the retention policy
+
+	// --ui-max-sessions, --ui-max-sessions-per-identity, --ui-session-ttl
+	uiSessions, uiSessionsPerIdentity int
+	uiSessionTTL                      time.Duration
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.
@@ -164,6 +168,9 @@ Stores (--store):
 	cfg.redis.register(fs)
 	cfg.tls.register(fs, c.m.Getenv)
 	fs.BoolVar(&cfg.ui, "ui", true, "serve the operator console at /ui/ (sign in with an API token)")
+	fs.IntVar(&cfg.uiSessions, "ui-max-sessions", ui.DefaultMaxSessions, "most console sessions at once; a sign-in to a table full of other identities' sessions is 503 too-many-subscribers")
+	fs.IntVar(&cfg.uiSessionsPerIdentity, "ui-max-sessions-per-identity", ui.DefaultMaxSessionsPerIdentity, "most console sessions of one identity; its next sign-in ends its own oldest session")
+	fs.DurationVar(&cfg.uiSessionTTL, "ui-session-ttl", ui.DefaultSessionTTL, "how long a console session lasts from its sign-in")
 	fs.BoolVar(&cfg.control, "control", true, "serve the control API under {base}/control (reviewed changes, review policies, paged history, diff)")
 	fs.DurationVar(&cfg.changeExpiry, "change-expiry", control.DefaultExpireAfter, "how long after it was proposed an open change request expires")
 	fs.Var(&cfg.checks, "check", "NAME=URL: a check webhook every proposed change is posted to (repeatable); it answers the issues it finds and the heads it read, which are compared again after each publish (env VARPLANE_CHECK_TOKEN: a bearer token sent to it)")
@@ -261,6 +268,9 @@ func (cfg *serveConfig) check() (err error) {
 	}
 	if cfg.maxSubs <= 0 {
 		return usagef("--max-subscribers must be positive")
+	}
+	if cfg.uiSessions <= 0 || cfg.uiSessionsPerIdentity <= 0 || cfg.uiSessionTTL <= 0 {
+		return usagef("--ui-max-sessions, --ui-max-sessions-per-identity and --ui-session-ttl must be positive")
 	}
 	if cfg.streamMemory < 0 || cfg.recheckInterval <= 0 {
 		return usagef("--stream-memory-bytes must not be negative, and --stream-recheck-interval must be positive")
@@ -433,7 +443,8 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		collectors = append(collectors, runner.Collector())
 	}
 	if cfg.ui {
-		api.Mount(consolePath+"/", ui.New(ui.Options{API: api, Base: base, Prefix: consolePath, Authorizer: authz, Limits: engine.Limits(), Logger: log}))
+		api.Mount(consolePath+"/", ui.New(ui.Options{API: api, Base: base, Prefix: consolePath, Authorizer: authz, Limits: engine.Limits(), Logger: log,
+			MaxSessions: cfg.uiSessions, MaxSessionsPerIdentity: cfg.uiSessionsPerIdentity, SessionTTL: cfg.uiSessionTTL}))
 		api.Mount(consolePath, http.RedirectHandler(consolePath+"/", http.StatusMovedPermanently))
 		log.Info("operator console served", "path", consolePath+"/")
 	}

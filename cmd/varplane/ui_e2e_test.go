@@ -124,3 +124,73 @@ func TestServeConfigurationPage(t *testing.T) {
 	}
 	expect(t, call(t, "GET", off.URL+"/configuration/values/dummies.dummy/", nil), 200, "")
 }
+
+// TestServeUISessionFlags: --ui-max-sessions and
+// --ui-max-sessions-per-identity bound the console's session table
+// through the real server (an identity at its cap ends its own oldest
+// session; a table full of other identities' sessions refuses a sign-in
+// 503 too-many-subscribers, limit max-sessions), and a value that is not
+// positive is a usage error before anything is opened.
+func TestServeUISessionFlags(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("ta id=a\ntb id=b\ntc id=c\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "--store", "memory:", "--tokens", tokens, "--ui-max-sessions", "2", "--ui-max-sessions-per-identity", "1")
+	signIn := func(token string) (*http.Client, *http.Response) {
+		t.Helper()
+		jar, _ := cookiejar.New(nil)
+		c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.Get(s.URL + "/ui/signin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp, err = c.PostForm(s.URL+"/ui/signin", url.Values{"csrf": {uiCSRF.FindStringSubmatch(string(page))[1]}, "token": {token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return c, resp
+	}
+	signedIn := func(c *http.Client) bool {
+		t.Helper()
+		resp, err := c.Get(s.URL + "/ui/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	a1, resp := signIn("ta")
+	if resp.StatusCode != http.StatusSeeOther || !signedIn(a1) {
+		t.Fatalf("first sign-in of a: %d", resp.StatusCode)
+	}
+	a2, _ := signIn("ta")
+	if !signedIn(a2) || signedIn(a1) {
+		t.Fatal("a's second sign-in did not end its first session at --ui-max-sessions-per-identity 1")
+	}
+	b, _ := signIn("tb")
+	if !signedIn(b) || !signedIn(a2) {
+		t.Fatal("b's sign-in into a table with room ended a session or failed")
+	}
+	_, resp = signIn("tc")
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("c's sign-in into a full table: %d, want 503", resp.StatusCode)
+	}
+	if !signedIn(a2) || !signedIn(b) {
+		t.Fatal("a refused sign-in ended another identity's session")
+	}
+
+	for _, args := range [][]string{
+		{"--ui-max-sessions", "0"},
+		{"--ui-max-sessions-per-identity", "-1"},
+		{"--ui-session-ttl", "0s"},
+	} {
+		r := runCLI(t, nil, "", append([]string{"serve", "--store", "memory:", "--addr", "127.0.0.1:0"}, args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "--ui-max-sessions, --ui-max-sessions-per-identity and --ui-session-ttl must be positive") {
+			t.Fatalf("serve %v: exit %d, %s", args, r.code, r.stderr)
+		}
+	}
+}
