@@ -19,13 +19,17 @@ import (
 // version of what it read.
 type RolloutPicker struct {
 	engine *Engine
-	read   atomic.Pointer[pickerRead]
-	mu     sync.Mutex // one reading of RolloutScope at a time
+	read   atomic.Pointer[RolloutReading]
+	mu     sync.Mutex // one reading of RolloutScope built at a time
 }
 
-// pickerRead is one reading of RolloutScope: the rollouts in progress and
-// the heads of their revisions, built on first use.
-type pickerRead struct {
+// RolloutReading is one reading of RolloutScope: the rollouts in progress
+// and the heads of their revisions, built on first use. A request that
+// evaluates several flags picks every one from the same reading, so that
+// a rollout's step moving during the request never serves two flags of
+// one scope from two revisions.
+type RolloutReading struct {
+	store      Store
 	generation Generation
 	staged     StagedRollouts
 	mu         sync.Mutex
@@ -35,67 +39,102 @@ type pickerRead struct {
 // NewRolloutPicker returns a picker over e's store.
 func NewRolloutPicker(e *Engine) *RolloutPicker { return &RolloutPicker{engine: e} }
 
+// Pick is Reading followed by the reading's Pick: for a single evaluation.
+func (p *RolloutPicker) Pick(ctx context.Context, head *Head, targetingKey string) (*Head, bool, error) {
+	if head == nil || targetingKey == "" {
+		return head, false, nil
+	}
+	rd, err := p.Reading(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	return rd.Pick(ctx, head, targetingKey)
+}
+
+// Reading returns the rollouts in progress as the store holds them now.
+func (p *RolloutPicker) Reading(ctx context.Context) (*RolloutReading, error) {
+	st, err := p.engine.store.State(ctx, RolloutScope)
+	if err != nil {
+		return nil, err
+	}
+	return p.readingAt(st.Generation, st.Head), nil
+}
+
+// ReadingOf returns the reading of head, RolloutScope's head as a request
+// read it together with the scopes it evaluates (Engine.Heads), so that
+// the rollouts and the heads are of one view; nil is no rollouts.
+func (p *RolloutPicker) ReadingOf(head *Head) *RolloutReading {
+	if head == nil {
+		return &RolloutReading{store: p.engine.store}
+	}
+	return p.readingAt(head.Generation, head)
+}
+
+// PickerOf is ReadingOf's Pick, as httpapi.Rollouts takes it.
+func (p *RolloutPicker) PickerOf(head *Head) func(context.Context, *Head, string) (*Head, bool, error) {
+	return p.ReadingOf(head).Pick
+}
+
+// readingAt returns the reading of RolloutScope at generation gen, whose
+// head is head: the one kept when it is of gen, else a new one, kept when
+// it is newer than the one kept.
+func (p *RolloutPicker) readingAt(gen Generation, head *Head) *RolloutReading {
+	if rd := p.read.Load(); rd != nil && rd.generation == gen {
+		return rd
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rd := p.read.Load(); rd != nil && rd.generation == gen {
+		return rd
+	}
+	rd := &RolloutReading{store: p.engine.store, generation: gen, heads: map[string]*Head{}}
+	if head != nil {
+		if err := json.Unmarshal(head.Document, &rd.staged); err != nil {
+			rd.staged.Rollouts = nil
+		}
+	}
+	if cur := p.read.Load(); cur == nil || cur.generation < gen {
+		p.read.Store(rd)
+	}
+	return rd
+}
+
 // Pick returns what an evaluation of head's scope for targetingKey serves:
 // the revision of the scope's running rollout, as generation Base+1, when
 // head is still the rollout's base and the rollout's step selects the key
 // (split true); head itself otherwise, and always without a key (the head
 // is what a reader that names no entity is served). A rollouts document
 // that does not decode serves the head, as the embedded instance does.
-func (p *RolloutPicker) Pick(ctx context.Context, head *Head, targetingKey string) (*Head, bool, error) {
+func (rd *RolloutReading) Pick(ctx context.Context, head *Head, targetingKey string) (*Head, bool, error) {
 	if head == nil || targetingKey == "" {
 		return head, false, nil
-	}
-	rd, err := p.current(ctx)
-	if err != nil {
-		return nil, false, err
 	}
 	r, ok := rd.staged.Of(head.Scope)
 	if !ok || head.Generation != r.Base || !r.Target().Key(targetingKey, nil) {
 		return head, false, nil
 	}
-	h, err := rd.head(ctx, p.engine.store, r)
+	h, err := rd.head(ctx, r)
 	if err != nil {
 		return nil, false, err
 	}
 	return h, true, nil
 }
 
-// current returns the reading of RolloutScope as the store holds it now.
-func (p *RolloutPicker) current(ctx context.Context) (*pickerRead, error) {
-	st, err := p.engine.store.State(ctx, RolloutScope)
-	if err != nil {
-		return nil, err
-	}
-	if rd := p.read.Load(); rd != nil && rd.generation == st.Generation {
-		return rd, nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if rd := p.read.Load(); rd != nil && rd.generation >= st.Generation {
-		return rd, nil
-	}
-	rd := &pickerRead{generation: st.Generation, heads: map[string]*Head{}}
-	if st.Head != nil {
-		if err := json.Unmarshal(st.Head.Document, &rd.staged); err != nil {
-			rd.staged.Rollouts = nil
-		}
-	}
-	p.read.Store(rd)
-	return rd, nil
-}
-
 // head returns the head of r's revision, reading its record once.
-func (rd *pickerRead) head(ctx context.Context, s Store, r StagedRollout) (*Head, error) {
+func (rd *RolloutReading) head(ctx context.Context, r StagedRollout) (*Head, error) {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
 	if h := rd.heads[r.ID]; h != nil {
 		return h, nil
 	}
-	rec, err := s.Revision(ctx, r.Scope, r.Revision)
+	rec, err := rd.store.Revision(ctx, r.Scope, r.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("rollout %s of %q: revision %s: %w", r.ID, r.Scope, r.Revision, err)
 	}
 	h := NewHead(&Event{Kind: EventActivated, Scope: r.Scope, Revision: r.Revision, Generation: r.Base + 1, Timestamp: r.StepStartedAt}, rec)
+	if rd.heads == nil {
+		rd.heads = map[string]*Head{}
+	}
 	rd.heads[r.ID] = h
 	return h, nil
 }

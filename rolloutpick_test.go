@@ -116,3 +116,40 @@ func TestRolloutPickerAgreesWithTheInstanceRule(t *testing.T) {
 		}
 	})
 }
+
+// TestRolloutReadingHolds: a reading keeps answering what it read while
+// RolloutScope moves on (a request's flags are picked from one reading);
+// the picker's next reading, and ReadingOf the new head, see the move;
+// ReadingOf nil (no rollouts document) picks the head.
+func TestRolloutReadingHolds(t *testing.T) {
+	ctx := context.Background()
+	e := varplane.NewEngine(memory.New(), varplane.Options{})
+	if _, err := e.Publish(ctx, varplane.PublishRequest{Scope: "app.f", Document: json.RawMessage(`{"v":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := e.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: "app.f", Document: json.RawMessage(`{"v":2}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, _ := e.Head(ctx, "app.f")
+	p := varplane.NewRolloutPicker(e)
+	if _, split, err := p.ReadingOf(nil).Pick(ctx, head, "k"); err != nil || split {
+		t.Fatalf("no rollouts document: split %v %v", split, err)
+	}
+	stageRollout(t, e, 0, varplane.StagedRollout{ID: "ro1", Scope: "app.f", Revision: created.Revision, Base: 1, State: varplane.RolloutRunning, Share: rollout.Full})
+	rd, err := p.Reading(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stageRollout(t, e, 1)
+	if got, split, err := rd.Pick(ctx, head, "k"); err != nil || !split || got.Revision != created.Revision {
+		t.Fatalf("the reading taken before the rollout ended: %+v split %v %v", got, split, err)
+	}
+	if _, split, err := p.Pick(ctx, head, "k"); err != nil || split {
+		t.Fatalf("a new reading after the rollout ended: split %v %v", split, err)
+	}
+	now, _ := e.Head(ctx, varplane.RolloutScope)
+	if _, split, _ := p.ReadingOf(now).Pick(ctx, head, "k"); split {
+		t.Fatal("ReadingOf the rollouts' new head still splits")
+	}
+}

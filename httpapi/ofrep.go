@@ -30,15 +30,24 @@ import (
 // until a rollout mechanism plugs in; without one every evaluation serves
 // the scope's head.
 type Rollouts interface {
-	// Pick returns the head to serve for head's scope and the evaluation
+	// PickerOf returns what one request picks each of its flags with.
+	// rolloutHead is varplane.RolloutScope's head (nil: none) as the
+	// request read it together with its flags' scopes (Engine.Heads), so
+	// that the rollouts and the heads are one view and every flag of the
+	// request is picked from one reading of the rollouts in progress.
+	//
+	// pick returns the head to serve for head's scope and the evaluation
 	// context's targeting key ("" when the context has none), and split
 	// true when a rollout chose it. A scope under no rollout returns head
 	// itself. A scope whose rollout needs a targeting key and got none
 	// returns an error of code varplane.CodeTargetingKeyMissing; head is
-	// the one snapshot of the request, and Pick must not read another head
+	// the one snapshot of the request, and pick must not read another head
 	// of the scope.
-	Pick(ctx context.Context, head *varplane.Head, targetingKey string) (picked *varplane.Head, split bool, err error)
+	PickerOf(rolloutHead *varplane.Head) (pick func(ctx context.Context, head *varplane.Head, targetingKey string) (picked *varplane.Head, split bool, err error))
 }
+
+// picker is what one request picks its flags with (Rollouts.PickerOf).
+type picker = func(ctx context.Context, head *varplane.Head, targetingKey string) (*varplane.Head, bool, error)
 
 // MaxOFREPBulkBytes bounds the values of one bulk evaluation's answer: past
 // it the request is answered 400 INVALID_CONTEXT (limit-exceeded,
@@ -114,12 +123,12 @@ func (h *Handler) handleOFREPFlag(w http.ResponseWriter, r *http.Request) {
 		wire.WriteOFREPError(w, r, h.log, key, err)
 		return
 	}
-	heads, err := h.engine.Heads(r.Context(), []varplane.Scope{fk.Scope})
+	heads, rd, err := h.flagHeads(r.Context(), []varplane.Scope{fk.Scope})
 	if err != nil {
 		wire.WriteOFREPError(w, r, h.log, key, err)
 		return
 	}
-	ev, err := h.evaluate(r.Context(), key, fk, heads[0], oc.TargetingKey)
+	ev, err := h.evaluate(r.Context(), key, fk, heads[0], oc.TargetingKey, rd)
 	if err != nil {
 		wire.WriteOFREPError(w, r, h.log, key, err)
 		return
@@ -136,15 +145,33 @@ type evaluation struct {
 	split bool
 }
 
+// flagHeads reads the heads of scopes as one view (Engine.Heads) and,
+// with Options.Rollouts, the rollouts in progress in the same view: every
+// flag of the request is picked with the one picker it returns (nil: no
+// rollouts to pick from).
+func (h *Handler) flagHeads(ctx context.Context, scopes []varplane.Scope) ([]*varplane.Head, picker, error) {
+	if h.rollouts == nil {
+		heads, err := h.engine.Heads(ctx, scopes)
+		return heads, nil, err
+	}
+	heads, err := h.engine.Heads(ctx, append(scopes[:len(scopes):len(scopes)], varplane.RolloutScope))
+	if err != nil {
+		return nil, nil, err
+	}
+	n := len(heads) - 1
+	return heads[:n], h.rollouts.PickerOf(heads[n]), nil
+}
+
 // evaluate evaluates fk against head, the request's snapshot of its scope
-// (nil: no head).
-func (h *Handler) evaluate(ctx context.Context, key string, fk wire.FlagKey, head *varplane.Head, targetingKey string) (evaluation, error) {
+// (nil: no head), picked with pick, the request's picker (nil: no
+// rollouts).
+func (h *Handler) evaluate(ctx context.Context, key string, fk wire.FlagKey, head *varplane.Head, targetingKey string, pick picker) (evaluation, error) {
 	if head == nil {
 		return evaluation{}, &varplane.Error{Code: varplane.CodeNoHead, Message: "no such flag: its scope has no active head"}
 	}
 	split := false
-	if h.rollouts != nil {
-		picked, s, err := h.rollouts.Pick(ctx, head, targetingKey)
+	if pick != nil {
+		picked, s, err := pick(ctx, head, targetingKey)
 		if err != nil {
 			return evaluation{}, err
 		}
@@ -223,7 +250,7 @@ func (h *Handler) handleOFREPBulk(w http.ResponseWriter, r *http.Request) {
 			scopes = append(scopes, fks[i].Scope)
 		}
 	}
-	heads, err := h.engine.Heads(r.Context(), scopes)
+	heads, rd, err := h.flagHeads(r.Context(), scopes)
 	if err != nil {
 		wire.WriteOFREPError(w, r, h.log, "", err)
 		return
@@ -232,7 +259,7 @@ func (h *Handler) handleOFREPBulk(w http.ResponseWriter, r *http.Request) {
 	digest := sha256.New()
 	for i := range fks {
 		if items[i].err == nil {
-			items[i].ev, items[i].err = h.evaluate(r.Context(), keys[i], fks[i], heads[j], oc.TargetingKey)
+			items[i].ev, items[i].err = h.evaluate(r.Context(), keys[i], fks[i], heads[j], oc.TargetingKey, rd)
 			j++
 		}
 		it := &items[i]

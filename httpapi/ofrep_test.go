@@ -280,7 +280,11 @@ func TestOFREPBulkBounds(t *testing.T) {
 // targeting key; the key "b" is in the rollout's split.
 type fakeRollouts struct{ calls int }
 
-func (f *fakeRollouts) Pick(_ context.Context, head *varplane.Head, key string) (*varplane.Head, bool, error) {
+func (f *fakeRollouts) PickerOf(*varplane.Head) func(context.Context, *varplane.Head, string) (*varplane.Head, bool, error) {
+	return f.pick
+}
+
+func (f *fakeRollouts) pick(_ context.Context, head *varplane.Head, key string) (*varplane.Head, bool, error) {
 	f.calls++
 	if !strings.HasPrefix(string(head.Scope), "r.") {
 		return head, false, nil
