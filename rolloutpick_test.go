@@ -25,12 +25,10 @@ func stageRollout(t interface{ Fatal(...any) }, e *varplane.Engine, expected var
 	}
 }
 
-// TestRolloutPicker: a key the step selects is served the rollout's
-// revision as generation base+1 (split), one it does not select the head,
-// a request without a key the head; a rollout on another base, paused or
-// ended, or on another scope changes nothing; a new reading of the
-// rollouts (the step grew) is picked up.
-func TestRolloutPicker(t *testing.T) {
+// pickerFixture is an engine whose scope app.f has head {"v":1} at
+// generation 1 and a created revision {"v":2}, which it returns.
+func pickerFixture(t *testing.T) (*varplane.Engine, varplane.CreateRevisionResult) {
+	t.Helper()
 	ctx := context.Background()
 	e := varplane.NewEngine(memory.New(), varplane.Options{})
 	if _, err := e.Publish(ctx, varplane.PublishRequest{Scope: "app.f", Document: json.RawMessage(`{"v":1}`)}); err != nil {
@@ -40,6 +38,17 @@ func TestRolloutPicker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e, created
+}
+
+// TestRolloutPicker: a key the step selects is served the rollout's
+// revision as generation base+1 (split), one it does not select the head,
+// a request without a key the head; a rollout on another base, paused or
+// ended, or on another scope changes nothing; a new reading of the
+// rollouts (the step grew) is picked up.
+func TestRolloutPicker(t *testing.T) {
+	ctx := context.Background()
+	e, created := pickerFixture(t)
 	head, err := e.Head(ctx, "app.f")
 	if err != nil {
 		t.Fatal(err)
@@ -89,14 +98,7 @@ func TestRolloutPicker(t *testing.T) {
 // entity key), for any share.
 func TestRolloutPickerAgreesWithTheInstanceRule(t *testing.T) {
 	ctx := context.Background()
-	e := varplane.NewEngine(memory.New(), varplane.Options{})
-	if _, err := e.Publish(ctx, varplane.PublishRequest{Scope: "app.f", Document: json.RawMessage(`{"v":1}`)}); err != nil {
-		t.Fatal(err)
-	}
-	created, err := e.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: "app.f", Document: json.RawMessage(`{"v":2}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, created := pickerFixture(t)
 	head, _ := e.Head(ctx, "app.f")
 	p := varplane.NewRolloutPicker(e)
 	gen := varplane.Generation(0)
@@ -123,14 +125,7 @@ func TestRolloutPickerAgreesWithTheInstanceRule(t *testing.T) {
 // ReadingOf nil (no rollouts document) picks the head.
 func TestRolloutReadingHolds(t *testing.T) {
 	ctx := context.Background()
-	e := varplane.NewEngine(memory.New(), varplane.Options{})
-	if _, err := e.Publish(ctx, varplane.PublishRequest{Scope: "app.f", Document: json.RawMessage(`{"v":1}`)}); err != nil {
-		t.Fatal(err)
-	}
-	created, err := e.CreateRevision(ctx, varplane.CreateRevisionRequest{Scope: "app.f", Document: json.RawMessage(`{"v":2}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, created := pickerFixture(t)
 	head, _ := e.Head(ctx, "app.f")
 	p := varplane.NewRolloutPicker(e)
 	if _, split, err := p.ReadingOf(nil).Pick(ctx, head, "k"); err != nil || split {
