@@ -88,7 +88,7 @@ func (s *Store) installLocked(r installReq) (*varplane.ScopeChange, *snapshot) {
 // installAndDeliver installs every snapshot of one commit and delivers the
 // resulting Commit (if any head changed) to the listeners, under s.mu so
 // that deliveries keep install order.
-func (s *Store) installAndDeliver(kind varplane.EventKind, reqs []installReq) {
+func (s *Store) installAndDeliver(reqs []installReq) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var changes []varplane.ScopeChange
@@ -115,10 +115,14 @@ func (s *Store) installAndDeliver(kind varplane.EventKind, reqs []installReq) {
 		s.stats.watchCommits.Add(uint64(len(missed)))
 		s.watchers.Notify(missed)
 	}
-	if len(changes) == 0 || kind == varplane.EventRejected || kind == varplane.EventRevisionCreated {
+	// A create or a rejection changes no head, but the read back after
+	// one may install a head committed meanwhile: that change is
+	// delivered like any other, or nothing would (its own notification,
+	// or the next pass, finds it installed already).
+	if len(changes) == 0 {
 		return
 	}
-	kind = replica.CommitKind(changes)
+	kind := replica.CommitKind(changes)
 	s.stats.watchCommits.Add(1)
 	s.watchers.Notify([]varplane.Commit{{Kind: kind, Scope: changes[0].Scope, Changes: changes}})
 }

@@ -47,7 +47,7 @@ type nextProbe struct {
 // (refreshAs).
 func (s *Store) followActivations(ctx context.Context, kind varplane.EventKind, each bool, lines map[varplane.Scope]announced, scopes []varplane.Scope) error {
 	if kind != varplane.EventActivated || (!each && len(scopes) > 1) {
-		return s.refreshAs(ctx, kind, each, scopes...)
+		return s.refreshAs(ctx, each, scopes...)
 	}
 	var next []nextProbe
 	var rest []varplane.Scope
@@ -67,16 +67,16 @@ func (s *Store) followActivations(ctx context.Context, kind varplane.EventKind, 
 		s.stats.logFollows.Add(uint64(len(reqs)))
 		if each {
 			for i := range reqs {
-				s.installAndDeliver(kind, reqs[i:i+1])
+				s.installAndDeliver(reqs[i : i+1])
 			}
 		} else {
-			s.installAndDeliver(kind, reqs)
+			s.installAndDeliver(reqs)
 		}
 	}
 	if len(rest) == 0 {
 		return nil
 	}
-	return s.refreshAs(ctx, kind, each, rest...)
+	return s.refreshAs(ctx, each, rest...)
 }
 
 // announced is a notification line's row version and generation, parsed

@@ -175,7 +175,7 @@ const passChunk = 1000
 func (s *Store) revalidatePass() {
 	start := time.Now()
 	s.stats.passes.Add(1)
-	s.follow.RetryPending(func(sc varplane.Scope) error { return s.refresh(s.ctx, "", sc) })
+	s.follow.RetryPending(func(sc varplane.Scope) error { return s.refresh(s.ctx, sc) })
 	scopes := s.installedScopes()
 	for i := 0; i < len(scopes) && s.ctx.Err() == nil; i += passChunk {
 		s.confirm(scopes[i:min(i+passChunk, len(scopes))])
@@ -228,7 +228,7 @@ func (s *Store) confirm(scopes []varplane.Scope) {
 		s.stats.confirmChanged.Add(1)
 		reqs := []installReq{{scope: p.scope, snap: snap, seq: seqs[p.scope]}}
 		s.fillGaps(s.ctx, reqs)
-		s.installAndDeliver(varplane.EventActivated, reqs)
+		s.installAndDeliver(reqs)
 	}
 }
 

@@ -237,3 +237,13 @@ func TestOwnCommitAfterUnseenOnes(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleReplicaDelivers: a head that one of B's own writes (a create, a
+// rejection) reads back, committed meanwhile through A, is delivered to
+// B's Watch, B not following A (storetest.StaleReplicaDelivers).
+func TestStaleReplicaDelivers(t *testing.T) {
+	u := freshSchema(t, sharedURL(t))
+	a := openStore(t, u, Options{})
+	b := openStore(t, u, Options{noListen: true, RevalidateInterval: 5 * time.Minute})
+	storetest.StaleReplicaDelivers(t, a, b)
+}

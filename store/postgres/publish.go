@@ -92,13 +92,13 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	}
 	if err != nil {
 		s.log.Warn("postgres store: published, but the reply cannot be read; reloading", "scope", string(a.Scope), "err", err)
-		s.refreshAfterCommit(ctx, varplane.EventActivated, a.Scope)
+		s.refreshAfterCommit(ctx, a.Scope)
 		return wasNew, nil
 	}
 	snap.rec = rec
 	snap.state.Head = varplane.NewHead(ev, rec)
 	reqs := []installReq{{scope: a.Scope, snap: snap, seq: ownSeq}}
 	s.fillGaps(ctx, reqs) // commits of other replicas this one had not seen yet
-	s.installAndDeliver(varplane.EventActivated, reqs)
+	s.installAndDeliver(reqs)
 	return wasNew, nil
 }

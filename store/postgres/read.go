@@ -202,13 +202,13 @@ func (s *Store) load(ctx context.Context, scope varplane.Scope) (*snapshot, erro
 
 // refresh reads scopes from the database and installs them as one commit,
 // delivering it when a generation changed.
-func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...varplane.Scope) error {
-	return s.refreshAs(ctx, kind, false, scopes...)
+func (s *Store) refresh(ctx context.Context, scopes ...varplane.Scope) error {
+	return s.refreshAs(ctx, false, scopes...)
 }
 
 // refreshAs reads scopes' heads in one query and installs them, delivering
 // them as one commit or, when each is set, one commit per scope.
-func (s *Store) refreshAs(ctx context.Context, kind varplane.EventKind, each bool, scopes ...varplane.Scope) error {
+func (s *Store) refreshAs(ctx context.Context, each bool, scopes ...varplane.Scope) error {
 	probes := make([]probe, len(scopes))
 	seqs := make([]uint64, len(scopes))
 	for i, sc := range scopes {
@@ -228,11 +228,11 @@ func (s *Store) refreshAs(ctx context.Context, kind varplane.EventKind, each boo
 	}
 	s.fillGaps(ctx, reqs)
 	if !each {
-		s.installAndDeliver(kind, reqs)
+		s.installAndDeliver(reqs)
 		return nil
 	}
 	for i := range reqs {
-		s.installAndDeliver(kind, reqs[i:i+1])
+		s.installAndDeliver(reqs[i : i+1])
 	}
 	return nil
 }

@@ -167,12 +167,12 @@ func (s *Store) installCreated(ctx context.Context, scope varplane.Scope, versio
 	}
 	cur := e.Snap.Load()
 	if version == nil || (cur.version+1 != *version && (cur.version != noRow || *version != 1)) {
-		s.refreshAfterCommit(ctx, varplane.EventRevisionCreated, scope)
+		s.refreshAfterCommit(ctx, scope)
 		return
 	}
 	st := *cur.state
 	st.Chain = l
-	s.installAndDeliver(varplane.EventRevisionCreated, []installReq{{scope: scope, snap: &snapshot{state: &st, version: *version, rec: cur.rec}, seq: ownSeq}})
+	s.installAndDeliver([]installReq{{scope: scope, snap: &snapshot{state: &st, version: *version, rec: cur.rec}, seq: ownSeq}})
 }
 
 func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
@@ -220,14 +220,14 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 	}
 	if err != nil {
 		s.log.Warn("postgres store: committed, but the reply cannot be read; reloading", "scope", string(ev.Scope), "err", err)
-		s.refreshAfterCommit(ctx, varplane.EventActivated, ev.Scope)
+		s.refreshAfterCommit(ctx, ev.Scope)
 		return nil
 	}
 	snap.rec = rec
 	snap.state.Head = varplane.NewHead(ev, rec)
 	reqs := []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}}
 	s.fillGaps(ctx, reqs) // commits of other replicas this one had not seen yet
-	s.installAndDeliver(varplane.EventActivated, reqs)
+	s.installAndDeliver(reqs)
 	return nil
 }
 
@@ -257,8 +257,8 @@ func (s *Store) ownSnapshot(scope varplane.Scope, gen varplane.Generation, versi
 
 // refreshAfterCommit reloads scopes after an own commit whose reply could
 // not be used; a failure leaves them to the next revalidation pass.
-func (s *Store) refreshAfterCommit(ctx context.Context, kind varplane.EventKind, scopes ...varplane.Scope) {
-	if err := s.refresh(ctx, kind, scopes...); err != nil {
+func (s *Store) refreshAfterCommit(ctx context.Context, scopes ...varplane.Scope) {
+	if err := s.refresh(ctx, scopes...); err != nil {
 		s.log.Warn("postgres store: committed, but the new head could not be read back; revalidation will install it",
 			"scope", string(scopes[0]), "err", err)
 		s.addPending(scopes...)
@@ -289,7 +289,7 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 	}
 	// The reply does not carry the head, so the scope is read back; the
 	// rejection is committed whether or not that read succeeds.
-	s.refreshAfterCommit(ctx, varplane.EventRejected, ev.Scope)
+	s.refreshAfterCommit(ctx, ev.Scope)
 	return nil
 }
 
@@ -376,12 +376,12 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 		for _, d := range descs {
 			scopes = append(scopes, d.Scope)
 		}
-		s.refreshAfterCommit(ctx, varplane.EventDeactivated, scopes...)
+		s.refreshAfterCommit(ctx, scopes...)
 		return nil
 	}
 	ev.Cascade = cascade
 	s.fillGaps(ctx, reqs)
-	s.installAndDeliver(varplane.EventDeactivated, reqs)
+	s.installAndDeliver(reqs)
 	return nil
 }
 

@@ -114,7 +114,7 @@ func versionLess(a, b string) bool {
 
 // installAndDeliver installs every snapshot of one commit and delivers the
 // resulting Commit (if any head changed) to the listeners, in order.
-func (s *Store) installAndDeliver(kind varplane.EventKind, snaps []installReq) {
+func (s *Store) installAndDeliver(snaps []installReq) {
 	s.mu.Lock()
 	var changes []varplane.ScopeChange
 	for _, r := range snaps {
@@ -122,11 +122,15 @@ func (s *Store) installAndDeliver(kind varplane.EventKind, snaps []installReq) {
 			changes = append(changes, *ch)
 		}
 	}
-	if len(changes) == 0 || kind == varplane.EventRejected || kind == varplane.EventRevisionCreated {
+	// A create or a rejection changes no head, but the read back after
+	// one may install a head committed meanwhile: that change is
+	// delivered like any other, or nothing would (its own invalidation,
+	// or the next pass, finds it installed already).
+	if len(changes) == 0 {
 		s.mu.Unlock()
 		return
 	}
-	kind = replica.CommitKind(changes)
+	kind := replica.CommitKind(changes)
 	scope := changes[0].Scope
 	t := s.nextTick
 	s.nextTick++
@@ -211,8 +215,8 @@ func (s *Store) Stats() Stats {
 func (s *Store) installedScopes() []varplane.Scope { return s.entries.Scopes() }
 
 // refresh reads scope's head from Redis (never a local copy) and installs
-// it, delivering a Commit of kind when the generation changed.
-func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...varplane.Scope) error {
+// it, delivering a Commit when the generation changed.
+func (s *Store) refresh(ctx context.Context, scopes ...varplane.Scope) error {
 	reqs := make([]installReq, 0, len(scopes))
 	for _, sc := range scopes {
 		seq := s.readSeq(sc)
@@ -229,6 +233,6 @@ func (s *Store) refresh(ctx context.Context, kind varplane.EventKind, scopes ...
 		}
 		reqs = append(reqs, installReq{scope: sc, snap: snap, seq: seq})
 	}
-	s.installAndDeliver(kind, reqs)
+	s.installAndDeliver(reqs)
 	return nil
 }

@@ -79,7 +79,9 @@ func (s *Store) handleInvalidation(payload string) {
 		}
 		return s.entries.ConfirmIf(l.Scope, func(sn *snapshot) bool { return sn.v == l.Version && sn.g == l.Generation })
 	}
-	read, err := s.follow.Handle(s.ctx, inv, current, s.refresh)
+	read, err := s.follow.Handle(s.ctx, inv, current, func(ctx context.Context, _ varplane.EventKind, scopes ...varplane.Scope) error {
+		return s.refresh(ctx, scopes...) // what changed is delivered, whatever the kind announced
+	})
 	s.stats.invalidationReads.Add(uint64(len(read)))
 	if err != nil {
 		s.log.Warn("redis store: reading an invalidated head failed; the next revalidation pass retries", "scope", string(read[0]), "err", err)
@@ -107,7 +109,7 @@ func (s *Store) revalidateLoop() {
 func (s *Store) revalidatePass() {
 	start := time.Now()
 	s.stats.passes.Add(1)
-	s.follow.RetryPending(func(sc varplane.Scope) error { return s.refresh(s.ctx, "", sc) })
+	s.follow.RetryPending(func(sc varplane.Scope) error { return s.refresh(s.ctx, sc) })
 	sem := make(chan struct{}, s.opts.RevalidateConcurrency)
 	var wg sync.WaitGroup
 	for _, sc := range s.installedScopes() {
@@ -178,7 +180,7 @@ func (s *Store) confirm(scope varplane.Scope) {
 		return
 	}
 	s.stats.confirmChanged.Add(1)
-	s.installAndDeliver("", []installReq{{scope: scope, snap: snap, seq: seq}})
+	s.installAndDeliver([]installReq{{scope: scope, snap: snap, seq: seq}})
 }
 
 // installFailed replaces an installed head whose value in Redis can no

@@ -349,3 +349,14 @@ func TestRegressionInstalled(t *testing.T) {
 		t.Errorf("regressions = %d, want 1", got)
 	}
 }
+
+// TestStaleReplicaDelivers: a head that one of B's own writes (a create, a
+// rejection) reads back, committed meanwhile through A, is delivered to
+// B's Watch, B not following A (storetest.StaleReplicaDelivers).
+func TestStaleReplicaDelivers(t *testing.T) {
+	u := sharedURL(t)
+	u = withPrefix(t, u, testPrefix(t, u))
+	a := openStore(t, u, Options{})
+	b := openStore(t, u, Options{noSubscribe: true, RevalidateInterval: 5 * time.Minute})
+	storetest.StaleReplicaDelivers(t, a, b)
+}

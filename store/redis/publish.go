@@ -132,7 +132,7 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 			var found varplane.RevisionRecord
 			if err := eventjson.DecodeRecord([]byte(stored), &found); err != nil {
 				s.log.Warn("redis store: published, but the stored revision cannot be read; reloading", "scope", string(activated.Scope), "err", err)
-				s.refreshAfterCommit(ctx, varplane.EventActivated, activated.Scope)
+				s.refreshAfterCommit(ctx, activated.Scope)
 				return false, nil
 			}
 			rec = &found
@@ -150,10 +150,10 @@ func (s *Store) AppendPublish(ctx context.Context, created, activated *varplane.
 	snap := &snapshot{state: &varplane.ScopeState{Scope: ev.Scope, Generation: ev.Generation, Head: varplane.NewHead(ev, rec), Chain: link}, g: g, r: string(ev.Revision), rec: rec}
 	if err := s.fillOwn(snap, rest); err != nil {
 		s.log.Warn("redis store: committed, but the script reply cannot be read; reloading", "scope", string(ev.Scope), "err", err)
-		s.refreshAfterCommit(ctx, varplane.EventActivated, ev.Scope)
+		s.refreshAfterCommit(ctx, ev.Scope)
 		return isNew, nil
 	}
-	s.installAndDeliver(varplane.EventActivated, []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
+	s.installAndDeliver([]installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
 	return isNew, nil
 }
 

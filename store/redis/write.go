@@ -252,13 +252,13 @@ func (s *Store) installCreated(ctx context.Context, scope varplane.Scope, rest [
 	n, err := strconv.ParseUint(v, 10, 64)
 	prev := strconv.FormatUint(n-1, 10)
 	if err != nil || cur.err != nil || (cur.v != prev || cur.g != g) && (!cur.absent() || v != "1" || g != "0") {
-		s.refreshAfterCommit(ctx, varplane.EventRevisionCreated, scope)
+		s.refreshAfterCommit(ctx, scope)
 		return
 	}
 	st := *cur.state
 	st.Chain = l
 	snap := &snapshot{state: &st, v: v, g: g, r: cur.r, rec: cur.rec}
-	s.installAndDeliver(varplane.EventRevisionCreated, []installReq{{scope: scope, snap: snap, seq: ownSeq}})
+	s.installAndDeliver([]installReq{{scope: scope, snap: snap, seq: ownSeq}})
 }
 
 func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected varplane.Generation) error {
@@ -300,10 +300,10 @@ func (s *Store) appendActivate(ctx context.Context, ev *varplane.Event, expected
 	snap := &snapshot{state: &varplane.ScopeState{Scope: ev.Scope, Generation: ev.Generation, Head: varplane.NewHead(ev, rec), Chain: link}, g: g, r: string(ev.Revision), rec: rec}
 	if err := s.fillOwn(snap, rest); err != nil {
 		s.log.Warn("redis store: committed, but the script reply cannot be read; reloading", "scope", string(ev.Scope), "err", err)
-		s.refreshAfterCommit(ctx, varplane.EventActivated, ev.Scope)
+		s.refreshAfterCommit(ctx, ev.Scope)
 		return nil
 	}
-	s.installAndDeliver(varplane.EventActivated, []installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
+	s.installAndDeliver([]installReq{{scope: ev.Scope, snap: snap, seq: ownSeq}})
 	return nil
 }
 
@@ -338,8 +338,8 @@ func (s *Store) fillOwn(snap *snapshot, rest []rueidis.RedisMessage) error {
 
 // refreshAfterCommit reloads scopes after an own commit whose reply could
 // not be used; a failure leaves them to the next revalidation pass.
-func (s *Store) refreshAfterCommit(ctx context.Context, kind varplane.EventKind, scopes ...varplane.Scope) {
-	if err := s.refresh(ctx, kind, scopes...); err != nil {
+func (s *Store) refreshAfterCommit(ctx context.Context, scopes ...varplane.Scope) {
+	if err := s.refresh(ctx, scopes...); err != nil {
 		for _, sc := range scopes {
 			s.forgetAbsent(sc) // committed: an absent entry must not answer for it
 		}
@@ -366,7 +366,7 @@ func (s *Store) appendReject(ctx context.Context, ev *varplane.Event) error {
 		return err
 	}
 	ev.Seq, ev.Hash = link.Seq, link.Hash
-	s.refreshAfterCommit(ctx, varplane.EventRejected, ev.Scope)
+	s.refreshAfterCommit(ctx, ev.Scope)
 	return nil
 }
 
@@ -429,11 +429,11 @@ func (s *Store) AppendSubtreeDeactivation(ctx context.Context, ev *varplane.Even
 	reqs, cascade, err := s.parseDeactivation(ev, g, link, rest)
 	if err != nil {
 		s.log.Warn("redis store: committed, but the script reply cannot be read; reloading", "scope", string(ev.Scope), "err", err)
-		s.refreshAfterCommit(ctx, varplane.EventDeactivated, ev.Scope)
+		s.refreshAfterCommit(ctx, ev.Scope)
 		return nil
 	}
 	ev.Cascade = cascade
-	s.installAndDeliver(varplane.EventDeactivated, reqs)
+	s.installAndDeliver(reqs)
 	return nil
 }
 

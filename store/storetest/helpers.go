@@ -171,3 +171,45 @@ func StaleReplicaRollback(tb testing.TB, a, b varplane.Store) {
 		tb.Fatalf("the store of record's last event = %s at %d of %s, want the activation of B at 4", last.Kind, last.Generation, last.Revision)
 	}
 }
+
+// StaleReplicaDelivers holds on two replicas a and b of one shared store,
+// b opened so that it does not follow a (no invalidations, a long
+// revalidation interval): when one of b's own writes that changes no head
+// (a create, a rejection) reads back a head that a committed meanwhile, b
+// installs it and delivers it to its Watch. Installing it without a
+// delivery left b's listeners (the push hub, an embedded instance cache)
+// without that commit for good: the commit's own invalidation, or the
+// next pass, then finds it installed already.
+func StaleReplicaDelivers(tb testing.TB, a, b varplane.Store) {
+	tb.Helper()
+	ctx := context.Background()
+	const scope = varplane.Scope("stalewatch.k")
+	MustActivate(tb, a, scope, MustCreate(tb, a, scope, 1), 0)
+	if st := MustState(tb, b, scope); st.Generation != 1 {
+		tb.Fatalf("b's first read of %s: generation %d, want 1", scope, st.Generation)
+	}
+	bw := WatchCommits(tb, b)
+	for i, write := range []struct {
+		name string
+		ev   *varplane.Event
+	}{
+		{"a create", CreatedEvent(scope, Doc(100))},
+		{"a rejection", &varplane.Event{Kind: varplane.EventRejected, Scope: scope, RejectionReason: "document.type: /x", Timestamp: time.Now().UTC()}},
+	} {
+		gen := varplane.Generation(i + 2)
+		MustActivate(tb, a, scope, MustCreate(tb, a, scope, i+2), gen-1)
+		if st := MustState(tb, b, scope); st.Generation != gen-1 {
+			tb.Fatalf("b followed a to generation %d before its own write: this test shows nothing", st.Generation)
+		}
+		if err := b.Append(ctx, write.ev, 0); err != nil {
+			tb.Fatalf("%s through b: %v", write.name, err)
+		}
+		if st := MustState(tb, b, scope); st.Generation != gen {
+			tb.Fatalf("after %s through b, b holds generation %d, want %d", write.name, st.Generation, gen)
+		}
+		c := NextCommit(tb, bw, 2*time.Second)
+		if len(c.Changes) != 1 || c.Changes[0].Scope != scope || c.Changes[0].Generation != gen {
+			tb.Fatalf("after %s through b, b's Watch got %+v, want generation %d of %s", write.name, c, gen, scope)
+		}
+	}
+}
