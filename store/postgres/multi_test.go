@@ -242,8 +242,6 @@ func TestOwnCommitAfterUnseenOnes(t *testing.T) {
 // rejection) reads back, committed meanwhile through A, is delivered to
 // B's Watch, B not following A (storetest.StaleReplicaDelivers).
 func TestStaleReplicaDelivers(t *testing.T) {
-	u := freshSchema(t, sharedURL(t))
-	a := openStore(t, u, Options{})
-	b := openStore(t, u, Options{noListen: true, RevalidateInterval: 5 * time.Minute})
+	a, b := staleReplicas(t)
 	storetest.StaleReplicaDelivers(t, a, b)
 }

@@ -11,8 +11,14 @@ import (
 // following A (no LISTEN, a five-minute revalidation): a rollback through
 // B is resolved against the database as of its expected generation.
 func TestRollbackThroughAStaleReplica(t *testing.T) {
-	u := freshSchema(t, sharedURL(t))
-	a := openStore(t, u, Options{})
-	b := openStore(t, u, Options{noListen: true, RevalidateInterval: 5 * time.Minute})
+	a, b := staleReplicas(t)
 	storetest.StaleReplicaRollback(t, a, b)
+}
+
+// staleReplicas opens two replicas of one fresh schema, B not following
+// A: no LISTEN, a five-minute revalidation.
+func staleReplicas(t *testing.T) (a, b *Store) {
+	t.Helper()
+	u := freshSchema(t, sharedURL(t))
+	return openStore(t, u, Options{}), openStore(t, u, Options{noListen: true, RevalidateInterval: 5 * time.Minute})
 }

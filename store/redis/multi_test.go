@@ -354,9 +354,6 @@ func TestRegressionInstalled(t *testing.T) {
 // rejection) reads back, committed meanwhile through A, is delivered to
 // B's Watch, B not following A (storetest.StaleReplicaDelivers).
 func TestStaleReplicaDelivers(t *testing.T) {
-	u := sharedURL(t)
-	u = withPrefix(t, u, testPrefix(t, u))
-	a := openStore(t, u, Options{})
-	b := openStore(t, u, Options{noSubscribe: true, RevalidateInterval: 5 * time.Minute})
+	a, b := staleReplicas(t)
 	storetest.StaleReplicaDelivers(t, a, b)
 }

@@ -11,9 +11,15 @@ import (
 // following A (no subscription, a five-minute revalidation): a rollback
 // through B is resolved against Redis as of its expected generation.
 func TestRollbackThroughAStaleReplica(t *testing.T) {
+	a, b := staleReplicas(t)
+	storetest.StaleReplicaRollback(t, a, b)
+}
+
+// staleReplicas opens two replicas of one fresh prefix, B not following
+// A: no subscription, a five-minute revalidation.
+func staleReplicas(t *testing.T) (a, b *Store) {
+	t.Helper()
 	u := sharedURL(t)
 	u = withPrefix(t, u, testPrefix(t, u))
-	a := openStore(t, u, Options{})
-	b := openStore(t, u, Options{noSubscribe: true, RevalidateInterval: 5 * time.Minute})
-	storetest.StaleReplicaRollback(t, a, b)
+	return openStore(t, u, Options{}), openStore(t, u, Options{noSubscribe: true, RevalidateInterval: 5 * time.Minute})
 }
