@@ -80,6 +80,17 @@ type Snapshotter interface {
 	States(ctx context.Context, scopes []Scope) ([]*ScopeState, error)
 }
 
+// HeadSnapshotter is a Snapshotter whose States may answer, for a scope
+// under a progressive rollout, the rollout's revision in place of the head
+// (the instance cache's Store, when its own instance is selected):
+// HeadStates answers the same view with the heads themselves, what an
+// evaluation for an entity key starts from (RolloutPicker decides by the
+// key, never by the instance). Engine.StoredHeads uses it.
+type HeadSnapshotter interface {
+	Snapshotter
+	HeadStates(ctx context.Context, scopes []Scope) ([]*ScopeState, error)
+}
+
 // Holder is a Forgetter whose copy an embedding cache decides (store/redis,
 // store/postgres): after Hold(wants), an invalidation for a scope the store
 // does not hold and wants does not report reads and installs nothing, so

@@ -799,9 +799,25 @@ func (e *Engine) Head(ctx context.Context, scope Scope) (*Head, error) {
 // the same revision in both places, and a store that judges a request as
 // a whole (Snapshotter) answers for all of them at once.
 func (e *Engine) Heads(ctx context.Context, scopes []Scope) ([]*Head, error) {
+	return e.heads(ctx, scopes, false)
+}
+
+// StoredHeads is Heads with each scope's own head where the store would
+// answer the revision of a rollout that selects its instance instead (a
+// read replica: HeadSnapshotter): what an evaluation for an entity key
+// starts from, since the key, not the instance, decides (RolloutPicker).
+func (e *Engine) StoredHeads(ctx context.Context, scopes []Scope) ([]*Head, error) {
+	return e.heads(ctx, scopes, true)
+}
+
+func (e *Engine) heads(ctx context.Context, scopes []Scope, stored bool) ([]*Head, error) {
 	out := make([]*Head, len(scopes))
 	if sn, ok := e.store.(Snapshotter); ok {
-		sts, err := sn.States(ctx, scopes)
+		states := sn.States
+		if hs, ok := sn.(HeadSnapshotter); ok && stored {
+			states = hs.HeadStates
+		}
+		sts, err := states(ctx, scopes)
 		if err != nil {
 			return nil, err
 		}

@@ -19,6 +19,7 @@ import (
 // version of what it read.
 type RolloutPicker struct {
 	engine *Engine
+	labels map[string]string // the embedding instance's, for a label step
 	read   atomic.Pointer[RolloutReading]
 	mu     sync.Mutex // one reading of RolloutScope built at a time
 }
@@ -30,14 +31,21 @@ type RolloutPicker struct {
 // one scope from two revisions.
 type RolloutReading struct {
 	store      Store
+	labels     map[string]string
 	generation Generation
 	staged     StagedRollouts
 	mu         sync.Mutex
 	heads      map[string]*Head // by rollout id; at most the rollouts staged
 }
 
-// NewRolloutPicker returns a picker over e's store.
-func NewRolloutPicker(e *Engine) *RolloutPicker { return &RolloutPicker{engine: e} }
+// NewRolloutPicker returns a picker over e's store. labels are those of
+// the instance the picker answers for (a read replica's
+// --instance-label), nil for a server that is no instance: a label step
+// that selects them selects every key, as Cache.GetFor does on that
+// instance; the picker keeps them as given.
+func NewRolloutPicker(e *Engine, labels map[string]string) *RolloutPicker {
+	return &RolloutPicker{engine: e, labels: labels}
+}
 
 // Pick is Reading followed by the reading's Pick: for a single evaluation.
 func (p *RolloutPicker) Pick(ctx context.Context, head *Head, targetingKey string) (*Head, bool, error) {
@@ -65,7 +73,7 @@ func (p *RolloutPicker) Reading(ctx context.Context) (*RolloutReading, error) {
 // the rollouts and the heads are of one view; nil is no rollouts.
 func (p *RolloutPicker) ReadingOf(head *Head) *RolloutReading {
 	if head == nil {
-		return &RolloutReading{store: p.engine.store}
+		return &RolloutReading{store: p.engine.store, labels: p.labels}
 	}
 	return p.readingAt(head.Generation, head)
 }
@@ -87,7 +95,7 @@ func (p *RolloutPicker) readingAt(gen Generation, head *Head) *RolloutReading {
 	if rd := p.read.Load(); rd != nil && rd.generation == gen {
 		return rd
 	}
-	rd := &RolloutReading{store: p.engine.store, generation: gen, heads: map[string]*Head{}}
+	rd := &RolloutReading{store: p.engine.store, labels: p.labels, generation: gen, heads: map[string]*Head{}}
 	if head != nil {
 		if err := json.Unmarshal(head.Document, &rd.staged); err != nil {
 			rd.staged.Rollouts = nil
@@ -110,7 +118,7 @@ func (rd *RolloutReading) Pick(ctx context.Context, head *Head, targetingKey str
 		return head, false, nil
 	}
 	r, ok := rd.staged.Of(head.Scope)
-	if !ok || head.Generation != r.Base || !r.Target().Key(targetingKey, nil) {
+	if !ok || head.Generation != r.Base || !r.Target().Key(targetingKey, rd.labels) {
 		return head, false, nil
 	}
 	h, err := rd.head(ctx, r)

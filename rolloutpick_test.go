@@ -53,7 +53,7 @@ func TestRolloutPicker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := varplane.NewRolloutPicker(e)
+	p := varplane.NewRolloutPicker(e, nil)
 	r := varplane.StagedRollout{ID: "ro1", Scope: "app.f", Revision: created.Revision, Base: 1, State: varplane.RolloutRunning, Step: 0, Steps: 2, Share: rollout.Full / 2}
 	stageRollout(t, e, 0, r)
 
@@ -100,7 +100,7 @@ func TestRolloutPickerAgreesWithTheInstanceRule(t *testing.T) {
 	ctx := context.Background()
 	e, created := pickerFixture(t)
 	head, _ := e.Head(ctx, "app.f")
-	p := varplane.NewRolloutPicker(e)
+	p := varplane.NewRolloutPicker(e, nil)
 	gen := varplane.Generation(0)
 	rapid.Check(t, func(t *rapid.T) {
 		r := varplane.StagedRollout{ID: rapid.StringMatching(`[a-z0-9]{4,12}`).Draw(t, "id"), Scope: "app.f", Revision: created.Revision,
@@ -127,7 +127,7 @@ func TestRolloutReadingHolds(t *testing.T) {
 	ctx := context.Background()
 	e, created := pickerFixture(t)
 	head, _ := e.Head(ctx, "app.f")
-	p := varplane.NewRolloutPicker(e)
+	p := varplane.NewRolloutPicker(e, nil)
 	if _, split, err := p.ReadingOf(nil).Pick(ctx, head, "k"); err != nil || split {
 		t.Fatalf("no rollouts document: split %v %v", split, err)
 	}
@@ -146,5 +146,27 @@ func TestRolloutReadingHolds(t *testing.T) {
 	now, _ := e.Head(ctx, varplane.RolloutScope)
 	if _, split, _ := p.ReadingOf(now).Pick(ctx, head, "k"); split {
 		t.Fatal("ReadingOf the rollouts' new head still splits")
+	}
+}
+
+// TestRolloutPickerLabels: a label step selects every key of a picker
+// whose instance has the label (as Cache.GetFor on that instance), and no
+// key of a picker without it (a server that is no instance).
+func TestRolloutPickerLabels(t *testing.T) {
+	ctx := context.Background()
+	e, created := pickerFixture(t)
+	head, _ := e.Head(ctx, "app.f")
+	stageRollout(t, e, 0, varplane.StagedRollout{ID: "ro1", Scope: "app.f", Revision: created.Revision, Base: 1, State: varplane.RolloutRunning,
+		Steps: 2, Share: 0, Selectors: []rollout.Selector{{"zone": "a"}}})
+	for _, tc := range []struct {
+		labels map[string]string
+		split  bool
+	}{{map[string]string{"zone": "a"}, true}, {map[string]string{"zone": "b"}, false}, {nil, false}} {
+		p := varplane.NewRolloutPicker(e, tc.labels)
+		for _, k := range []string{"user-1", "user-2", "user-3"} {
+			if _, split, err := p.Pick(ctx, head, k); err != nil || split != tc.split {
+				t.Errorf("labels %v, key %s: split %v %v, want %v", tc.labels, k, split, err, tc.split)
+			}
+		}
 	}
 }

@@ -123,7 +123,7 @@ func (h *Handler) handleOFREPFlag(w http.ResponseWriter, r *http.Request) {
 		wire.WriteOFREPError(w, r, h.log, key, err)
 		return
 	}
-	heads, rd, err := h.flagHeads(r.Context(), []varplane.Scope{fk.Scope})
+	heads, rd, err := h.flagHeads(r.Context(), []varplane.Scope{fk.Scope}, oc.TargetingKey)
 	if err != nil {
 		wire.WriteOFREPError(w, r, h.log, key, err)
 		return
@@ -149,12 +149,19 @@ type evaluation struct {
 // with Options.Rollouts, the rollouts in progress in the same view: every
 // flag of the request is picked with the one picker it returns (nil: no
 // rollouts to pick from).
-func (h *Handler) flagHeads(ctx context.Context, scopes []varplane.Scope) ([]*varplane.Head, picker, error) {
+func (h *Handler) flagHeads(ctx context.Context, scopes []varplane.Scope, targetingKey string) ([]*varplane.Head, picker, error) {
 	if h.rollouts == nil {
 		heads, err := h.engine.Heads(ctx, scopes)
 		return heads, nil, err
 	}
-	heads, err := h.engine.Heads(ctx, append(scopes[:len(scopes):len(scopes)], varplane.RolloutScope))
+	read := h.engine.Heads
+	if targetingKey != "" {
+		// The key decides, not the instance: a read replica that a
+		// rollout's step selects serves its revision to readers that name
+		// no entity, but a key is picked from the heads themselves.
+		read = h.engine.StoredHeads
+	}
+	heads, err := read(ctx, append(scopes[:len(scopes):len(scopes)], varplane.RolloutScope))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -250,7 +257,7 @@ func (h *Handler) handleOFREPBulk(w http.ResponseWriter, r *http.Request) {
 			scopes = append(scopes, fks[i].Scope)
 		}
 	}
-	heads, rd, err := h.flagHeads(r.Context(), scopes)
+	heads, rd, err := h.flagHeads(r.Context(), scopes, oc.TargetingKey)
 	if err != nil {
 		wire.WriteOFREPError(w, r, h.log, "", err)
 		return

@@ -42,7 +42,7 @@ func TestOFREPBulkOneRolloutReading(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	p := newPlaneOn(t, st, httpapi.Options{})
 	p.h.Close()
-	picker := varplane.NewRolloutPicker(p.engine)
+	picker := varplane.NewRolloutPicker(p.engine, nil)
 	h := httpapi.NewHandler(p.engine, httpapi.Options{Authorizer: varplane.AllowAll, Logger: quiet, Rollouts: picker})
 	t.Cleanup(h.Close)
 	p.h = h

@@ -387,7 +387,7 @@ func (c *Cache[T]) getHead(ctx context.Context, scope varplane.Scope, judge bool
 // reads and the root: document-stale if that one lags past
 // FailClosedMaxLag. A scope with no document fails it with no-head.
 func (c *Cache[T]) Snapshot(ctx context.Context, scopes ...varplane.Scope) ([]*Doc[T], error) {
-	docs, err := c.view(ctx, scopes)
+	docs, err := c.view(ctx, scopes, true)
 	if err != nil {
 		return nil, err
 	}
@@ -400,8 +400,9 @@ func (c *Cache[T]) Snapshot(ctx context.Context, scopes ...varplane.Scope) ([]*D
 }
 
 // view is Snapshot with a scope that has no document answered as a Doc
-// without a Head.
-func (c *Cache[T]) view(ctx context.Context, scopes []varplane.Scope) ([]*Doc[T], error) {
+// without a Head; with serve false, a scope under a rollout that selects
+// this instance answers its head, not the rollout's revision.
+func (c *Cache[T]) view(ctx context.Context, scopes []varplane.Scope, serve bool) ([]*Doc[T], error) {
 	out := make([]*Doc[T], len(scopes))
 	held := make(map[varplane.Scope]*Doc[T], len(scopes))
 	judge := false
@@ -412,8 +413,9 @@ func (c *Cache[T]) view(ctx context.Context, scopes []varplane.Scope) ([]*Doc[T]
 		}
 		d, err := c.getHead(ctx, sc, false)
 		switch {
-		case err == nil:
+		case err == nil && serve:
 			d = c.serving(d)
+		case err == nil:
 		case varplane.ErrorCode(err) == varplane.CodeNoHead:
 			d = &Doc[T]{Scope: sc, Generation: c.absentGeneration(sc)}
 		default:

@@ -801,7 +801,7 @@ func TestFailClosedOldestDocument(t *testing.T) {
 	if _, err := c.Snapshot(ctx, "tenant.acme", "app.a"); code(err) != varplane.CodeDocumentStale {
 		t.Fatalf("the tenant with a lagging app = %v; want document-stale", err)
 	}
-	if _, err := c.view(ctx, []varplane.Scope{"app.a", "app.none", "tenant.acme"}); code(err) != varplane.CodeDocumentStale {
+	if _, err := c.view(ctx, []varplane.Scope{"app.a", "app.none", "tenant.acme"}, true); code(err) != varplane.CodeDocumentStale {
 		t.Fatalf("the view of the tenant with a lagging app = %v; want document-stale", err)
 	}
 	if _, err := c.Snapshot(ctx, "app.a"); err != nil {

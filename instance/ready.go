@@ -23,8 +23,9 @@ func (s *Store) ReadyDetails() any {
 // The capabilities the wrapper adds to the store it wraps; the others are
 // found through Unwrap (varplane.StoreAs).
 var (
-	_ varplane.Readier       = (*Store)(nil)
-	_ varplane.ReadyDetailer = (*Store)(nil)
-	_ varplane.Unwrapper     = (*Store)(nil)
-	_ varplane.Snapshotter   = (*Store)(nil)
+	_ varplane.Readier         = (*Store)(nil)
+	_ varplane.ReadyDetailer   = (*Store)(nil)
+	_ varplane.Unwrapper       = (*Store)(nil)
+	_ varplane.Snapshotter     = (*Store)(nil)
+	_ varplane.HeadSnapshotter = (*Store)(nil)
 )

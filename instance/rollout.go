@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/varplane/varplane"
@@ -78,6 +79,10 @@ func (c *Cache[T]) GetFor(ctx context.Context, scope varplane.Scope, key string)
 	}
 	return s.doc, nil
 }
+
+// Labels returns a copy of this instance's labels (Options.Labels), which
+// a rollout's label steps select it by.
+func (c *Cache[T]) Labels() map[string]string { return maps.Clone(c.opts.Labels) }
 
 // Rollout is a running rollout of a scope as this instance sees it.
 type Rollout struct {

@@ -121,3 +121,40 @@ func TestRolloutServing(t *testing.T) {
 		t.Fatalf("an undecodable revision is served: %+v", d)
 	}
 }
+
+// TestHeadStates: a read replica's Store whose instance a rollout's step
+// selects answers the rollout's revision in States (what it serves readers
+// that name no entity) and the head itself in HeadStates (what an
+// evaluation for an entity key starts from), as one view either way.
+func TestHeadStates(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	publish(t, mem, "root", `{"n":0}`)
+	publish(t, mem, "app.a", `{"n":1}`)
+	next := storeRevision(t, mem, "app.a", `{"n":2}`)
+	c, err := New(ctx, mem, Options[json.RawMessage]{Root: "root", Decode: RawJSON, InstanceID: "pod-1", Clock: newFakeClock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := NewStore(c, mem)
+	b, _ := json.Marshal(varplane.StagedRollouts{Rollouts: []varplane.StagedRollout{{ID: "ro1", Scope: "app.a", Revision: next, Base: 1,
+		State: varplane.RolloutRunning, Steps: 1, Share: rollout.Full}}})
+	if _, err := c.Get(ctx, "app.a"); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, mem, varplane.RolloutScope, string(b))
+	scopes := []varplane.Scope{"app.a", "app.none", "app.a"}
+	waitFor(t, "the rollout served", func() bool {
+		sts, err := s.States(ctx, scopes)
+		return err == nil && sts[0].Head != nil && sts[0].Head.Revision == next
+	})
+	sts, err := s.States(ctx, scopes)
+	if err != nil || sts[0].Generation != 2 || sts[0] != sts[2] || sts[1].Head != nil {
+		t.Fatalf("States = %+v %v; want the rollout's revision as generation 2, twice, and no head", sts, err)
+	}
+	hs, err := s.HeadStates(ctx, scopes)
+	if err != nil || hs[0].Generation != 1 || hs[0].Head == nil || hs[0].Head.Revision == next || hs[0] != hs[2] || hs[1].Head != nil {
+		t.Fatalf("HeadStates = %+v %v; want the head at generation 1, twice, and no head", hs, err)
+	}
+}

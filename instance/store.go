@@ -47,7 +47,18 @@ func (s *Store) State(ctx context.Context, scope varplane.Scope) (*varplane.Scop
 // judged by the oldest of them (Cache.Snapshot); a scope with no document
 // is a state without a head.
 func (s *Store) States(ctx context.Context, scopes []varplane.Scope) ([]*varplane.ScopeState, error) {
-	docs, err := s.cache.view(ctx, scopes)
+	return s.states(ctx, scopes, true)
+}
+
+// HeadStates is States with each scope's head, never the revision of a
+// rollout that selects this instance (varplane.HeadSnapshotter): what an
+// evaluation for an entity key starts from.
+func (s *Store) HeadStates(ctx context.Context, scopes []varplane.Scope) ([]*varplane.ScopeState, error) {
+	return s.states(ctx, scopes, false)
+}
+
+func (s *Store) states(ctx context.Context, scopes []varplane.Scope, serve bool) ([]*varplane.ScopeState, error) {
+	docs, err := s.cache.view(ctx, scopes, serve)
 	if err != nil {
 		return nil, err
 	}

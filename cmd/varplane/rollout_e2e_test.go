@@ -105,8 +105,10 @@ func rolloutFleet(t *testing.T, storeArgs []string, replica func(i int) *server,
 	}
 	expect(t, as("POST", "/admin/publish", "alice-token", map[string]any{"scope": "app.flags", "document": map[string]any{"v": 1}, "expectedGeneration": 0}), 200, "")
 	var reps []fleetMember
+	var replicas []*server
 	for i := 0; replica != nil && i < 3; i++ {
 		rep := replica(i)
+		replicas = append(replicas, rep)
 		reps = append(reps, fleetMember{id: fmt.Sprintf("rep-%d", i), gen: func() (int, string) {
 			st, g, body := readGen(t, rep.Base, "app.flags")
 			if st != 200 {
@@ -157,6 +159,24 @@ func rolloutFleet(t *testing.T, storeArgs []string, replica func(i int) *server,
 		}
 		return 1
 	})
+	// An evaluation for an entity key is decided by the key on every read
+	// replica, whatever the replica itself serves to plain reads.
+	var keyIn, keyOut string
+	for i := 0; keyIn == "" || keyOut == ""; i++ {
+		if k := fmt.Sprint("user-", i); rollout.Selected(k, rid, 5000) {
+			keyIn = k
+		} else {
+			keyOut = k
+		}
+	}
+	for i, rep := range replicas {
+		for k, want := range map[string]float64{keyIn: 2, keyOut: 1} {
+			ev := expect(t, call(t, "POST", rep.Base+"/ofrep/v1/evaluate/flags/app.flags%23/v", map[string]any{"context": map[string]any{"targetingKey": k}}), 200, "")
+			if ev["value"] != want {
+				t.Fatalf("replica %s (selected %v) evaluates v for key %s (selected %v) as %v, want %v", reps[i].id, selected(i), k, k == keyIn, ev["value"], want)
+			}
+		}
+	}
 	// The fleet view shows who serves the rollout's revision.
 	eventually(t, 10*time.Second, "the fleet view of the rollout", func() (bool, string) {
 		res := runCLI(t, []string{"VARPLANE_SERVER=" + a.URL, "VARPLANE_TOKEN=viewer-token"}, "", "instances", "app.flags")

@@ -421,11 +421,11 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		Values:       values,
 		// Writes from pages of other origins are refused unless listed.
 		TrustedOrigins: splitList(cfg.origins),
-		// An OpenFeature evaluation with a targeting key is served the
-		// revision of a running rollout as the embedded instance serves
-		// an entity key.
-		Rollouts: varplane.NewRolloutPicker(engine),
 	}
+	// An OpenFeature evaluation with a targeting key is served the
+	// revision of a running rollout as the embedded instance serves an
+	// entity key (a read replica's labels take part, as in GetFor).
+	var labels map[string]string
 	if base == "" {
 		opts.Base = "/"
 	}
@@ -435,7 +435,9 @@ func (c *ServeCommand) serve(ctx context.Context, cfg serveConfig, base string, 
 		// live streams watch beside what the cache holds.
 		opts.ScopesWithHead = rs.Cache().WithHead
 		rs.Cache().Follow(hub.Watching)
+		labels = rs.Cache().Labels()
 	}
+	opts.Rollouts = varplane.NewRolloutPicker(engine, labels)
 	api := httpapi.NewHandler(engine, opts)
 	defer api.Close()
 	collectors = append(collectors, hub.Collectors()...)
