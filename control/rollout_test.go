@@ -76,7 +76,9 @@ func serves(t *testing.T, f []*instance.Cache[flags], scope varplane.Scope, want
 				if d != nil {
 					got = d.Value
 				}
-				t.Fatalf("instance i%d serves %v (%v), want v=%v", i, got, err, want(i))
+				// What the instance knows of the rollouts, so that a
+				// failure says whether it missed the step or the revision.
+				t.Fatalf("instance i%d serves %v (%v), want v=%v; the rollouts it knows: %+v", i, got, err, want(i), c.Rollouts())
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
