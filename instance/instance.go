@@ -238,6 +238,9 @@ type load[T any] struct {
 	done chan struct{}
 	doc  *Doc[T]
 	err  error
+	// again says that the store delivered a change of the scope while
+	// the load read it, so that its answer may be older (under c.mu).
+	again bool
 }
 
 // New opens a Cache over store: it installs the root (waiting at most
@@ -590,8 +593,12 @@ func (c *Cache[T]) runLoad(scope varplane.Scope, l *load[T]) {
 	defer func() {
 		c.mu.Lock()
 		delete(c.loads, scope)
+		again := l.again
 		c.mu.Unlock()
 		close(l.done)
+		if again {
+			c.reread(scope)
+		}
 	}()
 	c.stats.coldLoads.Add(1)
 	if c.local != nil {

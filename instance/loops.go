@@ -36,6 +36,9 @@ func (c *Cache[T]) apply(ch varplane.ScopeChange) {
 	}
 	_, held := c.entries.Load(ch.Scope)
 	wasAbsent := c.forgetAbsent(ch.Scope)
+	if !held && !wasAbsent && ch.Scope != c.opts.Root && c.overtakes(ch.Scope) {
+		return // the load reads again once it has installed
+	}
 	if !held && !wasAbsent && ch.Scope != c.opts.Root {
 		// The store read it for a cache that has since dropped it, or
 		// for a Follow function (and delivered it): its copy must not
@@ -53,6 +56,38 @@ func (c *Cache[T]) apply(ch varplane.ScopeChange) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.opts.StoreReadTimeout)
 	defer cancel()
 	c.install(ch.Scope, c.decode(ctx, ch.Scope, ch.Generation, ch.Head, false), c.clock.Now())
+}
+
+// overtakes marks a cold load of scope in progress, whose read a change
+// the store delivered may have overtaken, to read again once it has
+// installed (reread); it reports whether there was one.
+func (c *Cache[T]) overtakes(scope varplane.Scope) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.loads[scope]
+	if l != nil {
+		l.again = true
+	}
+	return l != nil
+}
+
+// reread reads scope again after a cold load that a delivered change
+// overtook, and installs what the store holds now, as a revalidation
+// pass would: the installed document is confirmed or replaced, and a
+// scope remembered as absent that has a head now installs it.
+func (c *Cache[T]) reread(scope varplane.Scope) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.StoreReadTimeout)
+	defer cancel()
+	st, err := c.store.State(ctx, scope)
+	if _, ok := c.entries.Load(scope); ok {
+		c.confirmFrom(ctx, scope, st, err)
+		return
+	}
+	if err != nil || st.Head == nil || !c.forgetAbsent(scope) {
+		return // still absent, or dropped meanwhile; a failure is the next pass's
+	}
+	c.stats.invalidations.Add(1)
+	c.install(scope, c.decode(ctx, scope, st.Generation, st.Head, false), c.clock.Now())
 }
 
 // installAbsent records that the store now has no document for scope (a
