@@ -23,33 +23,50 @@ import (
 
 // rolloutStores are the stores of record a rollout is taken through: the
 // rollout's record, the instances' statuses and reports live in each.
+// open returns the control plane's store and a function that opens
+// another store value on the same store of record for each instance, as
+// instance.New asks of a store that keeps its own copy (Redis,
+// PostgreSQL); the memory store is one value shared by all.
 var rolloutStores = []struct {
 	name string
-	open func(t *testing.T) varplane.Store
+	open func(t *testing.T) (varplane.Store, func() varplane.Store)
 }{
-	{"memory", func(t *testing.T) varplane.Store { return memory.New() }},
-	{"redis", func(t *testing.T) varplane.Store {
-		s, err := redis.Open(context.Background(), redistest.PrefixURL(t, "control-rollout"), redis.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+	{"memory", func(t *testing.T) (varplane.Store, func() varplane.Store) {
+		s := memory.New()
+		return s, func() varplane.Store { return s }
 	}},
-	{"postgres", func(t *testing.T) varplane.Store {
-		s, err := postgres.Open(context.Background(), pgtest.SchemaURL(t, "control_rollout", nil), postgres.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+	{"redis", func(t *testing.T) (varplane.Store, func() varplane.Store) {
+		u := redistest.PrefixURL(t, "control-rollout")
+		return sharedStore(t, func() (varplane.Store, error) { return redis.Open(context.Background(), u, redis.Options{}) })
+	}},
+	{"postgres", func(t *testing.T) (varplane.Store, func() varplane.Store) {
+		u := pgtest.SchemaURL(t, "control_rollout", nil)
+		return sharedStore(t, func() (varplane.Store, error) { return postgres.Open(context.Background(), u, postgres.Options{}) })
 	}},
 }
 
-// fleet opens n instances of root over s (ids i0, i1, ...).
-func fleet(t *testing.T, s varplane.Store, root varplane.Scope, n int) []*instance.Cache[flags] {
+// sharedStore opens the control plane's store with open, and returns a
+// function that opens one more (closed when the test ends) for each
+// instance.
+func sharedStore(t *testing.T, open func() (varplane.Store, error)) (varplane.Store, func() varplane.Store) {
+	another := func() varplane.Store {
+		s, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	return another(), another
+}
+
+// fleet opens n instances of root, each over a store another opens (ids
+// i0, i1, ...).
+func fleet(t *testing.T, another func() varplane.Store, root varplane.Scope, n int) []*instance.Cache[flags] {
 	t.Helper()
 	var out []*instance.Cache[flags]
 	for i := range n {
-		c, err := instance.New(context.Background(), s, instance.Options[flags]{Root: root, Decode: decodeFlags,
+		c, err := instance.New(context.Background(), another(), instance.Options[flags]{Root: root, Decode: decodeFlags,
 			InstanceID: fmt.Sprintf("i%d", i), Labels: map[string]string{"zone": []string{"a", "b"}[i%2]}})
 		if err != nil {
 			t.Fatal(err)
@@ -109,12 +126,12 @@ func (e *env) approved(scope varplane.Scope, base varplane.Generation, doc strin
 func TestRolloutCompletes(t *testing.T) {
 	for _, st := range rolloutStores {
 		t.Run(st.name, func(t *testing.T) {
-			s := st.open(t)
+			s, another := st.open(t)
 			e := newEnv(t, envOpts{store: s, storeInstances: true})
 			e.clock.Advance(time.Since(e.clock.Now()))
 			scope := varplane.Scope("app.flags")
 			e.publish(scope, `{"v":1}`)
-			f := fleet(t, s, scope, 6)
+			f := fleet(t, another, scope, 6)
 			c := e.approved(scope, 1, `{"v":2}`)
 			ctx := context.Background()
 			r, err := e.svc.StartRollout(ctx, bob, c.ID, control.StartRolloutRequest{Strategy: twoSteps(time.Minute)})
@@ -220,12 +237,12 @@ func auditOf(t *testing.T, e *env, scope varplane.Scope) string {
 func TestRolloutRollsBackOnRejection(t *testing.T) {
 	for _, st := range rolloutStores {
 		t.Run(st.name, func(t *testing.T) {
-			s := st.open(t)
+			s, another := st.open(t)
 			e := newEnv(t, envOpts{store: s, storeInstances: true})
 			e.clock.Advance(time.Since(e.clock.Now()))
 			scope := varplane.Scope("app.flags")
 			e.publish(scope, `{"v":1}`)
-			f := fleet(t, s, scope, 4)
+			f := fleet(t, another, scope, 4)
 			c := e.approved(scope, 1, `{"v":2,"undecodable":true}`)
 			ctx := context.Background()
 			r, err := e.svc.StartRollout(ctx, bob, c.ID, control.StartRolloutRequest{Strategy: twoSteps(time.Minute)})
