@@ -3,8 +3,10 @@ package redis
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -26,7 +28,23 @@ import (
 
 // maxChainTries bounds the tries of one commit whose chain head keeps
 // moving (each failed try means another commit to the scope succeeded).
-const maxChainTries = 32
+// Past chainBackoffAfter lost tries, each retry first waits a random time
+// up to chainBackoff doubled per further loss (at most 64 times): writers
+// that keep winning give way, so that one that keeps losing on a busy
+// machine is not starved into a 503 (at most 74 ms of waits in all).
+const (
+	maxChainTries     = 32
+	chainBackoffAfter = 4
+	chainBackoff      = 50 * time.Microsecond
+)
+
+// chainWait is the random wait before retry try (0-based) of a commit.
+func chainWait(try int) time.Duration {
+	if try < chainBackoffAfter {
+		return 0
+	}
+	return rand.N(chainBackoff << min(try-chainBackoffAfter, 6))
+}
 
 // chainArg is a chain head as the head hash's field k holds it.
 func chainArg(h varplane.ChainHead) string {
@@ -72,7 +90,10 @@ func linked(ev *varplane.Event, head varplane.ChainHead) ([]byte, varplane.Chain
 func (s *Store) chained(scope varplane.Scope, run func(head varplane.ChainHead, hint []rueidis.RedisMessage) (string, []rueidis.RedisMessage, error)) (string, []rueidis.RedisMessage, error) {
 	head := s.chainGuess(scope)
 	var hint []rueidis.RedisMessage
-	for range maxChainTries {
+	for try := range maxChainTries {
+		if d := chainWait(try); d > 0 {
+			time.Sleep(d)
+		}
 		st, rest, err := run(head, hint)
 		if err != nil || st != "CHAIN" {
 			return st, rest, err

@@ -147,3 +147,26 @@ func TestChainAfterLegacyData(t *testing.T) {
 		t.Errorf("State().Chain = %+v, the history ends at %+v", st.Chain, v.Head)
 	}
 }
+
+// TestChainWait: the first retries of a commit whose chain head moved go
+// at once; later ones wait a random time under a bound that doubles per
+// loss up to 64 times the first, and all of them together stay under
+// 74 ms.
+func TestChainWait(t *testing.T) {
+	var total time.Duration
+	for try := range maxChainTries {
+		bound := time.Duration(0)
+		if try >= chainBackoffAfter {
+			bound = chainBackoff << min(try-chainBackoffAfter, 6)
+		}
+		for range 100 {
+			if d := chainWait(try); d < 0 || (bound == 0 && d != 0) || (bound > 0 && d >= bound) {
+				t.Fatalf("try %d waited %v, bound %v", try, d, bound)
+			}
+		}
+		total += bound
+	}
+	if total > 74*time.Millisecond {
+		t.Fatalf("the waits of one commit may add up to %v", total)
+	}
+}
