@@ -1,6 +1,7 @@
 package varplane
 
 import (
+	"errors"
 	"context"
 	"time"
 )
@@ -95,11 +96,18 @@ type HeadSnapshotter interface {
 // store/postgres): after Hold(wants), an invalidation for a scope the store
 // does not hold and wants does not report reads and installs nothing, so
 // that the cache's bound is the only one and the store holds no more than
-// the cache does.
+// the cache does. One cache at a time holds a store: Hold refuses a store
+// held already (ErrHeld), and release gives it back (the store then
+// follows every scope again).
 type Holder interface {
 	Forgetter
-	Hold(wants func(Scope) bool)
+	Hold(wants func(Scope) bool) (release func(), err error)
 }
+
+// ErrHeld is Holder.Hold's refusal of a store that another cache holds:
+// each cache needs a store value of its own, or one's choice of what to
+// follow, and its Forget, would silence the other's commits.
+var ErrHeld = errors.New("the store already follows what another cache holds: give each cache a store value of its own")
 
 // Confirmer is a store that revalidates what it holds on its own
 // (store/redis's conditional reads): the instance cache takes the store's

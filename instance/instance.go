@@ -223,6 +223,7 @@ type Cache[T any] struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	unwatch func()
+	unhold  func() // gives the store's Hold back (Close)
 	pass    passState
 	stats   counters
 	local   *localCopy
@@ -249,7 +250,8 @@ type load[T any] struct {
 // scopes, and starts the invalidation, revalidation and heartbeat loops.
 // Close stops them; it does not close store. A store that keeps its own
 // copy (varplane.Holder) then follows only what the cache holds: give the
-// cache a store of its own, not one a control plane also serves from.
+// cache a store of its own, not one a control plane also serves from. A
+// store another open cache holds is refused (varplane.ErrHeld).
 func New[T any](ctx context.Context, store varplane.Store, opts Options[T]) (*Cache[T], error) {
 	o, err := opts.normalise()
 	if err != nil {
@@ -268,9 +270,12 @@ func New[T any](ctx context.Context, store varplane.Store, opts Options[T]) (*Ca
 			return nil, err
 		}
 	}
+	c.unhold = func() {}
 	if h, ok := store.(varplane.Holder); ok {
 		// One bound: the store follows only what the cache holds.
-		h.Hold(c.wants)
+		if c.unhold, err = h.Hold(c.wants); err != nil {
+			return nil, fmt.Errorf("instance: %w", err)
+		}
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.unwatch = store.Watch(func(cm varplane.Commit) {
@@ -309,6 +314,7 @@ func (c *Cache[T]) Close() error {
 	c.cancel()
 	c.unwatch()
 	c.wg.Wait()
+	c.unhold()
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -361,4 +362,37 @@ func writerAndReplica(t *testing.T) (control, replica *redis.Store) {
 	t.Cleanup(func() { deletePrefix(t, base, prefix) })
 	url := base + "?prefix=" + prefix
 	return openRedis(t, url, false), openRedis(t, url, true)
+}
+
+// TestOneCachePerStore: a store that keeps its own copy serves one cache
+// at a time: a second cache on the same store value is refused with
+// varplane.ErrHeld (its Hold would have replaced the first's, and its
+// Forget silenced the first's commits), and a cache opened after the first
+// closed holds the store and hears its commits.
+func TestOneCachePerStore(t *testing.T) {
+	control, replica := writerAndReplica(t)
+	publish(t, control, "root", `{"n":0}`)
+	publish(t, control, "app.a", `{"n":1}`)
+	ctx := context.Background()
+	first, err := New(ctx, replica, Options[value]{Root: "root", Decode: decodeValue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(ctx, replica, Options[value]{Root: "root", Decode: decodeValue}); !errors.Is(err, varplane.ErrHeld) {
+		t.Fatalf("a second cache on a held store: %v, want ErrHeld", err)
+	}
+	_ = first.Close()
+	second, err := New(ctx, replica, Options[value]{Root: "root", Decode: decodeValue})
+	if err != nil {
+		t.Fatalf("a cache after the first closed: %v", err)
+	}
+	defer second.Close()
+	if _, err := second.Get(ctx, "app.a"); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, control, "app.a", `{"n":2}`)
+	waitFor(t, "the second cache hears the commit", func() bool {
+		d, err := second.Get(ctx, "app.a")
+		return err == nil && d.Value.N == 2
+	})
 }

@@ -89,8 +89,15 @@ type Table[T any, E Holder[T]] struct {
 // (package instance), which bounds what it holds: from then on Follows
 // reports only the scopes the table holds and those wants reports, so an
 // invalidation for any other scope reads and installs nothing. Without it
-// the table follows every scope the server announces.
-func (t *Table[T, E]) Hold(wants func(varplane.Scope) bool) { t.wants.Store(&wants) }
+// the table follows every scope the server announces. A table held
+// already is refused (varplane.ErrHeld); release gives it back.
+func (t *Table[T, E]) Hold(wants func(varplane.Scope) bool) (release func(), err error) {
+	p := &wants
+	if !t.wants.CompareAndSwap(nil, p) {
+		return nil, varplane.ErrHeld
+	}
+	return func() { t.wants.CompareAndSwap(p, nil) }, nil
+}
 
 // Follows reports whether an invalidation of scope must be read: scope is
 // installed, or no cache holds the table (Hold), or the cache wants it.

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -363,5 +364,30 @@ func TestHoldFollows(t *testing.T) {
 	tb.Delete("a")
 	if tb.Follows("a") {
 		t.Errorf("Follows(a) after it was dropped = true")
+	}
+}
+
+// TestHoldOnce: a held table refuses a second Hold (varplane.ErrHeld) and
+// keeps the first's choice; release gives it back, and it follows every
+// scope until it is held again; a second release is harmless.
+func TestHoldOnce(t *testing.T) {
+	tb, _ := newTestTable()
+	release, err := tb.Hold(func(sc varplane.Scope) bool { return sc == "a" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Hold(func(varplane.Scope) bool { return true }); !errors.Is(err, varplane.ErrHeld) {
+		t.Fatalf("a second Hold: %v, want ErrHeld", err)
+	}
+	if !tb.Follows("a") || tb.Follows("b") {
+		t.Fatal("the refused Hold changed what the table follows")
+	}
+	release()
+	release()
+	if !tb.Follows("b") {
+		t.Fatal("a released table does not follow every scope")
+	}
+	if _, err := tb.Hold(func(sc varplane.Scope) bool { return sc == "b" }); err != nil || tb.Follows("a") {
+		t.Fatalf("Hold after release: %v, follows a %v", err, tb.Follows("a"))
 	}
 }
