@@ -1,8 +1,8 @@
 package varplane
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"time"
 )
 
