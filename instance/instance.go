@@ -789,6 +789,11 @@ func (c *Cache[T]) absentGeneration(scope varplane.Scope) varplane.Generation {
 func (c *Cache[T]) forgetAbsent(scope varplane.Scope) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.forgetAbsentLocked(scope)
+}
+
+// forgetAbsentLocked is forgetAbsent with c.mu held.
+func (c *Cache[T]) forgetAbsentLocked(scope varplane.Scope) bool {
 	f := c.familyOf(scope)
 	if _, ok := f.absent[scope]; !ok {
 		return false

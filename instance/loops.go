@@ -36,8 +36,11 @@ func (c *Cache[T]) apply(ch varplane.ScopeChange) {
 	}
 	_, held := c.entries.Load(ch.Scope)
 	wasAbsent := c.forgetAbsent(ch.Scope)
-	if !held && !wasAbsent && ch.Scope != c.opts.Root && c.overtakes(ch.Scope) {
-		return // the load reads again once it has installed
+	if !held && !wasAbsent && ch.Scope != c.opts.Root {
+		var loading bool
+		if loading, held = c.overtakes(ch.Scope); loading {
+			return // the load reads again once it has installed
+		}
 	}
 	if !held && !wasAbsent && ch.Scope != c.opts.Root {
 		// The store read it for a cache that has since dropped it, or
@@ -60,15 +63,19 @@ func (c *Cache[T]) apply(ch varplane.ScopeChange) {
 
 // overtakes marks a cold load of scope in progress, whose read a change
 // the store delivered may have overtaken, to read again once it has
-// installed (reread); it reports whether there was one.
-func (c *Cache[T]) overtakes(scope varplane.Scope) bool {
+// installed (reread), and reports whether there was one; without one, it
+// reports whether a load that ended since the caller looked installed
+// scope or remembered it absent (forgotten here), so that the change is
+// applied over what it found.
+func (c *Cache[T]) overtakes(scope varplane.Scope) (loading, found bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l := c.loads[scope]
-	if l != nil {
+	if l := c.loads[scope]; l != nil {
 		l.again = true
+		return true, false
 	}
-	return l != nil
+	_, found = c.entries.Load(scope)
+	return false, found || c.forgetAbsentLocked(scope)
 }
 
 // reread reads scope again after a cold load that a delivered change
