@@ -146,22 +146,22 @@ type evaluation struct {
 }
 
 // flagHeads reads the heads of scopes as one view (Engine.Heads) and,
-// with Options.Rollouts, the rollouts in progress in the same view: every
-// flag of the request is picked with the one picker it returns (nil: no
-// rollouts to pick from).
+// with Options.Rollouts and a targeting key, the rollouts in progress in
+// the same view: every flag of the request is picked with the one picker
+// it returns (nil: no rollouts to pick from). Without a key no rollout
+// splits anything, and the rollouts are not read.
 func (h *Handler) flagHeads(ctx context.Context, scopes []varplane.Scope, targetingKey string) ([]*varplane.Head, picker, error) {
-	if h.rollouts == nil {
+	if h.rollouts == nil || targetingKey == "" {
 		heads, err := h.engine.Heads(ctx, scopes)
-		return heads, nil, err
+		if h.rollouts == nil || err != nil {
+			return heads, nil, err
+		}
+		return heads, h.rollouts.PickerOf(nil), nil // it may still want a key
 	}
-	read := h.engine.Heads
-	if targetingKey != "" {
-		// The key decides, not the instance: a read replica that a
-		// rollout's step selects serves its revision to readers that name
-		// no entity, but a key is picked from the heads themselves.
-		read = h.engine.StoredHeads
-	}
-	heads, err := read(ctx, append(scopes[:len(scopes):len(scopes)], varplane.RolloutScope))
+	// The key decides, not the instance: a read replica that a rollout's
+	// step selects serves its revision to readers that name no entity,
+	// but a key is picked from the heads themselves.
+	heads, err := h.engine.StoredHeads(ctx, append(scopes[:len(scopes):len(scopes)], varplane.RolloutScope))
 	if err != nil {
 		return nil, nil, err
 	}
