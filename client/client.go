@@ -269,7 +269,10 @@ type slot struct {
 	override bool
 
 	// Guarded by Client.wmu.
-	gen     varplane.Generation
+	gen varplane.Generation
+	// seen is the revision last offered at gen (applied or refused by
+	// Options.Validate), "" when gen was a no-head.
+	seen    varplane.Revision
 	rev     varplane.Revision
 	runtime json.RawMessage
 	etag    string
@@ -586,15 +589,20 @@ func (c *Client) signalKick() {
 }
 
 // applyHead installs a runtime head of sc when gen is newer than the one
-// held; the applied value is validated first.
+// held, or the same with another revision: the store gives one
+// generation one revision, but a read replica that a rollout's step
+// selected serves the rollout's revision as the base's next generation,
+// and after an abort the head's next publish takes that generation with
+// another revision (docs/rollouts.md). The applied value is validated
+// first.
 func (c *Client) applyHead(sc varplane.Scope, gen varplane.Generation, rev varplane.Revision, etag string, doc json.RawMessage) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	s := c.slot(sc)
-	if s == nil || s.override || gen <= s.gen {
+	if s == nil || s.override || gen < s.gen || (gen == s.gen && (s.seen == "" || rev == "" || rev == s.seen)) {
 		return
 	}
-	s.gen = gen
+	s.gen, s.seen = gen, rev
 	if s.refused {
 		s.refused = false
 		c.signalKick()
@@ -631,7 +639,7 @@ func (c *Client) applyNoHead(sc varplane.Scope, gen varplane.Generation, force b
 		if gen <= s.gen {
 			return
 		}
-		s.gen = gen
+		s.gen, s.seen = gen, ""
 	}
 	c.lkgDrop(sc)
 	if s.runtime == nil && s.stale == nil {

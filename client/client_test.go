@@ -46,8 +46,12 @@ func TestNewerGenerationOnly(t *testing.T) {
 		{"static before any head", func() {}, `static:"static"`},
 		{"gen 3", func() { c.applyHead("a.x", 3, "r3", "", json.RawMessage(`3`)) }, "runtime:3"},
 		{"reordered gen 2", func() { c.applyHead("a.x", 2, "r2", "", json.RawMessage(`2`)) }, "runtime:3"},
-		{"duplicate gen 3", func() { c.applyHead("a.x", 3, "r3b", "", json.RawMessage(`33`)) }, "runtime:3"},
-		{"stale no-head gen 3", func() { c.applyNoHead("a.x", 3, false) }, "runtime:3"},
+		{"duplicate gen 3", func() { c.applyHead("a.x", 3, "r3", "", json.RawMessage(`3`)) }, "runtime:3"},
+		// A read replica's rollout revision at gen 3, then the head's
+		// next publish at gen 3 with another revision (docs/rollouts.md).
+		{"gen 3, another revision", func() { c.applyHead("a.x", 3, "r3b", "", json.RawMessage(`33`)) }, "runtime:33"},
+		{"gen 3 without a revision", func() { c.applyHead("a.x", 3, "", "", json.RawMessage(`34`)) }, "runtime:33"},
+		{"stale no-head gen 3", func() { c.applyNoHead("a.x", 3, false) }, "runtime:33"},
 		{"no-head gen 4 falls back", func() { c.applyNoHead("a.x", 4, false) }, `static:"static"`},
 		{"late head gen 4", func() { c.applyHead("a.x", 4, "r4", "", json.RawMessage(`4`)) }, `static:"static"`},
 		{"gen 5", func() { c.applyHead("a.x", 5, "r5", "", json.RawMessage(`5`)) }, "runtime:5"},

@@ -229,13 +229,20 @@ func TestStalledSubscriberDoesNotDelayOthers(t *testing.T) {
 
 func startClient(t *testing.T, p *plane, opts client.Options, scopes ...varplane.Scope) *client.Client {
 	t.Helper()
+	return startClientAt(t, p.url(), opts, scopes...)
+}
+
+// startClientAt starts a client of the server at serverURL following
+// scopes, stopped when the test ends.
+func startClientAt(t *testing.T, serverURL string, opts client.Options, scopes ...varplane.Scope) *client.Client {
+	t.Helper()
 	if opts.MinBackoff == 0 {
 		opts.MinBackoff, opts.MaxBackoff = 10*time.Millisecond, 100*time.Millisecond
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c, err := client.New(p.url(), opts)
+	c, err := client.New(serverURL, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
