@@ -654,6 +654,7 @@ func (h *Hub) SubscribeWith(ctx context.Context, f Filter, held map[varplane.Sco
 		done:      make(chan struct{}),
 		pending:   map[varplane.Scope]int{},
 		delivered: make(map[varplane.Scope]varplane.Generation, len(held)),
+		sentRev:   map[varplane.Scope]varplane.Revision{},
 	}
 	for sc, g := range held {
 		if s.m.match(sc) {
@@ -717,7 +718,7 @@ func (h *Hub) limit(kind byte) (int, string, string, *atomic.Uint64) {
 func (h *Hub) Reserve(opts SubscribeOptions) (*Subscription, error) {
 	s := &Subscription{hub: h, keys: capKeys(opts), recheck: opts.Recheck, m: newMatcher(Filter{}),
 		ready: make(chan struct{}, 1), notify: opts.Notify, done: make(chan struct{}),
-		pending: map[varplane.Scope]int{}, delivered: map[varplane.Scope]varplane.Generation{}}
+		pending: map[varplane.Scope]int{}, delivered: map[varplane.Scope]varplane.Generation{}, sentRev: map[varplane.Scope]varplane.Revision{}}
 	if err := h.add(s); err != nil {
 		return nil, err
 	}
@@ -810,14 +811,14 @@ func (h *Hub) snapshot(ctx context.Context, s *Subscription) ([]Update, error) {
 	defer s.mu.Unlock()
 	out := states[:0]
 	for _, u := range states {
-		held, ok := s.delivered[u.Scope]
+		_, held := s.delivered[u.Scope]
 		switch {
-		case ok && u.Generation <= held:
+		case !s.news(u):
 			continue
-		case !ok && u.Head == nil && !exact[u.Scope]:
+		case !held && u.Head == nil && !exact[u.Scope]:
 			continue // nothing to say about a prefix scope the client never saw
 		}
-		s.delivered[u.Scope] = u.Generation
+		s.sent(u)
 		out = append(out, u)
 	}
 	return out, nil
@@ -843,7 +844,37 @@ type Subscription struct {
 	hasFirst     bool
 	resync       bool
 	delivered    map[varplane.Scope]varplane.Generation
-	err          error
+	// sentRev is the revision of the head sent at delivered's generation
+	// (absent: none sent, or the subscriber's own declaration).
+	sentRev map[varplane.Scope]varplane.Revision
+	err     error
+}
+
+// news reports whether u tells s something: a newer generation than it
+// holds, or the one it was sent with another revision (a read replica
+// that a rollout's step selected sent the rollout's revision at the
+// base's next generation, which a later publish takes with another one;
+// docs/rollouts.md). Caller holds s.mu.
+func (s *Subscription) news(u Update) bool {
+	g, held := s.delivered[u.Scope]
+	switch {
+	case !held || u.Generation > g:
+		return true
+	case u.Generation < g || u.Head == nil:
+		return false
+	}
+	rev, sent := s.sentRev[u.Scope]
+	return sent && u.Head.Revision != rev
+}
+
+// sent records u as delivered to s. Caller holds s.mu.
+func (s *Subscription) sent(u Update) {
+	s.delivered[u.Scope] = u.Generation
+	if u.Head != nil {
+		s.sentRev[u.Scope] = u.Head.Revision
+	} else {
+		delete(s.sentRev, u.Scope)
+	}
 }
 
 // Ready receives a value when a batch may be available for TryNext, when
@@ -936,8 +967,8 @@ func (s *Subscription) offer(ups []Update, now time.Time) {
 		}
 		matched = true
 		if i, ok := s.pending[u.Scope]; ok {
-			if u.Generation > s.queue[i].Generation {
-				s.queue[i] = u
+			if u.Generation >= s.queue[i].Generation {
+				s.queue[i] = u // the later of one generation is the store's (or the replica's) last word
 			}
 			h.coalesced.Add(1)
 			continue
@@ -1016,10 +1047,10 @@ func (s *Subscription) TryNext(ctx context.Context) (b Batch, ok bool, err error
 	clear(s.pending)
 	out := q[:0]
 	for _, u := range q {
-		if g, held := s.delivered[u.Scope]; held && u.Generation <= g {
+		if !s.news(u) {
 			continue
 		}
-		s.delivered[u.Scope] = u.Generation
+		s.sent(u)
 		out = append(out, u)
 	}
 	s.mu.Unlock()
