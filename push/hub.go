@@ -653,12 +653,11 @@ func (h *Hub) SubscribeWith(ctx context.Context, f Filter, held map[varplane.Sco
 		notify:    opts.Notify,
 		done:      make(chan struct{}),
 		pending:   map[varplane.Scope]int{},
-		delivered: make(map[varplane.Scope]varplane.Generation, len(held)),
-		sentRev:   map[varplane.Scope]varplane.Revision{},
+		delivered: make(map[varplane.Scope]sentHead, len(held)),
 	}
 	for sc, g := range held {
 		if s.m.match(sc) {
-			s.delivered[sc] = g
+			s.delivered[sc] = sentHead{gen: g}
 		}
 	}
 	// Register before reading the snapshot so that no commit falls between
@@ -718,7 +717,7 @@ func (h *Hub) limit(kind byte) (int, string, string, *atomic.Uint64) {
 func (h *Hub) Reserve(opts SubscribeOptions) (*Subscription, error) {
 	s := &Subscription{hub: h, keys: capKeys(opts), recheck: opts.Recheck, m: newMatcher(Filter{}),
 		ready: make(chan struct{}, 1), notify: opts.Notify, done: make(chan struct{}),
-		pending: map[varplane.Scope]int{}, delivered: map[varplane.Scope]varplane.Generation{}, sentRev: map[varplane.Scope]varplane.Revision{}}
+		pending: map[varplane.Scope]int{}, delivered: map[varplane.Scope]sentHead{}}
 	if err := h.add(s); err != nil {
 		return nil, err
 	}
@@ -843,11 +842,16 @@ type Subscription struct {
 	first        []Update
 	hasFirst     bool
 	resync       bool
-	delivered    map[varplane.Scope]varplane.Generation
-	// sentRev is the revision of the head sent at delivered's generation
-	// (absent: none sent, or the subscriber's own declaration).
-	sentRev map[varplane.Scope]varplane.Revision
-	err     error
+	delivered    map[varplane.Scope]sentHead
+	err          error
+}
+
+// sentHead is what a subscriber holds of a scope: the generation, and the
+// revision of the head it was sent at it ("" when it was sent none, or
+// declared the generation itself).
+type sentHead struct {
+	gen varplane.Generation
+	rev varplane.Revision
 }
 
 // news reports whether u tells s something: a newer generation than it
@@ -856,25 +860,23 @@ type Subscription struct {
 // base's next generation, which a later publish takes with another one;
 // docs/rollouts.md). Caller holds s.mu.
 func (s *Subscription) news(u Update) bool {
-	g, held := s.delivered[u.Scope]
+	d, held := s.delivered[u.Scope]
 	switch {
-	case !held || u.Generation > g:
+	case !held || u.Generation > d.gen:
 		return true
-	case u.Generation < g || u.Head == nil:
+	case u.Generation < d.gen || u.Head == nil:
 		return false
 	}
-	rev, sent := s.sentRev[u.Scope]
-	return sent && u.Head.Revision != rev
+	return d.rev != "" && u.Head.Revision != d.rev
 }
 
 // sent records u as delivered to s. Caller holds s.mu.
 func (s *Subscription) sent(u Update) {
-	s.delivered[u.Scope] = u.Generation
+	d := sentHead{gen: u.Generation}
 	if u.Head != nil {
-		s.sentRev[u.Scope] = u.Head.Revision
-	} else {
-		delete(s.sentRev, u.Scope)
+		d.rev = u.Head.Revision
 	}
+	s.delivered[u.Scope] = d
 }
 
 // Ready receives a value when a batch may be available for TryNext, when
@@ -910,7 +912,7 @@ func (s *Subscription) Held() map[varplane.Scope]varplane.Generation {
 	defer s.mu.Unlock()
 	out := make(map[varplane.Scope]varplane.Generation, len(s.delivered))
 	for k, v := range s.delivered {
-		out[k] = v
+		out[k] = v.gen
 	}
 	return out
 }
