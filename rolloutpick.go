@@ -20,6 +20,7 @@ import (
 type RolloutPicker struct {
 	engine *Engine
 	labels map[string]string // the embedding instance's, for a label step
+	none   *RolloutReading   // the reading of no rollouts document, shared: it stages nothing, so it reads nothing
 	read   atomic.Pointer[RolloutReading]
 	mu     sync.Mutex // one reading of RolloutScope built at a time
 }
@@ -44,7 +45,7 @@ type RolloutReading struct {
 // that selects them selects every key, as Cache.GetFor does on that
 // instance; the picker keeps them as given.
 func NewRolloutPicker(e *Engine, labels map[string]string) *RolloutPicker {
-	return &RolloutPicker{engine: e, labels: labels}
+	return &RolloutPicker{engine: e, labels: labels, none: &RolloutReading{store: e.store, labels: labels}}
 }
 
 // Pick is Reading followed by the reading's Pick: for a single evaluation.
@@ -73,7 +74,7 @@ func (p *RolloutPicker) Reading(ctx context.Context) (*RolloutReading, error) {
 // the rollouts and the heads are of one view; nil is no rollouts.
 func (p *RolloutPicker) ReadingOf(head *Head) *RolloutReading {
 	if head == nil {
-		return &RolloutReading{store: p.engine.store, labels: p.labels}
+		return p.none
 	}
 	return p.readingAt(head.Generation, head)
 }
@@ -140,9 +141,6 @@ func (rd *RolloutReading) head(ctx context.Context, r StagedRollout) (*Head, err
 		return nil, fmt.Errorf("rollout %s of %q: revision %s: %w", r.ID, r.Scope, r.Revision, err)
 	}
 	h := NewHead(&Event{Kind: EventActivated, Scope: r.Scope, Revision: r.Revision, Generation: r.Base + 1, Timestamp: r.StepStartedAt}, rec)
-	if rd.heads == nil {
-		rd.heads = map[string]*Head{}
-	}
 	rd.heads[r.ID] = h
 	return h, nil
 }
